@@ -9,7 +9,10 @@ command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
-    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
+  # Another apt-get (a second checkout's setup, unattended upgrades) may hold the dpkg lock:
+  # wait for it instead of failing the whole setup.
+  apt=($SUDO apt-get -o DPkg::Lock::Timeout=600 -y -q)
+  "${apt[@]}" install --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+    || { "${apt[@]}" update >/dev/null && "${apt[@]}" install --no-install-recommends "${need[@]}" >/dev/null; }
 fi
 echo "system deps ok: ${need[*]:-nothing to install}"
