@@ -58,7 +58,7 @@ Choices, with reasons:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
 from typing import Any
 
@@ -94,6 +94,7 @@ __all__ = [
     "repeat_variance",
     "score_interval",
     "score_summary",
+    "wilson_at",
     "wilson_ci",
 ]
 
@@ -361,15 +362,16 @@ def score_interval(
             of them). None for graded rewards, whose variance can be far below p(1 − p).
 
     Returns:
-        ``{mean, se, se_note, ci_low, ci_high, ci_method, ci_n_eff, ci_note, level, n,
-        n_clusters, se_method, ci_dist, df}``. ``ci_method`` is one of ``CI_METHODS`` (None
-        with no items); ``ci_n_eff`` is the Wilson n used (None for t/normal);
+        ``{mean, se, se_note, ci_low, ci_high, ci_method, ci_n_eff, ci_spec, ci_note, level,
+        n, n_clusters, se_method, ci_dist, df}``. ``ci_method`` is one of ``CI_METHODS``
+        (None with no items); ``ci_n_eff`` is the Wilson n used (None for t/normal) and
+        ``ci_spec`` what ``wilson_at`` needs to rebuild the interval at another level;
         ``ci_note`` says when the interval fell back to n = questions because the SE was not
         estimable; ``se_note`` why ``se`` is None.
     """
     x = _as_float(values).reshape(-1)
     res = mean_ci(values, clusters, level)
-    res.update(se_note=None, ci_method=None, ci_n_eff=None, ci_note=None)
+    res.update(se_note=None, ci_method=None, ci_n_eff=None, ci_note=None, ci_spec=None)
     n = res["n"]
     if n == 0:
         res["se_note"] = res["ci_note"] = "undefined (no scored items)"
@@ -388,31 +390,53 @@ def score_interval(
             res["ci_note"] = res["se_note"]
         return res
     p = float(res["mean"])
-    z = _norm_ppf(0.5 + level / 2.0)
     if res["n_clusters"] is None and bool(np.all((x == 0.0) | (x == 1.0))):
         # Every question scored 0 or 1 (one sample each, or all repeats agreeing): each
         # question is one Bernoulli trial, so the textbook Wilson interval is exact in form.
-        method, n_eff, note = "wilson", float(n), None
+        spec = {"mean": p, "n_raw": float(n), "df": None, "cap": None}
+        method, note = "wilson", None
         res.update(ci_dist="normal", df=None)
     else:
         method = "wilson_effective_n"
         se = res["se"]
         if se is not None and se > 0.0 and 0.0 < p < 1.0:
-            n_eff = p * (1.0 - p) / (se * se)
-            if res["df"] is not None:  # Korn & Graubard: few units, t instead of z
-                n_eff *= (z / _t_ppf(0.5 + level / 2.0, res["df"])) ** 2
-            if n_samples is not None:
-                n_eff = min(n_eff, float(n_samples))
+            spec = {"mean": p, "n_raw": p * (1.0 - p) / (se * se), "df": res["df"],
+                    "cap": None if n_samples is None else float(n_samples)}
             note = None
         else:
             # No usable SE (one unit, or no variation): each unit counts as one 0/1 trial,
             # the largest variance a score in [0, 1] with this mean can have.
-            n_eff = float(units)
+            spec = {"mean": p, "n_raw": float(units), "df": None, "cap": None}
             unit = "clusters" if res["n_clusters"] is not None else "items"
             note = f"SE not estimable; Wilson interval with n = {units} {unit}"
-    lo, hi = wilson_ci(p * n_eff, n_eff, level)
-    res.update(ci_low=lo, ci_high=hi, ci_method=method, ci_n_eff=n_eff, ci_note=note)
+    lo, hi, n_eff = wilson_at(spec, level)
+    res.update(ci_low=lo, ci_high=hi, ci_method=method, ci_n_eff=n_eff, ci_note=note,
+               ci_spec=spec)
     return res
+
+
+def wilson_at(spec: Mapping[str, Any], level: float) -> tuple[float, float, float]:
+    """The Wilson interval a ``score_interval`` ``ci_spec`` gives at any confidence level.
+
+    Lets a gate rebuild the same interval at a multiplicity-corrected level.
+
+    Args:
+        spec: ``{mean, n_raw, df, cap}``: the estimate, the effective n before the
+            small-sample factor, the t degrees of freedom for that factor (None: none) and
+            the cap on n (None: none).
+        level: Confidence level.
+
+    Returns:
+        ``(low, high, n_eff)``.
+    """
+    p = 0.5 + level / 2.0
+    n_eff = float(spec["n_raw"])
+    if spec.get("df"):  # Korn & Graubard (1998): few units, scale n by (z / t_df)²
+        n_eff *= (_norm_ppf(p) / _t_ppf(p, spec["df"])) ** 2
+    if spec.get("cap") is not None:
+        n_eff = min(n_eff, float(spec["cap"]))
+    lo, hi = wilson_ci(float(spec["mean"]) * n_eff, n_eff, level)
+    return lo, hi, n_eff
 
 
 # --------------------------------------------------------------------------- pass@k / maj@k
