@@ -219,8 +219,8 @@ def _se_note(res: Mapping[str, Any], d: np.ndarray) -> str | None:
     if res["se"] is None:
         one = "1 cluster" if res["n_clusters"] is not None and res["n"] > 1 else "1 paired item"
         return f"undefined ({one})"
-    if res["se"] == 0.0 and bool(np.all(d == d[0])):
-        return NO_VARIANCE
+    if res["se"] == 0.0:
+        return NO_VARIANCE if bool(np.all(d == d[0])) else "undefined (no variance between clusters)"
     return None
 
 

@@ -341,7 +341,7 @@ def _no_se_note(units: int, clustered: bool, no_variation: bool) -> str:
         return f"undefined (1 {'cluster' if clustered else 'item'})"
     if no_variation:
         return "undefined (no variation in the scores)"
-    return "undefined"
+    return "undefined (no variance between clusters)"
 
 
 def score_interval(
@@ -379,7 +379,7 @@ def score_interval(
     x = x[np.isfinite(x)]
     units = res["n_clusters"] if res["n_clusters"] is not None else n
     no_variation = bool(np.all(x == x[0]))
-    if res["se"] is not None and res["se"] == 0.0 and no_variation:
+    if res["se"] is not None and res["se"] == 0.0:  # a plug-in SE of 0 claims certainty
         res.update(se=None, ci_low=None, ci_high=None)
     if res["se"] is None:
         res["se_note"] = _no_se_note(units, res["n_clusters"] is not None, no_variation)

@@ -482,3 +482,11 @@ def test_undefined_quantities_are_said() -> None:
     flat = S.score_interval(np.full(40, 0.5))
     assert flat["se"] is None and flat["ci_note"].startswith("SE not estimable")
     assert (flat["ci_low"], flat["ci_high"]) == pytest.approx(S.wilson_ci(20, 40), abs=TOL)
+
+
+def test_zero_clustered_se_is_undefined_not_zero() -> None:
+    # two clusters whose residual sums are both 0: the CR1 SE is exactly 0, which is no SE
+    s = S.score_interval(np.array([0.0, 1.0, 0.0, 1.0]), clusters=["a", "a", "b", "b"])
+    assert s["se"] is None and s["se_note"] == "undefined (no variance between clusters)"
+    assert s["ci_method"] == "wilson_effective_n" and s["ci_n_eff"] == 2.0
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(S.wilson_ci(1, 2), abs=TOL)
