@@ -32,7 +32,7 @@ from nel_resources.store import asset_name, slugify
 
 COMPARISON_KEY = dg.AssetKey(["comparison"])
 COMPARISON_COLUMNS = ("benchmark", "baseline", "candidate", "base_mean", "cand_mean", "delta", "se",
-                      "ci_low", "ci_high", "p_value", "mde", "verdict", "n_paired", "n_unpaired_base",
+                      "ci_low", "ci_high", "ci_method", "p_value", "mde", "verdict", "n_paired", "n_unpaired_base",
                       "n_unpaired_cand", "test", "gate_decision")
 
 
@@ -103,7 +103,7 @@ def compare_partition(cfg: NelConfig, root: Path, candidate: str) -> dict[str, A
         ("benchmark", pa.string()), ("baseline", pa.string()), ("candidate", pa.string()),
         ("base_mean", pa.float64()), ("cand_mean", pa.float64()), ("delta", pa.float64()),
         ("se", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()),
-        ("p_value", pa.float64()), ("mde", pa.float64()), ("verdict", pa.string()),
+        ("ci_method", pa.string()), ("p_value", pa.float64()), ("mde", pa.float64()), ("verdict", pa.string()),
         ("n_paired", pa.int64()), ("n_unpaired_base", pa.int64()), ("n_unpaired_cand", pa.int64()),
         ("test", pa.string()), ("gate_decision", pa.string()),
     ])
@@ -137,6 +137,7 @@ def build_comparison_assets(cfg: NelConfig) -> list[dg.AssetsDefinition | dg.Ass
               f"{cfg.comparison.baseline!r} on every benchmark (regression.json + flat rows).")
     def comparison(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
         from benchmarks.errors import NelError
+        from nel_assets.engine.reports.compare_text import mde_text
 
         candidate = context.partition_key
         try:
@@ -150,7 +151,7 @@ def build_comparison_assets(cfg: NelConfig) -> list[dg.AssetsDefinition | dg.Ass
                 return "n/a" if x is None else f"{100 * x:+.2f}"
             table.append(f"| {name} | {p(c['delta'])} | [{p(c['ci_low'])}, {p(c['ci_high'])}] | "
                          f"{'n/a' if c['p_value'] is None else format(c['p_value'], '.3g')} | "
-                         f"{p(c['mde'])} | {c['verdict']} |")
+                         f"{p(c['mde']) if c.get('mde') is not None else mde_text(c)} | {c['verdict']} |")
         version = hashlib.sha256(json.dumps(
             {k: doc[k] for k in ("benchmarks", "missing", "gate")}, sort_keys=True, default=str,
         ).encode()).hexdigest()[:16]

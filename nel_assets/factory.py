@@ -151,8 +151,10 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
         b_, paths = ev.build_model_bundle(cfg, store, bench.name, context.partition_key)
         s = b_["score"]
         return dg.MaterializeResult(metadata={
+            # the bundle's one interval, in fractions 0–1 with its method (as every surface)
             "score": s.get("mean"), "se": s.get("se"), "ci_low": s.get("ci_low"),
-            "ci_high": s.get("ci_high"), "n_items": s.get("n_items"), "n_samples": s.get("n_samples"),
+            "ci_high": s.get("ci_high"), "ci_method": s.get("ci_method"),
+            "n_items": s.get("n_items"), "n_samples": s.get("n_samples"),
             "n_failed_samples": s.get("n_failed_samples"), "complete": b_.get("complete"),
             "exports": dg.MetadataValue.path(str(paths["eval"].parent)),
         }, data_version=dg.DataVersion(hashlib.sha256(

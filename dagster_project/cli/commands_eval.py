@@ -147,9 +147,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     for oc in summary.benchmarks:
         for m, b in oc.bundles.items():
             s = b["score"]
+            # the bundle's one interval (fractions 0-1 here and in --json; percent in the table)
             rows.append({"benchmark": oc.benchmark, "model": m, "score": s.get("mean"),
-                         "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"), "se": s.get("se"),
-                         "wilson_low": s.get("wilson_low"), "wilson_high": s.get("wilson_high"),
+                         "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
+                         "ci_method": s.get("ci_method"), "se": s.get("se"), "se_note": s.get("se_note"),
                          "n_items": s.get("n_items"), "n_samples": s.get("n_samples"),
                          "failed": s.get("n_failed_samples"), "exports": oc.exports.get(m)})
     info = {"output_dir": str(summary.output_dir), "dagster_home": str(summary.dagster_home),
@@ -165,16 +166,13 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     from rich.table import Table
 
     t = Table(title="nel results")
-    for c in ("benchmark", "model", "score %", "95% CI", "items", "samples", "failed"):
+    for c in ("benchmark", "model", "score", "95% CI", "CI method", "items", "samples", "failed"):
         t.add_column(c)
     for r in rows:
-        def pct(x):
-            return ("n/a" if x is None else f"{100 * x:.2f}")
-        # For 0/1 scores the Wilson interval is shown: the CLT one collapses to a point at
-        # 0% or 100% (and undercovers near them).
-        lo, hi = ((r["wilson_low"], r["wilson_high"]) if r["wilson_low"] is not None
-                  else (r["ci_low"], r["ci_high"]))
-        t.add_row(r["benchmark"], r["model"], pct(r["score"]), f"[{pct(lo)}, {pct(hi)}]",
+        def pct(x: float | None) -> str:
+            return "n/a" if x is None else f"{100 * x:.2f}%"
+        t.add_row(r["benchmark"], r["model"], pct(r["score"]),
+                  f"[{pct(r['ci_low'])}, {pct(r['ci_high'])}]", r["ci_method"] or "n/a",
                   str(r["n_items"]), str(r["n_samples"]), str(r["failed"]))
     con = Console()
     con.print(t)

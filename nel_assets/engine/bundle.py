@@ -12,7 +12,9 @@ import pyarrow as pa
 
 from nel_assets.engine import stats
 
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
+"""2: the score carries one labelled interval (``ci_method``, ``ci_n_eff``, ``ci_note``,
+``se_note``) instead of a CLT interval plus a separate ``wilson_low``/``wilson_high``."""
 
 
 def _col(table: pa.Table, name: str) -> list[Any]:
@@ -135,7 +137,13 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
 
 def build_bundle(table: pa.Table, *, benchmark: str, model: str, model_id: str | None = None,
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The bundle dict for one (benchmark, model)."""
+    """The bundle dict for one (benchmark, model).
+
+    The score's interval method is chosen here, once (``stats.score_summary``), and recorded
+    as ``score.ci_method``; the CLI, reports, Dagster metadata and the ``bundles`` view all
+    show these numbers (fractions 0–1 in files, metadata and the view; percent in the CLI and
+    human-readable reports, labelled there).
+    """
     pid = np.asarray(_col(table, "problem_idx"), dtype=np.int64)
     reward = np.asarray([np.nan if r is None else r for r in _col(table, "reward")], dtype=float)
     category = _col(table, "category")
@@ -168,12 +176,17 @@ def build_bundle(table: pa.Table, *, benchmark: str, model: str, model_id: str |
 
 
 def bundle_row(bundle: dict[str, Any]) -> pa.Table:
-    """A one-row flat table of the headline numbers (for the DuckDB `bundles` view)."""
+    """A one-row flat table of the headline numbers (for the DuckDB `bundles` view).
+
+    Fractions 0–1, with the interval's ``ci_method`` and ``level`` so a query sees which
+    interval it is reading.
+    """
     s = bundle["score"]
     rt = bundle["runtime"]
     row = {
         "benchmark": bundle["benchmark"], "model": bundle["model"], "model_id": bundle.get("model_id"),
         "mean": s.get("mean"), "se": s.get("se"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
+        "ci_method": s.get("ci_method"), "level": s.get("level"),
         "n_items": s.get("n_items"), "n_samples": s.get("n_samples"), "n_repeats": s.get("n_repeats"),
         "n_failed_samples": s.get("n_failed_samples"),
         "latency_p50_ms": rt["latency_ms"]["p50"], "latency_p99_ms": rt["latency_ms"]["p99"],
@@ -182,6 +195,7 @@ def bundle_row(bundle: dict[str, Any]) -> pa.Table:
     schema = pa.schema([
         ("benchmark", pa.string()), ("model", pa.string()), ("model_id", pa.string()),
         ("mean", pa.float64()), ("se", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()),
+        ("ci_method", pa.string()), ("level", pa.float64()),
         ("n_items", pa.int64()), ("n_samples", pa.int64()), ("n_repeats", pa.int64()),
         ("n_failed_samples", pa.int64()), ("latency_p50_ms", pa.float64()),
         ("latency_p99_ms", pa.float64()), ("n_errors", pa.int64()), ("created_at", pa.float64()),

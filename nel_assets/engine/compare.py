@@ -15,10 +15,28 @@ Choices, with reasons:
   clusters the signs flip per *cluster* (sums of d over a cluster's items), which keeps the
   within-cluster dependence intact; McNemar would assume independent items and be
   anti-conservative. With ≤ 13 units all 2^units sign patterns are enumerated (exact).
-* **significant** means the test's p-value < ``alpha``. The CI uses the same rules as
-  ``stats.mean_ci`` (clustered when clusters are given; normal for ≥ 30 units, else t).
+* **significant** means the test's p-value < ``alpha``.
+* **CI of the difference** (``ci_method: "newcombe"``): Newcombe's (1998) method 10 for
+  paired proportions, the "square-and-add" combination of the two sides' Wilson intervals
+  (Wilson 1927) with their correlation φ:
+  ``L = Δ − sqrt((p_c − l_c)² − 2φ(p_c − l_c)(u_b − p_b) + (u_b − p_b)²)`` and
+  ``U = Δ + sqrt((u_c − p_c)² − 2φ(u_c − p_c)(p_b − l_b) + (p_b − l_b)²)``.
+  Because each side's interval lies in [0, 1], the result lies in [l_c − u_b, u_c − l_b] ⊂
+  [−1, 1]: a difference of scores never gets an impossible bound (the mean ± q·SE interval
+  reached below −1 with few items), and it does not collapse to a point when every item
+  agrees. For 0/1 items without clusters this is exactly Newcombe's method 10, with his
+  continuity-corrected φ (``ad − bc`` reduced by ``n/2`` when positive). For per-item means
+  (repeats, graded scores) or clusters, the same formula is used with each side's
+  ``stats.score_interval`` (Wilson at the effective n) and φ the correlation of the two
+  means (clustered: of cluster sums), with the same correction written on the covariance
+  (``1/(2n²)``, identical to ``n/2`` on the 2×2 table): Newcombe's method as a MOVER
+  interval (Zou & Donner 2008). Scores outside [0, 1] keep the mean ± q·SE interval
+  (``stats.mean_ci``).
 * **MDE** at 80% power, two-sided α = 0.05: ``(z_{1−α/2} + z_{power}) · SE_paired``, using the
-  observed paired SE (clustered when clustered), i.e. for this n and this paired SD.
+  observed paired SE (clustered when clustered), i.e. for this n and this paired SD. With
+  no variance in the differences (or fewer than two units) the SE and the MDE are
+  undefined: they are None and ``se_note`` / ``mde_note`` say why (an MDE of 0 would claim
+  any change is detectable).
 * **Units.** ``max_drop`` is in score units (scores are per-item means, so 0.01 = one point
   on a 0–1 accuracy scale).
 """
@@ -39,9 +57,13 @@ from nel_assets.engine.stats import (
     _label_list,
     is_binary,
     mean_ci,
+    score_interval,
+    wilson_at,
 )
 
-__all__ = ["compare_scores", "mde", "runtime_delta", "sign_flip_test"]
+__all__ = ["compare_scores", "mde", "paired_ci", "runtime_delta", "sign_flip_test"]
+
+NO_VARIANCE = "undefined (no variance in the differences)"
 
 _EXACT_MAX_UNITS = 13  # 2**13 = 8192 patterns: enumerate rather than sample
 
@@ -109,6 +131,97 @@ def sign_flip_test(
         signs = rng.integers(0, 2, size=(b, u), dtype=np.int8).astype(np.float64) * 2.0 - 1.0
         hits += int(np.count_nonzero(np.abs(signs @ units) >= t_obs - tol))
     return (1.0 + hits) / (n_permutations + 1.0), int(n_permutations), False
+
+
+def _phi(xb: np.ndarray, xc: np.ndarray, clusters: Any) -> float:
+    """Newcombe's continuity-corrected correlation of the two sides' means.
+
+    On a 2×2 table of 0/1 items this is ``(ad − bc − n/2) / sqrt((a+b)(c+d)(a+c)(b+d))``
+    when ``ad − bc > n/2``, ``(ad − bc) / …`` when negative, else 0 (Newcombe 1998). Here
+    the covariance of the means ``Σ d_b·d_c / n²`` (sums over clusters when clustered) plays
+    ``(ad − bc)/n³`` and the correction ``1/(2n²)`` plays ``n/2``.
+    """
+    n = xb.shape[0]
+    db, dc = xb - xb.mean(), xc - xc.mean()
+    if clusters is not None:
+        codes = _codes(np.asarray(clusters, dtype=object))
+        db, dc = np.bincount(codes, weights=db), np.bincount(codes, weights=dc)
+    cov = float(np.dot(db, dc)) / (n * n)
+    scale = math.sqrt(float(np.dot(db, db)) * float(np.dot(dc, dc))) / (n * n)
+    if scale <= 0.0:
+        return 0.0
+    corr = 1.0 / (2.0 * n * n)
+    num = cov - corr if cov > corr else (cov if cov < 0.0 else 0.0)
+    return max(-1.0, min(1.0, num / scale))
+
+
+def _side_spec(side: Mapping[str, Any], idx: np.ndarray, x: np.ndarray, clusters: Any,
+               level: float) -> dict[str, Any] | None:
+    """One side's ``score_interval`` spec on the paired items (None: scores outside [0, 1])."""
+    n_samples = None
+    if side.get("binary") and side.get("n_samples") is not None:
+        n_samples = int(np.sum(_as_float(side["n_samples"])[idx]))
+    return score_interval(x, clusters, level, n_samples=n_samples)["ci_spec"]
+
+
+def paired_ci(inputs: Mapping[str, Any] | None, level: float) -> tuple[float | None, float | None]:
+    """The comparison's CI at ``level`` from its recorded ``ci_inputs``.
+
+    Args:
+        inputs: ``compare_scores(...)["ci_inputs"]``: ``{method: "newcombe", delta, phi,
+            base: spec, cand: spec}`` (specs as ``stats.wilson_at`` takes), or
+            ``{method: "t"|"normal", delta, se, df}``.
+        level: Confidence level (a gate passes its multiplicity-corrected one).
+
+    Returns:
+        ``(low, high)``, or ``(None, None)`` when no interval is defined.
+    """
+    if not inputs or inputs.get("delta") is None:
+        return None, None
+    delta = float(inputs["delta"])
+    if inputs["method"] == "newcombe":
+        pb, pc = float(inputs["base"]["mean"]), float(inputs["cand"]["mean"])
+        lb, ub, _ = wilson_at(inputs["base"], level)
+        lc, uc, _ = wilson_at(inputs["cand"], level)
+        phi = float(inputs["phi"])
+        down = (pc - lc) ** 2 - 2.0 * phi * (pc - lc) * (ub - pb) + (ub - pb) ** 2
+        up = (uc - pc) ** 2 - 2.0 * phi * (uc - pc) * (pb - lb) + (pb - lb) ** 2
+        lo = delta - math.sqrt(max(down, 0.0))
+        hi = delta + math.sqrt(max(up, 0.0))
+        return max(lo, -1.0), min(hi, 1.0)  # only float rounding can cross ±1
+    se = inputs.get("se")
+    if se is None:
+        return None, None
+    p = 0.5 + level / 2.0
+    df = inputs.get("df")
+    q = float(_st.t.ppf(p, df)) if df else float(_st.norm.ppf(p))
+    return delta - q * se, delta + q * se
+
+
+def _paired_inputs(base: Mapping[str, Any], cand: Mapping[str, Any], bi: np.ndarray,
+                   ci: np.ndarray, xb: np.ndarray, xc: np.ndarray, clusters: Any,
+                   res: Mapping[str, Any], level: float) -> dict[str, Any] | None:
+    """What ``paired_ci`` needs: Newcombe when both sides' scores lie in [0, 1]."""
+    if res["mean"] is None:
+        return None
+    sb = _side_spec(base, bi, xb, clusters, level)
+    sc = _side_spec(cand, ci, xc, clusters, level)
+    if sb is not None and sc is not None:
+        return {"method": "newcombe", "delta": res["mean"], "phi": _phi(xb, xc, clusters),
+                "base": sb, "cand": sc}
+    return {"method": res["ci_dist"], "delta": res["mean"], "se": res["se"], "df": res["df"]}
+
+
+def _se_note(res: Mapping[str, Any], d: np.ndarray) -> str | None:
+    """Why the paired SE (and so the MDE) is undefined, or None when it is defined."""
+    if res["n"] == 0:
+        return "undefined (no paired items)"
+    if res["se"] is None:
+        one = "1 cluster" if res["n_clusters"] is not None and res["n"] > 1 else "1 paired item"
+        return f"undefined ({one})"
+    if res["se"] == 0.0:
+        return NO_VARIANCE if bool(np.all(d == d[0])) else "undefined (no variance between clusters)"
+    return None
 
 
 def _keys(side: Mapping[str, Any], name: str) -> np.ndarray:
@@ -192,10 +305,13 @@ def compare_scores(
 
     Returns:
         A JSON-ready dict with keys ``n_paired, n_unpaired_base, n_unpaired_cand, base_mean,
-        cand_mean, delta, se, ci_low, ci_high, level, se_method, ci_dist, df, n_clusters,
-        sd_diff, se_within, repeats_base, repeats_cand, correlation, test, p_value, mcnemar,
-        n_permutations, seed, flips, per_category, mde, alpha, power, max_drop, significant,
-        regression, detectable, verdict``. ``flips`` = ``{better_to_worse: {count, examples},
+        cand_mean, delta, se, se_note, ci_low, ci_high, ci_method, ci_inputs, level,
+        se_method, ci_dist, df, n_clusters, sd_diff, se_within, repeats_base, repeats_cand,
+        correlation, test, p_value, mcnemar, n_permutations, seed, flips, per_category, mde,
+        mde_note, alpha, power, max_drop, significant, regression, detectable, verdict``.
+        ``ci_low``/``ci_high`` are ``paired_ci(ci_inputs, level)`` (Newcombe for scores in
+        [0, 1]); ``se`` and ``mde`` are None, with ``se_note``/``mde_note`` saying why, when
+        undefined. ``flips`` = ``{better_to_worse: {count, examples},
         worse_to_better: {count, examples}}`` (better_to_worse: base scored higher than
         cand on that item). ``se_within`` is the repeat-noise part of ``se`` (None unless
         both sides give ``item_var`` and ``n_samples``); ``repeats_*`` the repeats per item. ``verdict`` is one of ``regression`` (CI below −max_drop),
@@ -221,8 +337,13 @@ def compare_scores(
         categories = _opt(cand, "categories", ci)
 
     res = mean_ci(d, clusters, level)
+    se_note = _se_note(res, d)
+    if se_note is not None:
+        res["se"] = None
     se = res["se"]
     m = mde(se, alpha, power)
+    ci_inputs = _paired_inputs(base, cand, bi, ci, xb, xc, clusters, res, level)
+    lo, hi = paired_ci(ci_inputs, level)
     sd = float(d.std(ddof=1)) if n >= 2 else None
     corr = None
     if n >= 2 and xb.std() > 0 and xc.std() > 0:
@@ -264,18 +385,24 @@ def compare_scores(
         names = np.array(["(none)" if v is None else str(v) for v in categories.tolist()])
         for name in sorted(set(names.tolist())):
             mk = names == name
-            r = mean_ci(d[mk], None if clusters is None else clusters[mk], level)
+            cl = None if clusters is None else clusters[mk]
+            r = mean_ci(d[mk], cl, level)
+            if _se_note(r, d[mk]) is not None:
+                r["se"] = None
+            c_lo, c_hi = paired_ci(
+                _paired_inputs(base, cand, bi[mk], ci[mk], xb[mk], xc[mk], cl, r, level), level
+            )
             per_cat[name] = {
                 "delta": r["mean"],
                 "se": r["se"],
-                "ci_low": r["ci_low"],
-                "ci_high": r["ci_high"],
+                "ci_low": c_lo,
+                "ci_high": c_hi,
                 "n_items": int(mk.sum()),
                 "base_mean": _f(xb[mk].mean()),
                 "cand_mean": _f(xc[mk].mean()),
             }
 
-    lo, hi, delta = res["ci_low"], res["ci_high"], res["mean"]
+    delta = res["mean"]
     margin = 0.0 if max_drop is None else float(max_drop)
     significant = p is not None and p < alpha
     regression = hi is not None and hi < -margin
@@ -300,8 +427,11 @@ def compare_scores(
         "cand_mean": _f(xc.mean()) if n else None,
         "delta": delta,
         "se": se,
+        "se_note": se_note,
         "ci_low": lo,
         "ci_high": hi,
+        "ci_method": None if ci_inputs is None else ci_inputs["method"],
+        "ci_inputs": ci_inputs,
         "level": float(level),
         "se_method": res["se_method"],
         "ci_dist": res["ci_dist"],
@@ -320,6 +450,7 @@ def compare_scores(
         "flips": flips,
         "per_category": per_cat,
         "mde": _f(m),
+        "mde_note": se_note,
         "alpha": float(alpha),
         "power": float(power),
         "max_drop": None if max_drop is None else float(max_drop),

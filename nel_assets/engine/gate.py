@@ -22,6 +22,10 @@ and ``allowed = min(max_drop, max_relative_drop·|base_mean|)`` over the thresho
 * **INCONCLUSIVE** otherwise, with how many paired items (from the MDE formula solved for
   n) or repeats (when the comparison knows its repeat-noise share) would settle it.
 
+The CI is the comparison's own (``compare.paired_ci`` on its ``ci_inputs``: Newcombe's
+paired interval for scores in [0, 1]) rebuilt at the corrected level, so the gate, ``nel
+compare`` and the reports use one interval method.
+
 Multiplicity: **Bonferroni** across the m benchmarks that can block (critical and supporting
 with a comparison): each CI is built at level ``1 − α/m``. Bonferroni rather than Holm
 because the decision is read off confidence intervals against a margin, and Bonferroni gives
@@ -59,6 +63,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy import stats as _st
+
+from nel_assets.engine.compare import paired_ci
 
 __all__ = [
     "BenchmarkDecision",
@@ -289,7 +295,7 @@ class GateResult:
                     else "[n/a]"
                 )
                 allowed = "n/a" if b.allowed_drop is None else f"{b.allowed_drop:.4f}"
-                mde = "n/a" if b.mde is None else f"{b.mde:.4f}"
+                mde = "undefined" if b.mde is None else f"{b.mde:.4f}"
                 lines.append(
                     f"  {'':<{width}}  metric={b.metric} {b.direction} base={b.base_mean} "
                     f"cand={b.cand_mean} delta={b.delta:+.4f} CI{ci} allowed_drop={allowed} "
@@ -329,7 +335,8 @@ def _settle(
     """
     se, n = comp.get("se"), comp.get("n_paired") or 0
     if se is None or n < 2:
-        return None, None, "too few paired items to estimate the SE"
+        why = comp.get("se_note") or "undefined (too few paired items)"
+        return None, None, f"the paired SE is {why}, so the items needed cannot be estimated"
     if gap <= 0:
         return None, None, "the estimate sits on the margin; more data cannot settle it"
     target = gap / q_total
@@ -379,18 +386,26 @@ def _decide_one(
         ci_level=level,
     )
     delta, se = comp.get("delta"), comp.get("se")
-    if delta is None or se is None:
-        dec.reason = f"not enough paired items ({comp.get('n_paired', 0)}) for a CI"
-        return dec
     df = comp.get("df")
     p = 0.5 + level / 2.0
     q = float(_st.t.ppf(p, df)) if df else float(_st.norm.ppf(p))
-    lo, hi = delta - q * se, delta + q * se
+    # The comparison's own interval method (Newcombe for scores), rebuilt at this level, so
+    # the gate and `nel compare` never disagree on how an interval is made.
+    inputs = comp.get("ci_inputs")
+    if inputs is not None:
+        lo, hi = paired_ci(inputs, level)
+    elif delta is not None and se is not None:
+        lo, hi = delta - q * se, delta + q * se
+    else:
+        lo = hi = None
+    if delta is None or lo is None or hi is None:
+        dec.reason = f"not enough paired items ({comp.get('n_paired', 0)}) for a CI"
+        return dec
     dec.ci_low, dec.ci_high = lo, hi
     # improvement-oriented bounds: positive = better, whatever the metric's direction
     ilo, ihi = (lo, hi) if sign > 0 else (-hi, -lo)
     q_total = q + float(_st.norm.ppf(0.8))
-    dec.mde = q_total * se
+    dec.mde = None if se is None else q_total * se
     ci_txt = f"Δ={_fmt(delta)} CI[{_fmt(lo)}, {_fmt(hi)}] at {level:.4g}"
     if ihi < -allowed:
         dec.decision = "NO-GO"

@@ -27,12 +27,38 @@ Choices, with reasons:
   undercovers there.
 * **pass@k** uses the unbiased estimator of Chen et al. (2021), computed as a product of
   ratios (no large binomial coefficients, no overflow). It needs binary rewards.
+* **Score intervals** (``score_interval``): one method per score, chosen once and labelled in
+  ``ci_method``, so every surface (CLI, reports, Dagster metadata, the ``bundles`` view)
+  shows the same numbers. Scores in [0, 1] get a Wilson score interval (Wilson 1927), which
+  stays inside [0, 1] and never collapses to a point at 0 or 1:
+
+  - ``"wilson"``: every question scored exactly 0 or 1 (one sample each, or repeats that
+    all agree) and no clusters. The textbook Wilson interval with n = the number of
+    questions: each question is one Bernoulli trial.
+  - ``"wilson_effective_n"``: per-question means in [0, 1] (repeats, graded rewards, or
+    clustered questions). The Wilson interval at the effective sample size
+    ``n_eff = p̂(1 − p̂) / SE²`` with Miller's question-level (or clustered) SE, i.e. the
+    number of independent 0/1 trials that would give the same SE (Korn & Graubard 1998).
+    With fewer than 30 units ``n_eff`` is scaled by ``(z / t_{df})²`` (their small-sample
+    adjustment, the analogue of using t instead of z). For 0/1 rewards it is capped at the
+    number of scored samples (a mean of 0/1 draws never carries more information than all
+    of them). When the
+    SE is not estimable — one question, one cluster, or no variation at all (every
+    question scored 0, or every one 1) — ``n_eff`` is the number of questions (clusters):
+    each counts as one 0/1 trial. That is conservative because a score in [0, 1] with mean
+    p has variance ≤ p(1 − p), the Bernoulli variance.
+  - ``"t"`` / ``"normal"``: scores outside [0, 1] (unbounded rewards) keep the mean ± q·SE
+    interval of ``mean_ci``.
+
+  ``se`` stays the question-level (or clustered) SE; it is None, with ``se_note`` saying
+  why, when it is not estimable (fewer than two units, or no variation in the scores: a
+  plug-in SE of 0 would claim certainty the data cannot give).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
 from typing import Any
 
@@ -53,6 +79,7 @@ def _t_ppf(p: float, df: float) -> float:
     return float(stdtrit(df, p))
 
 __all__ = [
+    "CI_METHODS",
     "NORMAL_MIN_UNITS",
     "bootstrap_ci",
     "critical_value",
@@ -65,7 +92,9 @@ __all__ = [
     "pass_at_k_table",
     "per_category",
     "repeat_variance",
+    "score_interval",
     "score_summary",
+    "wilson_at",
     "wilson_ci",
 ]
 
@@ -303,6 +332,113 @@ def wilson_ci(successes: Any, n: Any, level: float = 0.95) -> tuple[Any, Any]:
     return lo, hi
 
 
+CI_METHODS = ("wilson", "wilson_effective_n", "t", "normal")
+"""The labels ``score_interval`` records in ``ci_method`` (see the module docstring)."""
+
+
+def _no_se_note(units: int, clustered: bool, no_variation: bool) -> str:
+    if units < 2:
+        return f"undefined (1 {'cluster' if clustered else 'item'})"
+    if no_variation:
+        return "undefined (no variation in the scores)"
+    return "undefined (no variance between clusters)"
+
+
+def score_interval(
+    values: Any,
+    clusters: Any = None,
+    level: float = 0.95,
+    *,
+    n_samples: int | None = None,
+) -> dict[str, Any]:
+    """A score's mean, SE and the one CI every surface shows, with its method label.
+
+    Args:
+        values: One score per question (per-question means). Non-finite values are ignored.
+        clusters: Optional cluster label per value (clustered SE; clusters are the units).
+        level: Confidence level.
+        n_samples: The number of 0/1 samples behind the values, when the rewards are 0/1:
+            caps the effective n (a mean of 0/1 draws carries no more information than all
+            of them). None for graded rewards, whose variance can be far below p(1 − p).
+
+    Returns:
+        ``{mean, se, se_note, ci_low, ci_high, ci_method, ci_n_eff, ci_spec, ci_note, level,
+        n, n_clusters, se_method, ci_dist, df}``. ``ci_method`` is one of ``CI_METHODS``
+        (None with no items); ``ci_n_eff`` is the Wilson n used (None for t/normal) and
+        ``ci_spec`` what ``wilson_at`` needs to rebuild the interval at another level;
+        ``ci_note`` says when the interval fell back to n = questions because the SE was not
+        estimable; ``se_note`` why ``se`` is None.
+    """
+    x = _as_float(values).reshape(-1)
+    res = mean_ci(values, clusters, level)
+    res.update(se_note=None, ci_method=None, ci_n_eff=None, ci_note=None, ci_spec=None)
+    n = res["n"]
+    if n == 0:
+        res["se_note"] = res["ci_note"] = "undefined (no scored items)"
+        return res
+    x = x[np.isfinite(x)]
+    units = res["n_clusters"] if res["n_clusters"] is not None else n
+    no_variation = bool(np.all(x == x[0]))
+    if res["se"] is not None and res["se"] == 0.0:  # a plug-in SE of 0 claims certainty
+        res.update(se=None, ci_low=None, ci_high=None)
+    if res["se"] is None:
+        res["se_note"] = _no_se_note(units, res["n_clusters"] is not None, no_variation)
+    in_unit = float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+    if not in_unit:
+        res["ci_method"] = res["ci_dist"]
+        if res["se"] is None:
+            res["ci_note"] = res["se_note"]
+        return res
+    p = float(res["mean"])
+    if res["n_clusters"] is None and bool(np.all((x == 0.0) | (x == 1.0))):
+        # Every question scored 0 or 1 (one sample each, or all repeats agreeing): each
+        # question is one Bernoulli trial, so the textbook Wilson interval is exact in form.
+        spec = {"mean": p, "n_raw": float(n), "df": None, "cap": None}
+        method, note = "wilson", None
+        res.update(ci_dist="normal", df=None)
+    else:
+        method = "wilson_effective_n"
+        se = res["se"]
+        if se is not None and se > 0.0 and 0.0 < p < 1.0:
+            spec = {"mean": p, "n_raw": p * (1.0 - p) / (se * se), "df": res["df"],
+                    "cap": None if n_samples is None else float(n_samples)}
+            note = None
+        else:
+            # No usable SE (one unit, or no variation): each unit counts as one 0/1 trial,
+            # the largest variance a score in [0, 1] with this mean can have.
+            spec = {"mean": p, "n_raw": float(units), "df": None, "cap": None}
+            unit = "clusters" if res["n_clusters"] is not None else "items"
+            note = f"SE not estimable; Wilson interval with n = {units} {unit}"
+    lo, hi, n_eff = wilson_at(spec, level)
+    res.update(ci_low=lo, ci_high=hi, ci_method=method, ci_n_eff=n_eff, ci_note=note,
+               ci_spec=spec)
+    return res
+
+
+def wilson_at(spec: Mapping[str, Any], level: float) -> tuple[float, float, float]:
+    """The Wilson interval a ``score_interval`` ``ci_spec`` gives at any confidence level.
+
+    Lets a gate rebuild the same interval at a multiplicity-corrected level.
+
+    Args:
+        spec: ``{mean, n_raw, df, cap}``: the estimate, the effective n before the
+            small-sample factor, the t degrees of freedom for that factor (None: none) and
+            the cap on n (None: none).
+        level: Confidence level.
+
+    Returns:
+        ``(low, high, n_eff)``.
+    """
+    p = 0.5 + level / 2.0
+    n_eff = float(spec["n_raw"])
+    if spec.get("df"):  # Korn & Graubard (1998): few units, scale n by (z / t_df)²
+        n_eff *= (_norm_ppf(p) / _t_ppf(p, spec["df"])) ** 2
+    if spec.get("cap") is not None:
+        n_eff = min(n_eff, float(spec["cap"]))
+    lo, hi = wilson_ci(float(spec["mean"]) * n_eff, n_eff, level)
+    return lo, hi, n_eff
+
+
 # --------------------------------------------------------------------------- pass@k / maj@k
 
 
@@ -390,7 +526,8 @@ def pass_at_k_table(
         level: Confidence level.
 
     Returns:
-        ``{"<k>": {k, mean, se, ci_low, ci_high, n_items, se_method}}``.
+        ``{"<k>": {k, mean, se, ci_low, ci_high, n_items, se_method, ci_method}}``; the
+        interval is ``score_interval``'s.
     """
     r = _as_float(correct)
     ids, inv, first = _group(problem_idx)
@@ -411,7 +548,7 @@ def pass_at_k_table(
             continue
         use = n_i >= k
         vals = pass_at_k(n_i[use], c_i[use], k) if use.any() else np.array([])
-        res = mean_ci(vals, None if clus is None else clus[use], level)
+        res = score_interval(vals, None if clus is None else clus[use], level)
         table[str(k)] = {
             "k": k,
             "mean": res["mean"],
@@ -420,6 +557,7 @@ def pass_at_k_table(
             "ci_high": res["ci_high"],
             "n_items": int(use.sum()),
             "se_method": res["se_method"],
+            "ci_method": res["ci_method"],
         }
     return table
 
@@ -459,7 +597,8 @@ def maj_at_k(
         level: Confidence level.
 
     Returns:
-        ``{"<k>": {k, mean, se, ci_low, ci_high, n_items, se_method}}``.
+        ``{"<k>": {k, mean, se, ci_low, ci_high, n_items, se_method, ci_method}}``; the
+        interval is ``score_interval``'s.
     """
     corr = _as_float(correct_flags)
     ids, inv, first = _group(problem_idx)
@@ -506,7 +645,9 @@ def maj_at_k(
             is_first[1:] = pq[o][1:] != pq[o][:-1]
             win = o[is_first]
             score[pq[win]] = pcorr[win]
-        res = mean_ci(score[eligible], None if item_clus is None else item_clus[eligible], level)
+        res = score_interval(
+            score[eligible], None if item_clus is None else item_clus[eligible], level
+        )
         out[str(k)] = {
             "k": k,
             "mean": res["mean"],
@@ -515,6 +656,7 @@ def maj_at_k(
             "ci_high": res["ci_high"],
             "n_items": int(eligible.sum()),
             "se_method": res["se_method"],
+            "ci_method": res["ci_method"],
         }
     return out
 
@@ -656,7 +798,8 @@ def per_category(
         cluster: Optional cluster per row for clustered SEs within each category.
 
     Returns:
-        ``{category: {mean, se, ci_low, ci_high, n_items}}`` sorted by category name.
+        ``{category: {mean, se, ci_low, ci_high, ci_method, n_items}}`` sorted by category
+        name; the interval is ``score_interval``'s.
     """
     r = _as_float(reward)
     ids, inv, first = _group(problem_idx)
@@ -666,6 +809,7 @@ def per_category(
     s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
     keep = cnt > 0
     means = s1[keep] / cnt[keep]
+    binary = is_binary(r)
     cats = [
         _NONE_LABEL if v is None else str(v)
         for v in _label_list(np.asarray(category, dtype=object)[first][keep])
@@ -675,30 +819,17 @@ def per_category(
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(cats)):
         m = cat_arr == name
-        res = _clip_to_unit(mean_ci(means[m], None if clus is None else clus[m], level), means[m])
+        n_cat = int(cnt[keep][m].sum()) if binary else None
+        res = score_interval(means[m], None if clus is None else clus[m], level, n_samples=n_cat)
         out[name] = {
             "mean": res["mean"],
             "se": res["se"],
             "ci_low": res["ci_low"],
             "ci_high": res["ci_high"],
+            "ci_method": res["ci_method"],
             "n_items": int(m.sum()),
         }
     return out
-
-
-def _clip_to_unit(res: dict[str, Any], values: Any) -> dict[str, Any]:
-    """Clip a normal/t interval to [0, 1] when every value lies there (scores do): with few
-    items the symmetric interval otherwise reaches impossible values (3/6 gives -7%)."""
-    v = _as_float(values)
-    v = v[np.isfinite(v)]
-    clipped = False
-    if v.size and float(v.min()) >= 0.0 and float(v.max()) <= 1.0:
-        if res.get("ci_low") is not None and res["ci_low"] < 0.0:
-            res["ci_low"], clipped = 0.0, True
-        if res.get("ci_high") is not None and res["ci_high"] > 1.0:
-            res["ci_high"], clipped = 1.0, True
-    res["ci_clipped"] = clipped
-    return res
 
 
 def score_summary(
@@ -723,14 +854,15 @@ def score_summary(
         level: Confidence level.
 
     Returns:
-        ``{mean, se, ci_low, ci_high, level, se_method, ci_dist, n_items, n_samples,
-        n_failed_samples, n_items_dropped, n_repeats, binary, wilson_low, wilson_high,
-        pass_at_k, maj_at_k, repeat_variance, per_category, n_clusters}``.
+        ``{mean, se, se_note, ci_low, ci_high, ci_method, ci_n_eff, ci_note, level,
+        se_method, ci_dist, n_items, n_samples, n_failed_samples, n_items_dropped,
+        n_repeats, binary, pass_at_k, maj_at_k, repeat_variance, per_category,
+        n_clusters}``. The interval is ``score_interval``'s, chosen once here and labelled
+        by ``ci_method``: every surface shows exactly these numbers.
         ``n_samples`` counts valid (scored) rows; ``n_repeats`` is the most valid samples any
-        question has; ``wilson_*`` only for binary single-sample runs (else None);
-        ``pass_at_k`` is ``{}`` unless binary; ``maj_at_k`` None unless ``extracted`` given
-        and repeats > 1; ``per_category`` None unless ``category`` given; ``n_clusters``
-        None unless ``cluster`` given.
+        question has; ``pass_at_k`` is ``{}`` unless binary; ``maj_at_k`` None unless
+        ``extracted`` given and repeats > 1; ``per_category`` None unless ``category``
+        given; ``n_clusters`` None unless ``cluster`` given.
     """
     r = _as_float(reward)
     ids, inv, first = _group(problem_idx)
@@ -741,12 +873,10 @@ def score_summary(
     keep = cnt > 0
     means = s1[keep] / cnt[keep]
     clus = _item_labels(cluster, first, keep)
-    res = _clip_to_unit(mean_ci(means, clus, level), means)
     binary = is_binary(r)
+    n_valid = int(valid.sum())
+    res = score_interval(means, clus, level, n_samples=n_valid if binary else None)
     n_rep = int(cnt.max()) if g else 0
-    wl = wh = None
-    if binary and n_rep == 1:
-        wl, wh = wilson_ci(float(s1[keep].sum()), int(keep.sum()), level)
     maj = None
     if extracted is not None and n_rep > 1:
         maj = maj_at_k(
@@ -761,20 +891,21 @@ def score_summary(
     return {
         "mean": res["mean"],
         "se": res["se"],
+        "se_note": res["se_note"],
         "ci_low": res["ci_low"],
         "ci_high": res["ci_high"],
-        "ci_clipped": res["ci_clipped"],
+        "ci_method": res["ci_method"],
+        "ci_n_eff": res["ci_n_eff"],
+        "ci_note": res["ci_note"],
         "level": float(level),
         "se_method": res["se_method"],
         "ci_dist": res["ci_dist"],
         "n_items": int(keep.sum()),
-        "n_samples": int(valid.sum()),
+        "n_samples": n_valid,
         "n_failed_samples": int((~valid).sum()),
         "n_items_dropped": int((~keep).sum()),
         "n_repeats": n_rep,
         "binary": binary,
-        "wilson_low": _f(wl),
-        "wilson_high": _f(wh),
         "pass_at_k": pass_at_k_table(problem_idx, r, cluster=cluster, level=level)
         if binary
         else {},

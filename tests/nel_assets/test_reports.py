@@ -89,3 +89,22 @@ def test_cap_samples_keeps_failures_and_wrong_first() -> None:
 def test_nice_ticks() -> None:
     assert _nice_ticks(0, 100) == [0, 20, 40, 60, 80, 100]
     assert _nice_ticks(-3.3, 3.3) == [-2, 0, 2]
+
+
+def test_undefined_mde_is_said_not_printed_as_zero() -> None:
+    """Identical answers: compare text, markdown, HTML and LaTeX say "undefined", not 0.00."""
+    from nel_assets.engine.compare import compare_scores
+    from nel_assets.engine.reports.compare_text import format_comparison
+
+    side = {"items": list(range(50)), "scores": [float(i % 3 == 0) for i in range(50)]}
+    comp = compare_scores(side, side)
+    doc = {"baseline": {"model": "a", "source": "x"}, "candidate": {"model": "b", "source": "y"},
+           "max_drop": None, "alpha": 0.05, "benchmarks": {"gsm8k": comp},
+           "missing": {"baseline": [], "candidate": []}, "regressions": []}
+    text = format_comparison(doc)
+    assert "MDE at 80% power, α=0.05: undefined (no variance in the differences)" in text, text
+    assert "paired SE undefined (no variance in the differences)" in text and "(newcombe)" in text
+    assert "0.00 pts for n=" not in text
+    for fmt in ("markdown", "html", "latex"):
+        out = render(fmt, [], comparison=doc)
+        assert "undefined (no variance in the differences)" in out, (fmt, out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["format_comparison", "pts"]
+__all__ = ["format_comparison", "mde_text", "pts"]
 
 _VERDICT_TEXT = {
     "regression": "REGRESSION",
@@ -21,6 +21,19 @@ def pts(x: float | None, signed: bool = True, digits: int = 2) -> str:
     if x is None:
         return "n/a"
     return f"{100 * x:+.{digits}f}" if signed else f"{100 * x:.{digits}f}"
+
+
+def mde_text(c: Mapping[str, Any]) -> str:
+    """The MDE in points, or why it is undefined (never a misleading ``0.00``)."""
+    if c.get("mde") is None:
+        return c.get("mde_note") or "undefined"
+    return f"{pts(c['mde'], False)} pts"
+
+
+def _se_text(c: Mapping[str, Any]) -> str:
+    if c.get("se") is None:
+        return c.get("se_note") or "undefined"
+    return f"{pts(c['se'], False)} pts"
 
 
 def _p(p: float | None) -> str:
@@ -55,8 +68,8 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
     level = round(100 * c["level"])
     lines.append(f"  score      baseline {pts(c['base_mean'], False)}%  candidate "
                  f"{pts(c['cand_mean'], False)}%  Δ {pts(c['delta'])} pts  {level}% CI "
-                 f"[{pts(c['ci_low'])}, {pts(c['ci_high'])}]  paired SE {pts(c['se'], False)} pts "
-                 f"({c['se_method']})")
+                 f"[{pts(c['ci_low'])}, {pts(c['ci_high'])}] ({c.get('ci_method') or 'n/a'})  "
+                 f"paired SE {_se_text(c)} ({c['se_method']})")
     if c["test"] == "mcnemar_exact":
         m = c["mcnemar"]
         test = (f"McNemar exact p={_p(c['p_value'])} (baseline-only correct "
@@ -66,7 +79,7 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
     corr = "n/a" if c["correlation"] is None else f"{c['correlation']:.3f}"
     lines.append(f"  test       {test}; item correlation {corr}")
     lines.append(f"  power      MDE at {int(100 * c['power'])}% power, α={c['alpha']:g}: "
-                 f"{pts(c['mde'], False)} pts for n={c['n_paired']}")
+                 f"{mde_text(c)} for n={c['n_paired']}")
     fl = c["flips"]
     ex_w = ", ".join(str(x) for x in fl["better_to_worse"]["examples"]) or "-"
     ex_b = ", ".join(str(x) for x in fl["worse_to_better"]["examples"]) or "-"
@@ -88,6 +101,8 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
                + (f" (~{need} paired items would detect it at 80% power)" if need else ""))
     elif v == "within_max_drop":
         why = f": the CI stays above −{pts(c['max_drop'], False)} pts"
+    elif c.get("mde") is None:
+        why = f": the CI covers 0; the MDE is {c.get('mde_note') or 'undefined'}"
     else:
         why = ": the CI covers 0 and |Δ| ≥ MDE; more items would settle it"
     lines.append(f"  verdict    {_VERDICT_TEXT.get(v, v)}{why}")

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nel_assets.engine.reports import svg
-from nel_assets.engine.reports.compare_text import pts
+from nel_assets.engine.reports.compare_text import mde_text, pts
+from nel_assets.engine.reports.tables import se_cell
 
 __all__ = ["render_html"]
 
@@ -153,13 +154,14 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
            f'<p class="muted">generated {time.strftime("%Y-%m-%d %H:%M:%S")} · scores are means over '
            "items (repeats averaged first) with 95% CIs</p>"]
     out.append('<h2 id="summary">Summary</h2><table><thead><tr><th>benchmark</th><th>model</th>'
-               '<th>score (%)</th><th>95% CI</th><th>SE</th><th>items</th><th>samples</th>'
-               '<th>failed</th></tr></thead><tbody>')
+               '<th>score (%)</th><th>95% CI (%)</th><th>CI method</th><th>SE (%)</th><th>items</th>'
+               '<th>samples</th><th>failed</th></tr></thead><tbody>')
     for b in bundles:
         s = b["score"]
         out.append(f"<tr><td>{_e(b['benchmark'])}</td><td>{_e(b['model'])}</td><td class=num>{_pct(s.get('mean'))}</td>"
                    f"<td class=num>[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}]</td>"
-                   f"<td class=num>{_pct(s.get('se'))}</td><td class=num>{_e(s.get('n_items'))}</td>"
+                   f"<td>{_e(s.get('ci_method') or 'n/a')}</td>"
+                   f"<td class=num>{_e(se_cell(s))}</td><td class=num>{_e(s.get('n_items'))}</td>"
                    f"<td class=num>{_e(s.get('n_samples'))}</td><td class=num>{_e(s.get('n_failed_samples'))}</td></tr>")
     out.append("</tbody></table>")
     score_rows = [(f"{b['benchmark']} / {b['model']}",
@@ -181,7 +183,7 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
             out.append(f"<tr><td>{_e(name)}</td><td class=num>{c['n_paired']}</td><td class=num>{_pct(c['base_mean'])}</td>"
                        f"<td class=num>{_pct(c['cand_mean'])}</td><td class=num>{pts(c['delta'])}</td>"
                        f"<td class=num>[{pts(c['ci_low'])}, {pts(c['ci_high'])}]</td><td class=num>{p}</td>"
-                       f"<td class=num>{pts(c['mde'], False)}</td><td class=\"verdict-{_e(c['verdict'])}\">{_e(c['verdict'])}</td></tr>")
+                       f"<td class=num>{_e(pts(c['mde'], False) if c.get('mde') is not None else mde_text(c))}</td><td class=\"verdict-{_e(c['verdict'])}\">{_e(c['verdict'])}</td></tr>")
         out.append("</tbody></table>")
         md = comparison.get("max_drop")
         out.append('<div class="plots">' + svg.forest_plot(
@@ -195,8 +197,9 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
         anchor = "b-" + "".join(ch if ch.isalnum() else "-" for ch in key)
         out.append(f'<h2 id="{_e(anchor)}">{_e(b["benchmark"])} / {_e(b["model"])}</h2>')
         s = b["score"]
-        out.append(f'<p>Score {_pct(s.get("mean"))}% [{_pct(s.get("ci_low"))}, {_pct(s.get("ci_high"))}] '
-                   f'(SE {_pct(s.get("se"))}, {_e(s.get("se_method"))}); {_e(s.get("n_items"))} items, '
+        out.append(f'<p>Score {_pct(s.get("mean"))}% [{_pct(s.get("ci_low"))}, {_pct(s.get("ci_high"))}]% '
+                   f'({_e(s.get("ci_method"))} CI; SE {_e(se_cell(s))}, {_e(s.get("se_method"))}); '
+                   f'{_e(s.get("n_items"))} items, '
                    f'{_e(s.get("n_samples"))} samples{"" if not b.get("model_id") else ", model id " + _e(b["model_id"])}.</p>')
         plots = []
         cats = b.get("per_category") or {}

@@ -8,13 +8,23 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nel_assets.engine.reports.compare_text import pts
+from nel_assets.engine.reports.compare_text import mde_text, pts
 
-__all__ = ["render_csv", "render_latex", "render_markdown"]
+__all__ = ["render_csv", "render_latex", "render_markdown", "se_cell"]
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def _mde_cell(c: Mapping[str, Any]) -> str:
+    """The MDE in points for a table cell, or "undefined (…)" when it is not defined."""
+    return pts(c["mde"], False) if c.get("mde") is not None else mde_text(c)
+
+
+def se_cell(s: Mapping[str, Any]) -> str:
+    """A score's SE in percent, or why it is undefined."""
+    return _pct(s["se"]) if s.get("se") is not None else (s.get("se_note") or "n/a")
 
 
 def _ms(x: float | None) -> str:
@@ -29,7 +39,7 @@ def _comparison_markdown(doc: Mapping[str, Any]) -> list[str]:
         p = "n/a" if c.get("p_value") is None else f"{c['p_value']:.3g}"
         out.append(f"| {name} | {c['n_paired']} | {_pct(c['base_mean'])} | {_pct(c['cand_mean'])} | "
                    f"{pts(c['delta'])} | [{pts(c['ci_low'])}, {pts(c['ci_high'])}] | {p} | "
-                   f"{pts(c['mde'], False)} | {c['verdict']} |")
+                   f"{_mde_cell(c)} | {c['verdict']} |")
     for side, names in doc.get("missing", {}).items():
         if names:
             out.append(f"\nMissing in {side}: {', '.join(names)}.")
@@ -47,14 +57,15 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
         Markdown text.
     """
     out = ["# nel evaluation report", ""]
-    out += ["| benchmark | model | score (%) | 95% CI | SE | items | samples | repeats | failed |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    out += ["Scores, CIs and SEs in percent; the CI method is the bundle's `ci_method`.", "",
+            "| benchmark | model | score (%) | 95% CI (%) | CI method | SE (%) | items | samples | repeats | failed |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|"]
     for b in bundles:
         s = b["score"]
         out.append(
             f"| {b['benchmark']} | {b['model']} | {_pct(s.get('mean'))} | "
-            f"[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}] | {_pct(s.get('se'))} | "
-            f"{s.get('n_items')} | {s.get('n_samples')} | {s.get('n_repeats')} | "
+            f"[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}] | {s.get('ci_method') or 'n/a'} | "
+            f"{se_cell(s)} | {s.get('n_items')} | {s.get('n_samples')} | {s.get('n_repeats')} | "
             f"{s.get('n_failed_samples')} |"
         )
     for b in bundles:
@@ -62,7 +73,11 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
         out += ["", f"## {b['benchmark']} / {b['model']}", ""]
         if b.get("model_id"):
             out.append(f"Model id: `{b['model_id']}`  ")
-        out.append(f"SE method: {s.get('se_method')}; CI level {s.get('level')}")
+        out.append(f"SE method: {s.get('se_method')}; CI method: {s.get('ci_method')}; "
+                   f"CI level {s.get('level')}")
+        for note in (s.get("ci_note"), None if s.get("se_note") is None else f"SE {s['se_note']}"):
+            if note:
+                out.append(f"\nNote: {note}.")
         if b.get("complete") is False:
             out.append(f"\n**Partial run**: shards {b.get('shards')} of {b.get('shards_expected')} expected.")
         pk = s.get("pass_at_k") or {}
@@ -92,14 +107,15 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
 
 
 CSV_COLUMNS = ("benchmark", "model", "model_id", "category", "mean", "se", "ci_low", "ci_high",
-               "n_items", "n_samples", "n_repeats", "n_failed_samples", "latency_p50_ms",
+               "ci_method", "n_items", "n_samples", "n_repeats", "n_failed_samples", "latency_p50_ms",
                "latency_p99_ms", "n_errors")
 
 
 def render_csv(bundles: Sequence[Mapping[str, Any]]) -> str:
     """One row per (benchmark, model) with ``category`` empty, then one per category.
 
-    Scores stay in score units (0–1) so spreadsheets and DuckDB read them without rescaling.
+    Scores stay in score units (0–1) so spreadsheets and DuckDB read them without rescaling;
+    ``ci_method`` labels the interval (the bundle's, the same on every surface).
     """
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -109,6 +125,7 @@ def render_csv(bundles: Sequence[Mapping[str, Any]]) -> str:
         base = {"benchmark": b["benchmark"], "model": b["model"], "model_id": b.get("model_id") or ""}
         w.writerow({**base, "category": "", "mean": s.get("mean"), "se": s.get("se"),
                     "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
+                    "ci_method": s.get("ci_method"),
                     "n_items": s.get("n_items"), "n_samples": s.get("n_samples"),
                     "n_repeats": s.get("n_repeats"), "n_failed_samples": s.get("n_failed_samples"),
                     "latency_p50_ms": rt["latency_ms"]["p50"], "latency_p99_ms": rt["latency_ms"]["p99"],
@@ -116,7 +133,7 @@ def render_csv(bundles: Sequence[Mapping[str, Any]]) -> str:
         for cat, v in sorted((b.get("per_category") or {}).items()):
             w.writerow({**base, "category": cat, "mean": v.get("mean"), "se": v.get("se"),
                         "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"),
-                        "n_items": v.get("n_items")})
+                        "ci_method": v.get("ci_method"), "n_items": v.get("n_items")})
     return buf.getvalue()
 
 
@@ -135,13 +152,14 @@ def render_latex(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[str, 
     ``\\hline`` rather than booktabs rules so the fragment compiles in any document; wrap it
     in ``table`` / ``\\input`` it where it belongs. Scores are percentages with the 95% CI.
     """
-    lines = [r"% nel evaluation results; scores in %, 95% CI in brackets",
-             r"\begin{tabular}{llrrrr}", r"\hline",
-             r"Benchmark & Model & Score (\%) & 95\% CI & SE & Items \\", r"\hline"]
+    lines = [r"% nel evaluation results; scores, CIs and SEs in %, 95% CI in brackets",
+             r"\begin{tabular}{llrrlrr}", r"\hline",
+             r"Benchmark & Model & Score (\%) & 95\% CI (\%) & CI method & SE (\%) & Items \\", r"\hline"]
     for b in bundles:
         s = b["score"]
         lines.append(f"{tex_escape(b['benchmark'])} & {tex_escape(b['model'])} & {_pct(s.get('mean'))} & "
-                     f"[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}] & {_pct(s.get('se'))} & "
+                     f"[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}] & "
+                     f"{tex_escape(s.get('ci_method') or 'n/a')} & {tex_escape(se_cell(s))} & "
                      f"{s.get('n_items')} \\\\")
     lines.append(r"\hline")
     lines.append(r"\end{tabular}")
@@ -152,6 +170,6 @@ def render_latex(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[str, 
         for name, c in comparison["benchmarks"].items():
             p = "n/a" if c.get("p_value") is None else f"{c['p_value']:.3g}"
             lines.append(f"{tex_escape(name)} & {pts(c['delta'])} & [{pts(c['ci_low'])}, {pts(c['ci_high'])}] & "
-                         f"{p} & {pts(c['mde'], False)} & {tex_escape(c['verdict'])} \\\\")
+                         f"{p} & {tex_escape(_mde_cell(c))} & {tex_escape(c['verdict'])} \\\\")
         lines += [r"\hline", r"\end{tabular}"]
     return "\n".join(lines) + "\n"

@@ -32,6 +32,90 @@ def _binary_pair(n: int, base_acc: float, b: int, c: int, seed: int = 0):
     return base, cand
 
 
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(c - h, 0.0), min(c + h, 1.0)
+
+
+def _newcombe_ref(base: np.ndarray, cand: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Newcombe (1998) method 10 written from the paper's 2×2 form, generalised to means
+    by the effective n p(1-p)/SE² (unclustered, ≥ 30 items so no t factor)."""
+    n = len(base)
+    z = st.norm.ppf(0.5 + level / 2)
+    sides = []
+    for x in (base, cand):
+        p = float(np.mean(x))
+        binary = set(np.unique(x).tolist()) <= {0.0, 1.0}
+        n_eff = n if binary else p * (1 - p) / st.sem(x) ** 2
+        sides.append((p, *_wilson(p, n_eff, z)))
+    (pb, lb, ub), (pc, lc, uc) = sides
+    cov = float(np.sum((base - base.mean()) * (cand - cand.mean()))) / n**2
+    scale = math.sqrt(float(np.sum((base - base.mean()) ** 2) * np.sum((cand - cand.mean()) ** 2))) / n**2
+    num = cov - 1 / (2 * n * n) if cov > 1 / (2 * n * n) else min(cov, 0.0)
+    phi = num / scale if scale else 0.0
+    delta = pc - pb
+    lo = delta - math.sqrt((pc - lc) ** 2 - 2 * phi * (pc - lc) * (ub - pb) + (ub - pb) ** 2)
+    hi = delta + math.sqrt((uc - pc) ** 2 - 2 * phi * (uc - pc) * (pb - lb) + (pb - lb) ** 2)
+    return lo, hi
+
+
+def _newcombe_table(a: int, b: int, c: int, d: int, level: float = 0.95) -> tuple[float, float]:
+    """Newcombe's method 10 on the paired 2×2 table, as the paper states it: a = both right,
+    b = baseline only, c = candidate only, d = both wrong; CI of p_cand − p_base."""
+    n = a + b + c + d
+    z = st.norm.ppf(0.5 + level / 2)
+    pb, pc = (a + b) / n, (a + c) / n
+    lb, ub = _wilson(pb, n, z)
+    lc, uc = _wilson(pc, n, z)
+    denom = (a + b) * (c + d) * (a + c) * (b + d)
+    num = a * d - b * c
+    num = num - n / 2 if num > n / 2 else (num if num < 0 else 0)
+    phi = num / math.sqrt(denom) if denom else 0.0
+    delta = pc - pb
+    lo = delta - math.sqrt((pc - lc) ** 2 - 2 * phi * (pc - lc) * (ub - pb) + (ub - pb) ** 2)
+    hi = delta + math.sqrt((uc - pc) ** 2 - 2 * phi * (uc - pc) * (pb - lb) + (pb - lb) ** 2)
+    return lo, hi
+
+
+@pytest.mark.parametrize(("n", "acc", "b", "c"), [(400, 0.5, 0, 0), (400, 0.5, 10, 4),
+                                                  (30, 0.9, 3, 0), (20, 1.0, 0, 0), (12, 0.5, 6, 0)])
+def test_binary_ci_is_newcombe_method_10(n, acc, b, c):
+    base, cand = _binary_pair(n, acc, b, c)
+    res = C.compare_scores(_side(range(n), base), _side(range(n), cand))
+    a = int(np.sum((base == 1) & (cand == 1)))
+    d = int(np.sum((base == 0) & (cand == 0)))
+    assert (res["ci_low"], res["ci_high"]) == pytest.approx(_newcombe_table(a, b, c, d), abs=TOL)
+    assert res["ci_method"] == "newcombe"
+    assert -1.0 <= res["ci_low"] < res["ci_high"] <= 1.0  # never a point, never outside
+    # the recorded inputs rebuild it at any level (what the gate does)
+    lo99, hi99 = C.paired_ci(res["ci_inputs"], 0.99)
+    assert (lo99, hi99) == pytest.approx(_newcombe_table(a, b, c, d, 0.99), abs=TOL)
+
+
+def test_paired_ci_never_leaves_minus_one_one():
+    # 5 items: the baseline solves all, the candidate loses 4 of 5 (and half of the 5th)
+    base, cand = np.ones(5), np.array([0, 0, 0, 0, 0.5])
+    raw = S.mean_ci(cand - base)
+    assert raw["ci_low"] < -1.0  # the old mean ± t·SE interval
+    res = C.compare_scores(_side(range(5), base), _side(range(5), cand))
+    assert -1.0 <= res["ci_low"] < res["delta"] < res["ci_high"] <= 1.0
+    assert res["ci_method"] == "newcombe"
+
+
+def test_zero_variance_in_differences_leaves_mde_undefined():
+    """Identical answers: SE and MDE undefined (not 0.00), and the CI is still an interval."""
+    base = np.repeat([1.0, 0.0], 50)
+    res = C.compare_scores(_side(range(100), base), _side(range(100), base))
+    assert res["delta"] == 0.0 and res["se"] is None and res["mde"] is None
+    assert res["mde_note"] == "undefined (no variance in the differences)" == res["se_note"]
+    assert res["ci_low"] < 0.0 < res["ci_high"] and res["ci_high"] - res["ci_low"] < 0.1
+    assert res["verdict"] == "inconclusive"
+    every = C.compare_scores(_side(range(10), np.ones(10)), _side(range(10), np.ones(10)))
+    assert every["mde"] is None and every["ci_low"] < 0 < every["ci_high"]
+    json.dumps(res, allow_nan=False)
+
+
 def _mcnemar_direct(b: int, c: int) -> float:
     m = b + c
     tail = sum(math.comb(m, i) for i in range(min(b, c) + 1)) / 2**m
@@ -53,7 +137,11 @@ def test_paired_stats_match_references():
     assert res["correlation"] == pytest.approx(st.pearsonr(base, cand)[0], abs=TOL)
     assert res["base_mean"] == pytest.approx(base.mean(), abs=TOL)
     z = st.norm.ppf(0.975)
-    assert res["ci_low"] == pytest.approx(d.mean() - z * st.sem(d), abs=TOL)
+    # graded scores in [0, 1]: Newcombe's square-and-add on the sides' effective-n Wilson
+    # intervals (changed deliberately from mean ± z·SE); with 500 items they nearly agree
+    assert (res["ci_low"], res["ci_high"]) == pytest.approx(_newcombe_ref(base, cand), abs=TOL)
+    assert res["ci_method"] == "newcombe"
+    assert res["ci_low"] == pytest.approx(d.mean() - z * st.sem(d), abs=0.3 * st.sem(d))
     assert res["mde"] == pytest.approx((z + st.norm.ppf(0.8)) * st.sem(d), abs=TOL)
     assert res["test"] == "sign_flip" and res["n_permutations"] == 10_000
     # the permutation p-value is close to the paired t-test's on this well-behaved data

@@ -66,3 +66,36 @@ def test_wilson_covers_small_binary():
     lo, hi = S.wilson_ci(s, np.full(s.shape, n))
     cov = _coverage(lo, hi, p)
     assert 0.92 <= cov <= 0.98, cov
+
+
+def _boundary_coverage(n: int, k: int, sims: int, seed: int) -> tuple[float, float]:
+    """Coverage of the reported score CI and of the plain CLT one, true accuracy ≈ 0.98.
+
+    Questions are drawn from a population whose per-question accuracy is Beta(49, 1) (mean
+    0.98, some questions harder than others); the truth is the population's mean.
+    """
+    rng = np.random.default_rng(seed)
+    pop = rng.beta(49.0, 1.0, 5000)
+    truth = float(pop.mean())
+    pid = np.repeat(np.arange(n), k)
+    ours = clt = 0
+    for _ in range(sims):
+        p = pop[rng.integers(0, pop.shape[0], n)]
+        r = (rng.random((n, k)) < p[:, None]).astype(float).reshape(-1)
+        s = S.score_summary(pid, r)  # what every surface shows
+        assert 0.0 <= s["ci_low"] < s["ci_high"] <= 1.0, s  # never a point, never outside
+        ours += s["ci_low"] <= truth <= s["ci_high"]
+        c = S.mean_ci(r.reshape(n, k).mean(axis=1))  # the old CLT/t interval
+        clt += c["ci_low"] is not None and c["ci_low"] <= truth <= c["ci_high"]
+    return ours / sims, clt / sims
+
+
+def test_score_ci_covers_near_the_boundary_where_clt_does_not():
+    """p ≈ 0.98 with few items: all-right runs are common and the CLT interval is [1, 1]."""
+    single, single_clt = _boundary_coverage(n=30, k=1, sims=1500, seed=21)
+    repeats, repeats_clt = _boundary_coverage(n=15, k=4, sims=1500, seed=22)
+    print(f"single={single:.3f} (clt {single_clt:.3f}) repeats={repeats:.3f} (clt {repeats_clt:.3f})")
+    assert single >= 0.93, single
+    assert repeats >= 0.93, repeats
+    assert single_clt < 0.85, single_clt
+    assert repeats_clt < 0.85, repeats_clt

@@ -233,3 +233,37 @@ def test_end_to_end_with_compare_and_serialisation():
     assert d["benchmarks"]["math"]["decision"] == "GO"
     text = res.to_text(verbose=True)
     assert text.startswith("gate: NO-GO") and "MDE=" in text and "ifeval" in text
+
+
+def test_gate_uses_the_comparisons_interval_method():
+    """The gate rebuilds the comparison's Newcombe CI (same numbers at the same level)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    base = np.ones(n)
+    cand = (rng.random(n) < 0.9).astype(float)
+    side = lambda s: {"items": list(range(n)), "scores": s.tolist()}  # noqa: E731
+    comp = C.compare_scores(side(base), side(cand))
+    assert comp["ci_method"] == "newcombe"
+    alone = _run(_policy(a={}), {"a": comp}).benchmarks[0]
+    assert (alone.ci_low, alone.ci_high) == pytest.approx((comp["ci_low"], comp["ci_high"]))
+    three = _run(_policy(a={}, b={}, c={}), {"a": comp, "b": comp, "c": comp}).benchmarks[0]
+    assert (three.ci_low, three.ci_high) == pytest.approx(C.paired_ci(comp["ci_inputs"], 1 - 0.05 / 3))
+    assert -1.0 <= three.ci_low < alone.ci_low < alone.ci_high < three.ci_high <= 1.0
+
+
+def test_identical_models_gate_with_undefined_mde():
+    """No variance in the differences: MDE undefined, but the Newcombe CI still decides."""
+    n = 1319
+    base = (np.arange(n) % 5 != 0).astype(float)
+    side = {"items": list(range(n)), "scores": base.tolist()}
+    comp = C.compare_scores(side, side)
+    assert comp["mde"] is None and comp["se"] is None
+    res = _run(_policy(a={}), {"a": comp})
+    b = res.benchmarks[0]
+    assert res.decision == "GO" and b.mde is None
+    assert b.ci_low < 0 < b.ci_high  # an interval, not the point [0, 0]
+    assert "MDE=undefined" in res.to_text(verbose=True)
+    strict = G.GatePolicy.model_validate({"version": 1, "benchmarks": {"a": {}}})
+    b = _run(strict, {"a": comp}).benchmarks[0]
+    assert b.decision == "INCONCLUSIVE"  # zero margin: identical answers do not prove Δ ≥ 0
+    assert "undefined (no variance in the differences)" in b.reason

@@ -310,20 +310,21 @@ def test_score_summary_keys_types_and_values():
     expected = {
         "mean",
         "se",
+        "se_note",
         "ci_low",
         "ci_high",
+        "ci_method",
+        "ci_n_eff",
+        "ci_note",
         "level",
         "se_method",
         "ci_dist",
-        "ci_clipped",
         "n_items",
         "n_samples",
         "n_failed_samples",
         "n_items_dropped",
         "n_repeats",
         "binary",
-        "wilson_low",
-        "wilson_high",
         "pass_at_k",
         "maj_at_k",
         "repeat_variance",
@@ -336,7 +337,8 @@ def test_score_summary_keys_types_and_values():
     item_clus = np.array([q // 4 for q in ids])
     assert s["se"] == pytest.approx(_cluster_se_loop(means.tolist(), item_clus.tolist()), abs=TOL)
     assert s["se_method"] == "clustered" and s["n_clusters"] == len(set(item_clus.tolist()))
-    assert s["n_repeats"] == 4 and s["binary"] is True and s["wilson_low"] is None
+    assert s["n_repeats"] == 4 and s["binary"] is True
+    assert s["ci_method"] == "wilson_effective_n"  # clustered means of repeats
     assert s["n_failed_samples"] == int(np.isnan(reward).sum())
     assert set(s["pass_at_k"]) == {"1", "2", "4"} and set(s["maj_at_k"]) == {"1", "2", "4"}
     assert set(s["per_category"]) == {"alg", "geo", "num"}
@@ -347,16 +349,19 @@ def test_score_summary_single_repeat_binary_has_wilson():
     rng = np.random.default_rng(2)
     reward = (rng.random(400) < 0.3).astype(float)
     s = S.score_summary(np.arange(400), reward)
-    assert (s["wilson_low"], s["wilson_high"]) == pytest.approx(
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(
         S.wilson_ci(int(reward.sum()), 400), abs=TOL
     )
+    assert s["ci_method"] == "wilson" and s["ci_n_eff"] == 400
+    assert s["se"] == pytest.approx(st.sem(reward), abs=TOL)
     assert s["maj_at_k"] is None and s["per_category"] is None and s["n_clusters"] is None
     _plain(s)
 
 
 def test_score_summary_non_binary_has_no_pass_at_k():
     s = S.score_summary(np.arange(50), np.linspace(0, 1, 50))
-    assert s["binary"] is False and s["pass_at_k"] == {} and s["wilson_low"] is None
+    assert s["binary"] is False and s["pass_at_k"] == {}
+    assert s["ci_method"] == "wilson_effective_n" and s["ci_note"] is None
 
 
 def test_score_summary_empty():
@@ -414,12 +419,74 @@ def test_bootstrap_of_mean_agrees_with_analytic():
     assert b["ci_low"] == pytest.approx(a["ci_low"], abs=0.2 * a["se"])
 
 
-def test_score_interval_is_clipped_to_the_unit_range() -> None:
-    # 3 of 6 right: the t interval alone would reach below 0 and above 1.
+def test_score_interval_stays_in_the_unit_range_with_few_items() -> None:
+    # 3 of 6 right: the t interval alone reaches below 0 and above 1; Wilson stays inside.
     s = S.score_summary(np.arange(6), np.array([1, 0, 1, 0, 1, 0.0]))
     raw = S.mean_ci(np.array([1, 0, 1, 0, 1, 0.0]))
     assert raw["ci_low"] < 0 < 1 < raw["ci_high"]
-    assert (s["ci_low"], s["ci_high"], s["ci_clipped"]) == (0.0, 1.0, True)
-    assert 0 < s["wilson_low"] < 0.5 < s["wilson_high"] < 1
-    wide = S.score_summary(np.arange(400), np.tile([1.0, 0.0], 200))
-    assert wide["ci_clipped"] is False and 0 < wide["ci_low"] < wide["ci_high"] < 1
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(S.wilson_ci(3, 6), abs=TOL)
+    assert 0 < s["ci_low"] < 0.5 < s["ci_high"] < 1 and s["ci_method"] == "wilson"
+
+
+def _wilson_at(p: float, n_eff: float) -> tuple[float, float]:
+    """Wilson's formula with a real-valued n (the effective-n interval's definition)."""
+    z = st.norm.ppf(0.975)
+    c = (p + z * z / (2 * n_eff)) / (1 + z * z / n_eff)
+    h = z / (1 + z * z / n_eff) * math.sqrt(p * (1 - p) / n_eff + z * z / (4 * n_eff**2))
+    return max(c - h, 0.0), min(c + h, 1.0)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_all_right_or_all_wrong_with_repeats_is_not_a_point(value: float) -> None:
+    """Every repeat of every question right (or wrong): Wilson with n = questions, SE undefined."""
+    pid = np.repeat(np.arange(25), 4)
+    s = S.score_summary(pid, np.full(100, value))
+    assert s["mean"] == value and s["se"] is None
+    assert s["se_note"] == "undefined (no variation in the scores)"
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(S.wilson_ci(25 * value, 25), abs=TOL)
+    assert s["ci_method"] == "wilson" and s["ci_n_eff"] == 25
+    assert s["ci_high"] - s["ci_low"] > 0.1  # 25 questions cannot pin a score to 0 or 1
+    json.dumps(s, allow_nan=False)
+
+
+def test_effective_n_interval_matches_formula() -> None:
+    """Means of repeats: Wilson at n_eff = p(1-p)/SE², t-adjusted below 30 questions."""
+    rng = np.random.default_rng(12)
+    for n in (12, 300):
+        pid = np.repeat(np.arange(n), 4)
+        reward = (rng.random(4 * n) < np.repeat(rng.beta(3, 1, n), 4)).astype(float)
+        s = S.score_summary(pid, reward)
+        means = reward.reshape(n, 4).mean(1)
+        p, se = means.mean(), st.sem(means)
+        n_eff = p * (1 - p) / se**2
+        if n < 30:  # Korn & Graubard's small-sample factor (z / t_{n-1})²
+            n_eff *= (st.norm.ppf(0.975) / st.t.ppf(0.975, n - 1)) ** 2
+        n_eff = min(n_eff, 4 * n)
+        assert s["ci_method"] == "wilson_effective_n"
+        assert s["ci_n_eff"] == pytest.approx(n_eff, rel=1e-9)
+        assert (s["ci_low"], s["ci_high"]) == pytest.approx(_wilson_at(p, n_eff), abs=TOL)
+        assert s["se"] == pytest.approx(se, abs=TOL)
+
+
+def test_undefined_quantities_are_said() -> None:
+    one = S.score_summary(np.array([0]), np.array([1.0]))
+    assert one["se"] is None and one["se_note"] == "undefined (1 item)"
+    assert (one["ci_low"], one["ci_high"]) == pytest.approx(S.wilson_ci(1, 1), abs=TOL)
+    none = S.score_summary(np.array([0, 1]), np.array([np.nan, np.nan]))
+    assert none["ci_low"] is None and none["ci_method"] is None
+    assert none["ci_note"] == "undefined (no scored items)"
+    # unbounded rewards keep the t/normal interval, labelled as such
+    wide = S.score_interval(np.array([-3.0, 2.0, 5.0, 1.0]))
+    assert wide["ci_method"] == "t" and wide["ci_low"] < -3.0
+    # graded scores with no variation: SE undefined, Wilson with n = items (never a point)
+    flat = S.score_interval(np.full(40, 0.5))
+    assert flat["se"] is None and flat["ci_note"].startswith("SE not estimable")
+    assert (flat["ci_low"], flat["ci_high"]) == pytest.approx(S.wilson_ci(20, 40), abs=TOL)
+
+
+def test_zero_clustered_se_is_undefined_not_zero() -> None:
+    # two clusters whose residual sums are both 0: the CR1 SE is exactly 0, which is no SE
+    s = S.score_interval(np.array([0.0, 1.0, 0.0, 1.0]), clusters=["a", "a", "b", "b"])
+    assert s["se"] is None and s["se_note"] == "undefined (no variance between clusters)"
+    assert s["ci_method"] == "wilson_effective_n" and s["ci_n_eff"] == 2.0
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(S.wilson_ci(1, 2), abs=TOL)
