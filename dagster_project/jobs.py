@@ -93,7 +93,8 @@ def build_jobs(cfg: NelConfig, assets: Sequence[Any], resources: Mapping[str, An
             for m, b in oc.bundles.items():
                 s = b["score"]
                 context.log.info(f"{oc.benchmark}/{m}: score {s.get('mean')} "
-                                 f"CI [{s.get('ci_low')}, {s.get('ci_high')}] n={s.get('n_items')}")
+                                 f"95% CI [{s.get('ci_low')}, {s.get('ci_high')}] ({s.get('ci_method')}) "
+                                 f"n={s.get('n_items')} (fractions)")
 
     @dg.op(name="compare_with_baseline", description="Materialize every candidate's comparison.")
     def compare_op(context: dg.OpExecutionContext) -> None:

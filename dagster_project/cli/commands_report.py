@@ -135,7 +135,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 return "n/a" if x is None else f"{100 * x:.2f}"
 
             print(f"{b['benchmark']}/{b['model']}: score {pct(s.get('mean'))}% "
-                  f"[{pct(s.get('ci_low'))}, {pct(s.get('ci_high'))}] over {s.get('n_items')} items"
+                  f"95% CI [{pct(s.get('ci_low'))}, {pct(s.get('ci_high'))}] ({s.get('ci_method') or 'n/a'}) "
+                  f"over {s.get('n_items')} items"
                   f"{'' if b.get('complete') else ' (PARTIAL)'}")
         if rep.merged:
             print(f"merged into {rep.output} ({rep.copied} shard(s) copied)")

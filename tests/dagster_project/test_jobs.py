@@ -53,7 +53,9 @@ def test_evaluate_compare_gate_jobs_exit_status(tmp_path: Path, reference_server
                      "cand": {"type": "api", "url": bad, "model": "cand"},
                      "same": {"type": "api", "url": good, "model": "same"}},
         "benchmarks": [{"name": "gsm8k", "max_problems": n}],
-        "comparison": {"baseline": "base", "max_drop": 0.05},
+        # 16 identical items cannot rule out a 5-point drop (the paired CI is about ±0.2 wide):
+        # the allowed drop is set so an identical model passes and an all-wrong one does not.
+        "comparison": {"baseline": "base", "max_drop": 0.3},
         "output": {"dir": str(out)},
     }
     path = tmp_path / "nel.yaml"
