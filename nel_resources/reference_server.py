@@ -310,6 +310,7 @@ class ReferenceApp:
         self.by_status: dict[str, int] = {}
         self.prompts: dict[str, int] = {}
         self.faults: dict[str, int] = {}
+        self.fault_log: dict[str, list[str]] = {}  # prompt (+ seed) -> its faults in order
         self.models: dict[str, int] = {}
         self.system_count = 0
         self.last_system: str | None = None
@@ -336,6 +337,7 @@ class ReferenceApp:
             "prompts": self.prompts,
             "distinct_prompts": len(self.prompts),
             "faults": self.faults,
+            "fault_log": self.fault_log,
             "models": self.models,
             "system_messages": {"count": self.system_count, "last": self.last_system},
             "last_request": self.last_request,
@@ -512,22 +514,22 @@ class ReferenceApp:
              for d, i in ((digest, 0), (digest, 8), (digest, 16), (digest, 24), (extra, 0),
                           (extra, 8))]
         if u[0] < cfg.hang_rate:
-            self._count_fault("hang")
+            self._count_fault("hang", key)
             return Later("hang")
         if u[1] < cfg.drop_rate:
-            self._count_fault("drop")
+            self._count_fault("drop", key)
             return Later("drop")
         if u[4] < cfg.reset_rate:
-            self._count_fault("reset")
+            self._count_fault("reset", key)
             return Later("reset")
         if u[2] < cfg.status_429_rate:
-            self._count_fault("429")
+            self._count_fault("429", key)
             return self._rate_limited()
         if u[3] < cfg.fail_rate:
-            self._count_fault("fail")
+            self._count_fault("fail", key)
             return _error(cfg.fail_status, "injected failure")
         if u[5] < cfg.truncate_rate:
-            self._count_fault("truncate")
+            self._count_fault("truncate", key)
             self._truncate = True  # the reply is generated, then cut (see _mangle)
         return None
 
@@ -538,8 +540,10 @@ class ReferenceApp:
             429, "Rate limit reached; retry later.", b"Retry-After: %s\r\n" % value.encode()
         )
 
-    def _count_fault(self, kind: str) -> None:
+    def _count_fault(self, kind: str, key: str | None = None) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        if key is not None:
+            self.fault_log.setdefault(key, []).append(kind)
 
     # -- generation ----------------------------------------------------------------------
     def _answer_for(self, prompt: str) -> Answer:
