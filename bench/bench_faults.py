@@ -15,7 +15,11 @@ larger of
   * chain: the longest wait a single sample is forced into, one timeout per hang and one
     Retry-After per 429 it met (from the server's per-prompt fault log; with repeats a
     prompt's faults are shared by its samples, so the bound takes the larger of its worst
-    single fault and its total divided by the repeats).
+    single fault and its total divided by the repeats, which is weaker: a sample whose
+    retry hangs again waits two timeouts, but the log cannot tell it from two samples).
+Also printed: the slowest sample's own time in the model client (all its attempts and
+back-offs): when the request phase ends just after it, the run waited on that one sample's
+chain of faults, not on idle slots.
 Prints faulty/clean and faulty/floor for both durations, and checks that nel's
 `requests_sent` equals what the server received and that no sample failed.
 
@@ -57,15 +61,18 @@ def _server(url: str, method: str, path: str) -> dict[str, Any]:
         conn.close()
 
 
-def request_phase(out: str) -> float:
-    """Seconds from the first sample's start to the last sample's end, from the stored rows."""
+def request_phase(out: str) -> tuple[float, float]:
+    """(seconds from the first sample's start to the last one's end, the slowest sample's
+    seconds in the model client), from the stored rows."""
     files = glob.glob(f"{out}/gsm8k/shard_results/**/*.parquet", recursive=True)
-    rows = [r for f in files for r in pq.read_table(f, columns=["timestamp", "total_ms"]).to_pylist()]
-    return max(r["timestamp"] for r in rows) - min(r["timestamp"] - r["total_ms"] / 1000 for r in rows)
+    rows = [r for f in files
+            for r in pq.read_table(f, columns=["timestamp", "total_ms", "model_ms"]).to_pylist()]
+    phase = max(r["timestamp"] for r in rows) - min(r["timestamp"] - r["total_ms"] / 1000 for r in rows)
+    return phase, max(r["model_ms"] for r in rows) / 1000
 
 
-def run_nel(url: str, a: argparse.Namespace) -> tuple[float, float, dict[str, Any]]:
-    """One `nel eval run` into a fresh output dir: (wall s, request phase s, JSON summary)."""
+def run_nel(url: str, a: argparse.Namespace) -> tuple[float, tuple[float, float], dict[str, Any]]:
+    """One `nel eval run` into a fresh output dir: (wall s, request_phase(), JSON summary)."""
     with tempfile.TemporaryDirectory(prefix="nel-bench-faults-") as out:
         args = ["eval", "run", "-b", "gsm8k", "-n", str(a.repeats), "--model-url", url,
                 "--model-id", "m", "--max-concurrent", str(a.concurrency),
@@ -92,10 +99,10 @@ def chain_floor(log: dict[str, list[str]], a: argparse.Namespace) -> float:
 
 def one(url: str, a: argparse.Namespace) -> dict[str, Any]:
     _server(url, "POST", "/stats/reset")
-    wall, phase, summ = run_nel(url, a)
+    wall, (phase, slowest), summ = run_nel(url, a)
     st = _server(url, "GET", "/stats")
     res = summ["results"][0]
-    return {"wall": wall, "phase": phase, "sent": summ["requests_sent"],
+    return {"wall": wall, "phase": phase, "slowest": slowest, "sent": summ["requests_sent"],
             "received": st["by_endpoint"].get("/v1/chat/completions", 0),
             "faults": st["faults"], "chain": chain_floor(st["fault_log"], a), "failed": res["failed"], "score": res["score"],
             "n": res["n_samples"]}
@@ -155,6 +162,7 @@ def main() -> None:
         "capacity_floor_s": round(med(r["clean"]["phase"] + r["faulty"]["faults"].get("hang", 0)
                                       * a.timeout / a.concurrency for r in rounds), 2),
         "chain_floor_s": round(med(f["chain"] for f in faulty), 2),
+        "slowest_sample_s": round(med(f["slowest"] for f in faulty), 2),
         "ratio_request_phase_over_floor": round(med(r["faulty"]["phase"] / r["floor"] for r in rounds), 2),
         "faults_per_round": [f["faults"] for f in faulty],
         "requests_sent_by_nel": [f["sent"] for f in faulty],
