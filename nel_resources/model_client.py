@@ -99,7 +99,9 @@ def _retry_after(headers: Any) -> float | None:
 class ModelClient:
     """An OpenAI-compatible client bound to one endpoint and one set of generation params.
 
-    Use as an async context manager (one aiohttp session per run).
+    Use as an async context manager (one aiohttp session per run). `timeout` bounds each
+    attempt (a hung attempt costs one timeout, then is retried); `adapt_window` is the
+    period, in seconds, over which 429s are judged and the concurrency grows back.
     """
 
     def __init__(
