@@ -159,6 +159,7 @@ class BenchmarkConfig(_Strict):
     scoring: ScoringConfig | None = None
     sandbox: str | None = None
     module: str | None = None  # a BYOB Python file or module that registers `name`
+    timeout: float | None = None  # seconds per model request; overrides the service's
 
     @field_validator("problem_range", mode="before")
     @classmethod

@@ -19,6 +19,14 @@ class RawHTTPError(ConnectionError):
     """The connection failed or the server's answer was not valid HTTP/1.1."""
 
 
+class StaleConnectionError(RawHTTPError):
+    """A reused keep-alive connection was closed before any byte of the answer.
+
+    The server may have closed it while idle, or reset it after reading the request: the
+    caller cannot tell, so resending is its decision (and counts as another attempt).
+    """
+
+
 @dataclass(slots=True)
 class RawResponse:
     """Status, lower-cased headers and the full body of one response."""
@@ -34,9 +42,9 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 class RawHTTPPool:
     """Keep-alive connections to one host:port, at most `limit` at a time.
 
-    Idle connections are reused LIFO; a request that fails on a reused connection before
-    any byte of the answer arrived is retried once on a fresh one (the server may have
-    closed an idle keep-alive connection at the same moment).
+    Idle connections are reused LIFO. Every call writes the request exactly once: a reused
+    connection found closed raises StaleConnectionError rather than being resent here, so
+    the caller sees (and counts) every request that went on the wire.
     """
 
     def __init__(self, host: str, port: int, *, limit: int = 64, connect_timeout: float = 10.0,
@@ -76,15 +84,11 @@ class RawHTTPPool:
                 _close(conn)
                 if not reused:
                     raise RawHTTPError("the server closed the connection without answering") from None
-                conn = await self._connect()
-                try:
-                    resp, keep = await self._exchange(conn, data)
-                except _Stale:
-                    _close(conn)
-                    raise RawHTTPError("the server closed the connection without answering") from None
-                except BaseException:
-                    _close(conn)
-                    raise
+                # The other idle connections date from before this one died: likely dead too.
+                while self._idle:
+                    _close(self._idle.pop())
+                raise StaleConnectionError(
+                    "the server closed a reused keep-alive connection without answering") from None
             except BaseException:
                 _close(conn)  # timeouts and cancellation leave the stream mid-response
                 raise
@@ -120,6 +124,8 @@ class RawHTTPPool:
                 return RawResponse(status, headers, body), False
         except asyncio.IncompleteReadError:
             raise RawHTTPError("the server closed the connection mid-response") from None
+        except asyncio.LimitOverrunError:
+            raise RawHTTPError("a chunk-size line is too long") from None
         except ValueError:
             raise RawHTTPError("invalid Content-Length or chunk size") from None
         keep = headers.get("connection", "").lower() != "close"

@@ -2,9 +2,14 @@
 
 Measured on this machine (DESIGN.md §5): httpx's default pool collapses at concurrency 64,
 aiohttp does not, so the hot path is aiohttp with orjson bodies, one keep-alive connector
-per run and a semaphore for `max_concurrent`. Retries use exponential backoff with full
-jitter on 429/5xx/timeouts/connection errors and honour `Retry-After`; other 4xx are not
-retried, and 401/403 abort the run with one clear error.
+per run and an adaptive limit of `max_concurrent` requests in flight. Retries use
+exponential backoff with full jitter on 429/5xx/timeouts and transport errors of any kind
+(reset, EOF mid-body, a truncated or unparseable 200 body) and honour `Retry-After`; other
+4xx are not retried, and 401/403 abort the run with one clear error.
+
+A slot is held only while a request is on the wire: a sample waiting out its back-off
+holds none, so other samples keep the endpoint busy. `requests_sent` counts every request
+written to the wire (neither transport resends anything behind the client's back).
 """
 
 from __future__ import annotations
@@ -20,8 +25,18 @@ import aiohttp
 import orjson
 
 from benchmarks.errors import NelError
+from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
-from nel_resources.http_raw import RawHTTPPool
+from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
+
+# What a broken exchange raises on either transport: aiohttp's errors (reset, EOF or an
+# incomplete chunked read mid-body, malformed HTTP), and OSError, which covers the raw
+# client's RawHTTPError and every socket error.
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.IncompleteReadError)
+
+
+class _BadBody(Exception):
+    """An HTTP 200 whose body is not a JSON object (cut short on the way, most likely)."""
 
 
 class ModelError(Exception):
@@ -84,7 +99,9 @@ def _retry_after(headers: Any) -> float | None:
 class ModelClient:
     """An OpenAI-compatible client bound to one endpoint and one set of generation params.
 
-    Use as an async context manager (one aiohttp session per run).
+    Use as an async context manager (one aiohttp session per run). `timeout` bounds each
+    attempt (a hung attempt costs one timeout, then is retried); `adapt_window` is the
+    period, in seconds, over which 429s are judged and the concurrency grows back.
     """
 
     def __init__(
@@ -103,6 +120,7 @@ class ModelClient:
         max_backoff: float = 30.0,
         headers: dict[str, str] | None = None,
         transport: str = "auto",
+        adapt_window: float = 0.5,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -118,18 +136,12 @@ class ModelClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
-        self._sem = asyncio.Semaphore(max_concurrent)
+        # Adaptive concurrency: shrinks when a window's answers are mostly 429s, grows
+        # back with time (see adaptive_limit.py for why not with successes).
+        self._limit = AdaptiveLimit(max_concurrent, window=adapt_window)
         self._auth_failed: AuthError | None = None
         self.requests_sent = 0
         self._rng = random.Random(0x5EED)
-        # Adaptive concurrency (AIMD): a 429 halves the permits in use by withholding
-        # semaphore permits (at most once a second); a run of successes hands one back.
-        # The hot path stays a plain semaphore.
-        self._held = 0
-        self._holding: set[asyncio.Task[None]] = set()
-        self._streak = 0
-        self._last_cut = 0.0
-        self.concurrency_cuts = 0
         path = {"chat_completions": "/chat/completions", "completions": "/completions",
                 "responses": "/responses"}.get(protocol)
         if path is None:
@@ -181,9 +193,8 @@ class ModelClient:
             )
 
     async def close(self) -> None:
-        """Close the session (and stop withholding permits)."""
-        for task in list(self._holding):
-            task.cancel()
+        """Close the session (and stop the concurrency window's timer)."""
+        self._limit.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -273,84 +284,81 @@ class ModelClient:
         subpath = self._url[len(self.base_url):]
         attempt = 0
         t0 = time.perf_counter()
-        async with self._sem:
-            while True:
-                attempt += 1
+        while True:
+            attempt += 1
+            status: int | None = None
+            retry_after: float | None = None
+            stale = False
+            # The slot covers one attempt on the wire, never the back-off sleep below.
+            await self._limit.acquire(retry=attempt > 1)
+            try:
                 self.requests_sent += 1
-                status: int | None = None
-                retry_after: float | None = None
-                try:
-                    status, headers, raw = await self._send("POST", subpath, data, self.timeout)
-                    if status == 200:
-                        if self._held:
-                            self._recovered()
+                status, headers, raw = await self._send("POST", subpath, data, self.timeout)
+            except TimeoutError:
+                # First: TimeoutError is an OSError, and aiohttp's read timeouts are
+                # connection errors too.
+                category, message = "timeout", f"request timed out after {self.timeout:g}s"
+            except _TRANSPORT_ERRORS as exc:
+                stale = isinstance(exc, StaleConnectionError)
+                category, message = "error", f"connection error: {type(exc).__name__}: {exc}"
+            else:
+                self._limit.record(throttled=status == 429)
+                if status == 200:
+                    try:
                         return self._parse(raw, (time.perf_counter() - t0) * 1000.0, attempt)
-                    retry_after = _retry_after(headers)
-                    text = raw[:300].decode("utf-8", "replace")
-                except TimeoutError:
-                    # First: TimeoutError is an OSError, and aiohttp's read timeouts are
-                    # connection errors too.
-                    category, message = "timeout", f"request timed out after {self.timeout:g}s"
-                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-                    category, message = "error", f"connection error: {type(exc).__name__}: {exc}"
+                    except _BadBody as exc:  # cut short on the way: as retryable as a reset
+                        category, message = "error", str(exc)
                 else:
+                    retry_after = _retry_after(headers)
+                    text = raw[:300].decode("utf-8", "replace").strip()
                     if status in (401, 403):
                         self._auth_failed = AuthError(
                             f"the endpoint {self.base_url} refused the request "
-                            f"(HTTP {status}: {text.strip()}); check the API key"
+                            f"(HTTP {status}: {text}); check the API key"
                         )
                         raise self._auth_failed
                     if status == 429:
-                        category, message = "rate_limit", f"HTTP 429: {text.strip()}"
-                        self._throttled()
+                        category, message = "rate_limit", f"HTTP 429: {text}"
                     elif status >= 500:
-                        category, message = "error", f"HTTP {status}: {text.strip()}"
+                        category, message = "error", f"HTTP {status}: {text}"
                     else:  # other 4xx: the request itself is wrong, retrying cannot help
-                        raise ModelError(f"HTTP {status}: {text.strip()}", "error", status, attempt)
-                if attempt > self.max_retries:
-                    raise ModelError(message, category, status, attempt)
-                # Full jitter keeps many workers from retrying in lockstep.
-                delay = min(self.max_backoff, self.retry_backoff * (2 ** (attempt - 1)))
-                delay = self._rng.uniform(0, delay)
-                if retry_after is not None:
-                    delay = max(delay, min(retry_after, self.max_backoff * 4))
-                await asyncio.sleep(delay)
+                        raise ModelError(f"HTTP {status}: {text}", "error", status, attempt)
+            finally:
+                self._limit.release()
+            if attempt > self.max_retries:
+                raise ModelError(message, category, status, attempt)
+            if stale:
+                continue  # a dead idle connection says nothing about the server: resend now
+            # Full jitter keeps many workers from retrying in lockstep.
+            delay = min(self.max_backoff, self.retry_backoff * (2 ** (attempt - 1)))
+            delay = self._rng.uniform(0, delay)
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, self.max_backoff * 4))
+            await asyncio.sleep(delay)
 
     @property
     def effective_concurrency(self) -> int:
         """Requests allowed in flight now (below `max_concurrent` after 429s)."""
-        return self.max_concurrent - self._held - len(self._holding)
+        return self._limit.limit
 
-    def _throttled(self) -> None:
-        now = time.monotonic()
-        if now - self._last_cut < 1.0:
-            return
-        self._last_cut = now
-        current = self.effective_concurrency
-        cut = current - max(1, current // 2)
-        if cut > 0:
-            self.concurrency_cuts += 1
-        for _ in range(cut):
-            task = asyncio.get_running_loop().create_task(self._withhold())
-            self._holding.add(task)
-            task.add_done_callback(self._holding.discard)
+    @property
+    def in_flight(self) -> int:
+        """Requests on the wire now."""
+        return self._limit.in_flight
 
-    async def _withhold(self) -> None:
-        await self._sem.acquire()
-        self._held += 1
-
-    def _recovered(self) -> None:
-        self._streak += 1
-        if self._streak >= max(1, self.effective_concurrency):
-            self._streak = 0
-            self._held -= 1
-            self._sem.release()
+    @property
+    def concurrency_cuts(self) -> int:
+        """How many times 429s shrank the concurrency."""
+        return self._limit.cuts
 
     def _parse(self, raw: bytes, latency_ms: float, attempts: int) -> ModelResponse:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise ModelError(f"invalid JSON from the model server: {exc}", "error", 200, attempts) from None
+            raise _BadBody(f"HTTP 200 with a truncated or invalid JSON body "
+                           f"({len(raw)} bytes): {exc}") from None
+        if not isinstance(obj, dict):
+            raise _BadBody(f"HTTP 200 with a JSON {type(obj).__name__} instead of an object")
         usage = obj.get("usage") or {}
         details = usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
         if self.protocol == "responses":
@@ -390,14 +398,19 @@ class ModelClient:
         )
 
 
-def client_for_service(service: ServiceConfig, base_url: str | None = None) -> ModelClient:
-    """A client for a configured service (a launched service passes its own URL)."""
+def client_for_service(service: ServiceConfig, base_url: str | None = None, *,
+                       timeout: float | None = None) -> ModelClient:
+    """A client for a configured service (a launched service passes its own URL).
+
+    `timeout` (seconds per attempt) overrides the service's, e.g. a benchmark's `timeout`.
+    """
     url = base_url or service.url
     if not url:
         raise NelError("the service has no url: set `url:` (or use a launched service type)")
     return ModelClient(
         url, model=service.model, protocol=service.protocol, api_key=service.resolved_api_key(),
-        generation=service.generation.to_request(), timeout=service.timeout,
+        generation=service.generation.to_request(),
+        timeout=service.timeout if timeout is None else timeout,
         connect_timeout=service.connect_timeout, max_concurrent=service.max_concurrent,
         max_retries=service.max_retries, retry_backoff=service.retry_backoff,
         headers=service.headers, transport=service.transport,

@@ -16,7 +16,13 @@ Everything is deterministic. Answers come from ``--answers`` rows (exact sha256 
 prompt first, then the first ``match`` substring), else ``--echo`` or ``--default-content``.
 Faults are picked by hashing the request's prompt (+ seed) and only hit the first
 ``--fail-attempts`` attempts of that prompt, so a retrying client always gets through.
+With ``--fault-per-request`` each of those attempts draws its fault afresh (hash of prompt
+and attempt number), so the rates are per request rather than per prompt: the mix a
+flaky production endpoint shows (``--fail-rate 0.1 --status-429-rate 0.05 --hang-rate 0.02
+--reset-rate 0.01 --truncate-rate 0.01``).
 Only ``/v1/*`` requests are counted in ``/stats``; ``/health`` and ``/stats`` are not.
+``/stats`` also reports the requests in flight now and at most (``in_flight``,
+``max_in_flight``), which is how tests see a client's concurrency from the outside.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -57,6 +64,10 @@ __all__ = [
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 REASONING_MODES = ("none", "field", "think")
+# How a truncated 200 looks: a well-framed body that is cut JSON, a Content-Length body
+# cut short by the connection closing, or a chunked body whose last chunk never comes.
+TRUNCATE_STYLES = ("json", "eof", "chunked")
+_RATES = ("fail_rate", "status_429_rate", "hang_rate", "drop_rate", "reset_rate", "truncate_rate")
 
 _JSON_HEADERS = b"Content-Type: application/json\r\n"
 _SSE_HEADERS = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -96,13 +107,23 @@ class ServerConfig:
     delay_ms: float = 0.0
     hang_rate: float = 0.0
     drop_rate: float = 0.0
+    reset_rate: float = 0.0
+    truncate_rate: float = 0.0
+    truncate_style: str = "json"
+    fault_per_request: bool = False
+    fault_match: str | None = None
+    status_429_first: int = 0
+    barrier: int = 0
+    barrier_timeout: float = 60.0
     require_api_key: str | None = field(default=None, repr=False)
     fail_always_status: int | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"reasoning_mode must be one of {REASONING_MODES}")
-        for name in ("fail_rate", "status_429_rate", "hang_rate", "drop_rate"):
+        if self.truncate_style not in TRUNCATE_STYLES:
+            raise ValueError(f"truncate_style must be one of {TRUNCATE_STYLES}")
+        for name in _RATES:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {value}")
@@ -110,7 +131,7 @@ class ServerConfig:
     @property
     def injects_faults(self) -> bool:
         """Whether any per-prompt fault can fire (so attempts must be counted)."""
-        return (self.fail_rate + self.status_429_rate + self.hang_rate + self.drop_rate) > 0
+        return sum(getattr(self, name) for name in _RATES) > 0
 
 
 class Answer(NamedTuple):
@@ -231,9 +252,10 @@ class Reply(NamedTuple):
 
 
 class Later(NamedTuple):
-    """A deferred outcome: answer after ``delay`` seconds, drop the connection, or hang."""
+    """A deferred outcome: answer after ``delay`` seconds, drop or reset the connection,
+    hang, send ``reply`` cut short (``eof``/``chunked``), or hold ``reply`` at the barrier."""
 
-    action: str  # "reply" | "drop" | "hang"
+    action: str  # "reply" | "drop" | "reset" | "hang" | "eof" | "chunked" | "barrier"
     delay: float = 0.0
     reply: Reply | None = None
 
@@ -277,6 +299,8 @@ class ReferenceApp:
         self.answers = answers
         self._api_key = config.require_api_key.encode() if config.require_api_key else None
         self._seq = 0
+        self._truncate = False  # set by _fault for the request being dispatched
+        self._barrier_open: asyncio.Event | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -286,11 +310,23 @@ class ReferenceApp:
         self.by_status: dict[str, int] = {}
         self.prompts: dict[str, int] = {}
         self.faults: dict[str, int] = {}
+        self.fault_log: dict[str, list[str]] = {}  # prompt (+ seed) -> its faults in order
         self.models: dict[str, int] = {}
         self.system_count = 0
         self.last_system: str | None = None
         self.last_request: Any = None
         self.attempts: dict[str, int] = {}
+        self.rate_limited_first = 0
+        # Requests in flight when each of the --status-429-first refusals arrived: shows
+        # whether a client really sends less while it is being refused.
+        self.first_429_in_flight: list[int] = []
+        # In flight = received and not yet answered (a hung request until its client hangs up).
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.barrier_state = "closed" if self.config.barrier > 0 else "off"
+        if self._barrier_open is not None:
+            self._barrier_open.set()  # release anything held under the old counters
+        self._barrier_open = None
 
     def stats(self) -> dict[str, Any]:
         """JSON-able snapshot served by ``GET /stats``."""
@@ -301,10 +337,45 @@ class ReferenceApp:
             "prompts": self.prompts,
             "distinct_prompts": len(self.prompts),
             "faults": self.faults,
+            "fault_log": self.fault_log,
             "models": self.models,
             "system_messages": {"count": self.system_count, "last": self.last_system},
             "last_request": self.last_request,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "barrier": self.barrier_state,
+            "first_429_in_flight": self.first_429_in_flight,
         }
+
+    # -- in-flight accounting and the barrier ---------------------------------------------
+    def answered(self) -> None:
+        """A deferred request got its outcome (reply written, dropped, or client gone)."""
+        self.in_flight -= 1
+
+    def _arrived(self) -> None:
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+        if self.barrier_state == "closed" and self.in_flight >= self.config.barrier:
+            self.barrier_state = "opened"
+            if self._barrier_open is not None:
+                self._barrier_open.set()
+
+    async def wait_barrier(self) -> None:
+        """Hold a successful reply until ``barrier`` requests were in flight at once (or
+        ``barrier_timeout`` passed, recorded as ``timed_out`` in the stats)."""
+        if self.barrier_state != "closed":
+            return
+        if self._barrier_open is None:
+            self._barrier_open = asyncio.Event()
+        event = self._barrier_open
+        try:
+            async with asyncio.timeout(self.config.barrier_timeout):
+                await event.wait()
+        except TimeoutError:
+            if self.barrier_state == "closed":
+                self.barrier_state = "timed_out"
+            event.set()
 
     # -- entry point ---------------------------------------------------------------------
     def dispatch(
@@ -330,7 +401,13 @@ class ReferenceApp:
                  or path in _RESPONSES_PATHS)
         endpoint = path if known else "other"
         self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + 1
+        self._arrived()
+        self._truncate = False
         result = self._route(method, path, head, lower, body)
+        if path in _CHAT_PATHS or path in _COMPLETION_PATHS or path in _RESPONSES_PATHS:
+            result = self._mangle(result)
+        if isinstance(result, Reply):
+            self.answered()  # written at once; a Later is answered by the transport
         status = (
             result.status
             if isinstance(result, Reply)
@@ -392,6 +469,23 @@ class ReferenceApp:
             return Later("reply", self.config.delay_ms / 1000.0, result)
         return result
 
+    def _mangle(self, result: Reply | Later) -> Reply | Later:
+        """Apply the truncation fault and the barrier to a would-be successful reply."""
+        later = isinstance(result, Later)
+        reply = result.reply if isinstance(result, Later) else result
+        if reply is None or reply.status != 200:
+            return result
+        delay = result.delay if isinstance(result, Later) else 0.0
+        if self._truncate:
+            style = self.config.truncate_style
+            if style == "json":
+                cut = Reply(200, reply.body[: len(reply.body) // 2], reply.headers)
+                return Later("reply", delay, cut) if later else cut
+            return Later(style, delay, reply)
+        if self.barrier_state == "closed":
+            return Later("barrier", delay, reply)
+        return result
+
     # -- faults --------------------------------------------------------------------------
     def _fault(self, prompt: str, seed: Any) -> Reply | Later | None:
         """Pick this attempt's fault, deterministically from (prompt, seed, attempt number)."""
@@ -399,36 +493,57 @@ class ReferenceApp:
         if cfg.fail_always_status is not None:
             self._count_fault("always")
             return _error(cfg.fail_always_status, f"forced status {cfg.fail_always_status}")
-        if not cfg.injects_faults:
+        if self.rate_limited_first < cfg.status_429_first:
+            self.rate_limited_first += 1
+            self.first_429_in_flight.append(self.in_flight)
+            self._count_fault("429_first")
+            return self._rate_limited()
+        if not cfg.injects_faults or (cfg.fault_match is not None and cfg.fault_match not in prompt):
             return None
         key = prompt if seed is None else f"{prompt}\x00{seed}"
         attempt = self.attempts.get(key, 0) + 1
         self.attempts[key] = attempt
         if attempt > cfg.fail_attempts:
             return None
-        digest = hashlib.sha256(key.encode()).digest()
-        # Independent uniform draws per fault kind from disjoint 8-byte slices of one digest.
-        u = [int.from_bytes(digest[i : i + 8], "big") / 2.0**64 for i in (0, 8, 16, 24)]
+        drawn = f"{key}\x00#{attempt}" if cfg.fault_per_request else key
+        digest = hashlib.sha256(drawn.encode()).digest()
+        extra = hashlib.sha256(drawn.encode() + b"\x01").digest()
+        # Independent uniform draws per fault kind from disjoint 8-byte slices of the
+        # digests (the first four kinds keep the draws they always had).
+        u = [int.from_bytes(d[i : i + 8], "big") / 2.0**64
+             for d, i in ((digest, 0), (digest, 8), (digest, 16), (digest, 24), (extra, 0),
+                          (extra, 8))]
         if u[0] < cfg.hang_rate:
-            self._count_fault("hang")
+            self._count_fault("hang", key)
             return Later("hang")
         if u[1] < cfg.drop_rate:
-            self._count_fault("drop")
+            self._count_fault("drop", key)
             return Later("drop")
+        if u[4] < cfg.reset_rate:
+            self._count_fault("reset", key)
+            return Later("reset")
         if u[2] < cfg.status_429_rate:
-            self._count_fault("429")
-            retry = cfg.retry_after
-            value = str(int(retry)) if float(retry).is_integer() else f"{retry:g}"
-            return _error(
-                429, "Rate limit reached; retry later.", b"Retry-After: %s\r\n" % value.encode()
-            )
+            self._count_fault("429", key)
+            return self._rate_limited()
         if u[3] < cfg.fail_rate:
-            self._count_fault("fail")
+            self._count_fault("fail", key)
             return _error(cfg.fail_status, "injected failure")
+        if u[5] < cfg.truncate_rate:
+            self._count_fault("truncate", key)
+            self._truncate = True  # the reply is generated, then cut (see _mangle)
         return None
 
-    def _count_fault(self, kind: str) -> None:
+    def _rate_limited(self) -> Reply:
+        retry = self.config.retry_after
+        value = str(int(retry)) if float(retry).is_integer() else f"{retry:g}"
+        return _error(
+            429, "Rate limit reached; retry later.", b"Retry-After: %s\r\n" % value.encode()
+        )
+
+    def _count_fault(self, kind: str, key: str | None = None) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        if key is not None:
+            self.fault_log.setdefault(key, []).append(kind)
 
     # -- generation ----------------------------------------------------------------------
     def _answer_for(self, prompt: str) -> Answer:
@@ -741,7 +856,8 @@ class _HttpProtocol(asyncio.Protocol):
     answered strictly in order; while a deferred answer is pending, later pipelined
     requests wait in the buffer."""
 
-    __slots__ = ("_app", "_buf", "_busy", "_closed", "_continued", "_paused", "_task", "_transport")
+    __slots__ = ("_app", "_buf", "_busy", "_closed", "_continued", "_paused", "_pending", "_task",
+                 "_transport")
 
     def __init__(self, app: ReferenceApp) -> None:
         self._app = app
@@ -750,6 +866,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._closed = False
         self._continued = False
         self._paused = False
+        self._pending = False  # a deferred request of this connection is not answered yet
         self._task: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
 
@@ -763,8 +880,14 @@ class _HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._settle()
         if self._task is not None:
             self._task.cancel()
+
+    def _settle(self) -> None:
+        if self._pending:
+            self._pending = False
+            self._app.answered()
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -835,9 +958,13 @@ class _HttpProtocol(asyncio.Protocol):
                     self._closed = True
                 continue
             self._busy = True
+            self._pending = True
             if result.action == "hang":
                 return  # never answer; the client's timeout is what is under test
-            if result.action == "drop":
+            if result.action in ("drop", "reset"):
+                self._settle()
+                if result.action == "reset":
+                    _linger_zero(transport)  # close with RST instead of FIN
                 transport.abort()
                 self._closed = True
                 return
@@ -845,10 +972,26 @@ class _HttpProtocol(asyncio.Protocol):
             return
 
     async def _later(self, later: Later, keep_alive: bool) -> None:
+        if later.action == "barrier":
+            await self._app.wait_barrier()
         await asyncio.sleep(later.delay)
         if self._closed or later.reply is None:
             return
         assert self._transport is not None
+        self._settle()
+        if later.action in ("eof", "chunked"):
+            # Half the body, then the connection closes: the client must notice the cut.
+            body = later.reply.body
+            half = body[: len(body) // 2]
+            if later.action == "eof":
+                cut = render(later.reply)[: -len(body) or None] + half
+            else:
+                cut = (_STATUS_LINES[200] + later.reply.headers
+                       + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(half), half))
+            self._transport.write(cut)
+            self._transport.close()
+            self._closed = True
+            return
         self._transport.write(render(later.reply, keep_alive))
         if not keep_alive:
             self._transport.close()
@@ -860,6 +1003,13 @@ class _HttpProtocol(asyncio.Protocol):
             self._paused = False
             self._transport.resume_reading()
         self._process()
+
+
+def _linger_zero(transport: asyncio.Transport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 async def serve(
@@ -937,7 +1087,25 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--delay-ms", type=float, default=d.delay_ms)
     p.add_argument("--hang-rate", type=float, default=d.hang_rate)
-    p.add_argument("--drop-rate", type=float, default=d.drop_rate)
+    p.add_argument("--drop-rate", type=float, default=d.drop_rate,
+                   help="close the connection without answering (FIN)")
+    p.add_argument("--reset-rate", type=float, default=d.reset_rate,
+                   help="reset the connection without answering (RST)")
+    p.add_argument("--truncate-rate", type=float, default=d.truncate_rate,
+                   help="answer 200 with half the body (see --truncate-style)")
+    p.add_argument("--truncate-style", choices=TRUNCATE_STYLES, default=d.truncate_style,
+                   help="json: a well-framed body of cut JSON; eof: the connection closes "
+                   "mid-body; chunked: a chunked body whose last chunk never comes")
+    p.add_argument("--fault-per-request", action="store_true",
+                   help="draw every attempt's fault afresh (rates per request, not per prompt)")
+    p.add_argument("--fault-match", help="inject the rate-drawn faults only into prompts "
+                   "containing this text (the others are always answered)")
+    p.add_argument("--status-429-first", type=int, default=d.status_429_first,
+                   help="answer 429 to the first N completion requests, whatever their prompt")
+    p.add_argument("--barrier", type=int, default=d.barrier,
+                   help="hold successful replies until N requests are in flight at once")
+    p.add_argument("--barrier-timeout", type=float, default=d.barrier_timeout,
+                   help="release the barrier after this many seconds (stats say timed_out)")
     p.add_argument("--require-api-key", help="answer 401 unless 'Authorization: Bearer KEY'")
     p.add_argument("--fail-always-status", type=int, help="every completion returns this status")
     return p

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--protocol", choices=["chat_completions", "completions", "responses"])
     run.add_argument("--system-prompt", help="system prompt sent with every request")
     run.add_argument("--max-concurrent", type=int, help="concurrent requests per service")
+    run.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="seconds each model request may take before it is retried "
+                     "(overrides every service's and benchmark's `timeout`)")
     run.add_argument("--shards", type=int, help="split each benchmark into N shards")
     run.add_argument("-o", "--output-dir", help="output directory (default ./nel-results)")
     run.add_argument("--resume", action="store_true", default=True,
@@ -91,6 +94,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
             svc["protocol"] = args.protocol
         if args.max_concurrent:
             svc["max_concurrent"] = args.max_concurrent
+        if args.timeout is not None:
+            svc["timeout"] = args.timeout
     for b in data["benchmarks"]:
         if args.repeats is not None:
             b["repeats"] = args.repeats
@@ -102,6 +107,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
             b["system_prompt"] = args.system_prompt
         if args.shards:
             b["shards"] = args.shards
+        if args.timeout is not None:
+            b["timeout"] = args.timeout
     if args.output_dir:
         data.setdefault("output", {})["dir"] = args.output_dir
     return load_config(data=data)

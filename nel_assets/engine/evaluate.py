@@ -201,9 +201,11 @@ def bench_config(cfg: NelConfig, name: str) -> BenchmarkConfig:
     raise NelError(f"benchmark {name!r} is not in the config")
 
 
-def make_client(service: ServiceConfig, base_url: str | None = None) -> ModelClient:
-    """A model client for a service (the URL may come from a launched service)."""
-    return client_for_service(service, base_url)
+def make_client(service: ServiceConfig, base_url: str | None = None, *,
+                timeout: float | None = None) -> ModelClient:
+    """A model client for a service (the URL may come from a launched service); `timeout`
+    is the benchmark's own, which overrides the service's."""
+    return client_for_service(service, base_url, timeout=timeout)
 
 
 @dataclass
@@ -257,7 +259,7 @@ def evaluate_shard(
         spec = ShardSpec(benchmark=bench.name, model=model, model_id=svc.model or svc_name,
                          shard=shard, indices=idx, repeats=bench.repeats, run_id=run_id,
                          system_prompt=system_prompt_for(bench, svc), protocol=svc.protocol)
-        async with make_client(svc, base_url) as client, make_judge(cfg, bench, svc_name) as judge:
+        async with make_client(svc, base_url, timeout=bench.timeout) as client, make_judge(cfg, bench, svc_name) as judge:
             spec.judge = judge
             if idx:
                 await client.check()

@@ -3,6 +3,10 @@
 A fixed pool of worker coroutines pulls work items from one iterator: no task per sample,
 no per-sample validation, rows are plain dicts. Finished rows go to the journal; samples
 already journaled (a resumed run) are never requested again.
+
+There are more workers than request slots: the client holds a slot only while a request
+is on the wire, so while some samples wait out a back-off (Retry-After, jitter) the other
+workers keep every slot busy instead of the run idling.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from nel_assets.engine.journal import Journal
 from nel_resources.model_client import AuthError, ModelClient, ModelError
 
 RETRYABLE_FAILURES = frozenset({"timeout", "rate_limit", "error", "auth", "judge_error"})
+# Workers per request slot: up to (this - 1) x slots samples can sit in a back-off while
+# every slot still has a request on the wire.
+WORKERS_PER_SLOT = 4
 
 
 class JudgeError(Exception):
@@ -225,7 +232,9 @@ async def run_shard(
             if on_progress is not None:
                 on_progress(1)
 
-    n_workers = max(1, concurrency or client.max_concurrent)
+    slots = max(1, concurrency or client.max_concurrent)
+    n_items = sum(1 for idx in spec.indices for r in range(spec.repeats) if f"{idx}:{r}" not in done)
+    n_workers = max(1, min(slots * WORKERS_PER_SLOT, n_items))
     try:
         await asyncio.gather(*(worker() for _ in range(n_workers)))
     finally:

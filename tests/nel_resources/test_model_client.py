@@ -12,6 +12,7 @@ from nel_resources.model_client import (
     EndpointUnreachableError,
     ModelClient,
     ModelError,
+    ModelResponse,
     normalize_base_url,
 )
 from nel_resources.processes import free_port
@@ -204,22 +205,121 @@ def test_raw_client_reads_chunked_and_close_delimited_bodies() -> None:
         assert run(go()) == ["#### 7"] * 3
 
 
-def test_adaptive_concurrency_backs_off_on_429_and_recovers(reference_server) -> None:
-    url = reference_server(status_429_rate=0.5, retry_after=0, fail_attempts=1, delay_ms=5)
+def test_backoff_recovers_by_time_without_any_success(reference_server, server_stats) -> None:
+    """Every request is refused for a while, then the server answers but holds each reply
+    until 16 requests are in flight at once. The client must really send less while it is
+    refused (one at a time by the end), then grow back to 16 in flight with no success to
+    go by: permits handed back only after successes would keep the barrier closed."""
+    # Every answer takes 20 ms, so the server sees how many requests are in flight at once.
+    url = reference_server(status_429_first=150, retry_after=0.05, delay_ms=20, barrier=16,
+                           barrier_timeout=60)
 
-    async def go() -> tuple[int, int, int]:
-        async with ModelClient(url, max_concurrent=16, max_retries=4, retry_backoff=0.01,
-                               transport=TRANSPORT) as c:
+    async def go() -> tuple[list[ModelResponse], int]:
+        async with ModelClient(url, max_concurrent=16, max_retries=100, retry_backoff=0.01,
+                               max_backoff=0.05, adapt_window=0.1, transport=TRANSPORT) as c:
             out = await asyncio.gather(*(c.generate([{"role": "user", "content": f"p{i}"}])
-                                         for i in range(64)))
-            low = c.effective_concurrency
-            assert all(r.content for r in out)  # every request got through in the end
-            # a healthy stretch hands the withheld permits back (prompts already answered
-            # once are never throttled again by the reference server)
-            for i in range(200):
-                await c.generate([{"role": "user", "content": f"p{i % 64}"}])
-            return c.concurrency_cuts, low, c.effective_concurrency
+                                         for i in range(16)))
+            return out, c.concurrency_cuts
 
-    cuts, low, after = run(go())
-    assert cuts >= 1 and low < 16
-    assert after > low
+    out, cuts = run(go())
+    st = server_stats(url)
+    assert st["faults"] == {"429_first": 150} and st["by_status"]["429"] == 150
+    early, late = st["first_429_in_flight"][:16], st["first_429_in_flight"][100:]
+    assert max(early) == 16  # it started at full concurrency
+    assert cuts >= 1 and max(late) == 1, (
+        f"the client kept sending while refused (in flight at the last 429s: {late[-10:]})")
+    assert st["barrier"] == "opened", (
+        f"the client never had 16 requests in flight again before any success "
+        f"(barrier {st['barrier']}, max in flight {st['max_in_flight']})")
+    assert st["max_in_flight"] == 16 and all(r.content for r in out)
+
+
+def test_a_few_429s_among_successes_keep_full_concurrency(reference_server) -> None:
+    """Random 429s on 5% of requests are single refusals, not overload: no cut."""
+    url = reference_server(status_429_rate=0.05, retry_after=0, fault_per_request=True,
+                           fail_attempts=2, delay_ms=2)
+
+    async def go() -> tuple[int, int]:
+        async with ModelClient(url, max_concurrent=16, retry_backoff=0.01, adapt_window=0.05,
+                               transport=TRANSPORT) as c:
+            await asyncio.gather(*(c.generate([{"role": "user", "content": f"q{i}"}])
+                                   for i in range(600)))
+            return c.concurrency_cuts, c.effective_concurrency
+
+    assert run(go()) == (0, 16)
+
+
+@pytest.mark.parametrize("style", ["json", "eof", "chunked"])
+def test_truncated_200_is_retried_and_succeeds(reference_server, server_stats, style: str) -> None:
+    """A 200 whose body is cut (bad JSON, EOF mid-body, a missing last chunk) is a
+    transport error: retried, and the retry's answer is used."""
+    url = reference_server(truncate_rate=1.0, truncate_style=style, fail_attempts=1,
+                           default_content="#### 42")
+    r, c = run(_one(url, max_retries=2, retry_backoff=0.01))
+    assert isinstance(r, ModelResponse), f"truncated 200 ({style}) was not retried: {r}"
+    assert r.content == "#### 42" and r.attempts == 2 and c.requests_sent == 2
+    st = server_stats(url)
+    assert st["faults"] == {"truncate": 1} and st["by_endpoint"]["/v1/chat/completions"] == 2
+
+
+def test_every_attempt_on_the_wire_is_counted_under_resets(reference_server, server_stats) -> None:
+    """Resets and drops on reused keep-alive connections: the client's count of requests
+    sent equals what the server received, and every sample still gets its answer."""
+    url = reference_server(reset_rate=0.2, drop_rate=0.1, fault_per_request=True, fail_attempts=3)
+
+    async def go() -> tuple[list[ModelResponse], int]:
+        async with ModelClient(url, max_concurrent=8, max_retries=5, retry_backoff=0.001,
+                               transport=TRANSPORT) as c:
+            out = await asyncio.gather(*(c.generate([{"role": "user", "content": f"r{i}"}])
+                                         for i in range(300)))
+            return out, c.requests_sent
+
+    out, sent = run(go())
+    st = server_stats(url)
+    assert st["faults"].get("reset", 0) > 20 and st["faults"].get("drop", 0) > 10
+    assert sent == st["by_endpoint"]["/v1/chat/completions"], (
+        f"client counted {sent} requests, the server received "
+        f"{st['by_endpoint']['/v1/chat/completions']}")
+    assert sum(r.attempts for r in out) == sent and all(r.content for r in out)
+
+
+def test_hung_requests_cost_one_timeout_while_others_flow(reference_server, server_stats) -> None:
+    """Two requests hang; with a short timeout each costs one timeout and a retry, and the
+    other slots serve every other request meanwhile."""
+    url = reference_server(hang_rate=1.0, fail_attempts=1, fault_match="hang")
+    done: list[str] = []
+
+    async def go() -> list[ModelResponse]:
+        async with ModelClient(url, max_concurrent=4, timeout=2.0, retry_backoff=0.01,
+                               transport=TRANSPORT) as c:
+            async def one(p: str) -> ModelResponse:
+                r = await c.generate([{"role": "user", "content": p}])
+                done.append(p)
+                return r
+            return await asyncio.gather(*(one(p) for p in
+                                          ["hang 1", "hang 2", *(f"quick {i}" for i in range(60))]))
+
+    out = run(go())
+    assert server_stats(url)["faults"] == {"hang": 2}
+    assert [r.attempts for r in out[:2]] == [2, 2] and all(r.attempts == 1 for r in out[2:])
+    assert set(done[-2:]) == {"hang 1", "hang 2"}, (
+        f"requests waited behind the hung ones: completion order {done[:5]}...")
+
+
+def test_backoff_sleep_holds_no_slot(reference_server) -> None:
+    """With one slot, a sample told to retry after 3 s must not hold that slot while it
+    waits: every other sample is answered first."""
+    url = reference_server(status_429_rate=1.0, retry_after=3, fail_attempts=1, fault_match="wait")
+    done: list[str] = []
+
+    async def go() -> list[ModelResponse]:
+        async with ModelClient(url, max_concurrent=1, retry_backoff=0.01, transport=TRANSPORT) as c:
+            async def one(p: str) -> ModelResponse:
+                r = await c.generate([{"role": "user", "content": p}])
+                done.append(p)
+                return r
+            return await asyncio.gather(*(one(p) for p in ["wait", *(f"go {i}" for i in range(30))]))
+
+    out = run(go())
+    assert out[0].attempts == 2
+    assert done[-1] == "wait", f"the slot sat idle during the back-off: order {done[:5]}..."

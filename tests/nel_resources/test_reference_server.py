@@ -357,3 +357,114 @@ def test_start_reference_server_api_rejects_unknown_options() -> None:
         assert "listening on 127.0.0.1:" in proc.log_tail()
     finally:
         proc.stop()
+
+
+def _raw_exchange(base: str, prompt: str) -> tuple[bytes, bool]:
+    """Send one chat request on a fresh socket; return (every byte received, closed by server)."""
+    url = urlsplit(base)
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}]}).encode()
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(_raw_post(url.netloc, "/v1/chat/completions", body))
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                return data, False  # still open: the server meant to keep it alive
+            if not chunk:
+                return data, True
+            data += chunk
+            if b"\r\n\r\n" in data and b"content-length:" in data.lower():
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                if len(rest) >= length:
+                    return data, False
+
+
+@pytest.mark.parametrize("style", ["json", "eof", "chunked"])
+def test_truncated_200_bodies(reference_server: StartServer, style: str) -> None:
+    base = reference_server(truncate_rate=1.0, truncate_style=style)
+    data, closed = _raw_exchange(base, "cut me")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(body)
+    if style == "json":  # well framed, keep-alive: only the JSON is cut
+        assert not closed and f"content-length: {len(body)}".encode() in head.lower()
+    elif style == "eof":  # fewer bytes than announced, then the server closes
+        assert closed and int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]) > len(body)
+    else:  # one chunk, then the connection closes before the terminating 0 chunk
+        assert closed and b"transfer-encoding: chunked" in head.lower()
+        assert not body.endswith(b"0\r\n\r\n")
+    assert chat(base, "cut me")[0] == 200  # the retry gets the whole answer
+    stats = server_stats(base)
+    assert stats["faults"] == {"truncate": 1} and stats["fault_log"] == {"cut me": ["truncate"]}
+
+
+def test_reset_closes_with_rst(reference_server: StartServer) -> None:
+    base = reference_server(reset_rate=1.0)
+    with pytest.raises(ConnectionResetError):
+        _raw_exchange(base, "reset me")
+    assert chat(base, "reset me")[0] == 200
+    stats = server_stats(base)
+    assert stats["faults"] == {"reset": 1} and stats["by_endpoint"]["/v1/chat/completions"] == 2
+    assert stats["in_flight"] == 0
+
+
+def test_fault_per_request_draws_each_attempt(reference_server: StartServer) -> None:
+    """Per prompt: a prompt fails its first attempts or never. Per request: any attempt
+    within --fail-attempts may fail, after a success too, identically on every server."""
+    prompts = [f"p{i}" for i in range(20)]
+    seqs = []
+    for _ in range(2):
+        base = reference_server(fail_rate=0.5, fault_per_request=True, fail_attempts=6)
+        seqs.append([[chat(base, p)[0] for _ in range(8)] for p in prompts])
+    assert seqs[0] == seqs[1]
+    assert all(s[6:] == [200, 200] for s in seqs[0])  # past --fail-attempts: always answered
+    assert any(500 in s[s.index(200):6] for s in seqs[0] if 200 in s[:6])
+    base = reference_server(fail_rate=0.5, fail_attempts=6)
+    per_prompt = [[chat(base, p)[0] for _ in range(8)] for p in prompts]
+    assert all(len(set(s[:6])) == 1 for s in per_prompt)
+
+
+def test_fault_match_limits_faults_to_matching_prompts(reference_server: StartServer) -> None:
+    base = reference_server(fail_rate=1.0, fault_match="flaky")
+    assert [chat(base, p)[0] for p in ("a flaky one", "steady", "flaky again")] == [500, 200, 500]
+
+
+def test_status_429_first_refuses_the_first_n_requests(reference_server: StartServer) -> None:
+    base = reference_server(status_429_first=3, retry_after=0.5)
+    statuses = [chat(base, p) for p in ("a", "b", "a", "c", "a")]
+    assert [s[0] for s in statuses] == [429, 429, 429, 200, 200]
+    assert statuses[0][1]["retry-after"] == "0.5"
+    stats = server_stats(base)
+    assert stats["faults"] == {"429_first": 3} and stats["first_429_in_flight"] == [1, 1, 1]
+
+
+def _wait_stats(base: str, what: str, ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        stats = server_stats(base)
+        if ok(stats):
+            return stats
+        assert time.monotonic() < deadline, f"server never reported {what}: {stats}"
+        time.sleep(0.01)
+
+
+def test_barrier_holds_replies_until_n_in_flight(reference_server: StartServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = reference_server(barrier=3)
+    with ThreadPoolExecutor(3) as pool:
+        first = [pool.submit(chat, base, f"q{i}") for i in range(2)]
+        stats = _wait_stats(base, "2 requests in flight", lambda s: s["in_flight"] == 2)
+        assert stats["barrier"] == "closed" and not any(f.done() for f in first)
+        third = pool.submit(chat, base, "q2")
+        assert [f.result()[0] for f in [*first, third]] == [200, 200, 200]
+    stats = server_stats(base)
+    assert stats["barrier"] == "opened" and stats["max_in_flight"] == 3 and stats["in_flight"] == 0
+    assert chat(base, "later")[0] == 200  # once open, it stays open
+
+    base = reference_server(barrier=5, barrier_timeout=0.2)
+    assert chat(base, "alone")[0] == 200
+    assert server_stats(base)["barrier"] == "timed_out"
