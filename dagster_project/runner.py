@@ -95,6 +95,8 @@ class BenchOutcome:
     exports: dict[str, str] = field(default_factory=dict)
     # model -> what was missing or torn in its bundle/report/exports (rebuilt from the store)
     artifacts_rebuilt: dict[str, list[str]] = field(default_factory=dict)
+    # "model/shard" -> why it ran (the planner's reason, e.g. "3 failed samples to retry")
+    run_reasons: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -362,6 +364,7 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
                             write_json_atomic(version_file, {"version": version})
                             refresh_dataset = False
                         oc.shards_run.append((t.model, t.shard))
+                        oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
                         oc.requests_sent += _metadata_int(r, "requests_sent")
                 finally:
                     ev.set_progress_hook(None)

@@ -159,6 +159,8 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
             "requests_sent": sum(o.requests_sent for o in summary.benchmarks), "results": rows,
             "artifacts_rebuilt": {f"{o.benchmark}/{m}": v for o in summary.benchmarks
                                   for m, v in getattr(o, "artifacts_rebuilt", {}).items()},
+            "shards_run_because": {f"{o.benchmark}/{k}": v for o in summary.benchmarks
+                                   for k, v in getattr(o, "run_reasons", {}).items()},
             "gates": summary.gates}
     if as_json:
         print(json.dumps(info, indent=2))
@@ -182,6 +184,9 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     con.print(t)
     con.print(f"shards run {info['shards_run']}, up to date {info['shards_fresh']}, "
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
+    for what, why in info["shards_run_because"].items():
+        if why.endswith("to retry"):
+            con.print(f"retried {what}: {why}", markup=False, highlight=False)
     for what, issues in info["artifacts_rebuilt"].items():
         con.print(f"rebuilt {what} from the store ({'; '.join(issues)})", markup=False, highlight=False)
     con.print(f"results: {info['output_dir']}", markup=False)

@@ -119,6 +119,7 @@ def test_a_rerun_retries_the_failed_samples_and_only_those(
 
     s2 = summary_json(run_nel(*args, env=env))
     assert s2["shards_run"] == 1 and s2["requests_sent"] == len(failed)
+    assert s2["shards_run_because"] == {"gsm8k/default/0": f"{len(failed)} failed samples to retry"}
     after = server_stats(url)["prompts"]
     asked = {p for p, c in after.items() if c > before.get(p, 0)}
     failed_prompts = {p for p in before for sid in failed if first[sid]["prompt"] in p}
