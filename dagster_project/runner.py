@@ -93,6 +93,10 @@ class BenchOutcome:
     requests_sent: int = 0
     bundles: dict[str, dict[str, Any]] = field(default_factory=dict)
     exports: dict[str, str] = field(default_factory=dict)
+    # model -> what was missing or torn in its bundle/report/exports (rebuilt from the store)
+    artifacts_rebuilt: dict[str, list[str]] = field(default_factory=dict)
+    # "model/shard" -> why it ran (the planner's reason, e.g. "3 failed samples to retry")
+    run_reasons: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,8 +213,12 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
                     p.unlink()
         todo = [t for t in tasks if t.stale or not resume]
         plans.append((bench, tasks, todo))
-    needs_bundle = shard_only is None and any(
-        store.read_bundle(b.name, t.model) is None for b, tasks, _ in plans for t in tasks)
+    # Every run checks every artifact (cheaply) and rebuilds missing or torn ones from the
+    # store: a rebuild runs the bundle job only, never a model request.
+    artifact_issues = {} if shard_only is not None else {
+        (b.name, m): ev.artifact_problems(store, b.name, m)
+        for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
+    needs_bundle = any(artifact_issues.values())
     needs_compare = shard_only is None and bool(cfg.comparison.baseline) and _missing_comparisons(cfg, store)
     needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans)
 
@@ -219,7 +227,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     gates: dict[str, dict[str, Any]] = {}
     if needs_dagster:
         n_runs = _materialize(cfg, store, home, plans, progress=progress, shard_only=shard_only,
-                              outcomes=outcomes, gates=gates)
+                              outcomes=outcomes, gates=gates, artifact_issues=artifact_issues)
     else:
         outcomes = [BenchOutcome(b.name, shards_total=len(tasks), shards_fresh=len(tasks))
                     for b, tasks, _ in plans]
@@ -240,13 +248,16 @@ def _missing_comparisons(cfg: NelConfig, store: Any) -> bool:
     from nel_resources.store import slugify
 
     baseline = slugify(cfg.comparison.baseline or "")
-    return any(not (comparison_dir(store.root, slugify(s)) / "regression.json").exists()
+    from nel_assets.engine.artifacts import json_problem
+
+    return any(json_problem(comparison_dir(store.root, slugify(s)) / "regression.json") is not None
                for b in cfg.benchmarks for s in b.service_names(cfg.services) if slugify(s) != baseline)
 
 
 def _stored_gates(cfg: NelConfig, store: Any) -> dict[str, dict[str, Any]]:
     """The gate decisions already on disk (an up-to-date rerun reports them too)."""
     from nel_assets.comparison_assets import comparison_dir
+    from nel_assets.engine.artifacts import read_json
     from nel_resources.store import slugify
 
     out: dict[str, dict[str, Any]] = {}
@@ -255,8 +266,9 @@ def _stored_gates(cfg: NelConfig, store: Any) -> dict[str, dict[str, Any]]:
         for s in b.service_names(cfg.services):
             m = slugify(s)
             p = comparison_dir(store.root, m) / "regression.json"
-            if m != baseline and m not in out and p.exists():
-                g = json.loads(p.read_text()).get("gate") or {}
+            doc = read_json(p) if m != baseline and m not in out else None
+            if isinstance(doc, dict):
+                g = doc.get("gate") or {}
                 out[m] = {"decision": g.get("decision"), "baseline": baseline, "details": {}}
     return out
 
@@ -282,7 +294,8 @@ def build_runner_defs(cfg: NelConfig, resources: dict[str, Any]) -> Any:
 
 def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, list[Any], list[Any]]],
                  *, progress: bool, shard_only: tuple[int, int] | None,
-                 outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]]) -> int:
+                 outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]],
+                 artifact_issues: dict[tuple[str, str], list[str]]) -> int:
     """Materialize the stale partitions of every benchmark; returns the number of runs."""
     import warnings
 
@@ -351,15 +364,19 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
                             write_json_atomic(version_file, {"version": version})
                             refresh_dataset = False
                         oc.shards_run.append((t.model, t.shard))
+                        oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
                         oc.requests_sent += _metadata_int(r, "requests_sent")
                 finally:
                     ev.set_progress_hook(None)
             if shard_only is None:
                 changed = {m for m, _ in oc.shards_run}
                 for m in models:
-                    if m in changed or store.read_bundle(bench.name, m) is None:
+                    issues = artifact_issues.get((bench.name, m))
+                    if m in changed or issues:
                         run(jobs["bundle"], m, f"{bench.name} {m} bundle")
                         rebuilt.add(m)
+                        if issues and m not in changed:
+                            oc.artifacts_rebuilt[m] = issues
             outcomes.append(oc)
         if shard_only is None and cfg.comparison.baseline:
             n_runs += _compare(cfg, defs, instance, store, rebuilt, gates)
@@ -379,7 +396,9 @@ def _compare(cfg: NelConfig, defs: Any, instance: Any, store: Any, rebuilt: set[
                         - {baseline})
     runs = 0
     for m in candidates:
-        done = (comparison_dir(store.root, m) / "regression.json").exists()
+        from nel_assets.engine.artifacts import json_problem
+
+        done = json_problem(comparison_dir(store.root, m) / "regression.json") is None
         if done and m not in rebuilt and baseline not in rebuilt:
             continue
         r = defs.resolve_job_def("nel_comparison").execute_in_process(

@@ -20,9 +20,10 @@ import orjson
 import pyarrow as pa
 
 from nel_assets.engine import evaluate as ev
+from nel_assets.engine.journal import JournalWriteError
 from nel_resources.config import BenchmarkConfig, NelConfig
 from nel_resources.resources import ModelService, ResultStoreResource
-from nel_resources.store import asset_name, slugify, write_parquet_atomic
+from nel_resources.store import asset_name, slugify, write_parquet_atomic, write_text_atomic
 
 MODEL_PARTITIONS = dg.DynamicPartitionsDefinition(name="model")
 
@@ -127,8 +128,12 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
         store = context.resources.nel_store.store()
         svc_name, _ = ev.service_by_model(cfg, model)
         service: ModelService = getattr(context.resources, service_resource_key(svc_name))
-        out = ev.evaluate_shard(cfg, store, bench, model, shard, run_id=context.run_id[:12],
-                                base_url=service.url)
+        try:
+            out = ev.evaluate_shard(cfg, store, bench, model, shard, run_id=context.run_id[:12],
+                                    base_url=service.url)
+        except JournalWriteError as exc:
+            # A full disk is the user's to fix: one line saying so, not a stack trace.
+            raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
         context.log.info(f"{bench.name} {model} shard {shard}: {out.n_rows} rows, "
                          f"{out.requests_sent} requests, {out.reused_from_journal} reused from journal")
         return dg.MaterializeResult(
@@ -172,8 +177,7 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
             raise dg.Failure(f"no bundle for {bench.name}/{context.partition_key}")
         text = render_markdown([b_])
         d = store.report_dir(bench.name, context.partition_key)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "report.md").write_text(text)
+        write_text_atomic(d / "report.md", text)
         return dg.MaterializeResult(metadata={"report": dg.MetadataValue.md(text[:20000]),
                                               "path": dg.MetadataValue.path(str(d / "report.md"))})
 

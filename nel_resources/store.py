@@ -47,6 +47,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file via a temp file + rename (a crash never leaves a torn file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     """Write one Parquet file via a temp name + rename (never a partial file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +105,21 @@ class ResultStore:
             return json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
             return None
+
+    def shard_records(self, bench: str, model: str) -> dict[int, dict[str, Any]]:
+        """Fingerprint records of every committed shard of (benchmark, model), by shard.
+
+        The same shards `read_shards` reads: a Parquet file with its commit marker.
+        """
+        base = self.bench_dir(bench) / "shard_results" / f"model={model}"
+        out: dict[int, dict[str, Any]] = {}
+        if base.exists():
+            for d in base.glob("shard=*"):
+                s = int(d.name.split("=", 1)[1])
+                rec = self.shard_fingerprint(bench, model, s)
+                if rec is not None:
+                    out[s] = rec
+        return dict(sorted(out.items()))
 
     def write_shard(self, bench: str, model: str, shard: int, table: pa.Table,
                     fingerprint: dict[str, Any]) -> Path:

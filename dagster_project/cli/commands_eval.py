@@ -165,6 +165,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
             "shards_run": sum(len(o.shards_run) for o in summary.benchmarks),
             "shards_fresh": sum(o.shards_fresh for o in summary.benchmarks),
             "requests_sent": sum(o.requests_sent for o in summary.benchmarks), "results": rows,
+            "artifacts_rebuilt": {f"{o.benchmark}/{m}": v for o in summary.benchmarks
+                                  for m, v in getattr(o, "artifacts_rebuilt", {}).items()},
+            "shards_run_because": {f"{o.benchmark}/{k}": v for o in summary.benchmarks
+                                   for k, v in getattr(o, "run_reasons", {}).items()},
             "gates": summary.gates}
     if as_json:
         print(json.dumps(info, indent=2))
@@ -185,6 +189,11 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     con.print(t)
     con.print(f"shards run {info['shards_run']}, up to date {info['shards_fresh']}, "
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
+    for what, why in info["shards_run_because"].items():
+        if why.endswith("to retry"):
+            con.print(f"retried {what}: {why}", markup=False, highlight=False)
+    for what, issues in info["artifacts_rebuilt"].items():
+        con.print(f"rebuilt {what} from the store ({'; '.join(issues)})", markup=False, highlight=False)
     con.print(f"results: {info['output_dir']}", markup=False)
     con.print(f"Dagster UI: DAGSTER_HOME={info['dagster_home']} "
               f"NEL_CONFIG={info['output_dir']}/nel-config.yaml dagster dev -m dagster_project.definitions",

@@ -18,6 +18,13 @@ import orjson
 from benchmarks import EvalEnvironment, get_benchmark
 from benchmarks.errors import NelError
 from benchmarks.plugins import load_module
+from nel_assets.engine.artifacts import (
+    json_problem,
+    jsonl_problem,
+    parquet_problem,
+    read_json,
+    text_problem,
+)
 from nel_assets.engine.bundle import build_bundle, bundle_row
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
@@ -26,7 +33,7 @@ from nel_assets.engine.sharding import select_problems, shard_bounds
 from nel_resources.config import BenchmarkConfig, NelConfig, ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
 from nel_resources.schema import rows_to_table
-from nel_resources.store import ResultStore, slugify
+from nel_resources.store import ResultStore, slugify, write_text_atomic
 
 _ENV_CACHE: dict[str, EvalEnvironment] = {}
 _PROGRESS_HOOK: Callable[[int], None] | None = None
@@ -126,10 +133,23 @@ class ShardTask:
     fingerprint: str
     stored: dict[str, Any] | None = None
     seeds_digest: str = ""
+    n_failed: int = 0  # stored samples whose request failed (a rerun retries them)
 
     @property
     def stale(self) -> bool:
-        return self.stored is None or self.stored.get("fingerprint") != self.fingerprint
+        """Must run: no results yet, changed inputs, or failed samples to retry."""
+        return self.reason is not None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the shard must run (None when it is up to date)."""
+        if self.stored is None:
+            return "no results yet"
+        if self.stored.get("fingerprint") != self.fingerprint:
+            return "inputs changed"
+        if self.n_failed:
+            return f"{self.n_failed} failed sample{'s' if self.n_failed != 1 else ''} to retry"
+        return None
 
 
 def shard_fingerprint(env: EvalEnvironment, bench: BenchmarkConfig, service: ServiceConfig,
@@ -173,9 +193,31 @@ def plan(cfg: NelConfig, store: ResultStore, bench: BenchmarkConfig) -> list[Sha
             return out
 
         for s, (idx, fp, digest) in enumerate(asyncio.run(fingerprints())):
-            tasks.append(ShardTask(bench.name, model, s, total, idx, fp,
-                                   store.shard_fingerprint(bench.name, model, s), digest))
+            stored = store.shard_fingerprint(bench.name, model, s)
+            tasks.append(ShardTask(bench.name, model, s, total, idx, fp, stored, digest,
+                                   stored_failures(store, bench.name, model, s, stored)))
     return tasks
+
+
+def stored_failures(store: ResultStore, bench: str, model: str, shard: int,
+                    record: dict[str, Any] | None) -> int:
+    """Failed samples (request errors) in a committed shard; 0 when there is none.
+
+    Shards written before the count was recorded have it read from the Parquet `error`
+    column (one column, cheap).
+    """
+    if record is None:
+        return 0
+    n = record.get("n_failed")
+    if isinstance(n, int):
+        return n
+    import pyarrow.parquet as pq
+
+    try:
+        col = pq.read_table(store.shard_path(bench, model, shard), columns=["error"]).column("error")
+    except (OSError, KeyError, ValueError):
+        return 0
+    return col.length() - col.null_count
 
 
 def dataset_version(tasks: list[ShardTask]) -> str:
@@ -245,7 +287,7 @@ def evaluate_shard(
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
     from nel_assets.engine.judging import make_judge
-    from nel_assets.engine.loop import ShardSpec, run_shard
+    from nel_assets.engine.loop import ShardSpec, needs_retry, run_shard
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
@@ -254,7 +296,14 @@ def evaluate_shard(
         jpath = store.journal_path(bench.name, model, shard, fp)
         if not resume:
             jpath.unlink(missing_ok=True)
-        prior = len(Journal.replay(jpath))
+        # A committed shard with the same inputs is rerun only for its failed samples: its
+        # other rows are kept as they are, and only the failed ones are requested again.
+        reuse: list[dict[str, Any]] = []
+        stored = store.shard_fingerprint(bench.name, model, shard) if resume else None
+        if stored is not None and stored.get("fingerprint") == fp:
+            reuse = [r for r in store.read_shards(bench.name, model, [shard]).to_pylist()
+                     if not needs_retry(r)]
+        prior = len(Journal.replay(jpath)) + len(reuse)
         journal = Journal(jpath)
         spec = ShardSpec(benchmark=bench.name, model=model, model_id=svc.model or svc_name,
                          shard=shard, indices=idx, repeats=bench.repeats, run_id=run_id,
@@ -264,7 +313,8 @@ def evaluate_shard(
             if idx:
                 await client.check()
             try:
-                rows = await run_shard(env, client, spec, journal=journal, on_progress=on_progress)
+                rows = await run_shard(env, client, spec, journal=journal, reuse=reuse,
+                                       on_progress=on_progress)
             finally:
                 await env.close()  # remote (gym://) environments hold an HTTP session
             return rows, client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
@@ -276,8 +326,10 @@ def evaluate_shard(
     ).hexdigest()[:16]
     rewards = [r["reward"] for r in rows if r.get("reward") is not None]
     n_err = sum(1 for r in rows if r.get("error") is not None)
+    n_failed = sum(1 for r in rows if needs_retry(r))
     path = store.write_shard(bench.name, model, shard, table, {
         "fingerprint": fp, "data_version": data_version, "n_rows": len(rows), "run_id": run_id,
+        "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench.name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
     })
@@ -287,9 +339,22 @@ def evaluate_shard(
                         time.perf_counter() - t0)
 
 
+def export_eval_id(bench_name: str, model: str, run_ids: list[str]) -> str:
+    """The id in `eval-<id>.json`: changes whenever the runs behind the bundle change."""
+    return hashlib.sha256(f"{bench_name}:{model}:{','.join(run_ids)}".encode()).hexdigest()[:12]
+
+
+def _shard_versions(store: ResultStore, bench_name: str, model: str) -> dict[str, str]:
+    return {str(s): str(rec.get("data_version")) for s, rec in store.shard_records(bench_name, model).items()}
+
+
 def build_model_bundle(cfg: NelConfig | None, store: ResultStore, bench_name: str,
                        model: str) -> tuple[dict[str, Any], dict[str, Path]]:
-    """Read every committed shard of (benchmark, model), write bundle, report and exports."""
+    """Read every committed shard of (benchmark, model), write report, exports and bundle.
+
+    Every file is written atomically, and the bundle last: it records the shard versions it
+    was built from, so `artifact_problems` can tell a bundle left behind by a crash.
+    """
     table = store.read_shards(bench_name, model)
     if table.num_rows == 0:
         raise NelError(f"{bench_name}/{model}: no shard results to bundle yet")
@@ -304,17 +369,52 @@ def build_model_bundle(cfg: NelConfig | None, store: ResultStore, bench_name: st
             pass
     present = sorted({int(s) for s in table.column("shard").to_pylist()})
     extra = {"shards_expected": expected_shards,
-             "complete": expected_shards is None or present == list(range(expected_shards))}
+             "complete": expected_shards is None or present == list(range(expected_shards)),
+             "shard_versions": _shard_versions(store, bench_name, model)}
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
-    store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
-    rdir = store.report_dir(bench_name, model)
-    rdir.mkdir(parents=True, exist_ok=True)
-    (rdir / "report.md").write_text(render_markdown([bundle]))
-    eval_id = hashlib.sha256(
-        f"{bench_name}:{model}:{','.join(bundle['run_ids'])}".encode()).hexdigest()[:12]
+    write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
+    eval_id = export_eval_id(bench_name, model, bundle["run_ids"])
     summary = {}
     if cfg is not None:
         summary = json.loads(cfg.fingerprint_json())
     paths = write_exports(store.export_dir(bench_name, model), table, bundle,
                           eval_id=eval_id, config_summary=summary)
+    store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
     return bundle, paths
+
+
+def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[str]:
+    """What is wrong with the bundle, report and exports of (benchmark, model).
+
+    Empty when every artifact exists, is complete and matches the committed shards. Cheap:
+    JSON parses, JSONL line counts, a Parquet footer; no request, no rewrite. A non-empty
+    answer means the bundle asset must be rebuilt from the store (`nel eval run` does that
+    without sending a model request).
+    """
+    records = store.shard_records(bench_name, model)
+    if not records:
+        return []  # nothing committed yet: the shards run first
+    bdir = store.bundle_dir(bench_name, model)
+    problems: list[str] = []
+    bundle = read_json(bdir / "bundle.json")
+    if not isinstance(bundle, dict) or "score" not in bundle:
+        problems.append(f"{bdir / 'bundle.json'}: " + (json_problem(bdir / "bundle.json") or "no score"))
+        bundle = None
+    elif bundle.get("shard_versions") != {str(s): str(r.get("data_version")) for s, r in records.items()}:
+        problems.append(f"{bdir / 'bundle.json'}: older than the shard results")
+    checks: list[tuple[Path, str | None]] = [
+        (bdir / "bundle.parquet", parquet_problem(bdir / "bundle.parquet")),
+        (store.report_dir(bench_name, model) / "report.md",
+         text_problem(store.report_dir(bench_name, model) / "report.md")),
+    ]
+    edir = store.export_dir(bench_name, model)
+    if bundle is not None:
+        ev = edir / f"eval-{export_eval_id(bench_name, model, list(bundle.get('run_ids') or []))}.json"
+        checks.append((ev, json_problem(ev, require=("metrics",))))
+    n_rows = sum(int(r.get("n_rows") or 0) for r in records.values())
+    for name in ("results.jsonl", "trajectories.jsonl"):
+        checks.append((edir / name, jsonl_problem(edir / name, n_rows)))
+    for name in ("runtime_stats.json", "failure_analysis.json"):
+        checks.append((edir / name, json_problem(edir / name)))
+    problems += [f"{path}: {why}" for path, why in checks if why is not None]
+    return problems

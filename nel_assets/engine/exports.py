@@ -1,5 +1,8 @@
 """Seed-compatible files written from the store: `eval-<id>.json`, `results.jsonl`,
-`trajectories.jsonl`, `runtime_stats.json`, `failure_analysis.json`."""
+`trajectories.jsonl`, `runtime_stats.json`, `failure_analysis.json`.
+
+Each file is written to a temp name and renamed into place, so a crash leaves either the old
+file or the new one, never a torn one (`artifacts.py` checks them on every run)."""
 
 from __future__ import annotations
 
@@ -30,8 +33,6 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
                   eval_id: str, config_summary: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write the seed-compatible files for one (benchmark, model); returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("eval-*.json"):
-        old.unlink()
     rows = table.to_pylist()
     results = [{k: r.get(k) for k in _RESULT_KEYS} for r in rows]
     # The stored JSON columns (messages, details, metadata) are spliced in as orjson
@@ -85,4 +86,9 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     _write_jsonl(paths["trajectories"], trajectories)
     write_json_atomic(paths["runtime_stats"], bundle["runtime"])
     write_json_atomic(paths["failure_analysis"], bundle["failures"])
+    # Old files go only once the new ones are in place: a crash above leaves the previous
+    # complete set, never a gap. Temp files of a writer that died are swept too.
+    for old in [*out_dir.glob("eval-*.json"), *out_dir.glob(".*.tmp*")]:
+        if old != paths["eval"]:
+            old.unlink(missing_ok=True)
     return paths

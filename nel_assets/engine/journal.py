@@ -1,19 +1,37 @@
-"""Crash-safe shard journal: finished samples appended as JSON lines with group commit.
+"""Crash-safe shard journal: finished samples appended as JSON lines.
 
-Rows are serialised on the event loop (orjson, microseconds) but written and fsynced in a
-worker thread at most every `interval` seconds, so the loop never blocks on the disk and a
-SIGKILL loses at most the last interval's samples, which a rerun then requests again.
+Two durability levels, on purpose:
+
+* **Process death (SIGKILL, OOM kill, a crash of nel):** every finished row is handed to the
+  kernel with write(2) at the end of the event-loop turn that finished it (one `os.write` of
+  the turn's rows, no fsync). The page cache survives the death of the process, so a rerun
+  never requests a sample whose row was produced before the kill; only requests still in
+  flight (at most the run's concurrency) are asked again.
+* **Machine crash / power loss:** fsync is grouped, at most every `interval` seconds, in a
+  worker thread so the event loop never waits on the disk. Such a crash loses at most the
+  rows written since the last fsync (the last `interval`, ~100 ms, of finished samples).
+
+A write or fsync that fails (a full disk, an I/O error) is recorded, not swallowed:
+`error` is set at once, the loop stops taking new work, and `raise_if_failed` turns it into
+one line saying what happened and how many samples are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from benchmarks.errors import NelError
+
+
+class JournalWriteError(NelError):
+    """The journal could not be written (disk full, I/O error): the run must stop."""
 
 
 class Journal:
@@ -22,8 +40,12 @@ class Journal:
     def __init__(self, path: Path, *, interval: float = 0.1) -> None:
         self.path = path
         self.interval = interval
+        self.error: OSError | None = None
+        self.n_lines = 0  # complete lines in the file (handed to the OS)
         self._pending: list[bytes] = []
-        self._fh: Any = None
+        self._fd: int | None = None
+        self._write_scheduled = False
+        self._unsynced = False
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -52,44 +74,96 @@ class Journal:
             if cut != len(data):
                 with open(self.path, "r+b") as f:
                     f.truncate(cut)
-        self._fh = open(self.path, "ab")
+            self.n_lines = data.count(b"\n", 0, cut)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def append(self, row: dict[str, Any]) -> None:
-        """Queue one finished row (cheap; the flusher writes it)."""
+        """Queue one finished row; it reaches the OS at the end of this event-loop turn."""
+        if self.error is not None:
+            return  # the journal is broken: the loop is stopping, nothing more is kept
         self._pending.append(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        if self._write_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # used outside a loop: write now
+            self._write_pending()
+            return
+        # call_soon runs after the callbacks already ready in this turn, so every row finished
+        # in the same turn goes out in one write(2).
+        self._write_scheduled = True
+        loop.call_soon(self._write_pending)
 
-    def _write(self, chunk: bytes) -> None:
-        self._fh.write(chunk)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+    def _write_pending(self) -> None:
+        """One write(2) of the queued rows (no fsync: the page cache survives a kill)."""
+        self._write_scheduled = False
+        if not self._pending or self._fd is None or self.error is not None:
+            return
+        chunk, self._pending = b"".join(self._pending), []
+        view = memoryview(chunk)
+        written = 0
+        try:
+            while written < len(chunk):
+                written += os.write(self._fd, view[written:])
+        except OSError as exc:
+            self.error = exc
+        # Only complete lines count; a torn tail is cut off by the next open().
+        self.n_lines += chunk.count(b"\n", 0, written)
+        self._unsynced = True
+
+    def _fsync(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    async def sync(self) -> None:
+        """fsync what was written since the last sync, off the event loop."""
+        self._write_pending()
+        if not self._unsynced or self._fd is None or self.error is not None:
+            return
+        self._unsynced = False
+        try:
+            await asyncio.to_thread(self._fsync)
+        except OSError as exc:
+            self.error = exc
 
     async def flush(self) -> None:
-        """Write and fsync what is queued, off the event loop."""
-        if self._pending and self._fh is not None:
-            chunk, self._pending = b"".join(self._pending), []
-            await asyncio.to_thread(self._write, chunk)
+        """Write and fsync everything queued (what `close` does before closing)."""
+        await self.sync()
 
     async def _run(self) -> None:
-        while not self._closed:
+        while not self._closed and self.error is None:
             await asyncio.sleep(self.interval)
-            await self.flush()
+            await self.sync()
 
     def start(self) -> None:
-        """Open the file and start the periodic group commit."""
+        """Open the file and start the periodic group fsync."""
         self.open()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        """Stop the flusher and write what is left."""
+        """Stop the flusher, write and fsync what is left. Never raises: see `error`."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.flush()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        await self.sync()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def raise_if_failed(self) -> None:
+        """Raise a one-line `JournalWriteError` if a write or fsync failed."""
+        exc = self.error
+        if exc is None:
+            return
+        reason = exc.strerror or str(exc)
+        code = f" ({exc.errno})" if exc.errno else ""
+        hint = "free some space, then rerun to continue" if exc.errno in (
+            errno.ENOSPC, errno.EDQUOT) else "rerun to continue"
+        raise JournalWriteError(f"cannot write the journal {self.path}: {reason}{code}; "
+                                f"{self.n_lines} samples kept, {hint}")
 
     def discard(self) -> None:
         """Delete the journal once its rows are safely in Parquet."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +28,15 @@ RETRYABLE_FAILURES = frozenset({"timeout", "rate_limit", "error", "auth", "judge
 # Workers per request slot: up to (this - 1) x slots samples can sit in a back-off while
 # every slot still has a request on the wire.
 WORKERS_PER_SLOT = 4
+
+
+def needs_retry(row: dict[str, Any]) -> bool:
+    """A sample whose request (or judge) failed: a rerun asks for it again.
+
+    Scored failures (a wrong answer, a refusal, an empty reply that was received) carry no
+    `error` and are final; retrying them would only re-roll the model.
+    """
+    return row.get("error") is not None or row.get("failure_category") in RETRYABLE_FAILURES
 
 
 class JudgeError(Exception):
@@ -99,18 +108,22 @@ async def run_shard(
     spec: ShardSpec,
     *,
     journal: Journal | None = None,
+    reuse: Iterable[dict[str, Any]] = (),
     concurrency: int | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate one shard and return its rows (journaled rows included, in order).
 
-    Samples already in the journal with a usable result are reused without a request;
-    journaled failures are retried.
+    Samples already in the journal, or given in `reuse` (the shard's stored rows), with a
+    usable result are kept without a request; failed requests are asked again.
     """
     done: dict[str, dict[str, Any]] = {}
+    for row in reuse:
+        if not needs_retry(row):
+            done[row["sample_id"]] = row
     if journal is not None:
         for row in Journal.replay(journal.path):
-            if row.get("failure_category") not in RETRYABLE_FAILURES:
+            if not needs_retry(row):
                 done[row["sample_id"]] = row
         journal.start()
     rows: list[dict[str, Any]] = list(done.values())
@@ -216,7 +229,9 @@ async def run_shard(
 
     async def worker() -> None:
         for idx, rep in items:
-            if fatal:
+            # A journal that cannot write (disk full) stops the run at once: every further
+            # request would be answered and then lost.
+            if fatal or (journal is not None and journal.error is not None):
                 return
             try:
                 row = await one(idx, rep)
@@ -240,6 +255,8 @@ async def run_shard(
     finally:
         if journal is not None:
             await journal.close()
+    if journal is not None:
+        journal.raise_if_failed()
     if fatal:
         raise fatal[0]
     rows.sort(key=lambda r: (r["problem_idx"], r["repeat"]))

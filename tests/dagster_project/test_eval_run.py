@@ -242,3 +242,9 @@ def test_eval_run_compares_with_the_baseline_and_reports_the_gate(
     assert p.returncode == 0 and "gate worse vs base: NO-GO" in p.stdout and "gate same vs base: GO" in p.stdout
     s2 = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", env=env))
     assert s2["dagster_runs"] == 0 and s2["gates"]["worse"]["decision"] == "NO-GO"
+    # a torn regression.json (a crash mid-write by an older writer) is rebuilt, no request sent
+    reg_path = out / "comparison" / "comparison" / "model=worse" / "regression.json"
+    reg_path.write_text(reg_path.read_text()[:100])
+    s3 = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", env=env))
+    assert s3["requests_sent"] == 0 and s3["gates"]["worse"]["decision"] == "NO-GO"
+    assert json.loads(reg_path.read_text())["gate"]["decision"] == "NO-GO"

@@ -1,0 +1,91 @@
+"""Cheap validity checks of the files a run leaves behind (bundle, report, exports).
+
+Every check is existence plus a look at what makes a file usable: JSON parses, a JSONL file
+has the expected number of complete lines and its last line parses, a Parquet footer reads.
+Each returns `None` when the file is fine, else a short reason ("missing", "torn", ...),
+so the planner can say why it rebuilds something. Nothing here sends a request or rewrites
+a file; rebuilding is the bundle asset's job. No Dagster import.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+_CHUNK = 1 << 20
+
+
+def json_problem(path: Path, *, require: tuple[str, ...] = ()) -> str | None:
+    """Why the JSON file at `path` is unusable (None if it parses and has `require` keys)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError):
+        return "torn or not JSON"
+    if require:
+        if not isinstance(data, dict):
+            return "not a JSON object"
+        absent = [k for k in require if k not in data]
+        if absent:
+            return f"lacks {', '.join(absent)}"
+    return None
+
+
+def read_json(path: Path) -> Any | None:
+    """The parsed JSON at `path`, or None when it is missing or torn."""
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def jsonl_problem(path: Path, n_lines: int) -> str | None:
+    """Why a JSONL file is unusable: missing, a torn last line, or not `n_lines` lines."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    with f:
+        count = 0
+        tail = b""
+        while chunk := f.read(_CHUNK):
+            count += chunk.count(b"\n")
+            tail = (tail + chunk)[-_CHUNK:]
+    if n_lines == 0:
+        return None if count == 0 and not tail else f"{count} lines, expected 0"
+    if not tail.endswith(b"\n"):
+        return "torn (last line incomplete)"
+    if count != n_lines:
+        return f"{count} lines, expected {n_lines}"
+    last = tail[:-1].rsplit(b"\n", 1)[-1]
+    try:
+        orjson.loads(last)
+    except orjson.JSONDecodeError:
+        return "torn (last line is not JSON)"
+    return None
+
+
+def parquet_problem(path: Path) -> str | None:
+    """Why a Parquet file is unusable (None if its footer reads)."""
+    try:
+        pq.read_metadata(path)
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
+        return f"torn ({type(exc).__name__})"
+    return None
+
+
+def text_problem(path: Path) -> str | None:
+    """Why a text artifact (report.md) is unusable: missing or empty."""
+    try:
+        return None if path.stat().st_size > 0 else "empty"
+    except FileNotFoundError:
+        return "missing"
