@@ -25,7 +25,7 @@ from nel_assets.engine.artifacts import (
     read_json,
     text_problem,
 )
-from nel_assets.engine.bundle import build_bundle, bundle_row
+from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
@@ -402,6 +402,11 @@ def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[s
         bundle = None
     elif bundle.get("shard_versions") != {str(s): str(r.get("data_version")) for s, r in records.items()}:
         problems.append(f"{bdir / 'bundle.json'}: older than the shard results")
+    elif bundle.get("bundle_version") != BUNDLE_VERSION:
+        # A bundle of an older nel (e.g. its CI from another interval method) is rebuilt so
+        # every surface shows the current statistics.
+        problems.append(f"{bdir / 'bundle.json'}: bundle format {bundle.get('bundle_version')}, "
+                        f"this nel writes {BUNDLE_VERSION}")
     checks: list[tuple[Path, str | None]] = [
         (bdir / "bundle.parquet", parquet_problem(bdir / "bundle.parquet")),
         (store.report_dir(bench_name, model) / "report.md",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -70,6 +71,8 @@ def test_missing_or_torn_artifacts_are_rebuilt_from_the_store_without_requests(
         "bundle.parquet torn": lambda: (bdir / "bundle.parquet").write_bytes(b"PAR1 not really"),
         "report missing": lambda: (store.report_dir("gsm8k", "m") / "report.md").unlink(),
         "runtime stats torn": lambda: (exp / "runtime_stats.json").write_text('{"latency_ms": {'),
+        "bundle of an older nel": lambda: (bdir / "bundle.json").write_bytes(orjson.dumps(
+            {**json.loads(originals[bdir / "bundle.json"]), "bundle_version": 1})),
     }
     for what, harm in damage.items():
         harm()
