@@ -194,6 +194,9 @@ def _storage_reason(exc: BaseException) -> str:
     line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if "disk is full" in line or "No space left" in line:
         line += " (free some space or set output.dagster_home to another disk)"
+    elif "disk I/O error" in line or "readonly database" in line:
+        # SQLite reports a write that hit a full or read-only disk this way.
+        line += " (is the Dagster home's disk full or read-only? free space or set output.dagster_home)"
     return f"{type(exc).__name__}: {line}"
 
 

@@ -147,9 +147,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_failures(summary: Any) -> None:
-    """One `error:` line per failed (benchmark, model) on stderr, naming the log."""
-    if not summary.failures:
-        return
+    """One `error:` line per failed (benchmark, model) on stderr, naming the log; one
+    `warning:` line per result that lacks some samples (scored over the rest)."""
+    for oc in summary.benchmarks:
+        for m, b in sorted(oc.bundles.items()):
+            s = b.get("score") or {}
+            if s.get("n_samples") and s.get("n_failed_samples"):
+                print(f"warning: {oc.benchmark}/{m}: {s['n_failed_samples']} samples failed and are "
+                      "not in the score (see failure_analysis.json)", file=sys.stderr)
     for f in summary.failures:
         where = f.benchmark if f.model == "*" else f"{f.benchmark}/{f.model}"
         print(f"error: {where}: {f.reason} (details: {summary.log_path})", file=sys.stderr)
