@@ -98,3 +98,17 @@ def step_failure(result: Any) -> tuple[str, str]:
         if err is not None:
             return one_line(err.cls_name, err.message), full
     return f"the Dagster run {result.run_id} failed without a step failure", ""
+
+
+_INTERRUPTS = frozenset({"DagsterExecutionInterruptedError", "KeyboardInterrupt"})
+
+
+def interrupted(result: Any) -> bool:
+    """True when a failed in-process run failed because it was interrupted (Ctrl-C)."""
+    for ev in result.get_step_failure_events():
+        err = ev.step_failure_data.error
+        while err is not None:
+            if err.cls_name in _INTERRUPTS:
+                return True
+            err = err.cause
+    return False

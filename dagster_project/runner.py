@@ -48,7 +48,13 @@ schedule_storage:
   class: SqliteScheduleStorage
   config:
     base_dir: {home}/schedules
+compute_logs:
+  module: dagster._core.storage.noop_compute_log_manager
+  class: NoOpComputeLogManager
 """
+# Why no compute-log capture: capturing a step's stdout/stderr spawns a `tail` and a Python
+# watcher process per step, and on Ctrl-C that watcher prints its own KeyboardInterrupt
+# traceback to the terminal. nel's own output and the run log say what happened.
 
 
 def save_effective_config(cfg: NelConfig, out: Path) -> Path:
@@ -499,6 +505,9 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
             raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
         n_runs += 1
         if not r.success:
+            if run_log.interrupted(r):
+                # Dagster turns Ctrl-C into a failed step; it must stop the whole run (exit 130).
+                raise KeyboardInterrupt
             reason, full = run_log.step_failure(r)
             _append_quietly(log_path, f"{what} failed (Dagster run {r.run_id}): {reason}", full)
             raise _StepFailed(reason)
@@ -620,6 +629,8 @@ def _compare(cfg: NelConfig, defs: Any, instance: Any, store: Any, rebuilt: set[
             raise _RunAborted(f"the Dagster instance failed: {_storage_reason(exc)}") from None
         runs += 1
         evals = r.get_asset_check_evaluations()
+        if not r.success and run_log.interrupted(r):
+            raise KeyboardInterrupt
         if not evals and not r.success:
             reason, full = run_log.step_failure(r)
             _append_quietly(log_path, f"comparison of {m} failed (Dagster run {r.run_id}): {reason}", full)

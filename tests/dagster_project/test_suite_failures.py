@@ -6,6 +6,8 @@ with the failed-evaluation status (4). Real reference servers, real data, real D
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -168,3 +170,35 @@ def test_help_documents_the_exit_statuses() -> None:
     assert p.returncode == 0
     for code, _ in exit_codes.TABLE:
         assert f"\n  {code:<4} " in p.stdout, code
+
+
+def test_ctrl_c_stops_the_whole_suite_with_130(tmp_path: Path, reference_server, server_stats,
+                                               data_dir: Path) -> None:
+    """Dagster turns SIGINT into a failed step; isolation must not treat it as one benchmark's
+    failure and go on with the next."""
+    url = reference_server(delay_ms=200)
+    out = tmp_path / "out"
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    journal = out / "gsm8k" / "_journal" / "model=default" / "shard=0"
+    with stdout.open("wb") as so, stderr.open("wb") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "eval", "run", "-b", "gsm8k",
+                                 "-b", "mmlu", "-m", "20", "--model-url", url, "-o", str(out), "--no-progress",
+                                 "--max-concurrent", "1"], stdout=so, stderr=se, cwd=REPO_ROOT,
+                                env=nel_env({"NEL_DATA_DIR": str(data_dir)}), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (journal.exists() and any(f.stat().st_size for f in journal.glob("*.jsonl"))):
+            assert proc.poll() is None, f"nel exited before journaling a sample:\n{stderr.read_text()}"
+            assert time.monotonic() < deadline, "no sample was journaled within 120 s"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert rc == exit_codes.INTERRUPTED, stderr.read_text()
+    assert "Traceback" not in stdout.read_text() + stderr.read_text(), stderr.read_text()
+    assert stderr.read_text().strip().splitlines()[-1] == "interrupted"
+    assert not (out / "mmlu" / "shard_results").exists()  # the next benchmark never started
+    assert server_stats(url)["by_endpoint"].get("/v1/chat/completions", 0) < 20
