@@ -271,6 +271,9 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     for bench in cfg.benchmarks:
         for svc_name in bench.service_names(cfg.services):
             check_scoring(cfg, bench, svc_name)
+            # A key variable that is not set is a config error too (not one pair's failure).
+            if svc_name in cfg.services:
+                cfg.services[svc_name].resolved_api_key()
 
     failures: list[BenchFailure] = []
     if not cfg.benchmarks:
