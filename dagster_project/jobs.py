@@ -95,6 +95,10 @@ def build_jobs(cfg: NelConfig, assets: Sequence[Any], resources: Mapping[str, An
                 context.log.info(f"{oc.benchmark}/{m}: score {s.get('mean')} "
                                  f"95% CI [{s.get('ci_low')}, {s.get('ci_high')}] ({s.get('ci_method')}) "
                                  f"n={s.get('n_items')} (fractions)")
+        # run_eval isolates failures instead of raising: the job still fails when any did.
+        if summary.failures:
+            raise dg.Failure("; ".join(f"{f.benchmark}/{f.model}: {f.reason}" for f in summary.failures)
+                             + f" (record: {summary.checkpoint_path}, tracebacks: {summary.log_path})")
 
     @dg.op(name="compare_with_baseline", description="Materialize every candidate's comparison.")
     def compare_op(context: dg.OpExecutionContext) -> None:

@@ -12,12 +12,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
+from dagster_project import exit_codes, run_log
+from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from nel_resources.config import NelConfig
 
 # One consolidated SQLite event log instead of Dagster's default database per run: a new
@@ -46,7 +48,13 @@ schedule_storage:
   class: SqliteScheduleStorage
   config:
     base_dir: {home}/schedules
+compute_logs:
+  module: dagster._core.storage.noop_compute_log_manager
+  class: NoOpComputeLogManager
 """
+# Why no compute-log capture: capturing a step's stdout/stderr spawns a `tail` and a Python
+# watcher process per step, and on Ctrl-C that watcher prints its own KeyboardInterrupt
+# traceback to the terminal. nel's own output and the run log say what happened.
 
 
 def save_effective_config(cfg: NelConfig, out: Path) -> Path:
@@ -77,9 +85,10 @@ def dagster_home_for(cfg: NelConfig) -> Path:
     return path
 
 
-# The CLI shows its own progress and summary: Dagster's console logger speaks only of
-# problems (everything is still in the instance's event log and the UI).
-_QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# The CLI shows its own progress, summary and one `error:` line per failure: Dagster's
+# console logger stays silent (a failed step would print its ERROR lines and traceback);
+# failures go to the run log (run_log) and everything is still in the instance's event log.
+_QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -109,6 +118,14 @@ class RunSummary:
     elapsed_s: float
     dagster_runs: int
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: list[BenchFailure] = field(default_factory=list)
+    log_path: Path | None = None
+    checkpoint_path: Path | None = None
+
+    @property
+    def exit_status(self) -> int:
+        """The status `nel eval run` exits with (see dagster_project.exit_codes)."""
+        return exit_codes.eval_run_status(len(self.failures), (g.get("decision") for g in self.gates.values()))
 
 
 class _Progress:
@@ -151,23 +168,80 @@ class _Progress:
             yield advance
 
 
-def _raise_failure(result: Any, what: str) -> None:
-    """Turn a failed in-process run into a one-line NelError."""
-    for ev in result.get_step_failure_events():
-        data = ev.step_failure_data
-        if data.user_failure_data is not None and data.user_failure_data.description:
-            raise NelError(data.user_failure_data.description)
-        err = data.error
-        while err is not None and err.cause is not None:
-            err = err.cause
-        if err is not None:
-            raise NelError(f"{what} failed: {err.cls_name}: {err.message.strip().splitlines()[-1]}")
-    raise NelError(f"{what} failed (see the Dagster run log)")
+class _StepFailed(Exception):
+    """A Dagster run for one (benchmark, model) failed; `reason` is one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _RunAborted(Exception):
+    """The Dagster instance itself failed (e.g. its disk is full): no further run can work."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _os_reason(exc: OSError) -> str:
+    """`strerror` and a hint for the errors a user can fix where nel writes."""
+    import errno
+
+    text = exc.strerror or str(exc)
+    hints = {errno.ENOSPC: "free some space or write elsewhere",
+             errno.EROFS: "the file system is mounted read-only; write elsewhere",
+             errno.EACCES: "no permission to write there; write elsewhere",
+             errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere"}
+    hint = hints.get(exc.errno or 0)
+    return f"{text} ({hint})" if hint else text
+
+
+def _storage_reason(exc: BaseException) -> str:
+    """One line for an exception from the Dagster instance's storage."""
+    if isinstance(exc, OSError):
+        return _os_reason(exc)
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "disk is full" in line or "No space left" in line:
+        line += " (free some space or set output.dagster_home to another disk)"
+    elif "disk I/O error" in line or "readonly database" in line:
+        # SQLite reports a write that hit a full or read-only disk this way.
+        line += " (is the Dagster home's disk full or read-only? free space or set output.dagster_home)"
+    return f"{type(exc).__name__}: {line}"
+
+
+def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
+    """Create the output directory and the Dagster home; NelError (one line, exit 2) when
+    either cannot be used (a file in the way, a read-only or full disk). Nothing has run yet."""
+    out = Path(cfg.output.dir).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise NelError(f"the output directory {out} is a file: give -o / output.dir a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NelError(f"cannot create the output directory {out}: {_os_reason(exc)}") from None
+    home = Path(cfg.output.dagster_home or out / ".dagster").expanduser().resolve()
+    if home.exists() and not home.is_dir():
+        raise NelError(f"the Dagster home {home} is a file: set output.dagster_home to a directory")
+    try:
+        home = dagster_home_for(cfg)
+    except OSError as exc:
+        raise NelError(f"cannot use the Dagster home {home}: {_os_reason(exc)}") from None
+    try:
+        save_effective_config(cfg, out)
+        run_log.append(run_log.log_path_for(out), f"nel eval run: output {out}, Dagster home {home}")
+    except OSError as exc:
+        raise NelError(f"cannot write to the output directory {out}: {_os_reason(exc)}") from None
+    return out, home
 
 
 def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
              shard_only: tuple[int, int] | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
+
+    A failure of one (benchmark, model) (missing data, a dead or refusing endpoint, a
+    failed step) is recorded and the others still run; the summary's `failures` and
+    `<out>/checkpoint.json` list them, tracebacks go to `<out>/logs/nel-run.log`.
 
     Args:
         cfg: the validated config.
@@ -176,35 +250,52 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
         progress: show a progress bar.
         shard_only: (shard, total) when this process is one shard of a distributed run;
             bundles are then left to `nel eval merge`.
+
+    Raises:
+        NelError: the config or output location cannot work at all (nothing ran).
     """
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
+    started = time.time()
     t0 = time.perf_counter()
     if cfg.data_dir:
         from benchmarks.datasets import set_data_dir
 
         set_data_dir(cfg.data_dir)
-    out = Path(cfg.output.dir).expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    home = dagster_home_for(cfg)
+    out, home = prepare_output(cfg)
     os.environ["DAGSTER_HOME"] = str(home)
+    log_path = run_log.log_path_for(out)
     store = ResultStore(out)
-    save_effective_config(cfg, out)
 
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
-    # the solver's own service) fail here, in one line, before any Dagster run.
+    # the solver's own service) make the config invalid: one line, before any Dagster run.
     from nel_assets.engine.judging import check_scoring
 
     for bench in cfg.benchmarks:
         for svc_name in bench.service_names(cfg.services):
             check_scoring(cfg, bench, svc_name)
+            # A key variable that is not set is a config error too (not one pair's failure).
+            if svc_name in cfg.services:
+                cfg.services[svc_name].resolved_api_key()
+
+    failures: list[BenchFailure] = []
+    if not cfg.benchmarks:
+        failures.append(BenchFailure("*", "*", "nothing to evaluate: the config selects no benchmarks", "plan"))
 
     # Plan first, without Dagster: an up-to-date run never pays for Dagster or a launched
-    # model server, and sends no request.
+    # model server, and sends no request. A benchmark that cannot be planned (its data is
+    # missing) fails alone.
     plans: list[tuple[Any, list[Any], list[Any]]] = []
     for bench in cfg.benchmarks:
-        tasks = ev.plan(cfg, store, bench)
+        try:
+            tasks = ev.plan(cfg, store, bench)
+        except Exception as exc:  # isolate: the other benchmarks still run
+            reason = run_log.one_line(type(exc).__name__, str(exc))
+            _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
+            failures += [BenchFailure(bench.name, _slug(s), reason, "plan") for s in bench.service_names(cfg.services)]
+            continue
+        tasks = _drop_empty_models(bench.name, tasks, failures)
         if shard_only is not None:
             tasks = [t for t in tasks if t.shard == shard_only[0]]
         if not resume:
@@ -226,21 +317,115 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     outcomes: list[BenchOutcome] = []
     gates: dict[str, dict[str, Any]] = {}
     if needs_dagster:
-        n_runs = _materialize(cfg, store, home, plans, progress=progress, shard_only=shard_only,
-                              outcomes=outcomes, gates=gates, artifact_issues=artifact_issues)
+        try:
+            n_runs = _materialize(cfg, store, home, plans, progress=progress, shard_only=shard_only,
+                                  outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
+                                  artifact_issues=artifact_issues)
+        except OSError as exc:
+            # Mid-run (the output's disk filled, a file became unwritable): what is stored
+            # stays; the run ends as failed with one line, not a traceback.
+            _log_exception(log_path, "the run stopped on an OS error")
+            where = f"{exc.filename}: " if exc.filename else ""
+            failures.append(BenchFailure("*", "*", f"the run stopped: {where}{_os_reason(exc)}", "run"))
+            outcomes += [BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):]]
     else:
         outcomes = [BenchOutcome(b.name, shards_total=len(tasks), shards_fresh=len(tasks))
                     for b, tasks, _ in plans]
+    failed_pairs = {(f.benchmark, f.model) for f in failures}
     for (bench, tasks, _), oc in zip(plans, outcomes, strict=True):
         if shard_only is None:
             for m in sorted({t.model for t in tasks}):
+                if (bench.name, m) in failed_pairs:
+                    continue  # an older bundle is not this run's result
                 bundle = store.read_bundle(bench.name, m)
                 if bundle is not None:
                     oc.bundles[m] = bundle
                     oc.exports[m] = str(store.export_dir(bench.name, m))
+                    if (why := _all_samples_failed(bundle)) is not None:
+                        failures.append(BenchFailure(bench.name, m, why, "scores"))
     if cfg.comparison.baseline and shard_only is None and not gates:
-        gates = _stored_gates(cfg, store)
-    return RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates)
+        gates = _stored_gates(cfg, store, _failed_models(failures))
+    summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
+                         failures=failures, log_path=log_path)
+    summary.checkpoint_path = _write_checkpoint(summary, started)
+    return summary
+
+
+def _slug(name: str) -> str:
+    from nel_resources.store import slugify
+
+    return slugify(name)
+
+
+def _log_exception(log_path: Path, title: str) -> None:
+    """The current exception's traceback into the run log (never the terminal)."""
+    import traceback
+
+    _append_quietly(log_path, title, traceback.format_exc())
+
+
+def _append_quietly(log_path: Path, title: str, body: str) -> None:
+    # A full or read-only disk: the failure itself is still reported in one line.
+    with suppress(OSError):
+        run_log.append(log_path, title, body)
+
+
+def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
+    """A model with no problem to evaluate (max_problems / problem_range select none) is a
+    failure, not a silent success; its tasks are dropped."""
+    models = {t.model for t in tasks}
+    empty = sorted(m for m in models if not any(t.indices for t in tasks if t.model == m))
+    for m in empty:
+        failures.append(BenchFailure(bench, m, "nothing to evaluate: no problem selected "
+                                     "(check max_problems / problem_range)", "plan"))
+    return [t for t in tasks if t.model not in empty]
+
+
+def _all_samples_failed(bundle: dict[str, Any]) -> str | None:
+    """A one-line reason when no sample of a bundle could be scored, else None."""
+    s = bundle.get("score") or {}
+    n_failed = int(s.get("n_failed_samples") or 0)
+    if s.get("n_samples") or not n_failed:
+        return None
+    first = ""
+    for cat in (bundle.get("failures") or {}).get("categories", {}).values():
+        for ex in cat.get("examples", []):
+            if ex.get("error"):
+                first = str(ex["error"]).strip().splitlines()[0][:200]
+                break
+        if first:
+            break
+    return f"every sample failed ({n_failed} of {n_failed})" + (f"; first error: {first}" if first else "")
+
+
+def _failed_models(failures: list[BenchFailure]) -> set[str]:
+    return {f.model for f in failures}
+
+
+def _write_checkpoint(summary: RunSummary, started: float) -> Path | None:
+    """Write `<out>/checkpoint.json`; a write error becomes one more failure."""
+    from nel_resources.store import write_json_atomic
+
+    completed = []
+    for oc in summary.benchmarks:
+        for m, b in sorted(oc.bundles.items()):
+            s = b.get("score") or {}
+            completed.append({"name": oc.benchmark, "model": m, "bundle_path": str(
+                                  summary.output_dir / oc.benchmark / "bundle" / f"model={m}" / "bundle.json"),
+                              "score": s.get("mean"),
+                              "n_samples": s.get("n_samples"), "n_failed_samples": s.get("n_failed_samples")})
+    failed_pairs = {(f.benchmark, f.model) for f in summary.failures}
+    completed = [c for c in completed if (c["name"], c["model"]) not in failed_pairs]
+    path = checkpoint_path(summary.output_dir)
+    doc = checkpoint_doc(started_at=started, finished_at=time.time(), completed=completed,
+                         failed=summary.failures, gates=summary.gates,
+                         exit_status=summary.exit_status, log=summary.log_path or Path())
+    try:
+        write_json_atomic(path, doc)
+    except OSError as exc:
+        summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {_os_reason(exc)}", "run"))
+        return None
+    return path
 
 
 def _missing_comparisons(cfg: NelConfig, store: Any) -> bool:
@@ -254,19 +439,22 @@ def _missing_comparisons(cfg: NelConfig, store: Any) -> bool:
                for b in cfg.benchmarks for s in b.service_names(cfg.services) if slugify(s) != baseline)
 
 
-def _stored_gates(cfg: NelConfig, store: Any) -> dict[str, dict[str, Any]]:
-    """The gate decisions already on disk (an up-to-date rerun reports them too)."""
+def _stored_gates(cfg: NelConfig, store: Any, failed: set[str]) -> dict[str, dict[str, Any]]:
+    """The gate decisions already on disk (an up-to-date rerun reports them too), except for
+    candidates compared against a side that failed in this run."""
     from nel_assets.comparison_assets import comparison_dir
     from nel_assets.engine.artifacts import read_json
     from nel_resources.store import slugify
 
     out: dict[str, dict[str, Any]] = {}
     baseline = slugify(cfg.comparison.baseline or "")
+    if baseline in failed:
+        return out
     for b in cfg.benchmarks:
         for s in b.service_names(cfg.services):
             m = slugify(s)
             p = comparison_dir(store.root, m) / "regression.json"
-            doc = read_json(p) if m != baseline and m not in out else None
+            doc = read_json(p) if m != baseline and m not in out and m not in failed else None
             if isinstance(doc, dict):
                 g = doc.get("gate") or {}
                 out[m] = {"decision": g.get("decision"), "baseline": baseline, "details": {}}
@@ -295,8 +483,12 @@ def build_runner_defs(cfg: NelConfig, resources: dict[str, Any]) -> Any:
 def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, list[Any], list[Any]]],
                  *, progress: bool, shard_only: tuple[int, int] | None,
                  outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]],
+                 failures: list[BenchFailure], log_path: Path,
                  artifact_issues: dict[tuple[str, str], list[str]]) -> int:
-    """Materialize the stale partitions of every benchmark; returns the number of runs."""
+    """Materialize the stale partitions of every benchmark; returns the number of runs.
+
+    A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
+    in the run log); a failure of the Dagster instance itself stops every further run."""
     import warnings
 
     import dagster as dg
@@ -307,106 +499,167 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
     for cat in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=cat)
     from nel_assets.engine import evaluate as ev
-    from nel_assets.factory import (
-        MODEL_PARTITIONS,
-        build_resources,
-        runner_job_names,
-    )
+    from nel_assets.factory import MODEL_PARTITIONS, build_resources
     from nel_resources.store import write_json_atomic
 
-    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        instance = dg.DagsterInstance.from_config(str(home))
+        instance.get_dynamic_partitions(MODEL_PARTITIONS.name)  # opens (creates) its storage
+    except Exception as exc:  # any storage error: nothing has run yet
+        _log_exception(log_path, f"cannot open the Dagster instance at {home}")
+        raise NelError(f"cannot use the Dagster home {home}: {_storage_reason(exc)}") from None
     resources = build_resources(cfg, str(store.root))
     bar = _Progress(progress)
     n_runs = 0
     rebuilt: set[str] = set()
 
-    # Launched model servers start only when some shard actually needs them.
-    any_todo = any(todo for _, _, todo in plans)
-    with launched_services(cfg, resources) if any_todo else _nothing():
-        # One Definitions per process (with the launched services' URLs): its jobs are
-        # resolved once and executed in-process for each partition.
-        defs = build_runner_defs(cfg, resources)
-
-        def run(job: str, partition_key: Any, what: str) -> Any:
-            nonlocal n_runs
+    def run(job: str, partition_key: Any, what: str) -> Any:
+        nonlocal n_runs
+        try:
             r = defs.resolve_job_def(job).execute_in_process(
                 instance=instance, partition_key=partition_key, raise_on_error=False,
                 run_config=_QUIET_RUN_CONFIG)
-            n_runs += 1
-            if not r.success:
-                _raise_failure(r, what)
-            return r
+        except Exception as exc:  # raised by Dagster itself, not by a step
+            _log_exception(log_path, f"{what}: the Dagster instance failed")
+            raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
+        n_runs += 1
+        if not r.success:
+            if run_log.interrupted(r):
+                # Dagster turns Ctrl-C into a failed step; it must stop the whole run (exit 130).
+                raise KeyboardInterrupt
+            reason, full = run_log.step_failure(r)
+            _append_quietly(log_path, f"{what} failed (Dagster run {r.run_id}): {reason}", full)
+            raise _StepFailed(reason)
+        return r
 
-        for bench, tasks, todo in plans:
-            jobs = runner_job_names(bench.name)
-            oc = BenchOutcome(bench.name, shards_total=len(tasks), shards_fresh=len(tasks) - len(todo))
-            models = sorted({t.model for t in tasks})
+    def fail(bench: str, model: str, reason: str, stage: str) -> None:
+        failures.append(BenchFailure(bench, model, reason, stage))
+
+    def register(bench_name: str, models: list[str], todo: list[Any]) -> None:
+        """Model partitions and planned fingerprints into the instance (its storage may fail)."""
+        try:
             existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name))
             new = [m for m in models if m not in existing]
             if new:
                 instance.add_dynamic_partitions(MODEL_PARTITIONS.name, new)
             # The shards' fingerprints go to Dagster first, so the UI's stale/fresh marks
             # are the runner's own decisions.
-            record_planned_shards(instance, bench.name, todo)
-            version_file = store.dataset_path(bench.name).with_name("_version.json")
-            version = ev.dataset_version(tasks)
-            stored = json.loads(version_file.read_text()) if version_file.exists() else {}
-            refresh_dataset = bool(todo) and stored.get("version") != version
-            total_samples = sum(len(t.indices) for t in todo) * bench.repeats
-            with bar.task(bench.name, total_samples) as advance:
-                ev.set_progress_hook(advance)
-                try:
-                    for t in todo:
-                        key = dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)})
-                        job = jobs["dataset_shards"] if refresh_dataset else jobs["shards"]
-                        r = run(job, key, f"{bench.name} {t.model} shard {t.shard}")
-                        if refresh_dataset:
-                            write_json_atomic(version_file, {"version": version})
-                            refresh_dataset = False
-                        oc.shards_run.append((t.model, t.shard))
-                        oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
-                        oc.requests_sent += _metadata_int(r, "requests_sent")
-                finally:
-                    ev.set_progress_hook(None)
-            if shard_only is None:
-                changed = {m for m, _ in oc.shards_run}
-                for m in models:
-                    issues = artifact_issues.get((bench.name, m))
-                    if m in changed or issues:
-                        run(jobs["bundle"], m, f"{bench.name} {m} bundle")
-                        rebuilt.add(m)
-                        if issues and m not in changed:
-                            oc.artifacts_rebuilt[m] = issues
-            outcomes.append(oc)
-        if shard_only is None and cfg.comparison.baseline:
-            n_runs += _compare(cfg, defs, instance, store, rebuilt, gates)
+            record_planned_shards(instance, bench_name, todo)
+        except Exception as exc:  # the instance's storage, not a benchmark
+            _log_exception(log_path, f"{bench_name}: the Dagster instance failed")
+            raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
+
+    # Launched model servers start only when some shard actually needs them.
+    any_todo = any(todo for _, _, todo in plans)
+    with run_log.dagster_logs_to(log_path), (launched_services(cfg, resources) if any_todo else _nothing()):
+        # One Definitions per process (with the launched services' URLs): its jobs are
+        # resolved once and executed in-process for each partition.
+        defs = build_runner_defs(cfg, resources)
+        pending = list(plans)
+        try:
+            while pending:
+                bench, tasks, todo = pending[0]
+                oc = BenchOutcome(bench.name, shards_total=len(tasks), shards_fresh=len(tasks) - len(todo))
+                outcomes.append(oc)
+                failed: set[str] = set()
+                models = sorted({t.model for t in tasks})
+                register(bench.name, models, todo)
+                version_file = store.dataset_path(bench.name).with_name("_version.json")
+                version = ev.dataset_version(tasks)
+                stored = json.loads(version_file.read_text()) if version_file.exists() else {}
+                refresh_dataset = bool(todo) and stored.get("version") != version
+                total_samples = sum(len(t.indices) for t in todo) * bench.repeats
+                with bar.task(bench.name, total_samples) as advance:
+                    ev.set_progress_hook(advance)
+                    try:
+                        for t in todo:
+                            if t.model in failed:
+                                continue  # one failure per (benchmark, model) is enough
+                            key = dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)})
+                            job = jobs_of(bench)["dataset_shards"] if refresh_dataset else jobs_of(bench)["shards"]
+                            try:
+                                r = run(job, key, f"{bench.name} {t.model} shard {t.shard}")
+                            except _StepFailed as exc:
+                                fail(bench.name, t.model, exc.reason, "shard")
+                                failed.add(t.model)
+                                continue
+                            if refresh_dataset:
+                                write_json_atomic(version_file, {"version": version})
+                                refresh_dataset = False
+                            oc.shards_run.append((t.model, t.shard))
+                            oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
+                            oc.requests_sent += _metadata_int(r, "requests_sent")
+                    finally:
+                        ev.set_progress_hook(None)
+                if shard_only is None:
+                    changed = {m for m, _ in oc.shards_run}
+                    for m in models:
+                        issues = artifact_issues.get((bench.name, m))
+                        if m not in failed and (m in changed or issues):
+                            try:
+                                run(jobs_of(bench)["bundle"], m, f"{bench.name} {m} bundle")
+                            except _StepFailed as exc:
+                                fail(bench.name, m, exc.reason, "bundle")
+                                continue
+                            rebuilt.add(m)
+                            if issues and m not in changed:
+                                oc.artifacts_rebuilt[m] = issues
+                pending.pop(0)
+            if shard_only is None and cfg.comparison.baseline:
+                n_runs += _compare(cfg, defs, instance, store, rebuilt, gates, failures, log_path)
+        except _RunAborted as exc:
+            done = {(f.benchmark, f.model) for f in failures}
+            for i, (bench, tasks, _) in enumerate(pending):
+                for m in sorted({t.model for t in tasks}):
+                    if (bench.name, m) not in done:
+                        fail(bench.name, m, exc.reason if i == 0 else f"not run: {exc.reason}", "run")
+            if not pending:
+                fail("comparison", "*", exc.reason, "comparison")
+            outcomes.extend(BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):])
     return n_runs
 
 
+def jobs_of(bench: Any) -> dict[str, str]:
+    """The runner's job names for a benchmark."""
+    from nel_assets.factory import runner_job_names
+
+    return runner_job_names(bench.name)
+
+
 def _compare(cfg: NelConfig, defs: Any, instance: Any, store: Any, rebuilt: set[str],
-             gates: dict[str, dict[str, Any]]) -> int:
+             gates: dict[str, dict[str, Any]], failures: list[BenchFailure], log_path: Path) -> int:
     """Materialize each candidate's comparison (and its gate check) when a bundle on either
-    side was rebuilt or the comparison is missing. A NO-GO is reported, not raised: `nel gate`
-    and the `gate` job are where exit status follows the verdict."""
+    side was rebuilt or the comparison is missing. A NO-GO is reported, not raised: the exit
+    status follows the verdicts (exit_codes). A candidate whose side failed in this run is
+    not compared: a verdict on an incomplete run would mislead."""
     from nel_assets.comparison_assets import comparison_dir
+    from nel_assets.engine.artifacts import json_problem
     from nel_resources.store import slugify
 
     baseline = slugify(cfg.comparison.baseline or "")
     candidates = sorted({slugify(s) for b in cfg.benchmarks for s in b.service_names(cfg.services)}
                         - {baseline})
     runs = 0
+    failed = _failed_models(failures)
     for m in candidates:
-        from nel_assets.engine.artifacts import json_problem
-
         done = json_problem(comparison_dir(store.root, m) / "regression.json") is None
-        if done and m not in rebuilt and baseline not in rebuilt:
+        if (done and m not in rebuilt and baseline not in rebuilt) or {m, baseline} & failed:
             continue
-        r = defs.resolve_job_def("nel_comparison").execute_in_process(
-            instance=instance, partition_key=m, raise_on_error=False, run_config=_QUIET_RUN_CONFIG)
+        try:
+            r = defs.resolve_job_def("nel_comparison").execute_in_process(
+                instance=instance, partition_key=m, raise_on_error=False, run_config=_QUIET_RUN_CONFIG)
+        except Exception as exc:  # raised by Dagster itself, not by a step
+            _log_exception(log_path, f"comparison of {m}: the Dagster instance failed")
+            raise _RunAborted(f"the Dagster instance failed: {_storage_reason(exc)}") from None
         runs += 1
         evals = r.get_asset_check_evaluations()
+        if not r.success and run_log.interrupted(r):
+            raise KeyboardInterrupt
         if not evals and not r.success:
-            _raise_failure(r, f"comparison of {m}")
+            reason, full = run_log.step_failure(r)
+            _append_quietly(log_path, f"comparison of {m} failed (Dagster run {r.run_id}): {reason}", full)
+            failures.append(BenchFailure("comparison", m, reason, "comparison"))
+            continue
         for e in evals:
             md = {k: v.value for k, v in e.metadata.items()}
             gates[m] = {"decision": md.get("decision", "GO" if e.passed else "NO-GO"),

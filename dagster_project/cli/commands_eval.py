@@ -17,9 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     evsub = ev.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND")
     EVAL_SUBPARSERS = evsub
 
+    from dagster_project import exit_codes
+
     run = evsub.add_parser("run", help="evaluate a model on benchmarks (config file or flags)",
                            description="Materialize the evaluation asset graph in-process; only "
-                           "missing or stale (model, shard) partitions run.")
+                           "missing or stale (model, shard) partitions run. A benchmark that fails "
+                           "for a model is recorded (<out>/checkpoint.json, one `error:` line, its "
+                           "traceback in <out>/logs/nel-run.log) and the others still run.",
+                           epilog=exit_codes.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML config (services, benchmarks, cluster, output)")
     run.add_argument("-b", "--bench", action="append", default=[],
                      help="benchmark name (repeatable); with a config, selects from it")
@@ -144,11 +149,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
                        shard_only=shard_only)
     _print_summary(summary, as_json=args.json)
-    return 0
+    _print_failures(summary)
+    return summary.exit_status
+
+
+def _print_failures(summary: Any) -> None:
+    """One `error:` line per failed (benchmark, model) on stderr, naming the log; one
+    `warning:` line per result that lacks some samples (scored over the rest)."""
+    for oc in summary.benchmarks:
+        for m, b in sorted(oc.bundles.items()):
+            s = b.get("score") or {}
+            if s.get("n_samples") and s.get("n_failed_samples"):
+                print(f"warning: {oc.benchmark}/{m}: {s['n_failed_samples']} samples failed and are "
+                      "not in the score (see failure_analysis.json)", file=sys.stderr)
+    for f in summary.failures:
+        where = f.benchmark if f.model == "*" else f"{f.benchmark}/{f.model}"
+        print(f"error: {where}: {f.reason} (details: {summary.log_path})", file=sys.stderr)
 
 
 def _print_summary(summary: Any, *, as_json: bool) -> None:
     import json
+
+    from dagster_project.checkpoint import keyed
 
     rows = []
     for oc in summary.benchmarks:
@@ -169,7 +191,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                                   for m, v in getattr(o, "artifacts_rebuilt", {}).items()},
             "shards_run_because": {f"{o.benchmark}/{k}": v for o in summary.benchmarks
                                    for k, v in getattr(o, "run_reasons", {}).items()},
-            "gates": summary.gates}
+            "gates": summary.gates, "failed_benchmarks": keyed([f.as_dict() for f in summary.failures]),
+            "checkpoint": str(summary.checkpoint_path) if summary.checkpoint_path else None,
+            "log": str(summary.log_path) if summary.log_path else None,
+            "exit_status": summary.exit_status}
     if as_json:
         print(json.dumps(info, indent=2))
         return
@@ -195,11 +220,15 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     for what, issues in info["artifacts_rebuilt"].items():
         con.print(f"rebuilt {what} from the store ({'; '.join(issues)})", markup=False, highlight=False)
     con.print(f"results: {info['output_dir']}", markup=False)
+    con.print(f"exit status {summary.exit_status} (see `nel eval run --help`)", markup=False, highlight=False)
     con.print(f"Dagster UI: DAGSTER_HOME={info['dagster_home']} "
               f"NEL_CONFIG={info['output_dir']}/nel-config.yaml dagster dev -m dagster_project.definitions",
               markup=False, highlight=False)
     for r in rows:
         con.print(f"exports {r['benchmark']}/{r['model']}: {r['exports']}", markup=False, highlight=False)
+    if summary.failures:
+        con.print(f"failed: {len(summary.failures)} (see the error lines; record: "
+                  f"{summary.checkpoint_path})", markup=False, highlight=False)
     for m, g in sorted(summary.gates.items()):
         con.print(f"gate {m} vs {g['baseline']}: {g['decision']}", markup=False, highlight=False)
         for name, reason in sorted(g.get("details", {}).items()):

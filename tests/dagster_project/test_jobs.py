@@ -84,3 +84,10 @@ def test_evaluate_compare_gate_jobs_exit_status(tmp_path: Path, reference_server
     assert gate.returncode == 0, gate.stderr[-3000:]
     launched = _dg_launch("gate", path, home, data_dir)
     assert launched.returncode == 0, launched.stderr[-3000:]
+
+    # a service that cannot be reached: run_eval isolates it, but the evaluate job still fails
+    cfg["services"]["dead"] = {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "dead"}
+    path.write_text(yaml.safe_dump(cfg))
+    ev = _dagster("evaluate", path, home, data_dir)
+    assert ev.returncode != 0, ev.stderr[-3000:]
+    assert "gsm8k/dead: cannot reach the model endpoint" in ev.stderr, ev.stderr[-3000:]

@@ -31,8 +31,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[
     try:
         cfg = write_config(tmp / "cfg.yaml", urls, tmp / "out", n=N,
                            extra={"comparison": {"baseline": "base", "max_drop": 0.02}})
+        # `worse` regresses: the run's gate says NO-GO, exit status 1
         summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress",
-                             env={"NEL_DATA_DIR": str(data_dir)}))
+                             env={"NEL_DATA_DIR": str(data_dir)}), status=1)
     finally:
         for p in procs:
             p.stop()

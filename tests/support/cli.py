@@ -41,7 +41,8 @@ def start_nel(*args: str, env: dict[str, str] | None = None, log: Path) -> subpr
     )
 
 
-def summary_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The `--json` summary printed by `nel eval run`."""
-    assert proc.returncode == 0, f"nel failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+def summary_json(proc: subprocess.CompletedProcess[str], status: int = 0) -> dict[str, Any]:
+    """The `--json` summary printed by `nel eval run`, which must have exited with `status`
+    (0; 1 for a NO-GO gate, see dagster_project.exit_codes)."""
+    assert proc.returncode == status, f"nel exited {proc.returncode}, not {status}:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout)

@@ -1,0 +1,54 @@
+"""Exit statuses of `nel eval run` (shown in its --help and the README).
+
+The gate verdicts use the numbers `nel gate --strict` uses, so a CI step reads the same
+status whichever of the two commands it runs. A failed evaluation takes precedence over a
+verdict: a gate computed on an incomplete run is not a verdict on the candidate.
+
+Pure Python on purpose: `nel --help` imports this module and must not import Dagster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+OK = 0
+"""Every (benchmark, model) ran (or was up to date); every gate, if any, said GO."""
+GATE_NO_GO = 1
+"""The run completed and a gate said NO-GO (as `nel gate --strict`)."""
+USAGE = 2
+"""Bad flags, config or output location: nothing ran, no request was sent."""
+GATE_INCONCLUSIVE = 3
+"""The run completed and a gate said INCONCLUSIVE, none NO-GO (as `nel gate --strict`)."""
+EVAL_FAILED = 4
+"""A (benchmark, model) failed, every sample of one failed, or there was nothing to run."""
+INTERRUPTED = 130
+"""Ctrl-C (SIGINT), as shells report it."""
+
+TABLE: list[tuple[int, str]] = [
+    (OK, "every benchmark ran or was up to date; every gate (if any) is GO"),
+    (GATE_NO_GO, "the run completed and a gate is NO-GO (as `nel gate --strict`)"),
+    (USAGE, "usage error: bad flags, config or output location; nothing ran"),
+    (GATE_INCONCLUSIVE, "the run completed and a gate is INCONCLUSIVE, none NO-GO"),
+    (EVAL_FAILED, "evaluation failed: a benchmark failed for a model, every sample of one "
+                  "failed, or nothing ran (see <out>/checkpoint.json)"),
+    (INTERRUPTED, "interrupted (Ctrl-C)"),
+]
+
+
+def epilog() -> str:
+    """The exit-status table as plain text for `nel eval run --help`."""
+    lines = ["exit status:"]
+    lines += [f"  {code:<4} {text}" for code, text in TABLE]
+    return "\n".join(lines)
+
+
+def eval_run_status(n_failures: int, gate_decisions: Iterable[str | None]) -> int:
+    """The exit status of `nel eval run` from its failures and the gates' decisions."""
+    if n_failures:
+        return EVAL_FAILED
+    decisions = set(gate_decisions)
+    if "NO-GO" in decisions:
+        return GATE_NO_GO
+    if decisions - {"GO"}:  # INCONCLUSIVE, or a gate without a decision
+        return GATE_INCONCLUSIVE
+    return OK
