@@ -9,10 +9,11 @@ failed step into one line for the terminal plus the full error text for the file
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, suppress
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,30 @@ def append(path: Path, title: str, body: str = "") -> None:
             fh.write(body.rstrip("\n") + "\n")
 
 
+class _StderrToLog(io.TextIOBase):
+    """A stand-in for `sys.stderr` while Dagster runs in-process: some of its failure paths
+    write to `sys.stderr` directly (e.g. "Exception while writing logger call to event log"
+    when the instance's disk is full). Their text goes to the run log; a log that cannot be
+    written (the same full disk) drops it rather than fail the run a second time."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with suppress(OSError), self._path.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+        return len(text)
+
+
 @contextmanager
 def dagster_logs_to(path: Path) -> Iterator[None]:
-    """Send the `dagster` python logger and Python warnings to `path` (not the terminal)
-    for the duration; the previous logging state is restored afterwards."""
+    """Send the `dagster` python logger, Python warnings and direct writes to `sys.stderr`
+    to `path` (not the terminal) for the duration; the previous state is restored afterwards."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter(_FORMAT))
     targets = [logging.getLogger("dagster"), logging.getLogger("py.warnings")]
     saved = [(lg, lg.propagate) for lg in targets]
@@ -50,7 +69,8 @@ def dagster_logs_to(path: Path) -> Iterator[None]:
         lg.propagate = False
     logging.captureWarnings(True)
     try:
-        yield
+        with redirect_stderr(_StderrToLog(path)):
+            yield
     finally:
         logging.captureWarnings(False)
         for lg, propagate in saved:

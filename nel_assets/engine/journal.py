@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ class Journal:
         self.path = path
         self.interval = interval
         self.error: OSError | None = None
+        #: Called once when a write or fsync fails: the loop cancels its requests in flight
+        #: and those waiting for a slot (their answers could not be kept).
+        self.on_error: Callable[[], None] | None = None
         self.n_lines = 0  # complete lines in the file (handed to the OS)
         self._pending: list[bytes] = []
         self._fd: int | None = None
@@ -106,7 +110,7 @@ class Journal:
             while written < len(chunk):
                 written += os.write(self._fd, view[written:])
         except OSError as exc:
-            self.error = exc
+            self._fail(exc)
         # Only complete lines count; a torn tail is cut off by the next open().
         self.n_lines += chunk.count(b"\n", 0, written)
         self._unsynced = True
@@ -124,7 +128,13 @@ class Journal:
         try:
             await asyncio.to_thread(self._fsync)
         except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        if self.error is None:
             self.error = exc
+            if self.on_error is not None:
+                self.on_error()
 
     async def flush(self) -> None:
         """Write and fsync everything queued (what `close` does before closing)."""

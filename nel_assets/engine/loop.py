@@ -250,10 +250,20 @@ async def run_shard(
     slots = max(1, concurrency or client.max_concurrent)
     n_items = sum(1 for idx in spec.indices for r in range(spec.repeats) if f"{idx}:{r}" not in done)
     n_workers = max(1, min(slots * WORKERS_PER_SLOT, n_items))
+    tasks = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
+    if journal is not None:
+        # A journal that cannot write stops sending at once: workers waiting for a slot and
+        # requests in flight are cancelled (their answers could not be kept anyway).
+        journal.on_error = lambda: [t.cancel() for t in tasks]
     try:
-        await asyncio.gather(*(worker() for _ in range(n_workers)))
+        for res in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
+                raise res
     finally:
+        for t in tasks:
+            t.cancel()
         if journal is not None:
+            journal.on_error = None
             await journal.close()
     if journal is not None:
         journal.raise_if_failed()
