@@ -15,6 +15,22 @@ from tests.support import llama_model_path, require_real_component, start_llama_
 from tests.support import server_stats as _server_stats
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test (nor any process it starts) reads the developer's `nel config` file.
+
+    Points ``NEL_USER_CONFIG`` at a file that does not exist in this session's (per xdist
+    worker) temp dir; tests that exercise `nel config` point it elsewhere themselves.
+    """
+    path = tmp_path_factory.mktemp("user-config") / "config.yaml"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEL_USER_CONFIG", str(path))
+    try:
+        yield path
+    finally:
+        mp.undo()
+
+
 @pytest.fixture
 def reference_server() -> Iterator[Callable[..., str]]:
     """Factory: ``reference_server(**opts) -> "http://127.0.0.1:PORT/v1"``.

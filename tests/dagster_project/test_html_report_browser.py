@@ -4,25 +4,17 @@ searches and filters, nothing is fetched from the network, and a screenshot is t
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from tests.dagster_project.test_report_cli import make_two_model_run
 from tests.support.cli import run_nel
-from tests.support.realcomponents import require_real_component
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from tests.support.dagster_ui import launch_chromium, new_page, require_chromium
 
 
 def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require_real_component("the playwright Python package is not installed")
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
-        require_real_component("chromium is not installed (bash deploy/install_system_deps.sh)")
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
     out = make_two_model_run(tmp_path, data_dir, n=60)
     html = tmp_path / "report.html"
     p = run_nel("report", str(out), "-o", str(html), "--comparison", str(tmp_path / "regression.json"))
@@ -31,14 +23,16 @@ def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None
 
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = launch_chromium(pw)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page = new_page(browser, viewport={"width": 1200, "height": 900})
             page.on("request", lambda r: requests.append(r.url))
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(html.as_uri())
             plots = page.locator("svg.nel-plot")
+            # the plots are drawn by the page's script: wait for all six, then inspect them
+            expect(plots).to_have_count(6)
             kinds = [plots.nth(i).get_attribute("data-plot") for i in range(plots.count())]
             # score-ci + forest, then per model: latency histogram + failure breakdown
             assert kinds.count("score-ci") == 1 and kinds.count("forest") == 1
