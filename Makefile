@@ -8,9 +8,10 @@ WHEELS := $(wildcard $(SHARED)/wheels/*.whl)
 export NEL_DATA_DIR ?= $(if $(wildcard $(SHARED)/datasets),$(SHARED)/datasets,)
 export NEL_MODEL_PATH ?= $(if $(wildcard $(SHARED)/models/stories260K.gguf),$(SHARED)/models/stories260K.gguf,)
 
-# pytest-xdist workers for `make test` (0 = one process); see [tool.pytest] in pyproject.toml.
+# pytest-xdist workers for `make test` (0 = one process). Groups and longest-first order:
+# tests/conftest.py (keep --no-loadscope-reorder, or xdist re-sorts modules by test count).
 TEST_WORKERS ?= 2
-PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 # Install once: the stamp is older than pyproject.toml only when the dependencies may have
 # changed (a fresh clone has no .venv, hence no stamp, and installs).
 STAMP := $(VENV)/.nel-installed

@@ -6,18 +6,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.dagster_project.test_report_cli import make_two_model_run
+import pytest
+
+from tests.dagster_project.conftest import TWO_MODEL_RUN_GROUP
 from tests.support.cli import run_nel
 from tests.support.dagster_ui import launch_chromium, new_page, require_chromium
 
+pytestmark = pytest.mark.xdist_group(TWO_MODEL_RUN_GROUP)
+N = 90  # items in the shared two-model run
 
-def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None:
+
+def test_html_report_renders_in_chromium(tmp_path: Path, two_model_run: Path) -> None:
     require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    out = make_two_model_run(tmp_path, data_dir, n=60)
+    out = two_model_run
     html = tmp_path / "report.html"
-    p = run_nel("report", str(out), "-o", str(html), "--comparison", str(tmp_path / "regression.json"))
+    p = run_nel("report", str(out), "-o", str(html), "--comparison", str(out.parent / "regression.json"))
     assert p.returncode == 0, p.stderr
     shot = Path(os.environ.get("NEL_SCREENSHOT_DIR", tmp_path)) / "html_report.png"
 
@@ -49,10 +54,10 @@ def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None
             # drill-down: all rows, then filter by verdict, then search
             drill = page.locator(".drill").first
             rows = drill.locator("tbody tr")
-            assert rows.count() == 60
+            assert rows.count() == N
             drill.locator(".drill-filter").select_option("wrong")
             wrong = sum(1 for i in range(rows.count()) if rows.nth(i).is_visible())
-            assert 0 < wrong < 60
+            assert 0 < wrong < N
             assert drill.locator(".drill-count").inner_text() == f"{wrong} shown"
             drill.locator(".drill-filter").select_option("all")
             drill.locator(".drill-search").fill("no-such-text-anywhere")
