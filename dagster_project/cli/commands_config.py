@@ -15,11 +15,14 @@ import argparse
 import os
 import sys
 
+# Spelled out rather than imported from nel_resources.user_config: `nel --help` imports
+# nothing but argparse (a test keeps the two lists equal).
+KEY_NAMES = "data_dir, model_path, model_url, api_key_env, output_dir"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `config` with its `set`, `get`, `show`, `unset` and `path` actions."""
-    # Spelled out rather than imported: `nel --help` imports nothing but argparse.
-    keys = "data_dir, model_path, model_url, api_key_env, output_dir"
+    keys = KEY_NAMES
     cfg = sub.add_parser("config", help="show or change your persistent nel defaults",
                          description=f"Persistent defaults for nel and `dagster dev` (keys: {keys}). "
                          "An environment variable that is set wins over the stored value.")

@@ -20,6 +20,7 @@ from nel_resources.processes import (
     ProcessExitedError,
     free_port,
     pid_alive,
+    start_on_free_port,
 )
 from tests.support.waiting import PROCESS_START_S, wait_for
 
@@ -139,19 +140,13 @@ def test_wait_healthy_fails_fast_when_process_exits(tmp_path: Path) -> None:
 
 
 def test_wait_healthy_succeeds_against_http_server(tmp_path: Path) -> None:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "http.server",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--directory",
-        str(tmp_path),
-    ]
-    with ManagedProcess(cmd) as proc:
-        proc.wait_healthy(f"http://127.0.0.1:{port}/", timeout=PROCESS_START_S)
+    def make(port: int) -> ManagedProcess:
+        return ManagedProcess([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(tmp_path)])
+
+    # start_on_free_port retries on a fresh port should another worker take this one first
+    proc, _ = start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/", timeout=PROCESS_START_S)
+    with proc:
         assert proc.is_running()
     assert not proc.is_running()
 

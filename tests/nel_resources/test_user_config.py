@@ -68,3 +68,9 @@ def test_apply_fills_only_unset_variables(tmp_path: Path) -> None:
     applied = apply_user_config(env)
     assert applied == {"NEL_DATA_DIR": str(tmp_path)}
     assert env["NEL_OUTPUT_DIR"] == "/elsewhere" and env["NEL_API_KEY_ENV"] == ""  # set (even empty) wins
+
+
+def test_help_lists_every_key() -> None:
+    from dagster_project.cli.commands_config import KEY_NAMES
+
+    assert ", ".join(KEYS) == KEY_NAMES
