@@ -9,10 +9,7 @@ command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  # Another apt (unattended upgrades, a parallel job) may hold the dpkg lock: wait for it
-  # rather than fail the CI run ("Could not get lock /var/lib/dpkg/lock-frontend").
-  APT=($SUDO apt-get -o DPkg::Lock::Timeout=600 -y -q --no-install-recommends)
-  "${APT[@]}" install "${need[@]}" >/dev/null 2>&1 \
-    || { "${APT[@]}" update >/dev/null && "${APT[@]}" install "${need[@]}" >/dev/null; }
+  $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
 fi
 echo "system deps ok: ${need[*]:-nothing to install}"
