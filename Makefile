@@ -8,6 +8,14 @@ WHEELS := $(wildcard $(SHARED)/wheels/*.whl)
 export NEL_DATA_DIR ?= $(if $(wildcard $(SHARED)/datasets),$(SHARED)/datasets,)
 export NEL_MODEL_PATH ?= $(if $(wildcard $(SHARED)/models/stories260K.gguf),$(SHARED)/models/stories260K.gguf,)
 
+# pytest-xdist workers for `make test` (0 = one process). Groups and longest-first order:
+# tests/conftest.py (keep --no-loadscope-reorder, or xdist re-sorts modules by test count).
+TEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+# Install once: the stamp is older than pyproject.toml only when the dependencies may have
+# changed (a fresh clone has no .venv, hence no stamp, and installs).
+STAMP := $(VENV)/.nel-installed
+
 .PHONY: setup system-deps run test test-fast lint bench clean
 
 $(BIN)/python:
@@ -16,24 +24,30 @@ $(BIN)/python:
 
 # Python packages (llama-cpp-python from the prebuilt wheel when ../shared has one,
 # else built from source by pip), then the system packages the real-component tests use.
-setup: $(BIN)/python
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(if $(WHEELS),--find-links $(SHARED)/wheels,) -e '.[all]'
-	@touch $(VENV)/.nel-installed
+	@touch $@
+
+setup: $(STAMP)
 
 system-deps:
 	bash deploy/install_system_deps.sh
 
 # The main job on the embedded default: nel starts llama.cpp with the tiny model and
-# evaluates GSM8K (first 100 problems); results land in ./nel-results.
+# evaluates GSM8K (first 100 problems); results land in ./nel-results. The data and model
+# locations used are recorded with `nel config`, so `nel validate` and `dagster dev` run
+# later from a plain shell use them too.
 run: setup
+	$(if $(NEL_DATA_DIR),@$(BIN)/nel config set data_dir '$(NEL_DATA_DIR)',)
+	$(if $(NEL_MODEL_PATH),@$(BIN)/nel config set model_path '$(NEL_MODEL_PATH)',)
 	$(BIN)/nel eval run $(if $(CONFIG),$(CONFIG),dagster_project/configs/default.yaml)
 
 test: setup system-deps
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=15 $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/ruff check .

@@ -16,7 +16,9 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,27 @@ from urllib.parse import parse_qs, urlparse
 from benchmarks.errors import DataMissingError, NelError
 
 _DATA_DIR_OVERRIDE: str | None = None
+# Set while the Dagster definitions load: hub files then come from the local cache only.
+_HUB_LOCAL_ONLY: ContextVar[bool] = ContextVar("nel_hub_local_only", default=False)
+
+
+@contextmanager
+def hub_local_only() -> Iterator[None]:
+    """Within the block, hub files come from the local hub cache only, never the network.
+
+    Loading the Dagster definitions builds each benchmark to fingerprint it; that must be
+    quick and offline (a webserver or daemon reloads it often), so a file that is not on
+    this machine fails at once instead of retrying the hub for half a minute.
+    """
+    token = _HUB_LOCAL_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _HUB_LOCAL_ONLY.reset(token)
+
+
+def _hub_offline() -> bool:
+    return _HUB_LOCAL_ONLY.get() or os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True")
 
 
 def set_data_dir(path: str | os.PathLike[str] | None) -> None:
@@ -99,7 +122,7 @@ def resolve_file(bench: str, relpath: str, hub: HubFile | None = None) -> Path:
 
 
 def _hub_download(hub: HubFile) -> Path:
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
+    if _hub_offline():
         # The hub library would raise a long traceback-y error; say it plainly instead.
         try:
             from huggingface_hub import try_to_load_from_cache
@@ -109,7 +132,8 @@ def _hub_download(hub: HubFile) -> Path:
             cached = None
         if isinstance(cached, str):
             return Path(cached)
-        raise DataMissingError("HF_HUB_OFFLINE is set and the file is not in the hub cache")
+        raise DataMissingError("offline (HF_HUB_OFFLINE, or loading definitions) and the file is not "
+                               "in the hub cache")
     try:
         from huggingface_hub import hf_hub_download
 
@@ -145,7 +169,8 @@ def load_hf(uri: str) -> list[dict[str, Any]]:
             f"*{split}-*", f"*/{split}-*", f"*/{split}/*", f"{split}/*"
         ]
         local = snapshot_download(
-            repo, repo_type="dataset", revision=revision, allow_patterns=allow
+            repo, repo_type="dataset", revision=revision, allow_patterns=allow,
+            local_files_only=_hub_offline(),
         )
     except Exception as exc:
         raise DataMissingError(

@@ -4,6 +4,11 @@ Builds the asset graph from the config named by `NEL_CONFIG` (a YAML path), or f
 embedded default config (the tiny llama.cpp model on GSM8K) when it is unset, and adds
 what makes it operable: launched-service resources, the checkpoint sensor, declarative
 automation and the CI jobs (`evaluate`, `compare`, `gate`).
+
+The user's `nel config` values are defaults for unset `NEL_*` variables here too, so
+`dagster dev` sees the same data and model as the `make run` that recorded them. Loading
+never touches the network: benchmark data is looked up locally only (a benchmark whose
+data is absent still gets its assets, fingerprinted as unloaded).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from benchmarks.datasets import hub_local_only
 from dagster_project.automation import automation_sensor, with_automation
 from dagster_project.config_loading import load_definitions_config
 from dagster_project.jobs import build_jobs
@@ -24,6 +30,7 @@ from dagster_project.sensors import (
 )
 from nel_assets.factory import build_defs
 from nel_resources.config import NelConfig
+from nel_resources.user_config import apply_user_config
 
 
 def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
@@ -41,4 +48,11 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
                           jobs=build_jobs(full, [*assets, *checks], resources))
 
 
-defs: dg.Definitions = build_definitions(*load_definitions_config(os.environ.get("NEL_CONFIG")))
+def load_definitions() -> dg.Definitions:
+    """The Definitions of `NEL_CONFIG` (or the embedded default), built offline."""
+    apply_user_config()
+    with hub_local_only():
+        return build_definitions(*load_definitions_config(os.environ.get("NEL_CONFIG")))
+
+
+defs: dg.Definitions = load_definitions()

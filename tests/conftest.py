@@ -1,4 +1,13 @@
-"""Suite-wide fixtures: the reference server, the real llama.cpp server, the data directory."""
+"""Suite-wide fixtures (the reference server, the real llama.cpp server, the data directory)
+and how the suite is spread over pytest-xdist workers.
+
+`make test` runs `pytest -n 2 --dist loadgroup`. Each test module is one xdist group, so a
+module's expensive module-scoped fixtures (servers, ingested runs) are built once, on one
+worker; every test that uses the session's real llama.cpp server shares the group
+``llama``, so one server serves them all. Modules are handed out longest first (measured
+with `--durations`), so the last worker does not start a six-minute test at the end.
+Fixtures pick ports by binding port 0 (or retry on a fresh port) and write under
+``tmp_path``, which xdist keeps per worker, so workers never collide."""
 
 from __future__ import annotations
 
@@ -13,6 +22,55 @@ from nel_resources.processes import ManagedProcess
 from nel_resources.reference_server import start_reference_server
 from tests.support import llama_model_path, require_real_component, start_llama_server
 from tests.support import server_stats as _server_stats
+
+#: Modules that take longest (seconds of one test run each, `--durations` under load on
+#: 2026-11-22), handed to xdist workers first. A module not listed just runs later.
+LONGEST_FIRST = (
+    "tests/dagster_project/test_stale_only.py",  # 374 s at 8 shards, 343 s at 4
+    "tests/dagster_project/test_jobs.py",  # 167 s
+    "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
+    "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
+    "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
+    "tests/dagster_project/test_ui_browser.py",  # 86 s
+    "tests/dagster_project/test_builtin_e2e.py",  # ~100 s over its tests
+    "tests/dagster_project/test_compare_gate_cli.py",  # ~110 s with its fixture
+)
+LLAMA_GROUP = "llama"
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The xdist group of a test: ``llama`` if it needs the shared llama.cpp server, else
+    its module (so module-scoped fixtures are set up once)."""
+    if "llama_server" in getattr(item, "fixturenames", ()):
+        return LLAMA_GROUP
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its hook is a plain one)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests for `--dist loadgroup` and order the longest modules first."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    # Stable sort: collection order within a module and among unlisted modules.
+    items.sort(key=lambda it: rank.get(it.nodeid.split("::", 1)[0], len(rank)))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test (nor any process it starts) reads the developer's `nel config` file.
+
+    Points ``NEL_USER_CONFIG`` at a file that does not exist in this session's (per xdist
+    worker) temp dir; tests that exercise `nel config` point it elsewhere themselves.
+    """
+    path = tmp_path_factory.mktemp("user-config") / "config.yaml"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEL_USER_CONFIG", str(path))
+    try:
+        yield path
+    finally:
+        mp.undo()
 
 
 @pytest.fixture

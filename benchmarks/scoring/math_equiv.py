@@ -20,6 +20,7 @@ Pipeline, cheapest first, so that most items never touch sympy:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import random
@@ -687,8 +688,20 @@ def _on_alarm(signum: int, frame: Any) -> None:
         raise _Overrun
 
 
+@lru_cache(maxsize=1)
+def _load_sympy() -> None:
+    """Import sympy and build its LaTeX parser once, outside any item's time limit.
+
+    Both take seconds on a loaded machine; inside the alarm they made the first sympy
+    comparison of a process time out (scored as not equal) whatever the answers were.
+    """
+    with contextlib.suppress(Exception):  # a broken parser shows up, per item, later
+        _sympy_equal("1", "1")
+
+
 def _with_alarm(a: str, b: str, timeout: float) -> tuple[bool, str] | None:
     global _alarm_active
+    _load_sympy()  # the worker process does the same before it reports "ready"
     old_handler = signal.signal(signal.SIGALRM, _on_alarm)
     old_delay, _ = signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
     started = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -75,6 +76,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
             raise ConfigError("--model-url cannot be combined with a config file; "
                               "edit the config's services or use -O services.NAME.url=...")
     else:
+        # `nel config set model_url/api_key_env` (or NEL_MODEL_URL/NEL_API_KEY_ENV) fill
+        # flags left out; only here, since a config file names its own services.
+        args.model_url = args.model_url or os.environ.get("NEL_MODEL_URL") or None
+        args.api_key_env = args.api_key_env or os.environ.get("NEL_API_KEY_ENV") or None
         if not args.bench:
             raise ConfigError("nothing to run: give a config file or --bench NAME "
                               "(see `nel list` for benchmark names)")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from dagster_project.cli import (
     commands_compare,
+    commands_config,
     commands_data,
     commands_eval,
     commands_misc,
@@ -23,7 +24,7 @@ from dagster_project.cli import (
 # Each module exposes `register(subparsers)`; order is the order shown in --help
 # (commands_eval first: it creates the `eval` group the report module extends).
 _COMMAND_MODULES = [commands_eval, commands_report, commands_validate, commands_compare,
-                    commands_data, commands_misc, commands_serve]
+                    commands_data, commands_misc, commands_serve, commands_config]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.errors import NelError
 
     try:
+        if args.command != "config":  # `nel config` must still work to repair a broken file
+            from nel_resources.user_config import apply_user_config
+
+            apply_user_config()  # stored defaults for unset NEL_* variables (`nel config`)
         return int(func(args) or 0)
     except NelError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from tests.benchmarks.test_serve import (
     stop_server,
     wait_healthy,
 )
+from tests.support.waiting import PROCESS_START_S, wait_for
 
 
 @contextmanager
@@ -38,11 +39,8 @@ def thread_server(app: Any) -> Iterator[int]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise TimeoutError("uvicorn did not start")
-        time.sleep(0.01)
+    wait_for(lambda: server.started, timeout=PROCESS_START_S, what="the in-thread uvicorn server to start",
+             interval=0.01)
     try:
         yield port
     finally:
@@ -259,12 +257,13 @@ def test_timeout_is_retried() -> None:
     async def slow_then_fast(request: Any) -> JSONResponse:
         calls["n"] += 1
         if calls["n"] == 1:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(4.0)
         return JSONResponse({"size": 5})
 
     app = Starlette(routes=[Route("/dataset_size", slow_then_fast)])
     with thread_server(app) as port:
-        env = GymEnvironment(f"gym://127.0.0.1:{port}", retries=1, timeout=0.3, backoff_base=0.01)
+        # 2 s, not less: the retry must be answered within it even on a loaded CI machine.
+        env = GymEnvironment(f"gym://127.0.0.1:{port}", retries=1, timeout=2.0, backoff_base=0.01)
 
         async def run() -> None:
             try:

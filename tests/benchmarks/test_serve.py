@@ -8,16 +8,13 @@ do not depend on any built-in benchmark's data; the served process imports this 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +24,9 @@ import pytest
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult, register
 from benchmarks.errors import NelError
+from nel_resources.processes import ManagedProcess, start_on_free_port
+from tests.support.reference import http_json
+from tests.support.waiting import PROCESS_START_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_NAME = "nel_test_toy_arith"
@@ -444,12 +444,6 @@ def test_exported_row_verifies_as_gym_body(client: Any) -> None:
 # ----------------------------------------------------------------------------- real process
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cli_command() -> list[str]:
     """`python -m dagster_project.cli.main`, or the serve module alone while sibling command
     modules that main.py imports are still missing."""
@@ -458,43 +452,30 @@ def cli_command() -> list[str]:
     return [sys.executable, "-m", "dagster_project.cli.commands_serve"]
 
 
-def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> dict:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}"
-            )
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                return json.loads(r.read())
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError("server did not become healthy")
+def wait_healthy(port: int, proc: ManagedProcess, timeout: float = PROCESS_START_S) -> dict:
+    """`/health` of a started server, waiting (bounded) for it; fails with its log if it died."""
+    proc.wait_healthy(f"http://127.0.0.1:{port}/health", timeout=timeout)
+    status, _, body = http_json("GET", f"http://127.0.0.1:{port}/health", timeout=30)
+    assert status == 200 and isinstance(body, dict), (status, body)
+    return body
 
 
-def start_server(args: list[str]) -> tuple[subprocess.Popen[bytes], int]:
-    """Start `nel serve` in its own process group on a free 127.0.0.1 port."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [*cli_command(), *args, "--port", str(port), "--host", "127.0.0.1"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    return proc, port
+def start_server(args: list[str]) -> tuple[ManagedProcess, int]:
+    """Start `nel serve` in its own process group on a free 127.0.0.1 port, once healthy.
+
+    The port is picked before the server binds it: if another process (another xdist
+    worker) takes it in between, the server exits at once and a fresh port is tried.
+    """
+    def make(port: int) -> ManagedProcess:
+        return ManagedProcess([*cli_command(), *args, "--port", str(port), "--host", "127.0.0.1"],
+                              cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, name="nel-serve")
+
+    return start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/health", timeout=PROCESS_START_S)
 
 
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    # Background processes here may ignore SIGTERM: kill the whole group (workers too).
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+def stop_server(proc: ManagedProcess) -> None:
+    """Stop the server's whole process group (its workers too)."""
+    proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import duckdb
@@ -18,6 +17,7 @@ from tests.support.cli import run_nel, start_nel, summary_json
 from tests.support.cli_output import error_lines
 from tests.support.gsm8k import answers_for
 from tests.support.reference import reset_server_stats
+from tests.support.waiting import PROCESS_START_S, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +99,20 @@ def test_sigkill_then_resume_never_rerequests_a_finished_sample(
     env = {"NEL_DATA_DIR": str(data_dir)}
     proc = start_nel(*args, env=env, log=tmp_path / "first.log")
     jdir = out / "gsm8k" / "_journal" / "model=m" / "shard=0"
-    deadline = time.time() + 120
-    journaled = 0
-    while time.time() < deadline:
+
+    def journaled_60() -> bool:
+        assert proc.poll() is None, "nel exited before 60 samples were journaled:\n" + (
+            tmp_path / "first.log").read_text()
         files = list(jdir.glob("*.jsonl")) if jdir.exists() else []
-        journaled = sum(1 for _ in open(files[0], "rb")) if files else 0
-        if journaled >= 60:
-            break
-        assert proc.poll() is None, (tmp_path / "first.log").read_text()
-        time.sleep(0.05)
+        return bool(files) and sum(1 for _ in open(files[0], "rb")) >= 60
+
+    try:
+        wait_for(journaled_60, timeout=PROCESS_START_S, what="60 samples in the shard journal",
+                 interval=0.05)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     (jfile,) = list(jdir.glob("*.jsonl"))

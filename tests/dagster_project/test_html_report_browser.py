@@ -4,41 +4,40 @@ searches and filters, nothing is fetched from the network, and a screenshot is t
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-from tests.dagster_project.test_report_cli import make_two_model_run
+import pytest
+
+from tests.dagster_project.conftest import TWO_MODEL_RUN_GROUP
 from tests.support.cli import run_nel
-from tests.support.realcomponents import require_real_component
+from tests.support.dagster_ui import launch_chromium, new_page, require_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+pytestmark = pytest.mark.xdist_group(TWO_MODEL_RUN_GROUP)
+N = 90  # items in the shared two-model run
 
 
-def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require_real_component("the playwright Python package is not installed")
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
-        require_real_component("chromium is not installed (bash deploy/install_system_deps.sh)")
-    out = make_two_model_run(tmp_path, data_dir, n=60)
+def test_html_report_renders_in_chromium(tmp_path: Path, two_model_run: Path) -> None:
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    out = two_model_run
     html = tmp_path / "report.html"
-    p = run_nel("report", str(out), "-o", str(html), "--comparison", str(tmp_path / "regression.json"))
+    p = run_nel("report", str(out), "-o", str(html), "--comparison", str(out.parent / "regression.json"))
     assert p.returncode == 0, p.stderr
     shot = Path(os.environ.get("NEL_SCREENSHOT_DIR", tmp_path)) / "html_report.png"
 
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = launch_chromium(pw)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page = new_page(browser, viewport={"width": 1200, "height": 900})
             page.on("request", lambda r: requests.append(r.url))
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(html.as_uri())
             plots = page.locator("svg.nel-plot")
+            # the plots are drawn by the page's script: wait for all six, then inspect them
+            expect(plots).to_have_count(6)
             kinds = [plots.nth(i).get_attribute("data-plot") for i in range(plots.count())]
             # score-ci + forest, then per model: latency histogram + failure breakdown
             assert kinds.count("score-ci") == 1 and kinds.count("forest") == 1
@@ -55,10 +54,10 @@ def test_html_report_renders_in_chromium(tmp_path: Path, data_dir: Path) -> None
             # drill-down: all rows, then filter by verdict, then search
             drill = page.locator(".drill").first
             rows = drill.locator("tbody tr")
-            assert rows.count() == 60
+            assert rows.count() == N
             drill.locator(".drill-filter").select_option("wrong")
             wrong = sum(1 for i in range(rows.count()) if rows.nth(i).is_visible())
-            assert 0 < wrong < 60
+            assert 0 < wrong < N
             assert drill.locator(".drill-count").inner_text() == f"{wrong} shown"
             drill.locator(".drill-filter").select_option("all")
             drill.locator(".drill-search").fill("no-such-text-anywhere")

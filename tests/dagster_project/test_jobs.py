@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from benchmarks.datasets import load_file
@@ -39,6 +40,7 @@ def _dg_launch(job: str, cfg: Path, home: Path, data_dir: Path) -> subprocess.Co
                           start_new_session=True)
 
 
+@pytest.mark.slow
 def test_evaluate_compare_gate_jobs_exit_status(tmp_path: Path, reference_server, data_dir: Path) -> None:
     n = 16
     rows = load_file(data_dir / "gsm8k" / "test.jsonl")[:n]

@@ -25,6 +25,7 @@ from nel_resources.config import ServiceConfig
 from nel_resources.processes import pid_alive
 from tests.support.cli import start_nel
 from tests.support.realcomponents import llama_model_path, require_real_component
+from tests.support.waiting import PROCESS_START_S, wait_for
 
 # A stand-in for vllm/sglang/trtllm-serve: records its argv, answers /v1/models after an
 # optional delay, and ignores nothing (default signals).
@@ -174,15 +175,16 @@ def test_real_llama_cpp_torn_down_on_ctrl_c(tmp_path: Path, data_dir: Path) -> N
     server_log = tmp_path / "out" / "logs" / "tiny.log"
     jdir = tmp_path / "out" / "gsm8k" / "_journal"
     pid = None
-    deadline = time.time() + 180
+
+    def serving() -> bool:  # the server answered and samples flow
+        nonlocal pid
+        assert proc.poll() is None, "nel exited before samples flowed:\n" + log.read_text()
+        pid = pid or _llama_pid(model)
+        return bool(pid) and jdir.exists() and any(p.stat().st_size > 0 for p in jdir.rglob("*.jsonl"))
+
     try:
-        while time.time() < deadline:  # wait until the server answered and samples flow
-            assert proc.poll() is None, log.read_text()
-            if pid is None:
-                pid = _llama_pid(model)
-            if pid and jdir.exists() and any(p.stat().st_size > 0 for p in jdir.rglob("*.jsonl")):
-                break
-            time.sleep(0.2)
+        wait_for(serving, timeout=PROCESS_START_S, what="the launched llama.cpp server to answer samples",
+                 interval=0.2)
         assert pid is not None and pid_alive(pid), log.read_text()
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=60)
@@ -191,10 +193,8 @@ def test_real_llama_cpp_torn_down_on_ctrl_c(tmp_path: Path, data_dir: Path) -> N
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert rc != 0
-    deadline = time.time() + 15
-    while pid_alive(pid) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(pid), "the llama.cpp server outlived Ctrl-C"
+    wait_for(lambda: not pid_alive(pid), timeout=60, what="the llama.cpp server to exit after Ctrl-C",
+             interval=0.1)
     assert server_log.exists() and server_log.stat().st_size > 0  # its log is kept
 
 

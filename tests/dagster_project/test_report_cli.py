@@ -8,17 +8,18 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from benchmarks.datasets import load_file
+from tests.dagster_project.conftest import TWO_MODEL_RUN_GROUP
 from tests.dagster_project.test_compare_gate_cli import paired_patterns, start_servers, write_config
 from tests.support.cli import run_nel, summary_json
 from tests.support.realcomponents import require_real_component
 
 N = 90
+pytestmark = pytest.mark.xdist_group(TWO_MODEL_RUN_GROUP)
 
 
 def make_two_model_run(tmp: Path, data_dir: Path, n: int = N) -> Path:
@@ -41,9 +42,11 @@ def make_two_model_run(tmp: Path, data_dir: Path, n: int = N) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Path]:
-    yield make_two_model_run(tmp_path_factory.mktemp("rep"), data_dir)
+@pytest.fixture
+def run_dir(two_model_run: Path) -> Path:
+    """The session's two-model run (tests/dagster_project/conftest.py), shared with the
+    HTML report's browser test."""
+    return two_model_run
 
 
 def ok(*args: str, code: int = 0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

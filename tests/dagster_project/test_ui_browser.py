@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from benchmarks.datasets import load_file
+from nel_resources.processes import ManagedProcess
 from tests.support.cli import run_nel
 from tests.support.dagster_ui import (
     FINISHED,
@@ -28,12 +29,14 @@ from tests.support.dagster_ui import (
     dismiss_community_modal,
     latest_materialization,
     launch_chromium,
+    new_page,
     require_chromium,
     running_webserver,
     runs_with_partition,
     wait_for,
 )
 from tests.support.reference import reset_server_stats, server_stats
+from tests.support.waiting import PROCESS_START_S, RUN_FINISH_S
 
 N, MODEL = 6, "refmodel"
 
@@ -41,8 +44,6 @@ N, MODEL = 6, "refmodel"
 def _js_number(x: float) -> str:
     """How the UI (JavaScript) prints a float: 0.0 as "0", 0.25 as "0.25"."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
-UI_TIMEOUT_MS = 60_000
-RUN_TIMEOUT_S = 150.0
 
 
 def _answers(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -54,12 +55,18 @@ def _answers(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-def _launched_run(base: str, partition: str, before: set[str]) -> str:
-    """Wait for the run the UI just launched for `partition`, then for it to finish."""
+def _launched_run(base: str, partition: str, before: set[str], web: ManagedProcess) -> str:
+    """Wait for the run the UI just launched for `partition`, then for it to finish.
+
+    The run existing in GraphQL is the condition that matters, not the dialog closing: on a
+    loaded machine the button reads "Launching..." for as long as the webserver takes to
+    submit the run, which is well past any fixed UI timeout.
+    """
     run_id = wait_for(lambda: next(iter(set(runs_with_partition(base, partition)) - before), None),
-                      timeout=30, what=f"a new run for partition {partition}")
+                      timeout=PROCESS_START_S, what=f"the webserver to create a run for partition {partition}",
+                      alive=web)
     status = wait_for(lambda: (s := runs_with_partition(base, partition).get(run_id)) in FINISHED and s,
-                      timeout=RUN_TIMEOUT_S, what=f"run {run_id} ({partition}) to finish")
+                      timeout=RUN_FINISH_S, what=f"run {run_id} ({partition}) to finish", alive=web)
     assert status == "SUCCESS", f"run {run_id} for {partition} ended {status}"
     return run_id
 
@@ -94,8 +101,7 @@ def test_materialize_partitions_from_the_ui(tmp_path: Path, reference_server, da
         assert latest_materialization(base, ["gsm8k", "shard_results"], f"{MODEL}|1") is None
         browser = launch_chromium(pw)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(UI_TIMEOUT_MS)
+            page = new_page(browser, viewport={"width": 1400, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             dismiss_community_modal(page, base)
@@ -116,9 +122,9 @@ def test_materialize_partitions_from_the_ui(tmp_path: Path, reference_server, da
             page.screenshot(path=str(shots / "02_shard_dialog.png"))
             before = set(all_runs(base))
             dialog.get_by_role("button", name="Launch 1 run").click()
-            expect(dialog).to_be_hidden()
+            shard_run = _launched_run(base, f"{MODEL}|1", before, web)
+            expect(dialog).to_be_hidden()  # the launch returned: the dialog closes
             page.screenshot(path=str(shots / "03_shard_launched.png"))
-            shard_run = _launched_run(base, f"{MODEL}|1", before)
 
             # the run evaluated exactly the missing shard, at the model server
             mat = latest_materialization(base, ["gsm8k", "shard_results"], f"{MODEL}|1")
@@ -135,8 +141,8 @@ def test_materialize_partitions_from_the_ui(tmp_path: Path, reference_server, da
             page.screenshot(path=str(shots / "04_bundle_dialog.png"))
             before = set(all_runs(base))
             dialog.get_by_role("button", name="Launch 1 run").click()
+            bundle_run = _launched_run(base, MODEL, before, web)
             expect(dialog).to_be_hidden()
-            bundle_run = _launched_run(base, MODEL, before)
 
             mat = latest_materialization(base, ["gsm8k", "bundle"], MODEL)
             assert mat is not None and mat["runId"] == bundle_run
@@ -158,7 +164,7 @@ def test_materialize_partitions_from_the_ui(tmp_path: Path, reference_server, da
         finally:
             browser.close()
             # Let every run end before the webserver (and its run workers) is stopped.
-            wait_for(lambda: all(s in FINISHED for s in all_runs(base).values()), timeout=60,
+            wait_for(lambda: all(s in FINISHED for s in all_runs(base).values()), timeout=RUN_FINISH_S,
                      what="all runs to finish", alive=web)
     # the webserver's code server and run workers went down with its process group
     assert_no_leftovers(str(home), "the webserver")

@@ -2,33 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.support.realcomponents import REPO_ROOT
 
 
-def nel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a CLI subprocess: repo on the path, no colour, extra vars."""
+def nel_env(extra: dict[str, str] | None = None, unset: Sequence[str] = ()) -> dict[str, str]:
+    """Environment for a CLI subprocess: repo on the path, no colour, extra vars, `unset` removed."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("DAGSTER_HOME", None)
     env.update(extra or {})
+    for name in unset:
+        env.pop(name, None)
     return env
 
 
 def run_nel(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`nel ARGS...` in a fresh interpreter; returns the completed process."""
-    return subprocess.run(
-        [sys.executable, "-m", "dagster_project.cli.main", *args], capture_output=True,
-        text=True, env=nel_env(env), timeout=timeout, cwd=cwd or REPO_ROOT,
+            cwd: Path | None = None, unset: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """`nel ARGS...` in a fresh interpreter; returns the completed process.
+
+    `timeout` is a ceiling for a command that hangs: past it the command's whole process
+    group (servers it launched included) is killed and the test fails saying which command
+    did not finish and what it printed, instead of a bare `TimeoutExpired`.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster_project.cli.main", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=nel_env(env, unset), cwd=cwd or REPO_ROOT,
         start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"`nel {' '.join(args)}` did not finish within {timeout:.0f}s; "
+                             f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def start_nel(*args: str, env: dict[str, str] | None = None, log: Path) -> subprocess.Popen[bytes]:

@@ -13,11 +13,10 @@ import os
 import shutil
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from nel_resources.processes import (
     ManagedProcess,
@@ -26,11 +25,10 @@ from nel_resources.processes import (
 from tests.support.cli import nel_env
 from tests.support.realcomponents import REPO_ROOT, require_real_component
 from tests.support.reference import http_json
+from tests.support.waiting import PROCESS_START_S, UI_ACTION_MS, wait_for
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Locator, Page
-
-T = TypeVar("T")
 
 CHROMIUM = "/usr/bin/chromium"
 #: The flags every browser test here uses: no sandbox (containers), and nothing that phones
@@ -52,30 +50,6 @@ def _exe(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 1.0,
-             alive: ManagedProcess | None = None) -> T:
-    """Poll `check` until it returns something truthy; fail with `what` after `timeout` s.
-
-    Args:
-        check: returns the awaited value, or None/falsy to keep waiting.
-        timeout: seconds.
-        what: description for the failure message.
-        interval: seconds between polls.
-        alive: a process that must keep running meanwhile (its log tail is shown if not).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if alive is not None and not alive.is_running():
-            raise AssertionError(f"{alive.name} exited while waiting for {what}; log:\n{alive.log_tail(8000)}")
-        if time.monotonic() > deadline:
-            tail = "" if alive is None else f"\n{alive.name} log:\n{alive.log_tail(8000)}"
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
-        time.sleep(interval)
-
-
 def graphql(base_url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
     """POST one GraphQL query to the webserver; returns `data` (fails on errors)."""
     status, _, body = http_json("POST", f"{base_url}/graphql", {"query": query, "variables": variables or {}},
@@ -92,7 +66,7 @@ query Ready($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) { assetKey {
 
 @contextmanager
 def running_webserver(home: Path, config: Path, data_dir: Path, log_path: Path, *,
-                      ready_asset: list[str], timeout: float = 120.0,
+                      ready_asset: list[str], timeout: float = PROCESS_START_S,
                       attempts: int = 3) -> Iterator[tuple[ManagedProcess, str]]:
     """`dagster-webserver` on a free port; yields (process, base URL) once `ready_asset` is
     visible over GraphQL (the code location loaded), and stops its process group on exit.
@@ -142,6 +116,22 @@ def launch_chromium(pw: Any) -> Browser:
     """Headless system Chromium (never a downloaded one: no `playwright install` here)."""
     exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     return pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+
+
+def new_page(browser: Browser, **kwargs: Any) -> Page:
+    """A page whose actions *and* `expect` assertions all wait up to `UI_ACTION_MS`.
+
+    Playwright's `expect` keeps its own 5 s default whatever the page's timeout is; on a
+    loaded machine the UI can take longer than that to react (a launch dialog reads
+    "Launching..." while the webserver submits the run), which made assertions flaky.
+    """
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=UI_ACTION_MS)
+    page = browser.new_page(**kwargs)
+    page.set_default_timeout(UI_ACTION_MS)
+    page.set_default_navigation_timeout(UI_ACTION_MS)
+    return page
 
 
 def dismiss_community_modal(page: Page, base_url: str) -> None:

@@ -240,3 +240,34 @@ def test_called_inside_a_running_event_loop() -> None:
         return math_equiv(r"\sqrt{8}", r"2\sqrt{2}")
 
     assert asyncio.run(main())
+
+
+SYMPY_LOADED_BEFORE_THE_ALARM = r'''
+import signal, sys
+from benchmarks.scoring.math_equiv import compare_math
+assert "sympy" not in sys.modules, "sympy already imported: this check would prove nothing"
+armed_with_sympy_loaded = []
+setitimer = signal.setitimer
+def recording(which, seconds, *rest):
+    if seconds > 0:
+        armed_with_sympy_loaded.append("sympy.parsing.latex" in sys.modules)
+    return setitimer(which, seconds, *rest)
+signal.setitimer = recording
+r = compare_math(r"\sqrt{2}/2", r"\frac{\sqrt2}{2}", timeout=60)
+assert r.equal and r.how.startswith("sympy"), r
+assert armed_with_sympy_loaded and all(armed_with_sympy_loaded), armed_with_sympy_loaded
+'''
+
+
+def test_first_comparison_does_not_pay_sympy_import_inside_its_time_limit() -> None:
+    # Importing sympy and building its LaTeX parser take seconds on a loaded machine; done
+    # inside the item's alarm they made a process's first sympy comparison time out and
+    # score as not equal (seen in CI: sqrt{2}/2 vs frac{sqrt2}{2} after exactly 5.0 s).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    p = subprocess.run([sys.executable, "-c", SYMPY_LOADED_BEFORE_THE_ALARM], capture_output=True, text=True,
+                       cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
