@@ -114,6 +114,13 @@ class ServiceConfig(_Strict):
             return val
         return self.api_key
 
+    def resolved_headers(self) -> dict[str, str]:
+        """The extra request headers, with `${VAR}` references expanded now."""
+        return {
+            k: expand_env(v, where=f"header {k}") if "${" in v else v
+            for k, v in self.headers.items()
+        }
+
     def settings_fingerprint(self) -> str:
         """Hash of what changes this service's answers (not its URL or key)."""
         payload = {
@@ -370,6 +377,37 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
 
 
+_WHOLE_REF_RE = re.compile(r"^\$\{(\w+)\}$")
+
+
+def _keep_secret_references(data: dict[str, Any], raw: Any) -> None:
+    """Keep `${VAR}` references to secrets instead of their values.
+
+    `api_key: ${VAR}` becomes `api_key_env: VAR`, and a header written with `${VAR}` keeps
+    its template (expanded when requests are made, see `ServiceConfig.resolved_headers`):
+    a config saved from this one (`<out>/nel-config.yaml`) then authenticates wherever
+    it is run, and never holds the secret itself.
+    """
+    services = data.get("services")
+    raw_services = raw.get("services") if isinstance(raw, dict) else None
+    if not isinstance(services, dict) or not isinstance(raw_services, dict):
+        return
+    for name, svc in services.items():
+        raw_svc = raw_services.get(name)
+        if not isinstance(svc, dict) or not isinstance(raw_svc, dict):
+            continue
+        ref = raw_svc.get("api_key")
+        m = _WHOLE_REF_RE.match(ref) if isinstance(ref, str) else None
+        if m and not svc.get("api_key_env"):
+            svc.pop("api_key", None)
+            svc["api_key_env"] = m.group(1)
+        headers, raw_headers = svc.get("headers"), raw_svc.get("headers")
+        if isinstance(headers, dict) and isinstance(raw_headers, dict):
+            for key, value in raw_headers.items():
+                if isinstance(value, str) and "${" in value and key in headers:
+                    headers[key] = value
+
+
 def read_config_text(p: Path) -> str:
     """The text of a config file, refusing what cannot be one in one line each."""
     if not p.exists():
@@ -458,8 +496,10 @@ def load_config(
     """
     where = str(path) if path else "<config>"
     lines: dict = {}
+    raw_text: str | None = None
     if path is not None:
-        text = expand_env(read_config_text(Path(path)), where=where)
+        raw_text = read_config_text(Path(path))
+        text = expand_env(raw_text, where=where)
         try:
             node = yaml.compose(text)
             if node is not None:
@@ -481,6 +521,8 @@ def load_config(
             raise ConfigError(f"{where}:1: the config must be a mapping with keys such as "
                               "services, benchmarks, output")
     data = dict(data or {})
+    if raw_text is not None:
+        _keep_secret_references(data, yaml.safe_load(raw_text))
     for expr in overrides or []:
         apply_override(data, expr)
     try:

@@ -400,7 +400,7 @@ def client_for_service(service: ServiceConfig, base_url: str | None = None) -> M
         generation=service.generation.to_request(), timeout=service.timeout,
         connect_timeout=service.connect_timeout, max_concurrent=service.max_concurrent,
         max_retries=service.max_retries, retry_backoff=service.retry_backoff,
-        headers=service.headers, transport=service.transport,
+        headers=service.resolved_headers(), transport=service.transport,
     )
 
 
