@@ -253,11 +253,19 @@ class NelConfig(_Strict):
         return self
 
     def fingerprint_json(self) -> str:
-        """Canonical JSON of the config (API keys removed)."""
+        """Canonical JSON of the config (API keys and literal header values removed).
+
+        It is written into exports and bundles: a header's value is kept only when it is a
+        `${VAR}` reference (which holds no secret).
+        """
         data = self.model_dump(mode="json")
         for s in data.get("services", {}).values():
             if s.get("api_key"):
                 s["api_key"] = "***"
+            headers = s.get("headers") or {}
+            for k, v in headers.items():
+                if "${" not in v:
+                    headers[k] = "***"
         return json.dumps(data, sort_keys=True)
 
 

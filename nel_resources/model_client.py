@@ -22,6 +22,7 @@ import orjson
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.http_raw import RawHTTPPool
+from nel_resources.redact import Redactor, client_secrets
 
 
 class ModelError(Exception):
@@ -117,6 +118,10 @@ class ModelClient:
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        # Everything that leaves this client (replies, error text) is redacted here, once:
+        # a server that echoes the key (in an error body, say) must not put it into
+        # results, journals, Parquet, exports or the Dagster event log.
+        self._redact = Redactor(client_secrets(api_key, self._headers))
         self._session: aiohttp.ClientSession | None = None
         self._sem = asyncio.Semaphore(max_concurrent)
         self._auth_failed: AuthError | None = None
@@ -206,7 +211,7 @@ class ModelClient:
                 f"({type(exc).__name__}: {str(exc) or 'timed out'}); is the server running?"
             ) from None
         if status in (401, 403):
-            text = body[:200].decode("utf-8", "replace").strip()
+            text = self._redact.text(body[:200].decode("utf-8", "replace").strip())
             raise AuthError(
                 f"the endpoint {self.base_url} refused the API key (HTTP {status}: {text}); "
                 "check the key or the api_key_env variable"
@@ -286,7 +291,8 @@ class ModelClient:
                             self._recovered()
                         return self._parse(raw, (time.perf_counter() - t0) * 1000.0, attempt)
                     retry_after = _retry_after(headers)
-                    text = raw[:300].decode("utf-8", "replace")
+                    # Redact before cutting, so no prefix of a key survives at the cut.
+                    text = self._redact.text(raw.decode("utf-8", "replace"))[:300]
                 except TimeoutError:
                     # First: TimeoutError is an OSError, and aiohttp's read timeouts are
                     # connection errors too.
@@ -347,6 +353,8 @@ class ModelClient:
             self._sem.release()
 
     def _parse(self, raw: bytes, latency_ms: float, attempts: int) -> ModelResponse:
+        if self._redact:
+            raw = self._redact.bytes(raw)
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

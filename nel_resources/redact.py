@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig, ServiceConfig
 
-__all__ = ["REDACTED", "Redactor", "is_secret_header", "secrets_of"]
+__all__ = ["REDACTED", "Redactor", "client_secrets", "is_secret_header", "secrets_of"]
 
 REDACTED = "<redacted>"
 
@@ -53,6 +53,18 @@ def _service_secrets(svc: ServiceConfig) -> list[str]:
     return out
 
 
+def client_secrets(api_key: str | None, headers: dict[str, str]) -> set[str]:
+    """The secrets a model client sends: its API key and auth-like header values."""
+    found = {api_key} if api_key else set()
+    for name, value in headers.items():
+        if is_secret_header(name):
+            found.add(value)
+            parts = value.split(None, 1)
+            if len(parts) == 2:
+                found.add(parts[1])
+    return {s for s in found if len(s) >= MIN_SECRET_LENGTH}
+
+
 def secrets_of(cfg: NelConfig | Iterable[ServiceConfig]) -> set[str]:
     """Every secret value the config makes nel send, long enough to redact safely."""
     services = cfg.services.values() if hasattr(cfg, "services") else cfg
@@ -68,6 +80,9 @@ class Redactor:
     def __init__(self, secrets: Iterable[str]) -> None:
         ordered = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._re = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._bytes_re = (
+            re.compile(b"|".join(re.escape(s.encode()) for s in ordered)) if ordered else None
+        )
 
     def __bool__(self) -> bool:
         return self._re is not None
@@ -75,6 +90,12 @@ class Redactor:
     def text(self, value: str) -> str:
         """`value` with every secret replaced by `REDACTED`."""
         return self._re.sub(REDACTED, value) if self._re is not None else value
+
+    def bytes(self, value: bytes) -> bytes:
+        """`value` with every secret (UTF-8) replaced by `REDACTED`."""
+        if self._bytes_re is None:
+            return value
+        return self._bytes_re.sub(REDACTED.encode(), value)
 
     def data(self, value: Any) -> Any:
         """A copy of a JSON-like value (dicts, lists, strings) with secrets replaced."""
