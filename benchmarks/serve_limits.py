@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -86,7 +87,14 @@ async def run_scorer(
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
-    await slots.acquire()
+    started = loop.time()
+    try:
+        # Waiting for a free thread counts against the same limit: when every slot is
+        # held by overrunning scorers, new requests fail in time instead of queueing forever.
+        await asyncio.wait_for(slots.acquire(), timeout)
+    except TimeoutError:
+        raise ScoringTimeout(f"no scoring thread free within {timeout:g} s") from None
+    timeout = max(0.0, timeout - (loop.time() - started))
 
     def settle(result: Any, error: BaseException | None) -> None:
         slots.release()
@@ -99,11 +107,12 @@ async def run_scorer(
 
     def work() -> None:
         try:
-            result = asyncio.run(_awaited(make))
+            outcome: tuple[Any, BaseException | None] = (asyncio.run(_awaited(make)), None)
         except BaseException as exc:  # handed to the awaiting request, never lost
-            loop.call_soon_threadsafe(settle, None, exc)
-        else:
-            loop.call_soon_threadsafe(settle, result, None)
+            outcome = (None, exc)
+        # An overrun that ends after the server stopped has nobody left to tell.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *outcome)
 
     threading.Thread(target=work, name="nel-serve-scorer", daemon=True).start()
     try:

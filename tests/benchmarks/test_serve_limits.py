@@ -188,3 +188,29 @@ def test_slow_body_is_cut_off(served) -> None:
         else:
             pytest.fail("the server read a byte-by-byte body to the end without cutting it off")
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_scoring_overrun_is_422_and_frees_the_loop() -> None:
+    """A scorer that overruns `verify_timeout` gets a 422 `scorer_timeout`, never a reward."""
+    from fastapi.testclient import TestClient
+
+    from benchmarks._types import VerifyResult
+    from benchmarks.serve import generate_app
+    from tests.benchmarks.test_serve import ToyArithmetic
+
+    release = threading.Event()
+
+    class Stuck(ToyArithmetic):
+        async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
+            release.wait(WAIT_S)  # blocks its scoring thread, as a runaway scorer would
+            return VerifyResult(1.0, response, {})
+
+    app = generate_app(Stuck(), verify_timeout=0.5)
+    try:
+        with TestClient(app) as client:
+            resp = client.post("/verify", json={"response": "2", "expected_answer": "2"})
+            assert resp.status_code == 422, resp.text
+            assert resp.json()["error"] == "scorer_timeout" and "reward" not in resp.json()
+            assert client.get("/health").status_code == 200
+    finally:
+        release.set()
