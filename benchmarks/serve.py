@@ -66,6 +66,14 @@ __all__ = [
 log = logging.getLogger("nel.serve")
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
+# A body must arrive completely within this (a client sending it byte by byte is cut off).
+DEFAULT_BODY_TIMEOUT = 30.0
+# Scoring one response may take this long before the request is answered 422.
+DEFAULT_VERIFY_TIMEOUT = 30.0
+ENV_VERIFY_TIMEOUT = "NEL_SERVE_VERIFY_TIMEOUT"
+ENV_READ_TIMEOUT = "NEL_SERVE_HEAD_TIMEOUT"  # also read by serve_limits' protocol
+# Scoring threads alive at once (abandoned overruns included).
+SCORING_THREADS = 8
 PROTOCOL_EVALUATOR = "nemo-evaluator/0.3"
 PROTOCOL_GYM = "nemo-gym"
 
@@ -156,8 +164,28 @@ def _json_response(obj: Any, status: int = 200) -> Response:
 # --------------------------------------------------------------------------- body reading
 
 
-async def _read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    """Read the body (at most `limit` bytes) and parse it as a JSON object."""
+def _require_json(request: Request) -> None:
+    """Refuse a declared content type other than JSON (415); none at all is accepted."""
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return
+    media = ctype.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"content-type {media or ctype!r} is not JSON; send application/json",
+            "content-type",
+        )
+
+
+async def _read_json_object(
+    request: Request, limit: int, timeout: float = DEFAULT_BODY_TIMEOUT
+) -> dict[str, Any]:
+    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object."""
+    _require_json(request)
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -176,11 +204,19 @@ async def _read_json_object(request: Request, limit: int) -> dict[str, Any]:
     # Count while streaming too: chunked bodies carry no Content-Length and a client can lie.
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise ApiError(413, "body_too_large", f"body exceeds the {limit}-byte limit", "body")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:
+                    raise ApiError(
+                        413, "body_too_large", f"body exceeds the {limit}-byte limit", "body"
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408, "body_timeout", f"body not received within {timeout:g} s", "body"
+        ) from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise ApiError(422, "invalid_request", "body: empty; a JSON object is required", "body")
@@ -405,6 +441,8 @@ def generate_app(
     gym_compat: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     benchmark_name: str | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT,
 ) -> FastAPI:
     """A FastAPI app serving `env` with the NeMo Evaluator 0.3.0 / NeMo Gym protocol.
 
@@ -414,11 +452,23 @@ def generate_app(
             `idx`; answered with `{}`) and report the Gym protocol in `/health`.
         max_body_bytes: Bodies larger than this are refused with 413.
         benchmark_name: Name reported by `/health` (defaults to `env.name`).
+        body_timeout: Seconds a request body may take to arrive (408 after).
+        verify_timeout: Seconds scoring one response may take (422 `scorer_timeout`
+            after); scoring runs off the event loop, so other requests are served meanwhile.
 
     Returns:
         The app; run it with uvicorn (or `serve`).
     """
     from fastapi import FastAPI
+
+    from benchmarks.remote import GymEnvironment
+    from benchmarks.serve_limits import ScoringTimeout, run_scorer
+
+    # A remote (gym://) verifier is network I/O on this loop's session; every local scorer
+    # is CPU work that would stall the loop, so it runs in a scoring thread.
+    inner = env.inner if isinstance(env, LimitedEnvironment) else env
+    score_in_thread = not isinstance(inner, GymEnvironment)
+    slots: asyncio.Semaphore | None = None
 
     name = benchmark_name or env.name
     size = len(env)
@@ -454,7 +504,7 @@ def generate_app(
         return Response(size_body, headers=_JSON_HEADERS)
 
     async def post_seed_session(request: Request) -> Response:
-        body = await _read_json_object(request, max_body_bytes)
+        body = await _read_json_object(request, max_body_bytes, body_timeout)
         if "idx" not in body:
             if gym_compat:
                 # NeMo Gym agents post the dataset row to start a session; our sessions
@@ -481,7 +531,8 @@ def generate_app(
         return _json_response(seed.to_dict())
 
     async def post_verify(request: Request) -> Response:
-        body = await _read_json_object(request, max_body_bytes)
+        nonlocal slots
+        body = await _read_json_object(request, max_body_bytes, body_timeout)
         if "response" not in body:
             raise _invalid("response", "required")
         response = body["response"]
@@ -503,7 +554,17 @@ def generate_app(
         if reasoning is not None and "reasoning" not in kwargs:
             kwargs["reasoning"] = reasoning
         try:
-            result = await env.verify(text, expected, **kwargs)
+            if score_in_thread:
+                if slots is None:
+                    slots = asyncio.Semaphore(SCORING_THREADS)  # bound to the serving loop
+                result = await run_scorer(
+                    lambda: env.verify(text, expected, **kwargs), verify_timeout, slots
+                )
+            else:
+                result = await env.verify(text, expected, **kwargs)
+        except ScoringTimeout as exc:
+            log.warning("verify timed out on a %d-character response", len(text))
+            raise ApiError(422, "scorer_timeout", str(exc), "response") from None
         except Exception as exc:
             # A scorer that chokes on an input is the input's problem from the client's
             # side: a structured 4xx, never a reward and never a traceback.
@@ -561,6 +622,8 @@ def _worker_app() -> FastAPI:
         gym_compat=os.environ.get(ENV_GYM_COMPAT) == "1",
         max_body_bytes=int(os.environ.get(ENV_MAX_BODY) or DEFAULT_MAX_BODY_BYTES),
         benchmark_name=name,
+        body_timeout=float(os.environ.get(ENV_READ_TIMEOUT) or DEFAULT_BODY_TIMEOUT),
+        verify_timeout=float(os.environ.get(ENV_VERIFY_TIMEOUT) or DEFAULT_VERIFY_TIMEOUT),
     )
 
 
@@ -577,6 +640,8 @@ def serve(
     imports: Sequence[str] = (),
     log_level: str = "warning",
     benchmark_name: str | None = None,
+    read_timeout: float = 10.0,
+    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT,
 ) -> None:
     """Serve a benchmark until interrupted.
 
@@ -593,12 +658,19 @@ def serve(
         imports: Modules or `.py` files to import first (BYOB benchmarks register there).
         log_level: Uvicorn log level.
         benchmark_name: Name `/health` reports (defaults to the name or `env.name`).
+        read_timeout: Seconds a client may take to send its request head, and again its
+            body; slower clients are cut off.
+        verify_timeout: See `generate_app`.
 
     Raises:
         NelError: for an unknown benchmark, or `workers > 1` with an unregistered instance.
     """
     import uvicorn
 
+    # Environment variables reach every worker process (and the protocol class, which
+    # uvicorn builds itself).
+    os.environ[ENV_READ_TIMEOUT] = str(read_timeout)
+    os.environ[ENV_VERIFY_TIMEOUT] = str(verify_timeout)
     settings: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -606,6 +678,11 @@ def serve(
         "access_log": False,
         # Gym agents keep connections open between rollouts.
         "timeout_keep_alive": 30,
+        # Request heads must arrive within a deadline (uvicorn has none).
+        "http": "benchmarks.serve_limits:HeadDeadlineH11Protocol",
+        # SIGTERM: stop within seconds even with requests in flight (scoring threads are
+        # daemons, so nothing else holds the process).
+        "timeout_graceful_shutdown": 3,
     }
     if workers > 1:
         if isinstance(env, EvalEnvironment):
@@ -634,7 +711,12 @@ def serve(
     elif max_problems is not None:
         env = LimitedEnvironment(env, max_problems)
     app = generate_app(
-        env, gym_compat=gym_compat, max_body_bytes=max_body_bytes, benchmark_name=name
+        env,
+        gym_compat=gym_compat,
+        max_body_bytes=max_body_bytes,
+        benchmark_name=name,
+        body_timeout=read_timeout,
+        verify_timeout=verify_timeout,
     )
     uvicorn.run(app, **settings)
 

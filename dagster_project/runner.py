@@ -58,18 +58,37 @@ compute_logs:
 
 
 def save_effective_config(cfg: NelConfig, out: Path) -> Path:
-    """Write the run's config (absolute output dir, no literal API keys) next to the results,
-    so `NEL_CONFIG=<out>/nel-config.yaml dagster dev ...` shows the same asset graph."""
+    """Write the run's config (absolute output dir, no secret values) next to the results,
+    so `NEL_CONFIG=<out>/nel-config.yaml dagster dev ...` shows the same asset graph.
+
+    Secrets given by reference (`api_key_env`, `api_key: ${VAR}`, headers written with
+    `${VAR}`) keep the reference, so runs started from that file authenticate; secrets
+    written literally are left out (api_key) or replaced by a marker (auth-like headers),
+    with a warning saying to use `${VAR}`.
+    """
+    import sys
+
     import yaml
+
+    from nel_resources.redact import REDACTED, is_secret_header
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
     data.setdefault("output", {})["dir"] = str(out)
-    for svc in data.get("services", {}).values():
-        svc.pop("api_key", None)
+    for name, svc in data.get("services", {}).items():
+        if svc.pop("api_key", None):
+            print(f"warning: services.{name}.api_key is written literally, so "
+                  f"{out / 'nel-config.yaml'} leaves it out: write api_key: ${{VAR}} (or "
+                  "api_key_env) so runs started from that file authenticate", file=sys.stderr)
+        for key, value in (svc.get("headers") or {}).items():
+            if "${" not in value and is_secret_header(key):
+                svc["headers"][key] = REDACTED
+                print(f"warning: services.{name}.headers.{key} is written literally and is "
+                      f"replaced by {REDACTED} in nel-config.yaml: write it as ${{VAR}}",
+                      file=sys.stderr)
     path = out / "nel-config.yaml"
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text("# The effective config of the last `nel eval run` here (API keys removed).\n"
-                   + yaml.safe_dump(data, sort_keys=False))
+    tmp.write_text("# The effective config of the last `nel eval run` here (secret values "
+                   "removed; environment-variable references kept).\n" + yaml.safe_dump(data, sort_keys=False))
     os.replace(tmp, path)
     return path
 

@@ -72,8 +72,8 @@ class ServiceConfig(_Strict):
     role: Literal["model", "judge"] = "model"
     generation: GenerationParams = Field(default_factory=GenerationParams)
     system_prompt: str | None = None
-    timeout: float = 120.0
-    connect_timeout: float = 10.0
+    timeout: float = Field(120.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0)
     max_concurrent: int = Field(64, ge=1, le=4096)
     max_retries: int = Field(5, ge=0, le=50)
     retry_backoff: float = Field(0.5, ge=0)
@@ -113,6 +113,13 @@ class ServiceConfig(_Strict):
                 )
             return val
         return self.api_key
+
+    def resolved_headers(self) -> dict[str, str]:
+        """The extra request headers, with `${VAR}` references expanded now."""
+        return {
+            k: expand_env(v, where=f"header {k}") if "${" in v else v
+            for k, v in self.headers.items()
+        }
 
     def settings_fingerprint(self) -> str:
         """Hash of what changes this service's answers (not its URL or key)."""
@@ -190,7 +197,7 @@ class ClusterConfig(_Strict):
 class OutputConfig(_Strict):
     """Where results go."""
 
-    dir: str = "./nel-results"
+    dir: str = Field("./nel-results", min_length=1)
     dagster_home: str | None = None
     exports: list[str] = Field(default_factory=list)
 
@@ -247,11 +254,19 @@ class NelConfig(_Strict):
         return self
 
     def fingerprint_json(self) -> str:
-        """Canonical JSON of the config (API keys removed)."""
+        """Canonical JSON of the config (API keys and literal header values removed).
+
+        It is written into exports and bundles: a header's value is kept only when it is a
+        `${VAR}` reference (which holds no secret).
+        """
         data = self.model_dump(mode="json")
         for s in data.get("services", {}).values():
             if s.get("api_key"):
                 s["api_key"] = "***"
+            headers = s.get("headers") or {}
+            for k, v in headers.items():
+                if "${" not in v:
+                    headers[k] = "***"
         return json.dumps(data, sort_keys=True)
 
 
@@ -363,6 +378,115 @@ def _format_validation(exc: ValidationError, where: str, lines: dict) -> str:
     return "; ".join(msgs)
 
 
+# A config is a page of YAML; anything far bigger is a wrong file (or an attack), and
+# parsing it would take minutes.
+MAX_CONFIG_BYTES = 1_000_000
+# Values a config may expand to through YAML aliases (a "billion laughs" file expands a
+# few lines into billions).
+MAX_YAML_NODES = 100_000
+
+
+_WHOLE_REF_RE = re.compile(r"^\$\{(\w+)\}$")
+
+
+def _keep_secret_references(data: dict[str, Any], raw: Any) -> None:
+    """Keep `${VAR}` references to secrets instead of their values.
+
+    `api_key: ${VAR}` becomes `api_key_env: VAR`, and a header written with `${VAR}` keeps
+    its template (expanded when requests are made, see `ServiceConfig.resolved_headers`):
+    a config saved from this one (`<out>/nel-config.yaml`) then authenticates wherever
+    it is run, and never holds the secret itself.
+    """
+    services = data.get("services")
+    raw_services = raw.get("services") if isinstance(raw, dict) else None
+    if not isinstance(services, dict) or not isinstance(raw_services, dict):
+        return
+    for name, svc in services.items():
+        raw_svc = raw_services.get(name)
+        if not isinstance(svc, dict) or not isinstance(raw_svc, dict):
+            continue
+        ref = raw_svc.get("api_key")
+        m = _WHOLE_REF_RE.match(ref) if isinstance(ref, str) else None
+        if m and not svc.get("api_key_env"):
+            svc.pop("api_key", None)
+            svc["api_key_env"] = m.group(1)
+        headers, raw_headers = svc.get("headers"), raw_svc.get("headers")
+        if isinstance(headers, dict) and isinstance(raw_headers, dict):
+            for key, value in raw_headers.items():
+                if isinstance(value, str) and "${" in value and key in headers:
+                    headers[key] = value
+
+
+def read_config_text(p: Path) -> str:
+    """The text of a config file, refusing what cannot be one in one line each."""
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    if p.is_dir():
+        raise ConfigError(f"config path {p} is a directory; give the YAML file inside it")
+    try:
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{p}: {size:,} bytes is not a config (the limit is {MAX_CONFIG_BYTES:,}); "
+                "check the path"
+            )
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{p}: byte {exc.start} is not UTF-8 (a binary or UTF-16 file?); save the config "
+            "as UTF-8 text"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"{p}: contains NUL bytes (a binary file?); a config is YAML text")
+    return text.removeprefix("\ufeff")
+
+
+def check_yaml_size(root: yaml.Node, where: str) -> None:
+    """Refuse recursive aliases and alias bombs before `safe_load` expands them.
+
+    Counted on the composed node graph, where an alias is a shared node: linear time.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    # Iterative post-order walk: a deep document must not hit Python's recursion limit.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            total = 1 + sum(sizes[id(c)] for c in children(node))
+            if total > MAX_YAML_NODES:
+                raise ConfigError(
+                    f"{where}:{node.start_mark.line + 1}: YAML aliases expand this config to "
+                    f"more than {MAX_YAML_NODES:,} values; write the values out instead"
+                )
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            raise ConfigError(
+                f"{where}:{node.start_mark.line + 1}: a YAML alias refers to a value that "
+                "contains it (recursive alias); write the value out instead"
+            )
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -381,25 +505,33 @@ def load_config(
     """
     where = str(path) if path else "<config>"
     lines: dict = {}
+    raw_text: str | None = None
     if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
-        text = expand_env(p.read_text(), where=where)
+        raw_text = read_config_text(Path(path))
+        text = expand_env(raw_text, where=where)
         try:
             node = yaml.compose(text)
-            data = yaml.safe_load(text) or {}
+            if node is not None:
+                check_yaml_size(node, where)
+            data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = mark.line + 1 if mark else "?"
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError(f"{where}:{line}: invalid YAML: {problem}") from None
+        if data is None:
+            raise ConfigError(
+                f"{where}: the config is empty; it needs `services` (the model endpoints) "
+                "and `benchmarks` (what to run on them)"
+            )
         if node is not None:
             lines = _line_map(node)
         if not isinstance(data, dict):
             raise ConfigError(f"{where}:1: the config must be a mapping with keys such as "
                               "services, benchmarks, output")
     data = dict(data or {})
+    if raw_text is not None:
+        _keep_secret_references(data, yaml.safe_load(raw_text))
     for expr in overrides or []:
         apply_override(data, expr)
     try:

@@ -28,6 +28,7 @@ from benchmarks.errors import NelError
 from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
+from nel_resources.redact import Redactor, client_secrets
 
 # What a broken exchange raises on either transport: aiohttp's errors (reset, EOF or an
 # incomplete chunked read mid-body, malformed HTTP), and OSError, which covers the raw
@@ -135,6 +136,10 @@ class ModelClient:
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        # Everything that leaves this client (replies, error text) is redacted here, once:
+        # a server that echoes the key (in an error body, say) must not put it into
+        # results, journals, Parquet, exports or the Dagster event log.
+        self._redact = Redactor(client_secrets(api_key, self._headers))
         self._session: aiohttp.ClientSession | None = None
         # Adaptive concurrency: shrinks when a window's answers are mostly 429s, grows
         # back with time (see adaptive_limit.py for why not with successes).
@@ -217,7 +222,7 @@ class ModelClient:
                 f"({type(exc).__name__}: {str(exc) or 'timed out'}); is the server running?"
             ) from None
         if status in (401, 403):
-            text = body[:200].decode("utf-8", "replace").strip()
+            text = self._redact.text(body[:200].decode("utf-8", "replace").strip())
             raise AuthError(
                 f"the endpoint {self.base_url} refused the API key (HTTP {status}: {text}); "
                 "check the key or the api_key_env variable"
@@ -310,7 +315,8 @@ class ModelClient:
                         category, message = "error", str(exc)
                 else:
                     retry_after = _retry_after(headers)
-                    text = raw[:300].decode("utf-8", "replace").strip()
+                    # Redact before cutting, so no prefix of a key survives at the cut.
+                    text = self._redact.text(raw.decode("utf-8", "replace"))[:300].strip()
                     if status in (401, 403):
                         self._auth_failed = AuthError(
                             f"the endpoint {self.base_url} refused the request "
@@ -352,6 +358,8 @@ class ModelClient:
         return self._limit.cuts
 
     def _parse(self, raw: bytes, latency_ms: float, attempts: int) -> ModelResponse:
+        if self._redact:
+            raw = self._redact.bytes(raw)
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -413,7 +421,7 @@ def client_for_service(service: ServiceConfig, base_url: str | None = None, *,
         timeout=service.timeout if timeout is None else timeout,
         connect_timeout=service.connect_timeout, max_concurrent=service.max_concurrent,
         max_retries=service.max_retries, retry_backoff=service.retry_backoff,
-        headers=service.headers, transport=service.transport,
+        headers=service.resolved_headers(), transport=service.transport,
     )
 
 

@@ -117,6 +117,9 @@ class ServerConfig:
     barrier_timeout: float = 60.0
     require_api_key: str | None = field(default=None, repr=False)
     fail_always_status: int | None = None
+    # Every request fails with this status, its error body echoing the request's headers
+    # (as some gateways do): tests check that nel redacts the echoed secrets.
+    echo_headers_status: int | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -426,6 +429,9 @@ class ReferenceApp:
             token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self._api_key):
                 return _error(401, "Incorrect API key provided.")
+        if self.config.echo_headers_status is not None:
+            echoed = head.decode("latin-1").replace("\r\n", " | ")
+            return _error(self.config.echo_headers_status, f"rejected request: {echoed}")
         if path in _MODELS_PATHS:
             if method != b"GET":
                 return _error(405, f"use GET {path}")
@@ -1108,6 +1114,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="release the barrier after this many seconds (stats say timed_out)")
     p.add_argument("--require-api-key", help="answer 401 unless 'Authorization: Bearer KEY'")
     p.add_argument("--fail-always-status", type=int, help="every completion returns this status")
+    p.add_argument("--echo-headers-status", type=int,
+                   help="every request fails with this status, echoing its headers in the body")
     return p
 
 

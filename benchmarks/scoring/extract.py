@@ -8,18 +8,31 @@ wrongly. Nothing here imports anything heavy.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 __all__ = [
     "ANSWER_IS_PHRASES",
     "ANSWER_PREFIXES",
+    "MAX_MARKERS",
+    "MAX_SEGMENT",
     "Extraction",
+    "ForwardSearch",
     "answer_is_segments",
     "answer_line_segments",
     "find_boxed",
     "last_boxed",
+    "math_spans",
     "strip_markdown",
 ]
+
+# Bounds that keep every extractor linear on any input (a reply is untrusted text: a 350 KB
+# body of unclosed `\boxed{` once pinned `nel serve` for minutes). The answer a marker
+# points at is on its line within MAX_SEGMENT characters, and only the last MAX_MARKERS
+# markers of a kind are tried (the last stated answer wins), so the work per reply is the
+# regex scan plus a constant.
+MAX_SEGMENT = 2000
+MAX_MARKERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +124,10 @@ def answer_line_segments(text: str) -> list[tuple[str, int]]:
         text: The text to search.
 
     Returns:
-        (segment, offset) pairs; offset is where the segment starts in `text`.
+        (segment, offset) pairs; offset is where the segment starts in `text`. Only the
+        last `MAX_MARKERS` prefixes count, and a segment is at most `MAX_SEGMENT` long.
     """
-    out: list[tuple[str, int]] = []
-    for m in _PREFIX_RE.finditer(text):
-        out.append(_rest_of_line(text, m.end()))
-    return out
+    return [_rest_of_line(text, m.end()) for m in last_matches(_PREFIX_RE, text)]
 
 
 def answer_is_segments(text: str) -> list[tuple[str, int]]:
@@ -126,23 +137,36 @@ def answer_is_segments(text: str) -> list[tuple[str, int]]:
         text: The text to search.
 
     Returns:
-        (segment, offset) pairs; the segment runs to the end of the line.
+        (segment, offset) pairs; the segment runs to the end of the line (bounded as in
+        `answer_line_segments`).
     """
-    return [_rest_of_line(text, m.end()) for m in _ANSWER_IS_RE.finditer(text)]
+    return [_rest_of_line(text, m.end()) for m in last_matches(_ANSWER_IS_RE, text)]
+
+
+def last_matches(
+    pattern: re.Pattern[str], text: str, limit: int = MAX_MARKERS
+) -> list[re.Match[str]]:
+    """The last `limit` non-overlapping matches of `pattern` in `text`, in order."""
+    tail: deque[re.Match[str]] = deque(maxlen=limit)
+    tail.extend(pattern.finditer(text))
+    return list(tail)
 
 
 def _rest_of_line(text: str, pos: int) -> tuple[str, int]:
-    end = text.find("\n", pos)
-    seg = text[pos:] if end < 0 else text[pos:end]
+    # Everything is read inside one window after the marker, so a marker costs at most
+    # MAX_SEGMENT characters however long its line (or the run of blank lines after it).
+    window = text[pos : pos + MAX_SEGMENT]
+    end = window.find("\n")
+    seg = window if end < 0 else window[:end]
     if strip_markdown(seg).strip():
         return seg, pos
     # Nothing after the marker on its line: the answer is on the next non-empty line.
     while end >= 0:
         start = end + 1
-        end = text.find("\n", start)
-        seg = text[start:] if end < 0 else text[start:end]
+        end = window.find("\n", start)
+        seg = window[start:] if end < 0 else window[start:end]
         if seg.strip():
-            return seg, start
+            return seg, pos + start
     return "", pos
 
 
@@ -155,12 +179,31 @@ def strip_markdown(text: str) -> str:
 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox|framebox)\s*")
+_TOKEN_RE = re.compile(r"[^\s$]+")
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Offset of each `{` -> offset of its `}`, in one pass; escaped braces do not count."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_RE.finditer(text):
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif m.group(0) == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
+
+
+# A brace preceded by a backslash is literal (`\{`); `\\` is consumed first so that the
+# brace after an escaped backslash still counts.
+_BRACE_RE = re.compile(r"\\\\|\\[{}]|[{}]")
 
 
 def find_boxed(text: str) -> list[tuple[str, int]]:
     """Contents of every `\\boxed{...}` / `\\fbox{...}` in `text`, nested braces included.
 
-    Also accepts the brace-less form `\\boxed 5` that some models emit.
+    Also accepts the brace-less form `\\boxed 5` that some models emit. Linear in the
+    length of `text`: braces are matched once for the whole text, never rescanned per box.
 
     Args:
         text: The text to search.
@@ -169,24 +212,18 @@ def find_boxed(text: str) -> list[tuple[str, int]]:
         (content, offset) pairs in order of appearance; unbalanced boxes are skipped.
     """
     out: list[tuple[str, int]] = []
+    pairs: dict[int, int] | None = None
     for m in _BOX_RE.finditer(text):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            depth = 0
-            for j in range(i, len(text)):
-                c = text[j]
-                if c == "\\":
-                    continue
-                if c == "{" and text[j - 1] != "\\":
-                    depth += 1
-                elif c == "}" and text[j - 1] != "\\":
-                    depth -= 1
-                    if depth == 0:
-                        out.append((text[i + 1 : j], i + 1))
-                        break
+            if pairs is None:
+                pairs = _matching_braces(text)
+            j = pairs.get(i)
+            if j is not None:
+                out.append((text[i + 1 : j], i + 1))
         elif m.group(0).endswith(" ") or m.group(0).endswith("\t"):
             # "\boxed 5": the argument is the next token.
-            tok = re.match(r"[^\s$]+", text[i:])
+            tok = _TOKEN_RE.match(text, i)
             if tok:
                 out.append((tok.group(0), i))
     return out
@@ -196,3 +233,73 @@ def last_boxed(text: str) -> tuple[str, int] | None:
     """The last box in `text` (see `find_boxed`), or None."""
     boxes = find_boxed(text)
     return boxes[-1] if boxes else None
+
+
+class ForwardSearch:
+    """Repeated `pattern.search(text, pos)` with non-decreasing `pos`, in linear total time.
+
+    Scanners that look, from each of many start positions, for the next closing delimiter
+    (`$`, `\\)`, `</think>`) would rescan the same tail again and again when it is absent:
+    quadratic. The last answer is remembered: it stays valid for any later `pos` up to the
+    match, and a failure stays a failure for every later `pos`.
+    """
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern = pattern
+        self._text = text
+        self._from = -1
+        self._hit: re.Match[str] | None = None
+        self._exhausted = False
+
+    def search(self, pos: int) -> re.Match[str] | None:
+        """The first match starting at or after `pos` (pos never decreases between calls)."""
+        if self._exhausted:
+            return None
+        if self._hit is not None and self._from <= pos <= self._hit.start():
+            return self._hit
+        self._from = pos
+        self._hit = self._pattern.search(self._text, pos)
+        if self._hit is None:
+            self._exhausted = True
+        return self._hit
+
+
+_SPAN_OPEN_RE = re.compile(r"\$|\\[(\[]")
+# (closing delimiter, length of the opening one) per kind of span.
+_SPAN_KINDS: dict[str, tuple[str, int]] = {
+    "$$": ("$$", 2),
+    "$": ("$", 1),
+    "\\(": ("\\)", 2),
+    "\\[": ("\\]", 2),
+}
+
+
+def math_spans(text: str) -> list[tuple[str, int]]:
+    """Inner text and start offset of each `$$...$$`, `$...$`, `\\(...\\)`, `\\[...\\]` span.
+
+    Same spans as the regex `\\$\\$(.+?)\\$\\$|\\$(.+?)\\$|\\\\\\((.+?)\\\\\\)|\\\\\\[(.+?)\\\\\\]` (DOTALL)
+    scanned left to right, but linear: that regex rescans to the end of the text from every
+    unclosed opener.
+    """
+    closers = {
+        close: ForwardSearch(re.compile(re.escape(close)), text)
+        for close, _ in _SPAN_KINDS.values()
+    }
+    out: list[tuple[str, int]] = []
+    pos = 0
+    while True:
+        m = _SPAN_OPEN_RE.search(text, pos)
+        if m is None:
+            return out
+        p = m.start()
+        kinds = ("$$", "$") if text.startswith("$$", p) else (m.group(0),)
+        for kind in kinds:
+            close, width = _SPAN_KINDS[kind]
+            # `.+?` needs one character, so the closer is searched one past the content start.
+            hit = closers[close].search(p + width + 1)
+            if hit is not None:
+                out.append((text[p + width : hit.start()], p))
+                pos = hit.end()
+                break
+        else:
+            pos = p + 1

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._types import VerifyResult
-from benchmarks.scoring.extract import Extraction, find_boxed
+from benchmarks.scoring.extract import (
+    MAX_SEGMENT,
+    Extraction,
+    find_boxed,
+    last_matches,
+    math_spans,
+)
 from benchmarks.scoring.numeric import _NUM_RE, format_number, numbers_close, parse_number
 from benchmarks.scoring.reasoning import extract_with_fallback
 
@@ -58,15 +64,18 @@ _FINAL_IS_RE = re.compile(r"final\s+answer\s+is\s*:?\s*", re.IGNORECASE)
 _ANSWER_COLON_RE = re.compile(
     r"(?:\*\*)?\banswer\s*(?:\*\*)?\s*[:：]\s*(?:\*\*)?\s*", re.IGNORECASE
 )
-_MATH_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+# Longer "answers" (a runaway generation inside `\\boxed{`) are compared as plain strings:
+# the LaTeX normalisation and the structural comparison recurse and rescan, so they only
+# ever see inputs of bounded size.
+MAX_MATH_ANSWER = 1000
 
 
 def _after_marker(text: str, pos: int) -> str | None:
     """The answer right after a marker: a `$...$` span if one starts there, else the line."""
-    rest = text[pos:]
-    m = _MATH_SPAN_RE.match(rest)
-    if m:
-        return next(g for g in m.groups() if g is not None).strip()
+    rest = text[pos : pos + MAX_SEGMENT]
+    spans = math_spans(rest)
+    if spans and spans[0][1] == 0:
+        return spans[0][0].strip()
     line = rest.split("\n", 1)[0]
     # Minerva's few-shot format ends "The final answer is $x$. I hope it is correct."
     line = re.split(r"\.\s+I hope|\s+I hope", line, maxsplit=1)[0]
@@ -76,6 +85,8 @@ def _after_marker(text: str, pos: int) -> str | None:
 
 def extract_math_answer(text: str) -> Extraction | None:
     """Find the final answer of a math solution.
+
+    Linear in the length of `text` (see `extract.MAX_SEGMENT` / `MAX_MARKERS`).
 
     Args:
         text: The answer part of a response (reasoning already split off).
@@ -91,16 +102,13 @@ def extract_math_answer(text: str) -> Extraction | None:
         content, off = boxes[-1]
         return Extraction(content.strip(), "boxed", off)
     for regex, method in ((_FINAL_IS_RE, "answer_is"), (_ANSWER_COLON_RE, "answer_line")):
-        hits = list(regex.finditer(text))
-        for m in reversed(hits):
+        for m in reversed(last_matches(regex, text)):
             ans = _after_marker(text, m.end())
             if ans:
                 return Extraction(ans, method, m.end())
-    spans = list(_MATH_SPAN_RE.finditer(text))
-    for m in reversed(spans):
-        inner = next(g for g in m.groups() if g is not None).strip()
-        if inner:
-            return Extraction(inner, "last_latex", m.start())
+    for inner, start in reversed(math_spans(text)):
+        if inner.strip():
+            return Extraction(inner.strip(), "last_latex", start)
     nums = [m for m in _NUM_RE.finditer(text) if m.group("int") or m.group("dec")]
     if nums:
         return Extraction(nums[-1].group(0).strip(), "last_number", nums[-1].start())
@@ -202,11 +210,14 @@ def normalize_math(answer: str) -> str:
         answer: Raw LaTeX (`\\dfrac12`, `10,\\!080`, `90^\\circ`, `\\$18.90`, `x = 3`).
 
     Returns:
-        The normalised form (`\\frac{1}{2}`, `10080`, `90`, `18.9`, `3`).
+        The normalised form (`\\frac{1}{2}`, `10080`, `90`, `18.9`, `3`); an answer longer
+        than `MAX_MATH_ANSWER` only loses its whitespace.
     """
     s = answer.strip()
     if not s:
         return ""
+    if len(s) > MAX_MATH_ANSWER:
+        return "".join(s.split())
     boxed = find_boxed(s)
     if boxed and s.startswith(("\\boxed", "\\fbox")):
         s = boxed[-1][0]
@@ -491,6 +502,8 @@ def compare_math(pred: str, gold: str, *, timeout: float = 5.0) -> MathCompariso
         return MathComparison(False, "empty", False, a, b)
     if a == b:
         return MathComparison(True, "string", False, a, b)
+    if max(len(a), len(b)) > MAX_MATH_ANSWER:
+        return MathComparison(False, "too_long", False, a, b)
     budget = _Budget(timeout)
     x, y = _structure(a), _structure(b)
     equal = _nodes_equal(x, y, budget)

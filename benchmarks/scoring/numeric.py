@@ -26,10 +26,13 @@ from typing import Any
 
 from benchmarks._types import VerifyResult
 from benchmarks.scoring.extract import (
+    MAX_MARKERS,
+    MAX_SEGMENT,
     Extraction,
     answer_is_segments,
     answer_line_segments,
     find_boxed,
+    last_matches,
     strip_markdown,
 )
 from benchmarks.scoring.reasoning import extract_with_fallback
@@ -170,7 +173,7 @@ def numbers_close(a: Fraction | float, b: Fraction | float, rel_tol: float = 1e-
 
 def _from_segment(seg: str, method: str, offset: int, *, first: bool = True) -> Extraction | None:
     """The number a marker points at: in its first sentence, after the last `=`."""
-    seg = _delatex(strip_markdown(seg))
+    seg = _delatex(strip_markdown(seg[:MAX_SEGMENT]))
     seg = re.split(r"(?<=[^\d\s])[.!?。](?:\s|$)|[.!?。](?=\s+[A-Z])|\n", seg, maxsplit=1)[0]
     cut = max(seg.rfind("="), seg.rfind("≈"))
     base = 0
@@ -201,7 +204,7 @@ def extract_number(text: str) -> Extraction | None:
     """
     if not text:
         return None
-    for m in reversed(list(_HASH_RE.finditer(text))):
+    for m in reversed(last_matches(_HASH_RE, text)):
         ext = _from_segment(m.group(1), "hash_marker", m.start(1))
         if ext:
             return ext
@@ -209,7 +212,7 @@ def extract_number(text: str) -> Extraction | None:
         ext = _from_segment(seg, "answer_line", off)
         if ext:
             return ext
-    for content, off in reversed(find_boxed(text)):
+    for content, off in reversed(find_boxed(text)[-MAX_MARKERS:]):
         ext = _from_segment(content, "boxed", off)
         if ext:
             return ext
@@ -217,14 +220,17 @@ def extract_number(text: str) -> Extraction | None:
         ext = _from_segment(seg, "answer_is", off)
         if ext:
             return ext
-    for m in reversed(list(_BOLD_NUM_RE.finditer(text))):
+    for m in reversed(last_matches(_BOLD_NUM_RE, text)):
         ext = _from_segment(m.group(1), "bold_answer", m.start(1))
         if ext:
             return ext
-    nums = _numbers(_delatex(text))
-    if nums:
-        value, m = nums[-1]
-        return Extraction(format_number(value), "last_number", m.start())
+    # Only the last number counts: valuing every number of a long reply (a Fraction each)
+    # is what made this step slow, so walk back from the end.
+    for m in reversed(list(_NUM_RE.finditer(_delatex(text)))):
+        if m.group("int") or m.group("dec"):
+            value = _value(m)
+            if value is not None:
+                return Extraction(format_number(value), "last_number", m.start())
     return None
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from benchmarks.scoring.extract import NO_EXTRACTION, Extraction
+from benchmarks.scoring.extract import NO_EXTRACTION, Extraction, ForwardSearch
 
 __all__ = ["extract_with_fallback", "split_reasoning"]
 
 _TAGS = "think|thinking|reasoning"
-_BLOCK_RE = re.compile(rf"<({_TAGS})>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
+_OPEN_TAG_RE = re.compile(rf"<({_TAGS})>", re.IGNORECASE)
 _CLOSE_RE = re.compile(rf"</(?:{_TAGS})>", re.IGNORECASE)
 _OPEN_RE = re.compile(rf"<(?:{_TAGS})>", re.IGNORECASE)
 
@@ -47,11 +47,7 @@ def split_reasoning(
         parts.append(reasoning_content.strip())
     text = content or ""
 
-    def _take(m: re.Match[str]) -> str:
-        parts.append(m.group(2).strip())
-        return "\n"
-
-    text = _BLOCK_RE.sub(_take, text)
+    text = _remove_blocks(text, parts)
     closes = list(_CLOSE_RE.finditer(text))
     if closes:
         last = closes[-1]
@@ -94,3 +90,32 @@ def extract_with_fallback(
         if ext:
             return ext, "reasoning", answer_text, reasoning_text
     return NO_EXTRACTION, "content", answer_text, reasoning_text
+
+
+def _remove_blocks(text: str, parts: list[str]) -> str:
+    """Replace each complete `<tag>...</tag>` block by a newline, appending its inside to parts.
+
+    The same blocks as the regex `<(tag)>(.*?)</\\1>` scanned left to right, in linear time:
+    that regex rescans to the end of the text from every unclosed opening tag.
+    """
+    closers = {
+        tag: ForwardSearch(re.compile(f"</{tag}>", re.IGNORECASE), text) for tag in _TAGS.split("|")
+    }
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _OPEN_TAG_RE.search(text, pos)
+        if m is None:
+            break
+        close = closers[m.group(1).lower()].search(m.end())
+        if close is None:
+            # Unclosed here: the regex would move on one character, and so do we.
+            out.append(text[pos : m.start() + 1])
+            pos = m.start() + 1
+            continue
+        out.append(text[pos : m.start()])
+        parts.append(text[m.end() : close.start()].strip())
+        out.append("\n")
+        pos = close.end()
+    out.append(text[pos:])
+    return "".join(out)

@@ -65,6 +65,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from nel_resources.config import ConfigError, load_config
 
     overrides = list(args.override)
+    _check_flags(args)
     if args.config:
         cfg = load_config(args.config, overrides=overrides)
         data = cfg.model_dump(mode="json", exclude_none=False)
@@ -102,7 +103,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             svc["api_key_env"] = args.api_key_env
         if args.protocol:
             svc["protocol"] = args.protocol
-        if args.max_concurrent:
+        if args.max_concurrent is not None:
             svc["max_concurrent"] = args.max_concurrent
         if args.timeout is not None:
             svc["timeout"] = args.timeout
@@ -115,13 +116,53 @@ def config_from_args(args: argparse.Namespace) -> Any:
             b["problem_range"] = args.problem_range
         if args.system_prompt is not None:
             b["system_prompt"] = args.system_prompt
-        if args.shards:
+        if args.shards is not None:
             b["shards"] = args.shards
         if args.timeout is not None:
             b["timeout"] = args.timeout
-    if args.output_dir:
+    if args.output_dir is not None:
         data.setdefault("output", {})["dir"] = args.output_dir
-    return load_config(data=data)
+    cfg = load_config(data=data)
+    _check_runnable(cfg, args.config or "the flags")
+    return cfg
+
+
+# flag -> (smallest allowed value, what it means); a value below is refused before any run.
+_INT_FLAGS = {
+    "repeats": ("-n/--repeats", 1, "samples per problem"),
+    "max_problems": ("-m/--max-problems", 1, "problems to evaluate"),
+    "max_concurrent": ("--max-concurrent", 1, "concurrent requests per service"),
+    "shards": ("--shards", 1, "shards per benchmark"),
+}
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flag values that would silently run nothing (or forever), naming the flag."""
+    from nel_resources.config import ConfigError
+
+    for attr, (flag, low, what) in _INT_FLAGS.items():
+        value = getattr(args, attr, None)
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} {value}: must be at least {low} ({what})")
+    if args.output_dir is not None and not args.output_dir.strip():
+        raise ConfigError("-o/--output-dir is empty: give a directory, e.g. -o ./nel-results")
+
+
+def _check_runnable(cfg: Any, where: str) -> None:
+    """A run needs at least one benchmark and a service for each: say so instead of exit 0."""
+    from nel_resources.config import ConfigError
+
+    if not cfg.benchmarks:
+        raise ConfigError(
+            f"{where}: no benchmarks to run; add `benchmarks: [{{name: gsm8k}}]` "
+            "or pass --bench NAME"
+        )
+    for i, b in enumerate(cfg.benchmarks):
+        if not b.service_names(cfg.services):
+            raise ConfigError(
+                f"{where}: benchmarks[{i}] ({b.name}) has no model service to run against; "
+                "add one under `services` (type: api, url: http://HOST:PORT/v1)"
+            )
 
 
 def _validate_benchmarks(cfg: Any) -> None:

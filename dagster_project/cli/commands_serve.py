@@ -103,6 +103,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="refuse request bodies larger than N bytes with 413 (default 1000000)",
     )
     p.add_argument(
+        "--read-timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="cut off a client whose request headers, or whose body, take longer (default 10)",
+    )
+    p.add_argument(
+        "--verify-timeout",
+        type=_positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="answer 422 when scoring one response takes longer (default 30)",
+    )
+    p.add_argument(
         "-p",
         "--param",
         type=_param,
@@ -123,6 +137,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
     p.set_defaults(func=_run)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -157,6 +181,8 @@ def _run(args: argparse.Namespace) -> int:
         imports=args.imports,
         log_level=args.log_level,
         benchmark_name=args.benchmark,
+        read_timeout=args.read_timeout,
+        verify_timeout=args.verify_timeout,
     )
     return 0
 
