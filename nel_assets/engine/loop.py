@@ -256,9 +256,12 @@ async def run_shard(
         # requests in flight are cancelled (their answers could not be kept anyway).
         journal.on_error = lambda: [t.cancel() for t in tasks]
     try:
-        for res in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
-                raise res
+        # The first worker to raise (Dagster's interrupt on Ctrl-C, say) ends the shard now,
+        # not after the other workers have drained the queue.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
     finally:
         for t in tasks:
             t.cancel()
