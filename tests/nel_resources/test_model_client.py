@@ -116,7 +116,10 @@ def test_timeout_is_categorised(reference_server) -> None:
     t0 = time.perf_counter()
     e, c = run(_one(url, timeout=0.3, max_retries=1, retry_backoff=0.01))
     assert isinstance(e, ModelError) and e.category == "timeout" and c.requests_sent == 2
-    assert time.perf_counter() - t0 < 5
+    # Not a speed check: without the timeout the hung requests would never end (the server
+    # holds them until the test stops it), so any finish proves it; the bound only says how
+    # long to wait before calling it a hang on a loaded machine.
+    assert time.perf_counter() - t0 < 60
 
 
 def test_unreachable_endpoint_fails_fast() -> None:
@@ -129,7 +132,9 @@ def test_unreachable_endpoint_fails_fast() -> None:
     t0 = time.perf_counter()
     with pytest.raises(EndpointUnreachableError, match="cannot reach"):
         run(go())
-    assert time.perf_counter() - t0 < 5
+    # Fails at connect (nothing listens), not after retries and back-off: well inside the
+    # retry schedule's ~60 s, with room for a loaded machine.
+    assert time.perf_counter() - t0 < 30
 
 
 def test_concurrency_is_bounded(reference_server) -> None:

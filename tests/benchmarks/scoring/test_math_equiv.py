@@ -196,7 +196,9 @@ def test_timeout_in_main_thread_uses_alarm() -> None:
     assert threading.current_thread() is threading.main_thread()
     start = time.monotonic()
     r = compare_math(*SLOW, timeout=0.3)
-    assert time.monotonic() - start < 3
+    # The comparison alone takes ~20 s (longer on a loaded machine): ending well before it
+    # proves the alarm cut it; the margin is for a busy CI machine, not a speed target.
+    assert time.monotonic() - start < 12
     assert (r.equal, r.how, r.timed_out) == (False, "timeout", True)
     # The timer is gone: a later comparison is unaffected.
     assert math_equiv(r"\frac{1}{\sqrt{2}}", r"\frac{\sqrt{2}}{2}")
