@@ -262,24 +262,24 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
     for what, why in info["shards_run_because"].items():
         if why.endswith("to retry"):
-            con.print(f"retried {what}: {why}", markup=False, highlight=False)
+            con.print(f"retried {what}: {why}", markup=False, soft_wrap=True, highlight=False)
     for what, issues in info["artifacts_rebuilt"].items():
-        con.print(f"rebuilt {what} from the store ({'; '.join(issues)})", markup=False, highlight=False)
-    con.print(f"results: {info['output_dir']}", markup=False)
-    con.print(f"exit status {summary.exit_status} (see `nel eval run --help`)", markup=False, highlight=False)
+        con.print(f"rebuilt {what} from the store ({'; '.join(issues)})", markup=False, soft_wrap=True, highlight=False)
+    con.print(f"results: {info['output_dir']}", markup=False, soft_wrap=True)
+    con.print(f"exit status {summary.exit_status} (see `nel eval run --help`)", markup=False, soft_wrap=True, highlight=False)
     con.print(f"Dagster UI: DAGSTER_HOME={info['dagster_home']} "
               f"NEL_CONFIG={info['output_dir']}/nel-config.yaml dagster dev -m dagster_project.definitions",
-              markup=False, highlight=False)
+              markup=False, soft_wrap=True, highlight=False)
     for r in rows:
-        con.print(f"exports {r['benchmark']}/{r['model']}: {r['exports']}", markup=False, highlight=False)
+        con.print(f"exports {r['benchmark']}/{r['model']}: {r['exports']}", markup=False, soft_wrap=True, highlight=False)
     if summary.failures:
         con.print(f"failed: {len(summary.failures)} (see the error lines; record: "
-                  f"{summary.checkpoint_path})", markup=False, highlight=False)
+                  f"{summary.checkpoint_path})", markup=False, soft_wrap=True, highlight=False)
     for m, g in sorted(summary.gates.items()):
-        con.print(f"gate {m} vs {g['baseline']}: {g['decision']}", markup=False, highlight=False)
+        con.print(f"gate {m} vs {g['baseline']}: {g['decision']}", markup=False, soft_wrap=True, highlight=False)
         for name, reason in sorted(g.get("details", {}).items()):
             if name not in ("ci_level", "correction"):
-                con.print(f"  {name}: {reason}", markup=False, highlight=False)
+                con.print(f"  {name}: {reason}", markup=False, soft_wrap=True, highlight=False)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
