@@ -332,7 +332,8 @@ class ModelClient:
             finally:
                 self._limit.release()
             if attempt > self.max_retries:
-                raise ModelError(message, category, status, attempt)
+                # Transport error text can quote a URL or header too: redacted like replies.
+                raise ModelError(self._redact.text(message), category, status, attempt)
             if stale:
                 continue  # a dead idle connection says nothing about the server: resend now
             # Full jitter keeps many workers from retrying in lockstep.
