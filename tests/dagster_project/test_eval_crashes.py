@@ -6,14 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
-import pytest
 
 from nel_assets.engine.evaluate import artifact_problems, plan
 from nel_resources.config import load_config
@@ -21,25 +17,13 @@ from nel_resources.store import ResultStore
 from tests.support.cli import run_nel, start_nel, summary_json
 from tests.support.cli_output import error_lines
 from tests.support.tmpfs import fill, small_tmpfs
+from tests.support.waiting import wait_while_running
 
 CHAT = "/v1/chat/completions"
 
 
 def _chat_requests(stats: dict) -> int:
     return int(stats["by_endpoint"].get(CHAT, 0))
-
-
-def _wait(cond: Callable[[], bool], what: str, proc: subprocess.Popen[bytes] | None = None,
-          log: Path | None = None, deadline_s: float = 180.0) -> None:
-    """Poll `cond` until true; fail saying `what` did not happen (or that nel exited)."""
-    end = time.monotonic() + deadline_s
-    while not cond():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"nel exited ({proc.returncode}) before {what}:\n"
-                        + (log.read_text() if log else ""))
-        if time.monotonic() > end:
-            pytest.fail(f"{what} did not happen within {deadline_s:.0f} s")
-        time.sleep(0.01)
 
 
 def test_missing_or_torn_artifacts_are_rebuilt_from_the_store_without_requests(
@@ -160,7 +144,7 @@ def test_full_disk_stops_sending_and_keeps_what_was_journaled(
 
         proc = start_nel(*args, env=env, log=log)
         try:
-            _wait(lambda: journaled() >= 50, "50 journaled samples", proc, log)
+            wait_while_running(lambda: journaled() >= 50, proc=proc, what="50 journaled samples", log=log)
             fill(disk / "filler")
             proc.wait(timeout=120)
         finally:
@@ -209,8 +193,8 @@ def test_sigkills_never_rerequest_a_finished_sample(
         target = _chat_requests(server_stats(url)) + 40
         proc = start_nel(*args, env=env, log=log)
         try:
-            _wait(lambda t=target: _chat_requests(server_stats(url)) >= t,
-                  f"run {k} reaching {target} requests", proc, log)
+            wait_while_running(lambda t=target: _chat_requests(server_stats(url)) >= t, proc=proc,
+                               what=f"run {k} reaching {target} requests", log=log)
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -10,7 +10,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,6 +19,7 @@ from tests.support.cli import nel_env, run_nel, summary_json
 from tests.support.cli_output import error_lines
 from tests.support.mounts import fill, read_only_view, tmpfs
 from tests.support.realcomponents import REPO_ROOT
+from tests.support.waiting import wait_while_running
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
@@ -111,11 +111,7 @@ def test_a_dagster_home_filling_up_mid_run(tmp_path: Path, reference_server, ser
                  "-O", f"output.dagster_home={home / 'dagster'}"],
                 stdout=so, stderr=se, cwd=REPO_ROOT, env=nel_env(env), start_new_session=True)
         try:
-            deadline = time.monotonic() + 120
-            while not _journaled(journal):
-                assert proc.poll() is None, f"nel exited before journaling a sample:\n{stderr.read_text()}"
-                assert time.monotonic() < deadline, "no sample was journaled within 120 s"
-                time.sleep(0.02)
+            wait_while_running(lambda: _journaled(journal), proc=proc, what="a journaled sample", log=stderr)
             fill(home)
             rc = proc.wait(timeout=300)
         finally:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.support.cli import nel_env, run_nel
 from tests.support.cli_output import error_lines
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import reset_server_stats
+from tests.support.waiting import wait_while_running
 
 
 def _results(stdout: str) -> dict[tuple[str, str], dict]:
@@ -94,11 +94,8 @@ def test_an_endpoint_dying_mid_run_fails_its_pair_only(
                                  "--json", "--no-progress"], stdout=so, stderr=se, cwd=REPO_ROOT,
                                 env=nel_env({"NEL_DATA_DIR": str(data_dir)}), start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while server_stats(dying)["by_endpoint"].get("/v1/chat/completions", 0) < 1:
-            assert proc.poll() is None, f"nel exited before asking the dying server:\n{stderr.read_text()}"
-            assert time.monotonic() < deadline, "no request reached the dying server within 120 s"
-            time.sleep(0.05)
+        wait_while_running(lambda: server_stats(dying)["by_endpoint"].get("/v1/chat/completions", 0) >= 1,
+                           proc=proc, what="a request at the dying server", log=stderr)
         reference_server.processes[dying].stop()
         rc = proc.wait(timeout=300)
     finally:
@@ -188,11 +185,8 @@ def test_ctrl_c_stops_the_whole_suite_with_130(tmp_path: Path, reference_server,
                                  "--max-concurrent", "1"], stdout=so, stderr=se, cwd=REPO_ROOT,
                                 env=nel_env({"NEL_DATA_DIR": str(data_dir)}), start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (journal.exists() and any(f.stat().st_size for f in journal.glob("*.jsonl"))):
-            assert proc.poll() is None, f"nel exited before journaling a sample:\n{stderr.read_text()}"
-            assert time.monotonic() < deadline, "no sample was journaled within 120 s"
-            time.sleep(0.02)
+        wait_while_running(lambda: journal.exists() and any(f.stat().st_size for f in journal.glob("*.jsonl")),
+                           proc=proc, what="a journaled sample", log=stderr)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         rc = proc.wait(timeout=120)
     finally:

@@ -9,8 +9,10 @@ No Dagster or Playwright here: any test may import this.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -50,4 +52,22 @@ def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interv
         if time.monotonic() > deadline:
             tail = "" if alive is None else f"\n{alive.name} log:\n{alive.log_tail(8000)}"
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+        time.sleep(interval)
+
+
+def wait_while_running(check: Callable[[], T | None], *, proc: subprocess.Popen[bytes], what: str,
+                       log: Path | None = None, timeout: float = PROCESS_START_S,
+                       interval: float = 0.02) -> T:
+    """`wait_for` on a child the test started with `subprocess.Popen` (e.g. `nel eval run`):
+    fails at once, with `log`'s text, if the child exits before the condition comes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            text = log.read_text(errors="replace")[-8000:] if log is not None and log.exists() else ""
+            raise AssertionError(f"the process exited ({proc.returncode}) before {what}:\n{text}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
