@@ -3,10 +3,13 @@
 Two durability levels, on purpose:
 
 * **Process death (SIGKILL, OOM kill, a crash of nel):** every finished row is handed to the
-  kernel with write(2) at the end of the event-loop turn that finished it (one `os.write` of
-  the turn's rows, no fsync). The page cache survives the death of the process, so a rerun
-  never requests a sample whose row was produced before the kill; only requests still in
-  flight (at most the run's concurrency) are asked again.
+  kernel with write(2) the moment it is appended, before its worker sends anything else (no
+  fsync). The page cache survives the death of the process, so a rerun never requests a
+  sample whose row was produced before the kill; only requests still in flight (at most the
+  run's concurrency) and samples still being scored by an awaited step (a judge call) are
+  asked again. Batching the write to the end of the loop turn left a gap, seen in the SIGKILL
+  test under load: a slot freed by an answered request was reused by another worker before
+  the answered row reached the OS.
 * **Machine crash / power loss:** fsync is grouped, at most every `interval` seconds, in a
   worker thread so the event loop never waits on the disk. Such a crash loses at most the
   rows written since the last fsync (the last `interval`, ~100 ms, of finished samples).
@@ -48,7 +51,6 @@ class Journal:
         self.n_lines = 0  # complete lines in the file (handed to the OS)
         self._pending: list[bytes] = []
         self._fd: int | None = None
-        self._write_scheduled = False
         self._unsynced = False
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -82,25 +84,14 @@ class Journal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def append(self, row: dict[str, Any]) -> None:
-        """Queue one finished row; it reaches the OS at the end of this event-loop turn."""
+        """Hand one finished row to the OS now (one write(2); fsync comes later, grouped)."""
         if self.error is not None:
             return  # the journal is broken: the loop is stopping, nothing more is kept
         self._pending.append(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-        if self._write_scheduled:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # used outside a loop: write now
-            self._write_pending()
-            return
-        # call_soon runs after the callbacks already ready in this turn, so every row finished
-        # in the same turn goes out in one write(2).
-        self._write_scheduled = True
-        loop.call_soon(self._write_pending)
+        self._write_pending()
 
     def _write_pending(self) -> None:
         """One write(2) of the queued rows (no fsync: the page cache survives a kill)."""
-        self._write_scheduled = False
         if not self._pending or self._fd is None or self.error is not None:
             return
         chunk, self._pending = b"".join(self._pending), []

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,17 +178,29 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def assert_no_leftovers(text: str, what: str) -> None:
-    """Fail if a process whose command line mentions `text` is still alive, killing it first.
+def assert_no_leftovers(text: str, what: str, grace_s: float = 30.0) -> None:
+    """Fail if a process whose command line mentions `text` outlives `what`, killing it.
 
     `text` is a path unique to the test, so whatever matches was started (directly or by a
-    Dagster process) by this test and is ours to end.
+    Dagster process) by this test and is ours to end. A process of the stopped group may
+    still be exiting on a loaded machine (SIGKILL is delivered, the exit is not yet done): it
+    gets `grace_s` to disappear; one outside the group never would, and fails the test.
     """
-    leftovers = processes_mentioning(text)
+    deadline = time.monotonic() + grace_s
+    while (leftovers := processes_mentioning(text)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    described = {pid: _cmdline(pid) for pid in leftovers}
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-    assert not leftovers, f"{what}: processes {leftovers} outlived it"
+    assert not leftovers, f"{what}: processes outlived it by {grace_s:.0f} s: {described}"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+    except OSError:
+        return "?"
 
 
 RUNS = """
