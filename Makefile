@@ -15,8 +15,13 @@ PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load
 # Install once: the stamp is older than pyproject.toml only when the dependencies may have
 # changed (a fresh clone has no .venv, hence no stamp, and installs).
 STAMP := $(VENV)/.nel-installed
+# The real NeMo Evaluator 0.3.0, in its own Python 3.12 venv: the compatibility tests run
+# the same invocations through both tools (pyenv's shim needs the version named).
+PEER_VENV ?= .venv-peers/nemo-evaluator
+PEER_NEMO := $(PEER_VENV)/bin/nel
+PY312 ?= env PYENV_VERSION=3.12.1 python3.12
 
-.PHONY: setup system-deps run test test-fast lint bench clean
+.PHONY: setup system-deps peers run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +35,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
+$(PEER_NEMO):
+	$(PY312) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/pip install -q --upgrade pip
+	$(PEER_VENV)/bin/pip install -q 'nemo-evaluator==0.3.0'
+
+peers: $(PEER_NEMO)
+
 system-deps:
 	bash deploy/install_system_deps.sh
 
@@ -42,7 +54,7 @@ run: setup
 	$(if $(NEL_MODEL_PATH),@$(BIN)/nel config set model_path '$(NEL_MODEL_PATH)',)
 	$(BIN)/nel eval run $(if $(CONFIG),$(CONFIG),dagster_project/configs/default.yaml)
 
-test: setup system-deps
+test: setup system-deps peers
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=15 $(PYTEST_ARGS)
 

@@ -1,0 +1,34 @@
+"""The real peers (NeMo Evaluator 0.3.0) installed by `make peers`: skip locally, fail in CI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.support.realcomponents import REPO_ROOT, require_real_component
+
+# `make peers` installs it here; NEL_PEER_NEMO names another `nel` executable of the peer.
+DEFAULT_PEER_NEMO = REPO_ROOT / ".venv-peers" / "nemo-evaluator" / "bin" / "nel"
+
+
+def peer_nemo_bin() -> Path:
+    """Path of NeMo Evaluator 0.3.0's `nel` executable (skips locally, fails in CI if absent)."""
+    path = Path(os.environ.get("NEL_PEER_NEMO") or DEFAULT_PEER_NEMO)
+    if not path.is_file():
+        require_real_component(f"NeMo Evaluator 0.3.0 is not installed at {path} (run `make peers`)")
+    return path
+
+
+def run_peer_nemo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 300, unset: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """Run NeMo Evaluator's own CLI (`nel ARGS...` of the peer) and return the completed process.
+
+    Its environment drops ours (PYTHONPATH, DAGSTER_HOME) so the peer only sees its own venv.
+    """
+    full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DAGSTER_HOME", *unset)}
+    full.update({"NO_COLOR": "1", "COLUMNS": "200"})
+    full.update(env or {})
+    return subprocess.run([str(peer_nemo_bin()), *args], capture_output=True, text=True,
+                          cwd=cwd or REPO_ROOT, env=full, timeout=timeout, start_new_session=True)
