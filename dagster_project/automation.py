@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 
-from nel_resources.config import NelConfig
+from nel_resources.specs import ResolvedConfig
 from nel_resources.store import ResultStore, asset_name
 
 DATA_VERSION_TAG = "dagster/data_version"
@@ -35,12 +35,12 @@ def shard_inputs_key(bench_name: str) -> dg.AssetKey:
     return dg.AssetKey([asset_name(bench_name), "shard_inputs"])
 
 
-def shard_input_observations(cfg: NelConfig, output_dir: str, *, models: Iterable[str] | None = None,
+def shard_input_observations(resolved: ResolvedConfig, output_dir: str, *, models: Iterable[str] | None = None,
                              metadata: dict[str, dict[str, str]] | None = None) -> list[dg.AssetObservation]:
     """One observation per (benchmark, model, shard) carrying its fingerprint as data version.
 
     Args:
-        cfg: the config (with checkpoint services already added, if any).
+        resolved: the resolved config (with checkpoint services already added, if any).
         output_dir: the result store root.
         models: only these model partitions (default: all).
         metadata: extra observation metadata per model (e.g. a checkpoint's real path).
@@ -50,8 +50,8 @@ def shard_input_observations(cfg: NelConfig, output_dir: str, *, models: Iterabl
     store = ResultStore(output_dir)
     only = None if models is None else set(models)
     out: list[dg.AssetObservation] = []
-    for bench in cfg.benchmarks:
-        for t in ev.plan(cfg, store, bench):
+    for bench in resolved.benchmarks:
+        for t in ev.plan(store, bench):
             if only is not None and t.model not in only:
                 continue
             out.append(dg.AssetObservation(
@@ -64,14 +64,15 @@ def shard_input_observations(cfg: NelConfig, output_dir: str, *, models: Iterabl
     return out
 
 
-def record_shard_inputs(instance: dg.DagsterInstance, cfg: NelConfig, output_dir: str | None = None) -> int:
+def record_shard_inputs(instance: dg.DagsterInstance, resolved: ResolvedConfig,
+                        output_dir: str | None = None) -> int:
     """Report the current shard-input fingerprints to `instance` where they changed.
 
     Call it before materializing shards (`nel eval run` does) so each shard's provenance
     names the inputs it was computed from. Returns how many partitions changed.
     """
     n = 0
-    for obs in shard_input_observations(cfg, output_dir or cfg.output.dir):
+    for obs in shard_input_observations(resolved, output_dir or resolved.output_dir):
         rec = instance.get_latest_data_version_record(obs.asset_key, True, partition_key=obs.partition)
         prior = None
         if rec is not None:

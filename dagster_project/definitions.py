@@ -22,7 +22,6 @@ from benchmarks.datasets import hub_local_only
 from dagster_project.automation import automation_sensor, with_automation
 from dagster_project.config_loading import load_definitions_config
 from dagster_project.jobs import build_jobs
-from dagster_project.launch import launched_resources
 from dagster_project.sensors import (
     build_checkpoint_sensor,
     checkpoints_enabled,
@@ -30,20 +29,26 @@ from dagster_project.sensors import (
 )
 from nel_assets.factory import build_defs
 from nel_resources.config import NelConfig
+from nel_resources.services.launch import launched_resources
+from nel_resources.specs import resolve
 from nel_resources.user_config import apply_user_config
 
 
 def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
-    """The full Definitions for a config (assets, checks, resources, sensors, jobs)."""
-    full = with_checkpoint_services(cfg)
+    """The full Definitions for a config (assets, checks, resources, sensors, jobs).
+
+    The config is resolved here, once, into run specs (with a service per checkpoint
+    already on disk); everything below takes the specs.
+    """
+    full = resolve(with_checkpoint_services(cfg))
     base = build_defs(full, output_dir)
     resources = launched_resources(full, dict(base.resources or {}), Path(output_dir) / "logs")
     assets = with_automation(list(base.assets or []))
     checks = list(base.asset_checks or [])
     sensors: list[dg.SensorDefinition] = [
         automation_sensor(min(30, cfg.checkpoints.interval_seconds))]
-    if checkpoints_enabled(cfg):
-        sensors.append(build_checkpoint_sensor(cfg, output_dir))
+    if checkpoints_enabled(full):
+        sensors.append(build_checkpoint_sensor(resolve(cfg), output_dir))
     return dg.Definitions(assets=assets, asset_checks=checks, resources=resources, sensors=sensors,
                           jobs=build_jobs(full, [*assets, *checks], resources))
 

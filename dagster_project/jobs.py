@@ -22,8 +22,7 @@ from typing import Any
 
 import dagster as dg
 
-from nel_resources.config import NelConfig
-from nel_resources.store import slugify
+from nel_resources.specs import ResolvedConfig
 
 
 def comparison_keys(assets: Sequence[Any]) -> list[dg.AssetKey]:
@@ -32,34 +31,33 @@ def comparison_keys(assets: Sequence[Any]) -> list[dg.AssetKey]:
             for k in a.keys if k.path[-1] == "comparison" or k.path[0] == "comparison"]
 
 
-def candidate_models(cfg: NelConfig, instance: dg.DagsterInstance) -> list[str]:
+def candidate_models(resolved: ResolvedConfig, instance: dg.DagsterInstance) -> list[str]:
     """Model partitions to compare with the baseline: configured models that have results."""
     from nel_assets.factory import MODEL_PARTITIONS
 
-    baseline = slugify(cfg.comparison.baseline) if cfg.comparison.baseline else None
+    baseline = resolved.comparison.baseline
     known = set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name))
-    wanted = [slugify(n) for n, s in cfg.services.items() if s.role == "model"]
-    return [m for m in wanted if m in known and m != baseline]
+    return [m for m in resolved.model_partitions if m in known and m != baseline]
 
 
-def _instance(cfg: NelConfig) -> dg.DagsterInstance:
+def _instance(resolved: ResolvedConfig) -> dg.DagsterInstance:
     from dagster_project.runner import dagster_home_for
 
-    return dg.DagsterInstance.from_config(str(dagster_home_for(cfg)))
+    return dg.DagsterInstance.from_config(str(dagster_home_for(resolved.config)))
 
 
-def _run_comparisons(context: dg.OpExecutionContext, cfg: NelConfig, assets: Sequence[Any],
+def _run_comparisons(context: dg.OpExecutionContext, resolved: ResolvedConfig, assets: Sequence[Any],
                      resources: Mapping[str, Any], *, with_gate: bool) -> None:
     keys = comparison_keys(assets)
     if not keys:
         context.log.warning("no comparison assets: set `comparison.baseline` in the config")
         return
-    instance = _instance(cfg)
+    instance = _instance(resolved)
     selection = dg.AssetSelection.assets(*keys)
     if not with_gate:
         selection = selection.without_checks()
     no_go: list[str] = []
-    models = candidate_models(cfg, instance)
+    models = candidate_models(resolved, instance)
     if not models:
         context.log.warning("no candidate models with results to compare; run `evaluate` first")
     for m in models:
@@ -79,14 +77,14 @@ def _run_comparisons(context: dg.OpExecutionContext, cfg: NelConfig, assets: Seq
         raise dg.Failure("gate: NO-GO for " + "; ".join(no_go))
 
 
-def build_jobs(cfg: NelConfig, assets: Sequence[Any], resources: Mapping[str, Any]) -> list[dg.JobDefinition]:
-    """The `evaluate`, `compare` and `gate` jobs for `cfg` (in-process executor)."""
+def build_jobs(resolved: ResolvedConfig, assets: Sequence[Any], resources: Mapping[str, Any]) -> list[dg.JobDefinition]:
+    """The `evaluate`, `compare` and `gate` jobs of a resolved config (in-process executor)."""
 
     @dg.op(name="evaluate_stale_partitions", description="Materialize stale shards, then bundles and reports.")
     def evaluate_op(context: dg.OpExecutionContext) -> None:
         from dagster_project.runner import run_eval
 
-        summary = run_eval(cfg, resume=True, progress=False)
+        summary = run_eval(resolved, resume=True, progress=False)
         for oc in summary.benchmarks:
             context.log.info(f"{oc.benchmark}: ran {len(oc.shards_run)} of {oc.shards_total} shards "
                              f"({oc.shards_fresh} fresh), {oc.requests_sent} requests")
@@ -102,11 +100,11 @@ def build_jobs(cfg: NelConfig, assets: Sequence[Any], resources: Mapping[str, An
 
     @dg.op(name="compare_with_baseline", description="Materialize every candidate's comparison.")
     def compare_op(context: dg.OpExecutionContext) -> None:
-        _run_comparisons(context, cfg, assets, resources, with_gate=False)
+        _run_comparisons(context, resolved, assets, resources, with_gate=False)
 
     @dg.op(name="gate_candidates", description="Comparisons plus their blocking gate checks.")
     def gate_op(context: dg.OpExecutionContext) -> None:
-        _run_comparisons(context, cfg, assets, resources, with_gate=True)
+        _run_comparisons(context, resolved, assets, resources, with_gate=True)
 
     def job(name: str, op: Any, description: str) -> dg.JobDefinition:
         @dg.job(name=name, executor_def=dg.in_process_executor, description=description,

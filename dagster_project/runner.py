@@ -21,6 +21,7 @@ from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from nel_resources.config import NelConfig
+from nel_resources.specs import ResolvedConfig, resolve
 
 # One consolidated SQLite event log instead of Dagster's default database per run: a new
 # instance is created in ~0.2 s instead of ~0.8 s, and each run pays less to open its log.
@@ -254,7 +255,7 @@ def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
     return out, home
 
 
-def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
+def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
              shard_only: tuple[int, int] | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
 
@@ -263,7 +264,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     `<out>/checkpoint.json` list them, tracebacks go to `<out>/logs/nel-run.log`.
 
     Args:
-        cfg: the validated config.
+        cfg: the validated config, or its resolved specs (it is resolved once, here).
         resume: reuse journals of interrupted shards (never re-request finished samples);
             False discards stored results and journals and recomputes everything.
         progress: show a progress bar.
@@ -276,6 +277,8 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
+    resolved = cfg if isinstance(cfg, ResolvedConfig) else resolve(cfg)
+    cfg = resolved.config
     started = time.time()
     t0 = time.perf_counter()
     if cfg.data_dir:
@@ -291,12 +294,11 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     from nel_assets.engine.judging import check_scoring
 
-    for bench in cfg.benchmarks:
-        for svc_name in bench.service_names(cfg.services):
-            check_scoring(cfg, bench, svc_name)
+    for bench_spec in resolved.benchmarks:
+        for run in bench_spec.runs:
+            check_scoring(run)
             # A key variable that is not set is a config error too (not one pair's failure).
-            if svc_name in cfg.services:
-                cfg.services[svc_name].resolved_api_key()
+            run.service.config.resolved_api_key()
 
     failures: list[BenchFailure] = []
     if not cfg.benchmarks:
@@ -306,13 +308,13 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     # model server, and sends no request. A benchmark that cannot be planned (its data is
     # missing) fails alone.
     plans: list[tuple[Any, list[Any], list[Any]]] = []
-    for bench in cfg.benchmarks:
+    for bench in resolved.benchmarks:
         try:
-            tasks = ev.plan(cfg, store, bench)
+            tasks = ev.plan(store, bench)
         except Exception as exc:  # isolate: the other benchmarks still run
             reason = run_log.one_line(type(exc).__name__, str(exc))
             _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
-            failures += [BenchFailure(bench.name, _slug(s), reason, "plan") for s in bench.service_names(cfg.services)]
+            failures += [BenchFailure(bench.name, m, reason, "plan") for m in bench.models]
             continue
         tasks = _drop_empty_models(bench.name, tasks, failures)
         if shard_only is not None:
@@ -329,7 +331,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
         (b.name, m): ev.artifact_problems(store, b.name, m)
         for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
     needs_bundle = any(artifact_issues.values())
-    needs_compare = shard_only is None and bool(cfg.comparison.baseline) and _missing_comparisons(cfg, store)
+    needs_compare = shard_only is None and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
     needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans)
 
     n_runs = 0
@@ -337,7 +339,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     gates: dict[str, dict[str, Any]] = {}
     if needs_dagster:
         try:
-            n_runs = _materialize(cfg, store, home, plans, progress=progress, shard_only=shard_only,
+            n_runs = _materialize(resolved, store, home, plans, progress=progress, shard_only=shard_only,
                                   outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
                                   artifact_issues=artifact_issues)
         except OSError as exc:
@@ -362,18 +364,12 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
                     oc.exports[m] = str(store.export_dir(bench.name, m))
                     if (why := _all_samples_failed(bundle)) is not None:
                         failures.append(BenchFailure(bench.name, m, why, "scores"))
-    if cfg.comparison.baseline and shard_only is None and not gates:
-        gates = _stored_gates(cfg, store, _failed_models(failures))
+    if resolved.comparison.baseline and shard_only is None and not gates:
+        gates = _stored_gates(resolved, store, _failed_models(failures))
     summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
                          failures=failures, log_path=log_path)
     summary.checkpoint_path = _write_checkpoint(summary, started)
     return summary
-
-
-def _slug(name: str) -> str:
-    from nel_resources.store import slugify
-
-    return slugify(name)
 
 
 def _log_exception(log_path: Path, title: str) -> None:
@@ -447,31 +443,27 @@ def _write_checkpoint(summary: RunSummary, started: float) -> Path | None:
     return path
 
 
-def _missing_comparisons(cfg: NelConfig, store: Any) -> bool:
+def _missing_comparisons(resolved: ResolvedConfig, store: Any) -> bool:
     from nel_assets.comparison_assets import comparison_dir
-    from nel_resources.store import slugify
-
-    baseline = slugify(cfg.comparison.baseline or "")
     from nel_assets.engine.artifacts import json_problem
 
-    return any(json_problem(comparison_dir(store.root, slugify(s)) / "regression.json") is not None
-               for b in cfg.benchmarks for s in b.service_names(cfg.services) if slugify(s) != baseline)
+    baseline = resolved.comparison.baseline
+    return any(json_problem(comparison_dir(store.root, m) / "regression.json") is not None
+               for m in resolved.models if m != baseline)
 
 
-def _stored_gates(cfg: NelConfig, store: Any, failed: set[str]) -> dict[str, dict[str, Any]]:
+def _stored_gates(resolved: ResolvedConfig, store: Any, failed: set[str]) -> dict[str, dict[str, Any]]:
     """The gate decisions already on disk (an up-to-date rerun reports them too), except for
     candidates compared against a side that failed in this run."""
     from nel_assets.comparison_assets import comparison_dir
     from nel_assets.engine.artifacts import read_json
-    from nel_resources.store import slugify
 
     out: dict[str, dict[str, Any]] = {}
-    baseline = slugify(cfg.comparison.baseline or "")
+    baseline = resolved.comparison.baseline or ""
     if baseline in failed:
         return out
-    for b in cfg.benchmarks:
-        for s in b.service_names(cfg.services):
-            m = slugify(s)
+    for b in resolved.benchmarks:
+        for m in b.models:
             p = comparison_dir(store.root, m) / "regression.json"
             doc = read_json(p) if m != baseline and m not in out and m not in failed else None
             if isinstance(doc, dict):
@@ -480,7 +472,7 @@ def _stored_gates(cfg: NelConfig, store: Any, failed: set[str]) -> dict[str, dic
     return out
 
 
-def build_runner_defs(cfg: NelConfig, resources: dict[str, Any]) -> Any:
+def build_runner_defs(resolved: ResolvedConfig, resources: dict[str, Any]) -> Any:
     """Definitions for the runner: the benchmark assets, the comparison asset and gate
     check when a baseline is configured, and the jobs the runner executes."""
     import dagster as dg
@@ -488,10 +480,10 @@ def build_runner_defs(cfg: NelConfig, resources: dict[str, Any]) -> Any:
     from nel_assets.comparison_assets import COMPARISON_KEY, build_comparison_assets
     from nel_assets.factory import MODEL_PARTITIONS, build_assets, build_runner_jobs
 
-    extra = build_comparison_assets(cfg)
-    assets = [*build_assets(cfg), *(a for a in extra if isinstance(a, dg.AssetsDefinition))]
+    extra = build_comparison_assets(resolved)
+    assets = [*build_assets(resolved), *(a for a in extra if isinstance(a, dg.AssetsDefinition))]
     checks = [c for c in extra if not isinstance(c, dg.AssetsDefinition)]
-    jobs = build_runner_jobs(cfg)
+    jobs = build_runner_jobs(resolved)
     if extra:
         jobs.append(dg.define_asset_job("nel_comparison", selection=dg.AssetSelection.assets(COMPARISON_KEY),
                                         partitions_def=MODEL_PARTITIONS,
@@ -499,7 +491,7 @@ def build_runner_defs(cfg: NelConfig, resources: dict[str, Any]) -> Any:
     return dg.Definitions(assets=assets, asset_checks=checks, jobs=jobs, resources=resources)
 
 
-def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, list[Any], list[Any]]],
+def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[tuple[Any, list[Any], list[Any]]],
                  *, progress: bool, shard_only: tuple[int, int] | None,
                  outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]],
                  failures: list[BenchFailure], log_path: Path,
@@ -513,12 +505,12 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
     import dagster as dg
 
     from dagster_project.automation import record_planned_shards
-    from dagster_project.launch import launched_services
 
     for cat in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=cat)
     from nel_assets.engine import evaluate as ev
     from nel_assets.factory import MODEL_PARTITIONS, build_resources
+    from nel_resources.services.launch import launched_services
     from nel_resources.store import write_json_atomic
 
     try:
@@ -527,7 +519,7 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
     except Exception as exc:  # any storage error: nothing has run yet
         _log_exception(log_path, f"cannot open the Dagster instance at {home}")
         raise NelError(f"cannot use the Dagster home {home}: {_storage_reason(exc)}") from None
-    resources = build_resources(cfg, str(store.root))
+    resources = build_resources(resolved, str(store.root))
     bar = _Progress(progress)
     n_runs = 0
     rebuilt: set[str] = set()
@@ -570,10 +562,10 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
 
     # Launched model servers start only when some shard actually needs them.
     any_todo = any(todo for _, _, todo in plans)
-    with run_log.dagster_logs_to(log_path), (launched_services(cfg, resources) if any_todo else _nothing()):
+    with run_log.dagster_logs_to(log_path), (launched_services(resolved, resources) if any_todo else _nothing()):
         # One Definitions per process (with the launched services' URLs): its jobs are
         # resolved once and executed in-process for each partition.
-        defs = build_runner_defs(cfg, resources)
+        defs = build_runner_defs(resolved, resources)
         pending = list(plans)
         try:
             while pending:
@@ -624,8 +616,8 @@ def _materialize(cfg: NelConfig, store: Any, home: Path, plans: list[tuple[Any, 
                             if issues and m not in changed:
                                 oc.artifacts_rebuilt[m] = issues
                 pending.pop(0)
-            if shard_only is None and cfg.comparison.baseline:
-                n_runs += _compare(cfg, defs, instance, store, rebuilt, gates, failures, log_path)
+            if shard_only is None and resolved.comparison.baseline:
+                n_runs += _compare(resolved, defs, instance, store, rebuilt, gates, failures, log_path)
         except _RunAborted as exc:
             done = {(f.benchmark, f.model) for f in failures}
             for i, (bench, tasks, _) in enumerate(pending):
@@ -645,7 +637,7 @@ def jobs_of(bench: Any) -> dict[str, str]:
     return runner_job_names(bench.name)
 
 
-def _compare(cfg: NelConfig, defs: Any, instance: Any, store: Any, rebuilt: set[str],
+def _compare(resolved: ResolvedConfig, defs: Any, instance: Any, store: Any, rebuilt: set[str],
              gates: dict[str, dict[str, Any]], failures: list[BenchFailure], log_path: Path) -> int:
     """Materialize each candidate's comparison (and its gate check) when a bundle on either
     side was rebuilt or the comparison is missing. A NO-GO is reported, not raised: the exit
@@ -653,11 +645,9 @@ def _compare(cfg: NelConfig, defs: Any, instance: Any, store: Any, rebuilt: set[
     not compared: a verdict on an incomplete run would mislead."""
     from nel_assets.comparison_assets import comparison_dir
     from nel_assets.engine.artifacts import json_problem
-    from nel_resources.store import slugify
 
-    baseline = slugify(cfg.comparison.baseline or "")
-    candidates = sorted({slugify(s) for b in cfg.benchmarks for s in b.service_names(cfg.services)}
-                        - {baseline})
+    baseline = resolved.comparison.baseline or ""
+    candidates = sorted(set(resolved.models) - {baseline})
     runs = 0
     failed = _failed_models(failures)
     for m in candidates:

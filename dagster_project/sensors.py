@@ -24,7 +24,8 @@ from typing import Any
 import dagster as dg
 
 from nel_resources.config import CheckpointsConfig, NelConfig, ServiceConfig
-from nel_resources.store import asset_name, slugify
+from nel_resources.specs import ResolvedConfig, resolve
+from nel_resources.store import slugify
 
 GGUF_MAGIC = b"GGUF"
 
@@ -145,17 +146,20 @@ def _readiness(ck: CheckpointsConfig, cp: Checkpoint, prior: list[float] | None,
     return None
 
 
-def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinition:
-    """The sensor watching `cfg.checkpoints.dir` (running by default)."""
-    from nel_assets.engine import evaluate as ev
+def build_checkpoint_sensor(resolved: ResolvedConfig, output_dir: str) -> dg.SensorDefinition:
+    """The sensor watching `checkpoints.dir` (running by default).
+
+    `resolved` is the config without checkpoint services: each tick that accepts new
+    checkpoints resolves the config again with them, into new run specs.
+    """
     from nel_assets.factory import MODEL_PARTITIONS
 
-    ck = cfg.checkpoints
+    ck = resolved.checkpoints
 
     @dg.sensor(name="checkpoint_sensor", minimum_interval_seconds=ck.interval_seconds,
                default_status=dg.DefaultSensorStatus.RUNNING,
                asset_selection=dg.AssetSelection.assets(
-                   *[dg.AssetKey([asset_name(b.name), "shard_results"]) for b in cfg.benchmarks]),
+                   *[dg.AssetKey([b.asset_name, "shard_results"]) for b in resolved.benchmarks]),
                description=f"Evaluates every new checkpoint in {ck.dir} ({ck.pattern}).")
     def checkpoint_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         state = json.loads(context.cursor) if context.cursor else {}
@@ -184,7 +188,7 @@ def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinit
         run_requests: list[dg.RunRequest] = []
         events: list[dg.AssetObservation] = []
         if ready:
-            full = with_checkpoint_services(cfg)
+            full = resolve(with_checkpoint_services(resolved.config))
             names = [c.name for c in ready]
             events = _safe_observations(context, full, output_dir, ready)
             for cp in ready:
@@ -192,8 +196,8 @@ def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinit
                 watching.pop(cp.name, None)
                 context.log.info(f"new checkpoint {cp.path} -> model partition {cp.name!r}")
                 for bench in full.benchmarks:
-                    key = dg.AssetKey([asset_name(bench.name), "shard_results"])
-                    for shard in range(ev.n_shards(full, bench)):
+                    key = dg.AssetKey([bench.asset_name, "shard_results"])
+                    for shard in range(bench.shards):
                         run_requests.append(dg.RunRequest(
                             run_key=f"{cp.name}:{bench.name}:{shard}:{int(cp.mtime)}",
                             asset_selection=[key],
@@ -212,20 +216,21 @@ def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinit
     return checkpoint_sensor
 
 
-def _safe_observations(context: dg.SensorEvaluationContext, cfg: NelConfig, output_dir: str,
+def _safe_observations(context: dg.SensorEvaluationContext, resolved: ResolvedConfig, output_dir: str,
                        ready: list[Checkpoint]) -> list[dg.AssetObservation]:
     """Shard-input observations of the new checkpoints (never fails the tick)."""
     from dagster_project.automation import shard_input_observations
 
     try:
         return shard_input_observations(
-            cfg, output_dir, models=[c.name for c in ready],
+            resolved, output_dir, models=[c.name for c in ready],
             metadata={c.name: {"checkpoint_path": str(c.path)} for c in ready})
     except Exception as exc:  # data not loadable here: the runs will report the error
         context.log.warning(f"could not fingerprint new checkpoints: {type(exc).__name__}: {exc}")
         return []
 
 
-def checkpoints_enabled(cfg: NelConfig) -> bool:
+def checkpoints_enabled(resolved: ResolvedConfig) -> bool:
     """Whether the config watches a checkpoint directory."""
-    return bool(cfg.checkpoints.dir) and bool(os.path.expanduser(cfg.checkpoints.dir))
+    ck = resolved.checkpoints
+    return bool(ck.dir) and bool(os.path.expanduser(ck.dir))

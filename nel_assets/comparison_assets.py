@@ -26,9 +26,8 @@ from typing import Any
 
 import dagster as dg
 
-from nel_resources.config import NelConfig
 from nel_resources.resources import ResultStoreResource
-from nel_resources.store import asset_name, slugify
+from nel_resources.specs import ComparisonSpec, ResolvedConfig
 
 COMPARISON_KEY = dg.AssetKey(["comparison"])
 COMPARISON_COLUMNS = ("benchmark", "baseline", "candidate", "base_mean", "cand_mean", "delta", "se",
@@ -41,7 +40,7 @@ def comparison_dir(root: Path, candidate: str) -> Path:
     return root / "comparison" / "comparison" / f"model={candidate}"
 
 
-def gate_policy(cfg: NelConfig) -> Any:
+def gate_policy(comp: ComparisonSpec) -> Any:
     """The gate policy of a config: its file, else the default built from ``max_drop``.
 
     Raises:
@@ -50,18 +49,17 @@ def gate_policy(cfg: NelConfig) -> Any:
     from nel_assets.engine.gate import GatePolicy, PolicyDefaults
     from nel_assets.engine.runs import check_drop_units, load_checked_policy
 
-    comp = cfg.comparison
     if comp.policy:
         return load_checked_policy(comp.policy)
     check_drop_units(comp.max_drop, "comparison.max_drop")
     return GatePolicy(version=1, defaults=PolicyDefaults(max_drop=comp.max_drop or 0.0))
 
 
-def compare_partition(cfg: NelConfig, root: Path, candidate: str) -> dict[str, Any]:
+def compare_partition(resolved: ResolvedConfig, root: Path, candidate: str) -> dict[str, Any]:
     """Compare ``candidate`` with the configured baseline from the store and write the files.
 
     Args:
-        cfg: The config (baseline, policy, benchmarks).
+        resolved: The resolved config (baseline, policy, benchmarks).
         root: The output dir (result store root).
         candidate: The candidate model key (partition).
 
@@ -74,19 +72,20 @@ def compare_partition(cfg: NelConfig, root: Path, candidate: str) -> dict[str, A
     from nel_assets.engine.runs import compare_runs, run_from_store, write_regression
     from nel_resources.store import ResultStore, write_parquet_atomic
 
-    assert cfg.comparison.baseline is not None
+    comp = resolved.comparison
+    assert comp.baseline is not None
     store = ResultStore(root)
-    baseline = slugify(cfg.comparison.baseline)
-    folders = [asset_name(b.name) for b in cfg.benchmarks]
+    baseline = comp.baseline
+    folders = [b.asset_name for b in resolved.benchmarks]
     base = run_from_store(store, baseline, benchmarks=folders)
     cand = run_from_store(store, candidate, benchmarks=folders)
-    policy = gate_policy(cfg)
-    doc = compare_runs(base, cand, max_drop=cfg.comparison.max_drop, alpha=policy.alpha)
+    policy = gate_policy(comp)
+    doc = compare_runs(base, cand, max_drop=comp.max_drop, alpha=policy.alpha)
     # Every configured benchmark is required: one missing on a side is NO-GO, never silently
     # dropped (decide() only requires the benchmarks its policy names).
     from nel_assets.engine.gate import BenchmarkPolicy
 
-    extra = {b.name: BenchmarkPolicy() for b in cfg.benchmarks if b.name not in policy.benchmarks}
+    extra = {b.name: BenchmarkPolicy() for b in resolved.benchmarks if b.name not in policy.benchmarks}
     if extra:
         policy = policy.model_copy(update={"benchmarks": {**policy.benchmarks, **extra}})
     comps = dict(doc["benchmarks"])
@@ -113,35 +112,36 @@ def compare_partition(cfg: NelConfig, root: Path, candidate: str) -> dict[str, A
     return doc
 
 
-def build_comparison_assets(cfg: NelConfig) -> list[dg.AssetsDefinition | dg.AssetChecksDefinition]:
+def build_comparison_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition | dg.AssetChecksDefinition]:
     """The ``comparison`` asset and its blocking ``gate`` check ([] without a baseline).
 
     Args:
-        cfg: The config; ``cfg.comparison.baseline`` names the baseline service.
+        resolved: The resolved config; its ``comparison.baseline`` is the baseline's model
+            partition.
 
     Returns:
         ``[comparison_asset, gate_check]`` or ``[]``.
     """
-    if not cfg.comparison.baseline:
+    comp = resolved.comparison
+    if not comp.baseline:
         return []
     from nel_assets.factory import MODEL_PARTITIONS
 
-    baseline = slugify(cfg.comparison.baseline)
-    bundle_keys = [dg.AssetKey([asset_name(b.name), "bundle"]) for b in cfg.benchmarks]
-    code_version = hashlib.sha256(json.dumps(
-        cfg.comparison.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+    baseline = comp.baseline
+    bundle_keys = [dg.AssetKey([b.asset_name, "bundle"]) for b in resolved.benchmarks]
+    code_version = hashlib.sha256(comp.settings_json.encode()).hexdigest()[:12]
 
     @dg.asset(key=COMPARISON_KEY, group_name="comparison", partitions_def=MODEL_PARTITIONS,
               deps=bundle_keys, code_version=code_version, kinds={"parquet"},
               description=f"Paired comparison of each candidate model with the baseline "
-              f"{cfg.comparison.baseline!r} on every benchmark (regression.json + flat rows).")
+              f"{comp.baseline_name!r} on every benchmark (regression.json + flat rows).")
     def comparison(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
         from benchmarks.errors import NelError
         from nel_assets.engine.reports.compare_text import mde_text
 
         candidate = context.partition_key
         try:
-            doc = compare_partition(cfg, nel_store.store().root, candidate)
+            doc = compare_partition(resolved, nel_store.store().root, candidate)
         except NelError as exc:
             raise dg.Failure(description=str(exc)) from None
         d = comparison_dir(nel_store.store().root, candidate)

@@ -1,4 +1,4 @@
-"""The asset factory: a NelConfig becomes Dagster assets, one group per benchmark.
+"""The asset factory: resolved run specs become Dagster assets, one group per benchmark.
 
 Per benchmark `<b>`:
     <b>/dataset        unpartitioned; data version = content hash of the seeds
@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from nel_assets.engine import evaluate as ev
 from nel_assets.engine.journal import JournalWriteError
-from nel_resources.config import BenchmarkConfig, NelConfig
 from nel_resources.resources import ModelService, ResultStoreResource
-from nel_resources.store import asset_name, slugify, write_parquet_atomic, write_text_atomic
+from nel_resources.specs import BenchmarkSpec, ResolvedConfig
+from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic
 
 MODEL_PARTITIONS = dg.DynamicPartitionsDefinition(name="model")
 
@@ -36,33 +36,25 @@ def shard_partitions(n: int) -> dg.MultiPartitionsDefinition:
     })
 
 
-def service_resource_key(service_name: str) -> str:
-    """Resource key of a service (`svc_<slug>`)."""
-    return "svc_" + asset_name(slugify(service_name)).lower()
-
-
-def bench_code_version(cfg: NelConfig, bench: BenchmarkConfig) -> str:
+def bench_code_version(bench: BenchmarkSpec) -> str:
     """Results-affecting benchmark settings, hashed (prompt/scorer version, shards, repeats)."""
     envs = []
-    for s in bench.service_names(cfg.services):
+    for run in bench.runs:
         try:
-            envs.append(ev.make_env(bench, cfg.services[s], cfg.services).fingerprint())
+            envs.append(ev.make_env(run.env).fingerprint())
         except Exception:  # data missing at load time: still build the graph
             envs.append(f"{bench.name}:unloaded")
-    payload = {"envs": sorted(set(envs)), "repeats": bench.repeats,
-               "shards": ev.n_shards(cfg, bench), "max_problems": bench.max_problems,
-               "problem_range": bench.problem_range,
-               "scoring": bench.scoring.model_dump() if bench.scoring else None}
+    payload = {"envs": sorted(set(envs)), **bench.code_version_inputs.payload()}
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
 
-def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.AssetsDefinition]:
-    """The four assets of one benchmark."""
-    b = asset_name(bench.name)
+def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None) -> list[dg.AssetsDefinition]:
+    """The four assets of one benchmark (`config_json` goes into its exports)."""
+    b = bench.asset_name
     group = b
-    n = ev.n_shards(cfg, bench)
-    code_version = bench_code_version(cfg, bench)
-    svc_keys = {service_resource_key(s) for s in bench.service_names(cfg.services)}
+    n = bench.shards
+    code_version = bench_code_version(bench)
+    svc_keys = set(bench.requires_services)
     dataset_key = dg.AssetKey([b, "dataset"])
     shards_key = dg.AssetKey([b, "shard_results"])
     bundle_key = dg.AssetKey([b, "bundle"])
@@ -79,7 +71,7 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
         required_resource_keys={"nel_store"})
     def shard_inputs(context: dg.AssetExecutionContext) -> dg.ObserveResult:
         key = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
-        for t in ev.plan(cfg, context.resources.nel_store.store(), bench):
+        for t in ev.plan(context.resources.nel_store.store(), bench):
             if t.model == key["model"] and t.shard == int(key["shard"]):
                 return dg.ObserveResult(asset_key=inputs_key, data_version=dg.DataVersion(t.fingerprint),
                                         metadata={"stale_in_store": t.stale})
@@ -90,15 +82,15 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
               kinds={"parquet"})
     def dataset(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
         store = nel_store.store()
-        svc = cfg.services[bench.service_names(cfg.services)[0]]
-        env = ev.make_env(bench, svc, cfg.services)
+        first = bench.runs[0]
+        env = ev.make_env(first.env)
 
         async def seeds() -> list[dict[str, Any]]:
             prep = getattr(env, "prepare", None)
             if prep is not None:
                 await prep()
             out = []
-            for i in ev.problem_indices(env, bench):
+            for i in ev.problem_indices(env, first.selection):
                 s = await env.seed(i)
                 out.append({"problem_idx": i, "prompt": s.prompt, "expected": s.expected_answer,
                             "system": s.system,
@@ -126,10 +118,13 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
         key = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
         model, shard = key["model"], int(key["shard"])
         store = context.resources.nel_store.store()
-        svc_name, _ = ev.service_by_model(cfg, model)
-        service: ModelService = getattr(context.resources, service_resource_key(svc_name))
+        run = bench.run_for(model)
+        if run is None:
+            raise dg.Failure(f"{bench.name} does not run on model partition {model!r} "
+                             f"(it runs on: {', '.join(bench.models) or 'none'})")
+        service: ModelService = getattr(context.resources, run.service.resource_key)
         try:
-            out = ev.evaluate_shard(cfg, store, bench, model, shard, run_id=context.run_id[:12],
+            out = ev.evaluate_shard(run, store, shard, run_id=context.run_id[:12],
                                     base_url=service.url)
         except JournalWriteError as exc:
             # A full disk is the user's to fix: one line saying so, not a stack trace.
@@ -153,7 +148,8 @@ def build_benchmark_assets(cfg: NelConfig, bench: BenchmarkConfig) -> list[dg.As
               kinds={"parquet"})
     def bundle(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
         store = nel_store.store()
-        b_, paths = ev.build_model_bundle(cfg, store, bench.name, context.partition_key)
+        b_, paths = ev.build_model_bundle(bench.run_for(context.partition_key), store, bench.name,
+                                          context.partition_key, config_json=config_json)
         s = b_["score"]
         return dg.MaterializeResult(metadata={
             # the bundle's one interval, in fractions 0–1 with its method (as every surface)
@@ -191,27 +187,27 @@ def runner_job_names(bench_name: str) -> dict[str, str]:
             "dataset_shards": f"nel_{b}_dataset_and_shards", "bundle": f"nel_{b}_bundle"}
 
 
-def build_runner_jobs(cfg: NelConfig) -> list[Any]:
+def build_runner_jobs(resolved: ResolvedConfig) -> list[Any]:
     """Per benchmark: materialize the dataset, one shard partition, or a model's bundle+report.
 
     The CLI resolves these once per process and executes them in-process, instead of
     building a fresh ephemeral job for every partition (~1 s each).
     """
     jobs = []
-    for bench in cfg.benchmarks:
-        b = asset_name(bench.name)
+    for bench in resolved.benchmarks:
+        b = bench.asset_name
         names = runner_job_names(bench.name)
         jobs += [
             dg.define_asset_job(names["dataset"], selection=[dg.AssetKey([b, "dataset"])],
                                 description=f"Seed the {bench.name} dataset."),
             dg.define_asset_job(names["shards"], selection=[dg.AssetKey([b, "shard_results"])],
-                                partitions_def=shard_partitions(ev.n_shards(cfg, bench)),
+                                partitions_def=shard_partitions(bench.shards),
                                 description=f"Evaluate one (model, shard) partition of {bench.name}."),
             # The first stale shard of a run also refreshes the (unpartitioned) dataset in
             # the same Dagster run: one run fewer per `nel eval run`.
             dg.define_asset_job(names["dataset_shards"],
                                 selection=[dg.AssetKey([b, "dataset"]), dg.AssetKey([b, "shard_results"])],
-                                partitions_def=shard_partitions(ev.n_shards(cfg, bench)),
+                                partitions_def=shard_partitions(bench.shards),
                                 description=f"Seed the {bench.name} dataset and evaluate one partition."),
             dg.define_asset_job(names["bundle"], selection=[dg.AssetKey([b, "bundle"]), dg.AssetKey([b, "report"])],
                                 partitions_def=MODEL_PARTITIONS,
@@ -220,34 +216,33 @@ def build_runner_jobs(cfg: NelConfig) -> list[Any]:
     return jobs
 
 
-def build_resources(cfg: NelConfig, output_dir: str | None = None) -> dict[str, Any]:
+def build_resources(resolved: ResolvedConfig, output_dir: str | None = None) -> dict[str, Any]:
     """The resources the assets need: the store and one ModelService per service."""
-    res: dict[str, Any] = {"nel_store": ResultStoreResource(root=output_dir or cfg.output.dir)}
-    for name, svc in cfg.services.items():
-        res[service_resource_key(name)] = ModelService.from_config(name, svc)
+    res: dict[str, Any] = {"nel_store": ResultStoreResource(root=output_dir or resolved.output_dir)}
+    for svc in resolved.services.values():
+        res[svc.resource_key] = ModelService.from_config(svc.name, svc.config)
     return res
 
 
-def build_assets(cfg: NelConfig) -> list[dg.AssetsDefinition]:
+def build_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition]:
     """Every benchmark's assets."""
     seen: set[str] = set()
     out: list[dg.AssetsDefinition] = []
-    for bench in cfg.benchmarks:
-        name = asset_name(bench.name)
-        if name in seen:
+    for bench in resolved.benchmarks:
+        if bench.asset_name in seen:
             raise ev.NelError(f"benchmark {bench.name!r} appears twice in the config; "
                               "merge the entries (list several services under `service:`)")
-        seen.add(name)
-        out.extend(build_benchmark_assets(cfg, bench))
+        seen.add(bench.asset_name)
+        out.extend(build_benchmark_assets(bench, resolved.config_json))
     return out
 
 
-def build_defs(cfg: NelConfig, output_dir: str | None = None) -> dg.Definitions:
-    """The Definitions for a config."""
+def build_defs(resolved: ResolvedConfig, output_dir: str | None = None) -> dg.Definitions:
+    """The Definitions for a resolved config."""
     from nel_assets.comparison_assets import build_comparison_assets
 
-    extra = build_comparison_assets(cfg)
+    extra = build_comparison_assets(resolved)
     assets = [a for a in extra if isinstance(a, dg.AssetsDefinition)]
     checks = [c for c in extra if not isinstance(c, dg.AssetsDefinition)]
-    return dg.Definitions(assets=[*build_assets(cfg), *assets], asset_checks=checks,
-                          jobs=build_runner_jobs(cfg), resources=build_resources(cfg, output_dir))
+    return dg.Definitions(assets=[*build_assets(resolved), *assets], asset_checks=checks,
+                          jobs=build_runner_jobs(resolved), resources=build_resources(resolved, output_dir))

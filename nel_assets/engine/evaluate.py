@@ -30,10 +30,17 @@ from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
 from nel_assets.engine.sharding import select_problems, shard_bounds
-from nel_resources.config import BenchmarkConfig, NelConfig, ServiceConfig
+from nel_resources.config import ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
 from nel_resources.schema import rows_to_table
-from nel_resources.store import ResultStore, slugify, write_text_atomic
+from nel_resources.specs import (
+    BenchmarkSpec,
+    EnvironmentFactory,
+    FingerprintInputs,
+    ProblemSelection,
+    RunSpec,
+)
+from nel_resources.store import ResultStore, write_text_atomic
 
 _ENV_CACHE: dict[str, EvalEnvironment] = {}
 _PROGRESS_HOOK: Callable[[int], None] | None = None
@@ -45,46 +52,18 @@ def set_progress_hook(hook: Callable[[int], None] | None) -> None:
     _PROGRESS_HOOK = hook
 
 
-def env_protocol(service: ServiceConfig) -> str:
-    """The prompt style a service needs: completions endpoints get completion prompts."""
-    return "completions" if service.protocol == "completions" else "chat"
-
-
-def resolve_gym_name(name: str, services: dict[str, ServiceConfig] | None) -> str:
-    """`gym://<service>` names a `type: gym` service in the config: use its URL."""
-    target = name[len("gym://"):]
-    svc = (services or {}).get(target)
-    if svc is not None and svc.type == "gym":
-        if not svc.url:
-            raise NelError(f"gym service {target!r} has no url")
-        return "gym://" + svc.url.split("://", 1)[-1].rstrip("/")
-    return name
-
-
-def make_env(bench: BenchmarkConfig, service: ServiceConfig,
-             services: dict[str, ServiceConfig] | None = None) -> EvalEnvironment:
-    """Instantiate (and cache per process) the benchmark environment for a service."""
-    if bench.module:
-        load_module(bench.module)
-    params = dict(bench.params)
-    name = bench.name
-    if name.startswith("gym://"):
-        name = resolve_gym_name(name, services)
-        gym_svc = (services or {}).get(bench.name[len("gym://"):])
-        if gym_svc is not None and gym_svc.type == "gym":
-            params.setdefault("timeout", gym_svc.timeout)
-            params.setdefault("retries", gym_svc.max_retries)
-    else:
-        params.setdefault("protocol", env_protocol(service))
-        if bench.num_fewshot is not None:
-            params["num_fewshot"] = bench.num_fewshot
-    key = name + json.dumps(params, sort_keys=True, default=str)
+def make_env(factory: EnvironmentFactory) -> EvalEnvironment:
+    """Instantiate (and cache per process) the environment a factory describes."""
+    if factory.module:
+        load_module(factory.module)
+    key = factory.cache_key()
     env = _ENV_CACHE.get(key)
     if env is None:
+        params = dict(factory.params)
         try:
-            env = get_benchmark(name, **params)
+            env = get_benchmark(factory.name, **params)
         except TypeError as exc:
-            raise NelError(f"benchmark {bench.name!r}: bad params {params}: {exc}") from None
+            raise NelError(f"benchmark {factory.benchmark!r}: bad params {params}: {exc}") from None
         _ENV_CACHE[key] = env
     return env
 
@@ -95,21 +74,16 @@ async def _prepare(env: EvalEnvironment) -> None:
         await prep()
 
 
-def problem_indices(env: EvalEnvironment, bench: BenchmarkConfig) -> list[int]:
-    """All problem indices this benchmark config covers."""
-    return select_problems(len(env), max_problems=bench.max_problems,
-                           problem_range=bench.problem_range)
+def problem_indices(env: EvalEnvironment, selection: ProblemSelection) -> list[int]:
+    """All problem indices a benchmark's selection covers."""
+    return select_problems(len(env), max_problems=selection.max_problems,
+                           problem_range=selection.problem_range)
 
 
 def shard_indices(all_idx: list[int], shard: int, total: int) -> list[int]:
     """The contiguous slice of `all_idx` owned by `shard`."""
     lo, hi = shard_bounds(len(all_idx), shard, total)
     return all_idx[lo:hi]
-
-
-def system_prompt_for(bench: BenchmarkConfig, service: ServiceConfig) -> str | None:
-    """The system prompt: the benchmark's (CLI/config) wins over the service's default."""
-    return bench.system_prompt if bench.system_prompt is not None else service.system_prompt
 
 
 async def seed_hash(env: EvalEnvironment, indices: list[int]) -> str:
@@ -152,50 +126,40 @@ class ShardTask:
         return None
 
 
-def shard_fingerprint(env: EvalEnvironment, bench: BenchmarkConfig, service: ServiceConfig,
-                      indices: list[int], seeds_digest: str) -> str:
+def shard_fingerprint(env: EvalEnvironment, inputs: FingerprintInputs, indices: list[int],
+                      seeds_digest: str) -> str:
     """Everything that changes a shard's results, hashed."""
     payload = {
         "env": env.fingerprint(),
         "seeds": seeds_digest,
         "indices": [indices[0], indices[-1], len(indices)] if indices else [],
-        "repeats": bench.repeats,
-        "service": service.settings_fingerprint(),
-        "system_prompt": system_prompt_for(bench, service),
-        "scoring": bench.scoring.model_dump() if bench.scoring else None,
+        **inputs.payload(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def n_shards(cfg: NelConfig, bench: BenchmarkConfig) -> int:
-    """Shards of a benchmark: the benchmark's own count, else the cluster's."""
-    return bench.shards if bench.shards > 1 else (cfg.cluster.shards or 1)
-
-
-def plan(cfg: NelConfig, store: ResultStore, bench: BenchmarkConfig) -> list[ShardTask]:
+def plan(store: ResultStore, bench: BenchmarkSpec) -> list[ShardTask]:
     """Every (model, shard) of a benchmark with its current fingerprint and stored state."""
     tasks: list[ShardTask] = []
-    total = n_shards(cfg, bench)
-    for svc_name in bench.service_names(cfg.services):
-        svc = cfg.services[svc_name]
-        env = make_env(bench, svc, cfg.services)
-        model = slugify(svc_name)
+    total = bench.shards
+    for run in bench.runs:
+        env = make_env(run.env)
 
-        async def fingerprints(env: EvalEnvironment = env, svc: ServiceConfig = svc
+        async def fingerprints(env: EvalEnvironment = env, run: RunSpec = run
                                ) -> list[tuple[list[int], str, str]]:
             await _prepare(env)
-            all_idx = problem_indices(env, bench)
+            all_idx = problem_indices(env, run.selection)
             out = []
             for s in range(total):
                 idx = shard_indices(all_idx, s, total)
                 digest = await seed_hash(env, idx)
-                out.append((idx, shard_fingerprint(env, bench, svc, idx, digest), digest))
+                out.append((idx, shard_fingerprint(env, run.fingerprint, idx, digest), digest))
             return out
 
         for s, (idx, fp, digest) in enumerate(asyncio.run(fingerprints())):
-            stored = store.shard_fingerprint(bench.name, model, s)
-            tasks.append(ShardTask(bench.name, model, s, total, idx, fp, stored, digest,
-                                   stored_failures(store, bench.name, model, s, stored)))
+            stored = store.shard_fingerprint(bench.name, run.model, s)
+            tasks.append(ShardTask(bench.name, run.model, s, total, idx, fp, stored, digest,
+                                   stored_failures(store, bench.name, run.model, s, stored)))
     return tasks
 
 
@@ -227,22 +191,6 @@ def dataset_version(tasks: list[ShardTask]) -> str:
     return hashlib.sha256("|".join(digests).encode()).hexdigest()[:16]
 
 
-def service_by_model(cfg: NelConfig, model: str) -> tuple[str, ServiceConfig]:
-    """The (name, config) of the service whose slug is `model`."""
-    for name, svc in cfg.services.items():
-        if slugify(name) == model:
-            return name, svc
-    raise NelError(f"no service for model partition {model!r} (services: {', '.join(cfg.services)})")
-
-
-def bench_config(cfg: NelConfig, name: str) -> BenchmarkConfig:
-    """The benchmark config named `name`."""
-    for b in cfg.benchmarks:
-        if b.name == name:
-            return b
-    raise NelError(f"benchmark {name!r} is not in the config")
-
-
 def make_client(service: ServiceConfig, base_url: str | None = None, *,
                 timeout: float | None = None) -> ModelClient:
     """A model client for a service (the URL may come from a launched service); `timeout`
@@ -266,10 +214,8 @@ class ShardOutcome:
 
 
 def evaluate_shard(
-    cfg: NelConfig,
+    run: RunSpec,
     store: ResultStore,
-    bench: BenchmarkConfig,
-    model: str,
     shard: int,
     *,
     run_id: str | None = None,
@@ -277,12 +223,13 @@ def evaluate_shard(
     resume: bool = True,
     on_progress: Callable[[int], None] | None = None,
 ) -> ShardOutcome:
-    """Run one (benchmark, model, shard) partition end to end and commit it to the store."""
+    """Run one shard of a (benchmark, model) run end to end and commit it to the store."""
     t0 = time.perf_counter()
     on_progress = on_progress or _PROGRESS_HOOK
-    svc_name, svc = service_by_model(cfg, model)
-    env = make_env(bench, svc, cfg.services)
-    total = n_shards(cfg, bench)
+    svc = run.service.config
+    bench_name, model = run.benchmark, run.model
+    env = make_env(run.env)
+    total = run.shards
     run_id = run_id or uuid.uuid4().hex[:12]
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
@@ -291,24 +238,24 @@ def evaluate_shard(
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
-        idx = shard_indices(problem_indices(env, bench), shard, total)
-        fp = shard_fingerprint(env, bench, svc, idx, await seed_hash(env, idx))
-        jpath = store.journal_path(bench.name, model, shard, fp)
+        idx = shard_indices(problem_indices(env, run.selection), shard, total)
+        fp = shard_fingerprint(env, run.fingerprint, idx, await seed_hash(env, idx))
+        jpath = store.journal_path(bench_name, model, shard, fp)
         if not resume:
             jpath.unlink(missing_ok=True)
         # A committed shard with the same inputs is rerun only for its failed samples: its
         # other rows are kept as they are, and only the failed ones are requested again.
         reuse: list[dict[str, Any]] = []
-        stored = store.shard_fingerprint(bench.name, model, shard) if resume else None
+        stored = store.shard_fingerprint(bench_name, model, shard) if resume else None
         if stored is not None and stored.get("fingerprint") == fp:
-            reuse = [r for r in store.read_shards(bench.name, model, [shard]).to_pylist()
+            reuse = [r for r in store.read_shards(bench_name, model, [shard]).to_pylist()
                      if not needs_retry(r)]
         prior = len(Journal.replay(jpath)) + len(reuse)
         journal = Journal(jpath)
-        spec = ShardSpec(benchmark=bench.name, model=model, model_id=svc.model or svc_name,
-                         shard=shard, indices=idx, repeats=bench.repeats, run_id=run_id,
-                         system_prompt=system_prompt_for(bench, svc), protocol=svc.protocol)
-        async with make_client(svc, base_url, timeout=bench.timeout) as client, make_judge(cfg, bench, svc_name) as judge:
+        spec = ShardSpec(benchmark=bench_name, model=model, model_id=run.model_id,
+                         shard=shard, indices=idx, repeats=run.repeats, run_id=run_id,
+                         system_prompt=run.system_prompt, protocol=svc.protocol)
+        async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge:
             spec.judge = judge
             if idx:
                 await client.check()
@@ -327,13 +274,13 @@ def evaluate_shard(
     rewards = [r["reward"] for r in rows if r.get("reward") is not None]
     n_err = sum(1 for r in rows if r.get("error") is not None)
     n_failed = sum(1 for r in rows if needs_retry(r))
-    path = store.write_shard(bench.name, model, shard, table, {
+    path = store.write_shard(bench_name, model, shard, table, {
         "fingerprint": fp, "data_version": data_version, "n_rows": len(rows), "run_id": run_id,
         "n_failed": n_failed,
-        "written_at": time.time(), "benchmark": bench.name, "model": model, "shard": shard,
+        "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
     })
-    store.journal_path(bench.name, model, shard, fp).unlink(missing_ok=True)
+    store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
     return ShardOutcome(path, len(rows), data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
@@ -348,25 +295,28 @@ def _shard_versions(store: ResultStore, bench_name: str, model: str) -> dict[str
     return {str(s): str(rec.get("data_version")) for s, rec in store.shard_records(bench_name, model).items()}
 
 
-def build_model_bundle(cfg: NelConfig | None, store: ResultStore, bench_name: str,
-                       model: str) -> tuple[dict[str, Any], dict[str, Path]]:
+def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
+                       model: str, *, config_json: str | None = None
+                       ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Read every committed shard of (benchmark, model), write report, exports and bundle.
 
     Every file is written atomically, and the bundle last: it records the shard versions it
     was built from, so `artifact_problems` can tell a bundle left behind by a crash.
+
+    Args:
+        run: the configured run of (benchmark, model), when there is one (its model id and
+            shard count go into the bundle); None for results merged from elsewhere.
+        store: the result store.
+        bench_name: the benchmark.
+        model: the model partition key.
+        config_json: the run's config without secrets (`ResolvedConfig.config_json`),
+            written into the exports.
     """
     table = store.read_shards(bench_name, model)
     if table.num_rows == 0:
         raise NelError(f"{bench_name}/{model}: no shard results to bundle yet")
-    model_id = None
-    expected_shards = None
-    if cfg is not None:
-        try:
-            _, svc = service_by_model(cfg, model)
-            model_id = svc.model
-            expected_shards = n_shards(cfg, bench_config(cfg, bench_name))
-        except NelError:
-            pass
+    model_id = run.service.config.model if run is not None else None
+    expected_shards = run.shards if run is not None else None
     present = sorted({int(s) for s in table.column("shard").to_pylist()})
     extra = {"shards_expected": expected_shards,
              "complete": expected_shards is None or present == list(range(expected_shards)),
@@ -374,9 +324,7 @@ def build_model_bundle(cfg: NelConfig | None, store: ResultStore, bench_name: st
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
     write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
     eval_id = export_eval_id(bench_name, model, bundle["run_ids"])
-    summary = {}
-    if cfg is not None:
-        summary = json.loads(cfg.fingerprint_json())
+    summary = json.loads(config_json) if config_json is not None else {}
     paths = write_exports(store.export_dir(bench_name, model), table, bundle,
                           eval_id=eval_id, config_summary=summary)
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))

@@ -29,8 +29,9 @@ from typing import Any
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
 from nel_assets.engine.loop import Judge, JudgeError
-from nel_resources.config import BenchmarkConfig, NelConfig, ScoringMetric, ServiceConfig
+from nel_resources.config import ScoringMetric, ServiceConfig
 from nel_resources.model_client import ModelClient, ModelError, client_for_service
+from nel_resources.specs import RunSpec
 
 # Scorers a `type: scorer` metric may name (all share the scorer signature).
 SCORER_NAMES = ("answer_line", "exact_match", "fuzzy_match", "math_match", "multichoice_regex",
@@ -45,65 +46,31 @@ def _scorer(name: str) -> Callable[..., VerifyResult]:
     return getattr(scoring, name)
 
 
-def _env_class(bench: BenchmarkConfig) -> Any:
-    if bench.name.startswith("gym://"):
+def _env_class(benchmark: str) -> Any:
+    if benchmark.startswith("gym://"):
         return None
     from benchmarks import get_factory
 
     try:
-        return get_factory(bench.name)
+        return get_factory(benchmark)
     except NelError:
         return None
 
 
-def _judge_service(cfg: NelConfig, bench: BenchmarkConfig, metric: ScoringMetric,
-                   solver: str) -> tuple[str, ServiceConfig]:
-    name = metric.service
-    if name is None:
-        judges = [n for n, s in cfg.services.items() if s.role == "judge"]
-        if len(judges) != 1:
-            raise NelError(
-                f"{bench.name}: judge metric {metric.name!r} has no `service`; name one of the "
-                f"services ({', '.join(cfg.services) or 'none defined'})")
-        name = judges[0]
-    if name not in cfg.services:
-        raise NelError(
-            f"{bench.name}: judge metric {metric.name!r} uses service {name!r}, which is not in "
-            f"`services` ({', '.join(cfg.services) or 'none defined'})")
-    svc = cfg.services[name]
-    solver_svc = cfg.services.get(solver)
-    same_endpoint = (solver_svc is not None and svc.url is not None and svc.url == solver_svc.url
-                     and svc.model == solver_svc.model)
-    if (name == solver or same_endpoint) and not metric.allow_self_judge:
-        raise NelError(
-            f"{bench.name}: judge metric {metric.name!r} would be graded by the model under test "
-            f"(service {solver!r}); use a different judge service, or set "
-            "`allow_self_judge: true` on the metric if that is really intended")
-    return name, svc
-
-
-def judge_metrics(bench: BenchmarkConfig) -> list[ScoringMetric]:
-    """The `type: judge` metrics of a benchmark config."""
-    return [m for m in (bench.scoring.metrics if bench.scoring else []) if m.type == "judge"]
-
-
-def check_scoring(cfg: NelConfig, bench: BenchmarkConfig, solver: str) -> None:
+def check_scoring(run: RunSpec) -> None:
     """Fail early (one-line NelError) on a scoring config that cannot run.
 
-    Benchmarks with `requires_judge` need a judge metric; judge services must exist and
-    not be the solver (unless allowed); scorer names must be known; `primary` must name a
-    metric.
+    Benchmarks with `requires_judge` need a judge metric; scorer names must be known;
+    `primary` must name a metric. (Judge services were resolved, and checked not to be the
+    model under test, when the config was resolved.)
     """
-    cls = _env_class(bench)
-    judges = judge_metrics(bench)
-    if cls is not None and getattr(cls, "requires_judge", False) and not judges:
+    cls = _env_class(run.benchmark)
+    if cls is not None and getattr(cls, "requires_judge", False) and not run.judges:
         raise NelError(
-            f"{bench.name} is graded by an LLM judge: add `scoring: {{metrics: [{{type: judge, "
-            f"name: {bench.name}_judge, service: <judge service>}}]}}` to the benchmark "
+            f"{run.benchmark} is graded by an LLM judge: add `scoring: {{metrics: [{{type: judge, "
+            f"name: {run.benchmark}_judge, service: <judge service>}}]}}` to the benchmark "
             "(and a service with `role: judge`)")
-    for m in judges:
-        _judge_service(cfg, bench, m, solver)
-    scoring = bench.scoring
+    scoring = run.scoring
     if scoring is None:
         return
     for m in scoring.metrics:
@@ -111,10 +78,10 @@ def check_scoring(cfg: NelConfig, bench: BenchmarkConfig, solver: str) -> None:
             _scorer(m.name)
     names = {m.name for m in scoring.metrics} | ({"default"} if scoring.include_defaults else set())
     if scoring.primary is not None and scoring.primary not in names:
-        raise NelError(f"{bench.name}: scoring.primary {scoring.primary!r} is not a metric "
+        raise NelError(f"{run.benchmark}: scoring.primary {scoring.primary!r} is not a metric "
                        f"({', '.join(sorted(names))})")
     if not names:
-        raise NelError(f"{bench.name}: scoring has no metric (include_defaults is false and "
+        raise NelError(f"{run.benchmark}: scoring has no metric (include_defaults is false and "
                        "metrics is empty)")
 
 
@@ -129,10 +96,10 @@ class _JudgeMetric:
 class Grader:
     """The `Judge` of a shard: runs extra scorers and judge metrics after `env.verify`."""
 
-    def __init__(self, bench: BenchmarkConfig, judges: list[_JudgeMetric],
+    def __init__(self, benchmark: str, judges: list[_JudgeMetric],
                  scorers: list[ScoringMetric], include_defaults: bool, primary: str | None,
                  judge_kind: str | None) -> None:
-        self.bench = bench
+        self.benchmark = benchmark
         self.judges = judges
         self.scorers = scorers
         self.include_defaults = include_defaults
@@ -153,7 +120,7 @@ class Grader:
         try:
             return get_judge_kind(str(name))
         except KeyError as exc:
-            raise NelError(f"{self.bench.name}: {exc.args[0]}") from None
+            raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
 
     async def _ask(self, jm: _JudgeMetric, prompt: str) -> tuple[str, dict[str, Any]]:
         messages: list[dict[str, Any]] = []
@@ -248,27 +215,26 @@ class Grader:
 
 
 @contextlib.asynccontextmanager
-async def make_judge(cfg: NelConfig, bench: BenchmarkConfig, solver: str) -> AsyncIterator[Judge | None]:
-    """Yield the grader for `bench` run against service `solver`, or None without metrics.
+async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
+    """Yield the grader of a (benchmark, model) run, or None without metrics.
 
     Raises:
-        NelError: a judge-graded benchmark without a judge metric, an unknown or self
-            judge service, an unknown scorer, or an unreachable judge endpoint.
+        NelError: a judge-graded benchmark without a judge metric, an unknown scorer, or an
+            unreachable judge endpoint.
     """
-    check_scoring(cfg, bench, solver)
-    scoring = bench.scoring
+    check_scoring(run)
+    scoring = run.scoring
     if scoring is None or not scoring.metrics:
         yield None
         return
-    cls = _env_class(bench)
+    cls = _env_class(run.benchmark)
     judge_kind = getattr(cls, "judge_kind", None) if cls is not None else None
     async with contextlib.AsyncExitStack() as stack:
         judges = []
-        for m in judge_metrics(bench):
-            name, svc = _judge_service(cfg, bench, m, solver)
-            client = client_for_service(svc)
+        for j in run.judges:
+            client = client_for_service(j.service)
             await stack.enter_async_context(client)
             await client.check()
-            judges.append(_JudgeMetric(m, name, svc, client))
+            judges.append(_JudgeMetric(j.metric, j.service_name, j.service, client))
         scorers = [m for m in scoring.metrics if m.type == "scorer"]
-        yield Grader(bench, judges, scorers, scoring.include_defaults, scoring.primary, judge_kind)
+        yield Grader(run.benchmark, judges, scorers, scoring.include_defaults, scoring.primary, judge_kind)

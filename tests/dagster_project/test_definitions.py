@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nel_assets.factory import build_defs
 from nel_resources.config import load_config
+from nel_resources.specs import resolve
 from tests.support.realcomponents import REPO_ROOT
 
 CONFIG = """\
@@ -29,7 +30,7 @@ def test_asset_keys_snapshot(tmp_path: Path, data_dir: Path, monkeypatch) -> Non
     monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
     p = tmp_path / "c.yaml"
     p.write_text(CONFIG)
-    defs = build_defs(load_config(p), str(tmp_path / "out"))
+    defs = build_defs(resolve(load_config(p)), str(tmp_path / "out"))
     graph = defs.resolve_asset_graph()
     keys = sorted(k.to_user_string() for k in graph.get_all_asset_keys())
     assert keys == [
@@ -104,4 +105,4 @@ def test_dagster_definitions_validate_offline_uses_nel_config(tmp_path: Path, da
 
     monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
     cfg, _ = load_definitions_config(None)
-    assert cv.stdout.strip().splitlines()[-1] == bench_code_version(cfg, cfg.benchmarks[0])
+    assert cv.stdout.strip().splitlines()[-1] == bench_code_version(resolve(cfg).benchmarks[0])

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from nel_assets.engine.evaluate import artifact_problems, plan
 from nel_resources.config import load_config
+from nel_resources.specs import resolve
 from nel_resources.store import ResultStore
 from tests.support.cli import run_nel, start_nel, summary_json
 from tests.support.cli_output import error_lines
@@ -102,7 +103,7 @@ def test_a_rerun_retries_the_failed_samples_and_only_those(
     before = dict(server_stats(url)["prompts"])
 
     cfg = load_config(out / "nel-config.yaml")
-    (task,) = plan(cfg, ResultStore(out), cfg.benchmarks[0])
+    (task,) = plan(ResultStore(out), resolve(cfg).benchmarks[0])
     assert task.stale and task.reason == f"{len(failed)} failed samples to retry"
 
     s2 = summary_json(run_nel(*args, env=env))

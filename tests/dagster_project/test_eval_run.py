@@ -209,6 +209,7 @@ def test_effective_config_is_saved_for_the_ui(tmp_path: Path, reference_server, 
     from nel_assets.engine.evaluate import plan
     from nel_assets.factory import build_defs
     from nel_resources.config import load_config
+    from nel_resources.specs import resolve
     from nel_resources.store import ResultStore
 
     url = reference_server()
@@ -220,10 +221,10 @@ def test_effective_config_is_saved_for_the_ui(tmp_path: Path, reference_server, 
     saved = out / "nel-config.yaml"
     assert "sk-literal-secret" not in saved.read_text()
     monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
-    cfg = load_config(saved)
+    cfg = resolve(load_config(saved))
     keys = {k.to_user_string() for k in build_defs(cfg).resolve_asset_graph().get_all_asset_keys()}
     assert {"gsm8k/dataset", "gsm8k/shard_results", "gsm8k/bundle", "gsm8k/report"} <= keys
-    tasks = plan(cfg, ResultStore(out), cfg.benchmarks[0])
+    tasks = plan(ResultStore(out), cfg.benchmarks[0])
     assert len(tasks) == 3 and not any(t.stale for t in tasks)
     for p in out.rglob("*"):
         if p.is_file() and p.suffix in (".json", ".jsonl", ".yaml", ".md"):

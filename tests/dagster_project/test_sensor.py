@@ -17,9 +17,8 @@ from dagster_project.sensors import (
     discover_checkpoints,
     with_checkpoint_services,
 )
-from nel_assets.engine.evaluate import service_by_model
-from nel_assets.factory import service_resource_key
 from nel_resources.config import load_config
+from nel_resources.specs import resolve, service_resource_key
 
 
 def _cfg(tmp_path: Path, ckdir: Path, **ck: object):
@@ -50,7 +49,7 @@ def test_new_checkpoints_become_partitions_and_runs_once(tmp_path: Path, data_di
     ckdir = tmp_path / "ckpts"
     ckdir.mkdir()
     cfg = _cfg(tmp_path, ckdir)
-    sensor = build_checkpoint_sensor(cfg, str(tmp_path / "out"))
+    sensor = build_checkpoint_sensor(resolve(cfg), str(tmp_path / "out"))
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     instance = dg.DagsterInstance.ephemeral()
 
@@ -104,7 +103,10 @@ def test_checkpoint_service_resolves_at_run_time(tmp_path: Path, data_dir: Path)
     assert with_checkpoint_services(cfg) is cfg
     (ckdir / "step-7.gguf").write_bytes(b"GGUF")
     full = with_checkpoint_services(cfg)
-    _name, svc = service_by_model(full, "step-7")
+    # The checkpoint becomes a run spec of every benchmark, with the templated service.
+    run = resolve(full).benchmarks[0].run_for("step-7")
+    assert run is not None and run.service.name == "step-7"
+    svc = run.service.config
     assert svc.type == "llama_cpp" and svc.model_path == str((ckdir / "step-7.gguf").resolve())
     assert svc.generation.max_tokens == 16 and svc.model == "step-7"
     assert full.benchmarks[0].service_names(full.services) == ["base", "step-7"]

@@ -123,7 +123,8 @@ def _stale_partitions(s: dict[str, Any], step: str, monkeypatch: pytest.MonkeyPa
          "import sys, dagster as dg\n"
          "from dagster_project.automation import record_shard_inputs\n"
          "from nel_resources.config import load_config\n"
-         "cfg = load_config(sys.argv[1])\n"
+         "from nel_resources.specs import resolve\n"
+         "cfg = resolve(load_config(sys.argv[1]))\n"
          "print(record_shard_inputs(dg.DagsterInstance.from_config(sys.argv[2]), cfg))\n",
          str(s["cfg_path"]), str(home)],
         capture_output=True, text=True, env=nel_env(s["env"]), cwd=REPO_ROOT, timeout=120)

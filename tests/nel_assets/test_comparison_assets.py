@@ -16,6 +16,7 @@ from benchmarks.datasets import load_file
 from nel_assets.comparison_assets import COMPARISON_KEY, build_comparison_assets, comparison_dir
 from nel_assets.factory import MODEL_PARTITIONS, build_defs, build_resources
 from nel_resources.config import load_config
+from nel_resources.specs import resolve
 from tests.dagster_project.test_compare_gate_cli import paired_patterns, start_servers, write_config
 from tests.support.cli import run_nel, summary_json
 
@@ -41,7 +42,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[
 
 
 def _materialize(cfg_path: Path, out: Path, candidate: str, instance: dg.DagsterInstance) -> dg.ExecuteInJobResult:
-    cfg = load_config(cfg_path)
+    cfg = resolve(load_config(cfg_path))
     defs = build_defs(cfg, str(out))
 
     @dg.asset(key=["promote"], deps=[COMPARISON_KEY], partitions_def=MODEL_PARTITIONS)
@@ -55,12 +56,12 @@ def _materialize(cfg_path: Path, out: Path, candidate: str, instance: dg.Dagster
 
 
 def test_no_baseline_means_no_assets(setup: tuple[Path, Path]) -> None:
-    cfg = load_config(setup[0], overrides=["comparison.baseline=null"])
+    cfg = resolve(load_config(setup[0], overrides=["comparison.baseline=null"]))
     assert build_comparison_assets(cfg) == []
 
 
 def test_comparison_depends_on_every_bundle_by_model(setup: tuple[Path, Path]) -> None:
-    cfg = load_config(setup[0])
+    cfg = resolve(load_config(setup[0]))
     graph = build_defs(cfg).resolve_asset_graph()
     node = graph.get(COMPARISON_KEY)
     assert dg.AssetKey(["gsm8k", "bundle"]) in node.parent_keys
@@ -112,7 +113,7 @@ def test_new_bundle_makes_the_comparison_stale(setup: tuple[Path, Path], tmp_pat
     cfg_path, src = setup
     out = tmp_path / "out"
     shutil.copytree(src, out, ignore=shutil.ignore_patterns(".dagster"))
-    cfg = load_config(cfg_path)
+    cfg = resolve(load_config(cfg_path))
     defs = build_defs(cfg, str(out))
     res = build_resources(cfg, str(out))
     bundle_key = dg.AssetKey(["gsm8k", "bundle"])

@@ -15,6 +15,7 @@ from benchmarks.errors import NelError
 from nel_assets.engine.judging import check_scoring, make_judge
 from nel_assets.engine.loop import JudgeError
 from nel_resources.config import load_config
+from nel_resources.specs import RunSpec, resolve
 from tests.benchmarks.builtin.fixtures import write_healthbench
 
 
@@ -26,6 +27,13 @@ def config(judge_url: str, bench: dict[str, Any], solver_url: str = "http://127.
         "benchmarks": [bench]})
 
 
+def solver_run(cfg: Any) -> RunSpec:
+    """The run of the first benchmark on service `solver` (judges resolved by `resolve`)."""
+    run = resolve(cfg).benchmarks[0].run_for("solver")
+    assert run is not None
+    return run
+
+
 def judge_metric(**kw: Any) -> dict[str, Any]:
     return {"scoring": {"metrics": [{"type": "judge", "name": "j", "service": "grader", **kw}]}}
 
@@ -33,7 +41,7 @@ def judge_metric(**kw: Any) -> dict[str, Any]:
 async def grade(cfg: Any, env: Any, idx: int, response: str) -> VerifyResult:
     s = await env.seed(idx)
     v = await env.verify(response, s.expected_answer, **s.metadata)
-    async with make_judge(cfg, cfg.benchmarks[0], "solver") as judge:
+    async with make_judge(solver_run(cfg)) as judge:
         assert judge is not None
         return await judge.grade(env, s, response, None, v)
 
@@ -48,29 +56,29 @@ def data(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_judge_required_self_judge_and_bad_names(data: None) -> None:
     cfg = config("http://127.0.0.1:9/v1", {"name": "simpleqa"})
     with pytest.raises(NelError, match="graded by an LLM judge"):
-        check_scoring(cfg, cfg.benchmarks[0], "solver")
-    check_scoring(config("http://x/v1", {"name": "xstest"}), config("http://x/v1", {"name": "xstest"}).benchmarks[0], "solver")
+        check_scoring(solver_run(cfg))
+    check_scoring(solver_run(config("http://x/v1", {"name": "xstest"})))
     own = load_config(data={"services": {"solver": {"url": "http://127.0.0.1:9/v1"}},
                             "benchmarks": [{"name": "simpleqa", "scoring": {"metrics": [
                                 {"type": "judge", "name": "j", "service": "solver"}]}}]})
     with pytest.raises(NelError, match="allow_self_judge: true") as ei:
-        check_scoring(own, own.benchmarks[0], "solver")
+        check_scoring(solver_run(own))
     assert "\n" not in str(ei.value)
     own.benchmarks[0].scoring.metrics[0].allow_self_judge = True
-    check_scoring(own, own.benchmarks[0], "solver")
+    check_scoring(solver_run(own))
     # a judge with another name but the solver's own endpoint and model is self-judging too
     twin = load_config(data={"services": {"solver": {"url": "http://h/v1", "model": "m"},
                                           "twin": {"url": "http://h/v1", "model": "m", "role": "judge"}},
                              "benchmarks": [{"name": "simpleqa", **judge_metric(service="twin")}]})
     with pytest.raises(NelError, match="allow_self_judge"):
-        check_scoring(twin, twin.benchmarks[0], "solver")
+        check_scoring(solver_run(twin))
     cfg = config("http://x/v1", {"name": "simpleqa", **judge_metric(service="nope")})
     with pytest.raises(NelError, match="not in `services`"):
-        check_scoring(cfg, cfg.benchmarks[0], "solver")
+        check_scoring(solver_run(cfg))
     cfg = config("http://x/v1", {"name": "gsm8k", "scoring": {"metrics": [
         {"type": "scorer", "name": "no_such"}]}})
     with pytest.raises(NelError, match="unknown scorer"):
-        check_scoring(cfg, cfg.benchmarks[0], "solver")
+        check_scoring(solver_run(cfg))
 
 
 def test_simpleqa_judge_records_what_it_saw(data: None, reference_server, server_stats) -> None:
@@ -160,7 +168,7 @@ def test_no_metrics_no_grader(data: None) -> None:
     cfg = config("http://x/v1", {"name": "xstest"})
 
     async def go() -> Any:
-        async with make_judge(cfg, cfg.benchmarks[0], "solver") as j:
+        async with make_judge(solver_run(cfg)) as j:
             return j
 
     assert asyncio.run(go()) is None

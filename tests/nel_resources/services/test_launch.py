@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from benchmarks.errors import NelError
-from dagster_project.launch import (
+from nel_resources.config import ServiceConfig
+from nel_resources.processes import pid_alive
+from nel_resources.services.launch import (
     LaunchedModelService,
     LaunchedService,
     launched_service,
     service_command,
 )
-from nel_resources.config import ServiceConfig
-from nel_resources.processes import pid_alive
 from tests.support.cli import start_nel
 from tests.support.realcomponents import llama_model_path, require_real_component
 from tests.support.waiting import PROCESS_START_S, wait_for

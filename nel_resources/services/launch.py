@@ -22,8 +22,9 @@ from typing import Any
 import dagster as dg
 
 from benchmarks.errors import NelError
-from nel_resources.config import NelConfig, ServiceConfig
+from nel_resources.config import ServiceConfig
 from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError, free_port
+from nel_resources.specs import ResolvedConfig
 
 
 def service_command(name: str, svc: ServiceConfig, port: int) -> list[str]:
@@ -229,35 +230,32 @@ class LaunchedModelService(dg.ConfigurableResource):
             handle.stop()
 
 
-def launched_resources(cfg: NelConfig, resources: dict[str, Any], log_dir: str | Path) -> dict[str, Any]:
+def launched_resources(resolved: ResolvedConfig, resources: dict[str, Any],
+                       log_dir: str | Path) -> dict[str, Any]:
     """`resources` with every launched service's ModelService replaced by a
     LaunchedModelService (for Definitions: the UI, the daemon and CI jobs)."""
-    from nel_assets.factory import service_resource_key
-
     out = dict(resources)
-    for name, svc in cfg.services.items():
-        if svc.type in LAUNCHED_TYPES:
-            out[service_resource_key(name)] = LaunchedModelService.from_config(name, svc, log_dir)
+    for spec in resolved.services.values():
+        if spec.config.type in LAUNCHED_TYPES:
+            out[spec.resource_key] = LaunchedModelService.from_config(spec.name, spec.config, log_dir)
     return out
 
 
 @contextmanager
-def launched_services(cfg: NelConfig, resources: dict[str, Any]) -> Iterator[dict[str, str]]:
+def launched_services(resolved: ResolvedConfig, resources: dict[str, Any]) -> Iterator[dict[str, str]]:
     """Start every launched service the config's benchmarks use; point their resources at
     the running servers. Yields {service name: base URL}."""
-    from nel_assets.factory import service_resource_key
     from nel_resources.resources import ModelService
 
-    used = {s for b in cfg.benchmarks for s in b.service_names(cfg.services)}
     urls: dict[str, str] = {}
     with ExitStack() as stack:
-        for name in sorted(used):
-            svc = cfg.services[name]
-            if svc.type not in LAUNCHED_TYPES:
+        for name in sorted(resolved.used_services):
+            spec = resolved.services[name]
+            if spec.config.type not in LAUNCHED_TYPES:
                 continue
-            url = stack.enter_context(launched_service(name, svc, Path(cfg.output.dir) / "logs"))
+            url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
             urls[name] = url
-            key = service_resource_key(name)
+            key = spec.resource_key
             old: ModelService = resources[key]
             resources[key] = ModelService(name=old.name, service_json=old.service_json, url=url)
         yield urls

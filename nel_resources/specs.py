@@ -1,0 +1,387 @@
+"""Resolved run specs: a `NelConfig` resolved once into what the engine and assets need.
+
+`resolve(cfg)` does every look-up by name (a benchmark's services, the judge services of
+its scoring metrics, `gym://` services, the comparison baseline) and returns a
+`ResolvedConfig`: one `BenchmarkSpec` per benchmark holding one `RunSpec` per model
+partition, plus what is global to the run (output dir, data dir, comparison, checkpoints).
+Below `dagster_project` nothing looks a service up by name again: the factory, the assets
+and the engine take specs.
+
+Specs are plain frozen data. Building the benchmark environment from an
+`EnvironmentFactory` is the engine's job (`nel_assets.engine.evaluate.make_env`): this
+layer imports no benchmark code and no Dagster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from benchmarks.errors import NelError
+from nel_resources.config import (
+    BenchmarkConfig,
+    CheckpointsConfig,
+    NelConfig,
+    ScoringConfig,
+    ScoringMetric,
+    ServiceConfig,
+)
+from nel_resources.store import asset_name, slugify
+
+#: The solver every benchmark uses until other solvers land (issue 13 plugs in here).
+DEFAULT_SOLVER = "simple"
+
+
+def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+def service_resource_key(service_name: str) -> str:
+    """Dagster resource key of a service (`svc_<slug>`)."""
+    return "svc_" + asset_name(slugify(service_name)).lower()
+
+
+def env_protocol(service: ServiceConfig) -> str:
+    """The prompt style a service needs: completions endpoints get completion prompts."""
+    return "completions" if service.protocol == "completions" else "chat"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A configured service under its name, with its Dagster resource key."""
+
+    name: str
+    config: ServiceConfig
+    resource_key: str
+
+    @property
+    def model_partition(self) -> str:
+        """The `model` partition key of this service (its slug)."""
+        return slugify(self.name)
+
+
+@dataclass(frozen=True)
+class EnvironmentFactory:
+    """How to build one benchmark environment (the engine's `make_env` builds it).
+
+    Attributes:
+        benchmark: the benchmark's name as written in the config (used in errors).
+        name: the registry name to instantiate (`gym://host:port` once a `gym://<service>`
+            name is resolved to that service's URL).
+        module: a BYOB file or module to import first, so `name` is registered.
+        params: keyword arguments of the environment (protocol, few-shot count, gym
+            timeout/retries, and the benchmark's own `params`).
+    """
+
+    benchmark: str
+    name: str
+    module: str | None
+    params: Mapping[str, Any]
+
+    def cache_key(self) -> str:
+        """Identity of the environment this factory builds (one instance per process)."""
+        return self.name + json.dumps(dict(self.params), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class ProblemSelection:
+    """Which problems of the environment a benchmark covers."""
+
+    max_problems: int | None = None
+    problem_range: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """A `type: judge` scoring metric with its judge service resolved."""
+
+    metric: ScoringMetric
+    service_name: str
+    service: ServiceConfig
+
+
+@dataclass(frozen=True)
+class FingerprintInputs:
+    """What a shard fingerprint hashes besides the environment, seeds and indices.
+
+    Kept exactly as the engine hashed it before specs existed, so result stores written
+    by earlier versions stay fresh.
+    """
+
+    repeats: int
+    service_settings: str
+    system_prompt: str | None
+    scoring: Mapping[str, Any] | None
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON-able part of the shard fingerprint payload these inputs contribute."""
+        return {"repeats": self.repeats, "service": self.service_settings,
+                "system_prompt": self.system_prompt,
+                "scoring": None if self.scoring is None else dict(self.scoring)}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One benchmark × model partition: everything a shard of it needs to run.
+
+    Attributes:
+        benchmark: benchmark name.
+        model: the `model` partition key (slug of the service name).
+        model_id: the real model id recorded in rows (`model:` of the service, else its name).
+        service: the resolved service (URL, key resolution, generation, timeouts).
+        env: how to build the benchmark environment for this service.
+        selection: max_problems / problem_range.
+        repeats: samples per problem.
+        system_prompt: the benchmark's system prompt, else the service's.
+        timeout: the benchmark's per-request timeout (overrides the service's), or None.
+        shards: the shard count of the benchmark.
+        solver: the solver type (`simple` until other solvers land).
+        sandbox: the sandbox (None until sandboxes land).
+        interceptors: the interceptor chain (empty until the proxy lands).
+        scoring: the benchmark's `scoring` block, or None.
+        judges: the judge metrics of `scoring` with their services resolved.
+        fingerprint: the non-environment inputs of the shard fingerprint.
+    """
+
+    benchmark: str
+    model: str
+    model_id: str
+    service: ServiceSpec
+    env: EnvironmentFactory
+    selection: ProblemSelection
+    repeats: int
+    system_prompt: str | None
+    timeout: float | None
+    shards: int
+    scoring: ScoringConfig | None
+    judges: tuple[JudgeSpec, ...]
+    fingerprint: FingerprintInputs
+    solver: str = DEFAULT_SOLVER
+    sandbox: str | None = None  # a sandbox name; sandboxes land with a later issue
+    interceptors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CodeVersionInputs:
+    """A benchmark's results-affecting settings that go into its Dagster `code_version`
+    (with the fingerprints of its environments)."""
+
+    repeats: int
+    shards: int
+    max_problems: int | None
+    problem_range: tuple[int, int] | None
+    scoring: Mapping[str, Any] | None
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON-able payload (as hashed before specs existed)."""
+        return {"repeats": self.repeats, "shards": self.shards, "max_problems": self.max_problems,
+                "problem_range": self.problem_range,
+                "scoring": None if self.scoring is None else dict(self.scoring)}
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One benchmark and its runs, one per model partition (in config order)."""
+
+    name: str
+    asset_name: str
+    shards: int
+    runs: tuple[RunSpec, ...]
+    code_version_inputs: CodeVersionInputs
+    requires_services: tuple[str, ...] = ()  # resource keys of every service it runs on
+
+    @property
+    def repeats(self) -> int:
+        """Samples per problem."""
+        return self.code_version_inputs.repeats
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model partition keys this benchmark runs on."""
+        return tuple(r.model for r in self.runs)
+
+    def run_for(self, model: str) -> RunSpec | None:
+        """The run of model partition `model`, or None when this benchmark does not run it."""
+        for r in self.runs:
+            if r.model == model:
+                return r
+        return None
+
+
+@dataclass(frozen=True)
+class ComparisonSpec:
+    """The comparison asset's settings: baseline partition, gate policy file, max drop."""
+
+    baseline_name: str | None
+    baseline: str | None  # the baseline's model partition key
+    policy: str | None
+    max_drop: float | None
+    settings_json: str  # canonical JSON of `comparison:` (its code version hashes it)
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A config resolved once: every benchmark's runs plus what is global to the run.
+
+    `config` is the `NelConfig` it came from. Only `dagster_project` reads it: to save the
+    effective config next to the results and to resolve again when the checkpoint sensor
+    adds services. The engine and the assets use the specs.
+    """
+
+    config: NelConfig
+    benchmarks: tuple[BenchmarkSpec, ...]
+    services: Mapping[str, ServiceSpec]
+    used_services: tuple[str, ...]  # names of the services some benchmark runs on
+    output_dir: str
+    dagster_home: str | None
+    data_dir: str | None
+    comparison: ComparisonSpec
+    checkpoints: CheckpointsConfig
+    config_json: str  # canonical JSON without secrets (written into exports)
+    model_partitions: tuple[str, ...] = field(default=())  # slugs of every `role: model` service
+
+    def benchmark(self, name: str) -> BenchmarkSpec | None:
+        """The benchmark spec named `name`, or None."""
+        for b in self.benchmarks:
+            if b.name == name:
+                return b
+        return None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model partition some benchmark runs on (sorted, no duplicates)."""
+        return tuple(sorted({r.model for b in self.benchmarks for r in b.runs}))
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _gym_env(bench: BenchmarkConfig, services: Mapping[str, ServiceConfig]) -> tuple[str, dict[str, Any]]:
+    """`gym://<service>` names a `type: gym` service: its URL, timeout and retries."""
+    params = dict(bench.params)
+    target = bench.name[len("gym://"):]
+    svc = services.get(target)
+    if svc is None or svc.type != "gym":
+        return bench.name, params  # a literal gym://host:port
+    if not svc.url:
+        raise NelError(f"gym service {target!r} has no url")
+    params.setdefault("timeout", svc.timeout)
+    params.setdefault("retries", svc.max_retries)
+    return "gym://" + svc.url.split("://", 1)[-1].rstrip("/"), params
+
+
+def environment_factory(bench: BenchmarkConfig, service: ServiceConfig,
+                        services: Mapping[str, ServiceConfig]) -> EnvironmentFactory:
+    """How to build `bench`'s environment for `service` (`services` resolves `gym://` names)."""
+    if bench.name.startswith("gym://"):
+        name, params = _gym_env(bench, services)
+    else:
+        name, params = bench.name, dict(bench.params)
+        params.setdefault("protocol", env_protocol(service))
+        if bench.num_fewshot is not None:
+            params["num_fewshot"] = bench.num_fewshot
+    return EnvironmentFactory(bench.name, name, bench.module, _frozen(params))
+
+
+def _judge_service(bench: BenchmarkConfig, metric: ScoringMetric, solver: str,
+                   services: Mapping[str, ServiceConfig]) -> JudgeSpec:
+    name = metric.service
+    known = ", ".join(services) or "none defined"
+    if name is None:
+        judges = [n for n, s in services.items() if s.role == "judge"]
+        if len(judges) != 1:
+            raise NelError(
+                f"{bench.name}: judge metric {metric.name!r} has no `service`; name one of the "
+                f"services ({known})")
+        name = judges[0]
+    if name not in services:
+        raise NelError(
+            f"{bench.name}: judge metric {metric.name!r} uses service {name!r}, which is not in "
+            f"`services` ({known})")
+    svc = services[name]
+    solver_svc = services.get(solver)
+    same_endpoint = (solver_svc is not None and svc.url is not None and svc.url == solver_svc.url
+                     and svc.model == solver_svc.model)
+    if (name == solver or same_endpoint) and not metric.allow_self_judge:
+        raise NelError(
+            f"{bench.name}: judge metric {metric.name!r} would be graded by the model under test "
+            f"(service {solver!r}); use a different judge service, or set "
+            "`allow_self_judge: true` on the metric if that is really intended")
+    return JudgeSpec(metric, name, svc)
+
+
+def judge_metrics(scoring: ScoringConfig | None) -> list[ScoringMetric]:
+    """The `type: judge` metrics of a scoring block."""
+    return [m for m in (scoring.metrics if scoring else []) if m.type == "judge"]
+
+
+def n_shards(cfg: NelConfig, bench: BenchmarkConfig) -> int:
+    """Shards of a benchmark: the benchmark's own count, else the cluster's."""
+    return bench.shards if bench.shards > 1 else (cfg.cluster.shards or 1)
+
+
+def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int,
+              scoring_dump: Mapping[str, Any] | None) -> RunSpec:
+    if svc_name not in cfg.services:
+        known = ", ".join(sorted(cfg.services)) or "none defined"
+        raise NelError(f"benchmark {bench.name!r} uses service {svc_name!r}, which is not in "
+                       f"`services` ({known})")
+    svc = cfg.services[svc_name]
+    system_prompt = bench.system_prompt if bench.system_prompt is not None else svc.system_prompt
+    judges = tuple(_judge_service(bench, m, svc_name, cfg.services) for m in judge_metrics(bench.scoring))
+    return RunSpec(
+        benchmark=bench.name, model=slugify(svc_name), model_id=svc.model or svc_name,
+        service=ServiceSpec(svc_name, svc, service_resource_key(svc_name)),
+        env=environment_factory(bench, svc, cfg.services),
+        selection=ProblemSelection(bench.max_problems, bench.problem_range),
+        repeats=bench.repeats, system_prompt=system_prompt, timeout=bench.timeout, shards=shards,
+        scoring=bench.scoring, judges=judges,
+        fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
+                                      scoring_dump),
+    )
+
+
+def resolve_benchmark(cfg: NelConfig, bench: BenchmarkConfig) -> BenchmarkSpec:
+    """Resolve one benchmark of `cfg` into its spec (every service and judge by name)."""
+    shards = n_shards(cfg, bench)
+    scoring_dump = _frozen(bench.scoring.model_dump()) if bench.scoring else None
+    names = bench.service_names(cfg.services)
+    runs = tuple(_run_spec(cfg, bench, s, shards, scoring_dump) for s in names)
+    return BenchmarkSpec(
+        name=bench.name, asset_name=asset_name(bench.name), shards=shards, runs=runs,
+        code_version_inputs=CodeVersionInputs(bench.repeats, shards, bench.max_problems,
+                                              bench.problem_range, scoring_dump),
+        requires_services=tuple(service_resource_key(s) for s in names),
+    )
+
+
+def resolve(cfg: NelConfig) -> ResolvedConfig:
+    """Resolve `cfg` once into run specs.
+
+    Raises:
+        NelError: a name that does not resolve (a benchmark's or a judge metric's service,
+            a `gym://` service without a URL) or a judge that is the model under test;
+            one line saying what to write instead.
+    """
+    benches = tuple(resolve_benchmark(cfg, b) for b in cfg.benchmarks)
+    used = []
+    for b in cfg.benchmarks:
+        for s in b.service_names(cfg.services):
+            if s not in used:
+                used.append(s)
+    comp = cfg.comparison
+    return ResolvedConfig(
+        config=cfg, benchmarks=benches,
+        services=_frozen({n: ServiceSpec(n, s, service_resource_key(n)) for n, s in cfg.services.items()}),
+        used_services=tuple(used), output_dir=cfg.output.dir, dagster_home=cfg.output.dagster_home,
+        data_dir=cfg.data_dir,
+        comparison=ComparisonSpec(
+            baseline_name=comp.baseline, baseline=slugify(comp.baseline) if comp.baseline else None,
+            policy=comp.policy, max_drop=comp.max_drop,
+            settings_json=json.dumps(comp.model_dump(mode="json"), sort_keys=True)),
+        checkpoints=cfg.checkpoints, config_json=cfg.fingerprint_json(),
+        model_partitions=tuple(slugify(n) for n, s in cfg.services.items() if s.role == "model"),
+    )
