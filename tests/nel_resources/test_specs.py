@@ -1,0 +1,259 @@
+"""`resolve(cfg)`: the config resolved once into run specs, and fingerprints unchanged by it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.datasets import set_data_dir
+from benchmarks.errors import NelError
+from nel_resources.config import load_config
+from nel_resources.specs import DEFAULT_SOLVER, resolve
+
+REPO = Path(__file__).resolve().parents[2]
+URL = "http://127.0.0.1:9/v1"
+
+
+def test_defaults_of_a_single_service() -> None:
+    r = resolve(load_config(data={
+        "services": {"My Model": {"url": URL}},
+        "benchmarks": [{"name": "gsm8k", "max_problems": 7, "timeout": 30}],
+        "cluster": {"shards": 3},
+        "output": {"dir": "/tmp/out-x"},
+    }))
+    (bench,) = r.benchmarks
+    (run,) = bench.runs
+    assert bench.name == "gsm8k" and bench.asset_name == "gsm8k" and bench.shards == 3
+    # the partition key is the slug; without `model:` the service name is the model id
+    assert run.model == "my-model" and run.model_id == "My Model"
+    assert run.service.name == "My Model" and run.service.config.url == URL
+    assert run.service.resource_key == "svc_my_model" and bench.requires_services == ("svc_my_model",)
+    assert run.env.name == "gsm8k" and dict(run.env.params) == {"protocol": "chat"}
+    assert run.selection.max_problems == 7 and run.selection.problem_range is None
+    assert (run.repeats, run.shards, run.timeout, run.system_prompt) == (1, 3, 30, None)
+    # the extension points later issues fill: one solver, no sandbox, no interceptors yet
+    assert run.solver == DEFAULT_SOLVER == "simple"
+    assert run.sandbox is None and run.interceptors == ()
+    assert run.judges == () and run.scoring is None
+    assert r.output_dir == "/tmp/out-x" and r.used_services == ("My Model",)
+    assert r.models == ("my-model",) and r.comparison.baseline is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.model = "other"  # type: ignore[misc]
+
+
+def test_several_services_protocols_prompts_and_the_baseline() -> None:
+    r = resolve(load_config(data={
+        "services": {
+            "alpha": {"url": URL, "model": "m-a", "system_prompt": "From the service."},
+            "Beta Model": {"url": URL, "model": "m-b", "protocol": "completions"},
+            "grader": {"url": URL, "model": "g", "role": "judge"},
+            "env1": {"type": "gym", "url": "http://127.0.0.1:7001/", "timeout": 9, "max_retries": 2},
+        },
+        "benchmarks": [
+            {"name": "gsm8k", "num_fewshot": 3, "shards": 2},
+            {"name": "mmlu", "service": ["Beta Model", "alpha"], "system_prompt": "From the bench."},
+            {"name": "gym://env1", "service": "alpha"},
+        ],
+        "comparison": {"baseline": "Beta Model", "max_drop": 0.02},
+    }))
+    gsm, mmlu, gym = r.benchmarks
+    # default: every `role: model` service that is not a gym, in config order
+    assert gsm.models == ("alpha", "beta-model")
+    a, b = gsm.runs
+    assert dict(a.env.params) == {"protocol": "chat", "num_fewshot": 3}
+    assert dict(b.env.params) == {"protocol": "completions", "num_fewshot": 3}
+    assert a.system_prompt == "From the service." and b.system_prompt is None
+    assert (a.model_id, b.model_id) == ("m-a", "m-b")
+    # an explicit list keeps its order; the benchmark's prompt wins over the service's
+    assert mmlu.models == ("beta-model", "alpha")
+    assert {run.system_prompt for run in mmlu.runs} == {"From the bench."}
+    assert mmlu.run_for("alpha") is mmlu.runs[1] and mmlu.run_for("grader") is None
+    # gym://<service> resolves to that service's URL, timeout and retries
+    (g,) = gym.runs
+    assert g.env.benchmark == "gym://env1" and g.env.name == "gym://127.0.0.1:7001"
+    assert dict(g.env.params) == {"timeout": 9.0, "retries": 2}
+    assert r.used_services == ("alpha", "Beta Model")
+    assert r.models == ("alpha", "beta-model")
+    # every `role: model` service (the CI jobs keep those with results in the instance)
+    assert r.model_partitions == ("alpha", "beta-model", "env1")
+    assert r.comparison.baseline == "beta-model" and r.comparison.baseline_name == "Beta Model"
+    assert r.comparison.max_drop == 0.02
+    assert set(r.services) == {"alpha", "Beta Model", "grader", "env1"}
+
+
+def _judged(metric: dict[str, Any], services: dict[str, Any] | None = None) -> Any:
+    return load_config(data={
+        "services": services or {"solver": {"url": URL, "model": "s"},
+                                 "grader": {"url": "http://127.0.0.1:8/v1", "model": "g", "role": "judge"}},
+        "benchmarks": [{"name": "simpleqa", "scoring": {"metrics": [{"type": "judge", "name": "j", **metric}]}}],
+    })
+
+
+def test_judge_services_resolve_for_the_scoring_metrics() -> None:
+    (run,) = resolve(_judged({"service": "grader"})).benchmarks[0].runs
+    (j,) = run.judges
+    assert j.service_name == "grader" and j.service.model == "g" and j.metric.name == "j"
+    assert run.model == "solver"  # the judge is not a model under test
+    # without `service:`, the one `role: judge` service is the judge
+    (run,) = resolve(_judged({})).benchmarks[0].runs
+    assert run.judges[0].service_name == "grader"
+
+
+@pytest.mark.parametrize(("metric", "services", "message"), [
+    ({"service": "nope"}, None,
+     "simpleqa: judge metric 'j' uses service 'nope', which is not in `services` (solver, grader)"),
+    ({}, {"solver": {"url": URL}, "j1": {"url": URL, "model": "a", "role": "judge"},
+          "j2": {"url": URL, "model": "b", "role": "judge"}},
+     "simpleqa: judge metric 'j' has no `service`; name one of the services (solver, j1, j2)"),
+    ({"service": "solver"}, None, "would be graded by the model under test (service 'solver')"),
+    # another name for the solver's own endpoint and model is still self-judging
+    ({"service": "twin"}, {"solver": {"url": URL, "model": "m"},
+                           "twin": {"url": URL, "model": "m", "role": "judge"}},
+     "set `allow_self_judge: true` on the metric"),
+])
+def test_a_judge_that_does_not_resolve_is_one_clear_line(metric: dict[str, Any], services: Any,
+                                                         message: str) -> None:
+    with pytest.raises(NelError) as ei:
+        resolve(_judged(metric, services))
+    assert message in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_self_judging_when_allowed_resolves() -> None:
+    (run,) = resolve(_judged({"service": "solver", "allow_self_judge": True})).benchmarks[0].runs
+    assert run.judges[0].service_name == "solver"
+
+
+def test_a_service_name_that_does_not_resolve_is_one_clear_line() -> None:
+    cfg = load_config(data={"services": {"a": {"url": URL}, "b": {"url": URL}},
+                            "benchmarks": [{"name": "gsm8k"}]})
+    # A config changed after validation (as an override or a sensor could) is resolved
+    # again, and the name is checked there too.
+    cfg.benchmarks[0].service = ["a", "missing"]
+    with pytest.raises(NelError) as ei:
+        resolve(cfg)
+    assert str(ei.value) == ("benchmark 'gsm8k' uses service 'missing', which is not in `services` (a, b)")
+    gym = load_config(data={"services": {"a": {"url": URL}, "env": {"type": "gym"}},
+                            "benchmarks": [{"name": "gym://env", "service": "a"}]})
+    with pytest.raises(NelError, match="gym service 'env' has no url"):
+        resolve(gym)
+
+
+def test_checkpoint_services_become_new_run_specs(tmp_path: Path) -> None:
+    from dagster_project.sensors import with_checkpoint_services
+
+    ckdir = tmp_path / "ckpts"
+    ckdir.mkdir()
+    cfg = load_config(data={
+        "services": {"base": {"url": URL, "model": "base"}},
+        "benchmarks": [{"name": "gsm8k", "shards": 2}, {"name": "mmlu", "service": "base"}],
+        "checkpoints": {"dir": str(ckdir), "service_template": {"type": "llama_cpp", "max_tokens": 8}},
+    })
+    assert [b.models for b in resolve(cfg).benchmarks] == [("base",), ("base",)]
+    (ckdir / "Step 9.gguf").write_bytes(b"GGUF")
+    r = resolve(with_checkpoint_services(cfg))
+    # every benchmark, including one with an explicit service list, runs the checkpoint
+    assert [b.models for b in r.benchmarks] == [("base", "step-9"), ("base", "step-9")]
+    run = r.benchmarks[0].run_for("step-9")
+    assert run is not None and run.shards == 2
+    assert run.service.config.type == "llama_cpp" and run.service.config.generation.max_tokens == 8
+    assert run.service.config.model_path == str((ckdir / "Step 9.gguf").resolve())
+    assert run.model_id == "step-9" and run.service.resource_key == "svc_step_9"
+    # the base service's fingerprint inputs are untouched by the added checkpoint
+    assert r.benchmarks[0].runs[0].fingerprint == resolve(cfg).benchmarks[0].runs[0].fingerprint
+
+
+def test_nothing_below_dagster_project_looks_services_up_by_name() -> None:
+    """The engine, the factory and the assets take specs: no config, no look-up by name."""
+    offenders = []
+    for path in sorted((REPO / "nel_assets").rglob("*.py")):
+        text = path.read_text()
+        for pattern in (r"\bNelConfig\b", r"\bservice_names\(", r"\.services\[", r"\bservice_by_model\b",
+                        r"\bBenchmarkConfig\b"):
+            if re.search(pattern, text):
+                offenders.append(f"{path.relative_to(REPO)}: {pattern}")
+    assert offenders == []
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+# Fixed configs whose fingerprints must not move when the engine takes specs instead of
+# the config (a moved fingerprint marks every stored shard stale and reruns it).
+CONFIGS: dict[str, dict[str, Any]] = {
+    # Two model services (chat and completions), benchmark- and service-level prompts,
+    # cluster shards, few-shot, repeats and a scorer metric.
+    "mixed": {
+        "services": {
+            "alpha": {"url": "http://127.0.0.1:9/v1", "model": "m-alpha", "temperature": 0,
+                      "max_tokens": 64, "system_prompt": "Service prompt."},
+            "Beta Model": {"url": "http://127.0.0.1:9/v1", "model": "m-beta",
+                           "protocol": "completions", "generation": {"seed": 3}},
+        },
+        "cluster": {"shards": 2},
+        "benchmarks": [
+            {"name": "gsm8k", "max_problems": 12, "shards": 3, "repeats": 2},
+            {"name": "mmlu", "num_fewshot": 2, "max_problems": 8},
+            {"name": "triviaqa", "service": "alpha", "system_prompt": "Bench prompt.",
+             "max_problems": 5,
+             "scoring": {"metrics": [{"type": "scorer", "name": "exact_match"}]}},
+        ],
+    },
+    # A judge service (role: judge) graded on one benchmark, and a problem range.
+    "judged": {
+        "services": {
+            "solver": {"url": "http://127.0.0.1:9/v1", "model": "s"},
+            "grader": {"url": "http://127.0.0.1:8/v1", "model": "g", "role": "judge"},
+        },
+        "benchmarks": [
+            {"name": "gsm8k", "problem_range": "5:15", "shards": 2,
+             "scoring": {"include_defaults": True, "primary": "default",
+                         "metrics": [{"type": "judge", "name": "j", "service": "grader"}]}},
+        ],
+    },
+}
+
+# Recorded from main's code at commit 2141488 (before specs existed), for CONFIGS above
+# with NEL_DATA_DIR=shared/datasets and an empty store: `bench_code_version(cfg, bench)`
+# and `plan(cfg, store, bench)` fingerprints. Literals rather than a run of the old code,
+# because the old code is gone from this tree; the datasets are fixed files, so these
+# values only change when results-affecting inputs do.
+MAIN_FINGERPRINTS = {
+    "judged/gsm8k/code_version": "220c1f559332",
+    "judged/gsm8k/solver/0": "2ac3dfe8e33d5367b603",
+    "judged/gsm8k/solver/1": "49dd1bc1b557c1ee2558",
+    "mixed/gsm8k/alpha/0": "70a261568fe6391c332d",
+    "mixed/gsm8k/alpha/1": "0c13fe3b594487d9df2a",
+    "mixed/gsm8k/alpha/2": "eff81a04c56afe9403be",
+    "mixed/gsm8k/beta-model/0": "c4fccb747e1cc5ea243f",
+    "mixed/gsm8k/beta-model/1": "8e107417ddeb5f4e2af4",
+    "mixed/gsm8k/beta-model/2": "fe7b1bd94cbafa621f8e",
+    "mixed/gsm8k/code_version": "8acb98d40700",
+    "mixed/mmlu/alpha/0": "4f05d5bd1a9d78534b63",
+    "mixed/mmlu/alpha/1": "96d7e333487bfceddec4",
+    "mixed/mmlu/beta-model/0": "1855091ddac4584c8a79",
+    "mixed/mmlu/beta-model/1": "5e40181cb340c1550503",
+    "mixed/mmlu/code_version": "d669dd3ff23b",
+    "mixed/triviaqa/alpha/0": "6e30227ca56def6d701f",
+    "mixed/triviaqa/alpha/1": "8803cc57aa58d1c0cd75",
+    "mixed/triviaqa/code_version": "dff52f2adb5c",
+}
+
+
+def test_fingerprints_and_code_versions_equal_mains(data_dir: Path, tmp_path: Path) -> None:
+    from nel_assets.engine import evaluate as ev
+    from nel_assets.factory import bench_code_version
+    from nel_resources.store import ResultStore
+
+    set_data_dir(data_dir)
+    now: dict[str, str] = {}
+    for key, data in CONFIGS.items():
+        store = ResultStore(tmp_path / key)
+        for bench in resolve(load_config(data=data)).benchmarks:
+            now[f"{key}/{bench.name}/code_version"] = bench_code_version(bench)
+            for t in ev.plan(store, bench):
+                assert t.stale and t.reason == "no results yet"
+                now[f"{key}/{bench.name}/{t.model}/{t.shard}"] = t.fingerprint
+    assert now == MAIN_FINGERPRINTS
