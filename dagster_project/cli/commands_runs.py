@@ -251,16 +251,19 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     from dagster_project import run_registry
 
     record = _resolve(args)
-    if args.tail is not None and args.tail < 1:
+    if args.tail is not None and args.tail < 0:
         from benchmarks.errors import NelError
 
-        raise NelError(f"-n/--tail {args.tail}: must be at least 1")
+        raise NelError(f"-n/--tail {args.tail}: give a number of lines, 0 or more")
     lines = _log_lines(record, args.shard)
     if not lines:
         print("No logs found.", file=sys.stderr)
         if not args.follow:
             return 0
-    print("\n".join(lines[-args.tail:] if args.tail else lines), flush=True)
+    # -n 0 shows no past lines, as tail(1) does (NeMo Evaluator shows them all: a bug).
+    shown = lines if args.tail is None else lines[len(lines) - args.tail:] if args.tail else []
+    if shown:
+        print("\n".join(shown), flush=True)
     if not args.follow:
         return 0
     # Follow: print what the run log gains until the run ends (then the rest once more).

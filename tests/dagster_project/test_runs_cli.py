@@ -222,3 +222,17 @@ def test_same_invocations_same_exit_statuses_as_nemo_evaluator(tmp_path: Path) -
         if message is not None:
             assert ours.stderr.strip() == theirs.stderr.strip() == f"Error: {message}"
         assert "Traceback" not in ours.stderr
+
+
+def test_help_of_the_new_commands_imports_no_dagster() -> None:
+    import subprocess
+    import sys
+
+    from tests.support.cli import nel_env
+
+    for args in (["--help"], ["eval", "status", "--help"], ["package", "--help"], ["export", "--help"]):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "dagster_project.cli.main", *args],
+                           capture_output=True, text=True, env=nel_env())
+        assert p.returncode == 0, p.stderr
+        imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if "|" in line}
+        assert "dagster" not in imported and "docker" not in " ".join(imported), args
