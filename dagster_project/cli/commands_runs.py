@@ -298,6 +298,9 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if not config.exists():
         raise RunCommandError(f"Cannot resume run {record.run_id}: no saved config in {record.output_dir}")
     print(f"Resuming run {record.run_id} ({record.executor})", file=sys.stderr, flush=True)
+    # Its process is gone (killed, crashed): Dagster runs it left "started" never will end.
+    run_registry.cancel_unfinished(record, f"the process of nel run {record.run_id} ended "
+                                   "without finishing them (nel eval resume)")
     from dagster_project.cli.commands_eval import _print_failures, _print_summary
     from dagster_project.runner import run_eval
     from nel_resources.config import load_config

@@ -162,6 +162,8 @@ def test_resume_after_sigkill_redoes_only_what_is_missing(tmp_path: Path, refere
     st = run_nel("eval", "status", "-r", run_id, env=env)
     assert _field(st.stdout, "state") == "interrupted"
     assert _field(st.stdout, "resume") == f"nel eval resume -r {run_id}"
+    # the killed process left the Dagster run of the shard it was in "started"
+    assert "STARTED" in _dagster_statuses(out / ".dagster", run_id)
 
     res = run_nel("eval", "resume", "-r", run_id, "--json", env=env)
     s = summary_json(res)
@@ -173,6 +175,9 @@ def test_resume_after_sigkill_redoes_only_what_is_missing(tmp_path: Path, refere
     assert n - before <= asked <= n - before + conc
     assert s["shards_run"] == 2 and s["shards_fresh"] == 1
     assert s["results"][0]["n_samples"] == n
+    # ... and resume marked it canceled: nothing shows as running forever in the UI
+    old = _dagster_statuses(out / ".dagster", run_id)
+    assert "CANCELED" in old and "STARTED" not in old
     new_id = _run_id(out)
     assert new_id != run_id
     assert _field(run_nel("eval", "status", "-r", new_id, env=env).stdout, "state") == "completed"
