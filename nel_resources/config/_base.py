@@ -47,7 +47,14 @@ def field_defaults(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _as_plain(value: Any) -> Any:
-    return value.model_dump() if isinstance(value, BaseModel) else value
+    """A value in the form `model_dump(mode="json")` writes it (tuples become lists)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_as_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    return value
 
 
 def check_type_keys(data: Any, kind: str, allowed: Mapping[str, frozenset[str]],

@@ -22,9 +22,8 @@ from nel_resources.config._base import ConfigError
 _BUILTIN_FRAGMENTS: dict[str, dict[str, Any]] = {"clusters/local": {"type": "local"}}
 _GROUP_KEYS = {"clusters": "cluster", "cluster": "cluster"}
 _SELF_REF_RE = re.compile(r"\$\{\.([A-Za-z0-9_.]+)\}")
-# NeMo Evaluator's own playbooks; nel does not ship them (they need agent solvers).
-PEER_PLAYBOOKS = ("pinchbench", "swebench_multilingual", "swebench_pro", "swebench_verified",
-                  "terminal_bench_2", "terminal_bench_2_1")
+# Built-in playbooks (NeMo Evaluator's, by name): benchmark entries a config can extend.
+PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
 
 Loader = Callable[[Path], dict[str, Any]]
 
@@ -153,13 +152,12 @@ def resolve_playbooks(data: dict[str, Any], base_dir: Path, load: Loader, where:
         ref = str(entry.pop("playbook"))
         candidates = [Path(ref).expanduser()]
         if not candidates[0].is_absolute():
-            candidates = [base_dir / ref, Path.cwd() / ref]
+            candidates = [PLAYBOOK_DIR / ref, base_dir / ref, Path.cwd() / ref]
         candidates += [c.with_name(c.name + ext) for c in list(candidates) for ext in (".yaml", ".yml")]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            hint = (f"{ref!r} is one of NeMo Evaluator's built-in playbooks, which nel does "
-                    "not ship" if Path(ref).stem in PEER_PLAYBOOKS else f"no file {ref!r}")
-            raise ConfigError(f"{where}: benchmarks.{i}.playbook: {hint}; give the path of a "
-                              "playbook YAML file (relative to the config) or write the "
-                              "benchmark's keys out")
+            known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
+            raise ConfigError(f"{where}: benchmarks.{i}.playbook: no playbook {ref!r} (built in: "
+                              f"{known}); give one of those or the path of a playbook YAML "
+                              "file relative to the config")
         benches[i] = deep_merge(load(found), entry)
