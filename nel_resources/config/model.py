@@ -12,7 +12,8 @@ from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig
 from nel_resources.config.deployment import ClusterConfig, OutputConfig
 from nel_resources.config.services import ServiceConfig
 
-_RESERVED_SERVICE_NAMES = ("default", "none", "")
+# NeMo Evaluator also reserves `default`; nel's flag-only runs name their service that.
+_RESERVED_SERVICE_NAMES = ("none", "")
 
 
 class ComparisonConfig(_Strict):
