@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
-from nel_resources.config import NelConfig
+from nel_resources.config import NelConfig, check_supported
 
 # One consolidated SQLite event log instead of Dagster's default database per run: a new
 # instance is created in ~0.2 s instead of ~0.8 s, and each run pays less to open its log.
@@ -276,6 +276,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
+    check_supported(cfg)  # refuse keys nel cannot honour yet, before any request
     started = time.time()
     t0 = time.perf_counter()
     if cfg.data_dir:

@@ -308,7 +308,10 @@ def evaluate_shard(
         spec = ShardSpec(benchmark=bench.name, model=model, model_id=svc.model or svc_name,
                          shard=shard, indices=idx, repeats=bench.repeats, run_id=run_id,
                          system_prompt=system_prompt_for(bench, svc), protocol=svc.protocol)
-        async with make_client(svc, base_url, timeout=bench.timeout) as client, make_judge(cfg, bench, svc_name) as judge:
+        # A benchmark's `max_concurrent` caps the service's requests in flight.
+        capped = svc if bench.max_concurrent is None else svc.model_copy(
+            update={"max_concurrent": min(svc.max_concurrent, bench.max_concurrent)})
+        async with make_client(capped, base_url, timeout=bench.timeout) as client, make_judge(cfg, bench, svc_name) as judge:
             spec.judge = judge
             if idx:
                 await client.check()
