@@ -46,7 +46,7 @@ system-deps:
 	bash deploy/install_system_deps.sh
 
 # The main job on the embedded default: nel starts llama.cpp with the tiny model and
-# evaluates GSM8K (first 100 problems); results land in ./nel-results. The data and model
+# evaluates GSM8K (first 100 problems); results land in ./eval_results. The data and model
 # locations used are recorded with `nel config`, so `nel validate` and `dagster dev` run
 # later from a plain shell use them too.
 run: setup
@@ -68,4 +68,4 @@ bench: setup
 	$(BIN)/python bench/bench_eval_throughput.py
 
 clean:
-	rm -rf nel-results .pytest_cache
+	rm -rf eval_results .pytest_cache

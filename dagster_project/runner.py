@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
-from dagster_project import exit_codes, run_log
+from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
-from nel_resources.config import NelConfig
+from nel_resources.config import NelConfig, check_supported
 from nel_resources.specs import ResolvedConfig, resolve
 
 # One consolidated SQLite event log instead of Dagster's default database per run: a new
@@ -277,8 +277,10 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
-    resolved = cfg if isinstance(cfg, ResolvedConfig) else resolve(cfg)
-    cfg = resolved.config
+    config = cfg.config if isinstance(cfg, ResolvedConfig) else cfg
+    check_supported(config)  # refuse keys nel cannot honour yet, before any request
+    resolved = cfg if isinstance(cfg, ResolvedConfig) else resolve(config)
+    cfg = config
     started = time.time()
     t0 = time.perf_counter()
     if cfg.data_dir:
@@ -287,6 +289,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         set_data_dir(cfg.data_dir)
     out, home = prepare_output(cfg)
     os.environ["DAGSTER_HOME"] = str(home)
+    # `nel eval status|stop|logs|resume` find this run by its id or output dir.
+    run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
     log_path = run_log.log_path_for(out)
     store = ResultStore(out)
 
@@ -369,6 +373,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
                          failures=failures, log_path=log_path)
     summary.checkpoint_path = _write_checkpoint(summary, started)
+    run_registry.finished(summary.exit_status, len(summary.failures))
     return summary
 
 
@@ -529,7 +534,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
         try:
             r = defs.resolve_job_def(job).execute_in_process(
                 instance=instance, partition_key=partition_key, raise_on_error=False,
-                run_config=_QUIET_RUN_CONFIG)
+                run_config=_QUIET_RUN_CONFIG, tags=run_registry.dagster_tags())
         except Exception as exc:  # raised by Dagster itself, not by a step
             _log_exception(log_path, f"{what}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
@@ -656,7 +661,8 @@ def _compare(resolved: ResolvedConfig, defs: Any, instance: Any, store: Any, reb
             continue
         try:
             r = defs.resolve_job_def("nel_comparison").execute_in_process(
-                instance=instance, partition_key=m, raise_on_error=False, run_config=_QUIET_RUN_CONFIG)
+                instance=instance, partition_key=m, raise_on_error=False, run_config=_QUIET_RUN_CONFIG,
+                tags=run_registry.dagster_tags())
         except Exception as exc:  # raised by Dagster itself, not by a step
             _log_exception(log_path, f"comparison of {m}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance failed: {_storage_reason(exc)}") from None

@@ -24,14 +24,17 @@ from benchmarks.errors import NelError
 from nel_resources.config import (
     BenchmarkConfig,
     CheckpointsConfig,
+    InterceptorConfig,
     NelConfig,
+    SandboxConfig,
     ScoringConfig,
     ScoringMetric,
     ServiceConfig,
+    SolverConfig,
 )
 from nel_resources.store import asset_name, slugify
 
-#: The solver every benchmark uses until other solvers land (issue 13 plugs in here).
+#: The solver a benchmark uses unless it names another (`solver.type`).
 DEFAULT_SOLVER = "simple"
 
 
@@ -131,16 +134,20 @@ class RunSpec:
         benchmark: benchmark name.
         model: the `model` partition key (slug of the service name).
         model_id: the real model id recorded in rows (`model:` of the service, else its name).
-        service: the resolved service (URL, key resolution, generation, timeouts).
+        service: the resolved service (URL, key resolution, generation, timeouts), with the
+            benchmark's `max_concurrent` applied as a cap on its requests in flight.
         env: how to build the benchmark environment for this service.
         selection: max_problems / problem_range.
         repeats: samples per problem.
         system_prompt: the benchmark's system prompt, else the service's.
         timeout: the benchmark's per-request timeout (overrides the service's), or None.
         shards: the shard count of the benchmark.
-        solver: the solver type (`simple` until other solvers land).
-        sandbox: the sandbox (None until sandboxes land).
-        interceptors: the interceptor chain (empty until the proxy lands).
+        solver: the benchmark's solver block (`type: simple` unless it names another;
+            `check_supported` refuses the others until they land).
+        sandbox: the benchmark's sandbox block (a `sandboxes:` name is resolved by the
+            config loader), or None.
+        interceptors: the service's interceptor chain (`interceptors:`, then
+            `proxy.interceptors`); empty unless configured.
         scoring: the benchmark's `scoring` block, or None.
         judges: the judge metrics of `scoring` with their services resolved.
         fingerprint: the non-environment inputs of the shard fingerprint.
@@ -159,9 +166,9 @@ class RunSpec:
     scoring: ScoringConfig | None
     judges: tuple[JudgeSpec, ...]
     fingerprint: FingerprintInputs
-    solver: str = DEFAULT_SOLVER
-    sandbox: str | None = None  # a sandbox name; sandboxes land with a later issue
-    interceptors: tuple[str, ...] = ()
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    sandbox: SandboxConfig | None = None
+    interceptors: tuple[InterceptorConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -318,6 +325,25 @@ def judge_metrics(scoring: ScoringConfig | None) -> list[ScoringMetric]:
     return [m for m in (scoring.metrics if scoring else []) if m.type == "judge"]
 
 
+# The keys a scoring metric had before NeMo Evaluator's judge options were added. Those are
+# hashed as they are; a newer key only when it is set to something other than its default,
+# so stores written before the new keys existed stay fresh for the same config.
+_METRIC_FINGERPRINT_KEYS = frozenset({"type", "name", "service", "allow_self_judge", "params"})
+
+
+def scoring_fingerprint(scoring: ScoringConfig | None) -> Mapping[str, Any] | None:
+    """The part of a `scoring:` block that shard fingerprints and code versions hash."""
+    if scoring is None:
+        return None
+    data = scoring.model_dump()
+    defaults = {k: f.get_default(call_default_factory=True)
+                for k, f in type(scoring.metrics[0]).model_fields.items()} if scoring.metrics else {}
+    data["metrics"] = [{k: v for k, v in m.items()
+                        if k in _METRIC_FINGERPRINT_KEYS or v != defaults.get(k)}
+                       for m in data["metrics"]]
+    return _frozen(data)
+
+
 def n_shards(cfg: NelConfig, bench: BenchmarkConfig) -> int:
     """Shards of a benchmark: the benchmark's own count, else the cluster's."""
     return bench.shards if bench.shards > 1 else (cfg.cluster.shards or 1)
@@ -332,22 +358,28 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
     svc = cfg.services[svc_name]
     system_prompt = bench.system_prompt if bench.system_prompt is not None else svc.system_prompt
     judges = tuple(_judge_service(bench, m, svc_name, cfg.services) for m in judge_metrics(bench.scoring))
+    # A benchmark's `max_concurrent` caps the service's requests in flight (not a setting
+    # that changes answers: the fingerprint reads the service as configured).
+    capped = svc if bench.max_concurrent is None else svc.model_copy(
+        update={"max_concurrent": min(svc.max_concurrent, bench.max_concurrent)})
+    interceptors = (*svc.interceptors, *(svc.proxy.interceptors if svc.proxy else ()))
     return RunSpec(
         benchmark=bench.name, model=slugify(svc_name), model_id=svc.model or svc_name,
-        service=ServiceSpec(svc_name, svc, service_resource_key(svc_name)),
+        service=ServiceSpec(svc_name, capped, service_resource_key(svc_name)),
         env=environment_factory(bench, svc, cfg.services),
         selection=ProblemSelection(bench.max_problems, bench.problem_range),
         repeats=bench.repeats, system_prompt=system_prompt, timeout=bench.timeout, shards=shards,
         scoring=bench.scoring, judges=judges,
         fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
                                       scoring_dump),
+        solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
     )
 
 
 def resolve_benchmark(cfg: NelConfig, bench: BenchmarkConfig) -> BenchmarkSpec:
     """Resolve one benchmark of `cfg` into its spec (every service and judge by name)."""
     shards = n_shards(cfg, bench)
-    scoring_dump = _frozen(bench.scoring.model_dump()) if bench.scoring else None
+    scoring_dump = scoring_fingerprint(bench.scoring)
     names = bench.service_names(cfg.services)
     runs = tuple(_run_spec(cfg, bench, s, shards, scoring_dump) for s in names)
     return BenchmarkSpec(

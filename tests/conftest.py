@@ -67,6 +67,8 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     path = tmp_path_factory.mktemp("user-config") / "config.yaml"
     mp = pytest.MonkeyPatch()
     mp.setenv("NEL_USER_CONFIG", str(path))
+    # nor writes to the developer's index of runs (`nel eval jobs`)
+    mp.setenv("NEL_RUNS_DIR", str(path.parent / "runs"))
     try:
         yield path
     finally:

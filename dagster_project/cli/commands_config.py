@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = csub.add_parser("get", help="print KEY's stored value (exit 1 when unset)")
     p.add_argument("key", metavar="KEY")
     p.set_defaults(func=_cmd_get)
-    p = csub.add_parser("unset", help="remove KEY")
+    p = csub.add_parser("unset", help="remove KEY (exit 1 when unset)")
     p.add_argument("key", metavar="KEY")
     p.set_defaults(func=_cmd_unset)
     p = csub.add_parser("show", help="every key: stored value, environment override, meaning")
@@ -66,6 +66,8 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
     value = get_value(args.key)
     if value is None:
+        # NeMo Evaluator's wording and status for a key that is not set
+        print(f"Error: Key not found: {args.key}", file=sys.stderr)
         return 1
     print(value)
     return 0
@@ -74,8 +76,10 @@ def _cmd_get(args: argparse.Namespace) -> int:
 def _cmd_unset(args: argparse.Namespace) -> int:
     from nel_resources.user_config import unset_value
 
-    removed = unset_value(args.key)
-    print(f"{args.key} {'removed' if removed else 'was not set'}  ({_path()})")
+    if not unset_value(args.key):
+        print(f"Error: Key not found: {args.key}", file=sys.stderr)
+        return 1  # as NeMo Evaluator: unsetting a key that is not set is an error
+    print(f"Removed: {args.key}  ({_path()})")
     return 0
 
 

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="seconds each model request may take before it is retried "
                      "(overrides every service's and benchmark's `timeout`)")
     run.add_argument("--shards", type=int, help="split each benchmark into N shards")
-    run.add_argument("-o", "--output-dir", help="output directory (default ./nel-results)")
+    run.add_argument("-o", "--output-dir", help="output directory (default ./eval_results)")
     run.add_argument("--resume", action="store_true", default=True,
                      help="continue interrupted shards from their journals (default)")
     run.add_argument("--fresh", action="store_true",
@@ -122,7 +122,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             b["timeout"] = args.timeout
     if args.output_dir is not None:
         data.setdefault("output", {})["dir"] = args.output_dir
-    cfg = load_config(data=data)
+    cfg = load_config(data=data, source=cfg if args.config else None)
     _check_runnable(cfg, args.config or "the flags")
     return cfg
 
@@ -145,7 +145,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         if value is not None and value < low:
             raise ConfigError(f"{flag} {value}: must be at least {low} ({what})")
     if args.output_dir is not None and not args.output_dir.strip():
-        raise ConfigError("-o/--output-dir is empty: give a directory, e.g. -o ./nel-results")
+        raise ConfigError("-o/--output-dir is empty: give a directory, e.g. -o ./eval_results")
 
 
 def _check_runnable(cfg: Any, where: str) -> None:

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("sql", nargs="?", help="the SQL to run")
     q.add_argument("--views", action="store_true", help="list the views and their columns")
-    q.add_argument("-o", "--output-dir", default="./nel-results", help="output directory of a run")
+    q.add_argument("-o", "--output-dir", default="./eval_results", help="output directory of a run")
     q.add_argument("-f", "--format", default="table", choices=["table", "csv", "json"])
     q.add_argument("--max-rows", type=int, default=200, help="rows shown as a table (csv/json: all)")
     q.set_defaults(func=_cmd_query)

@@ -16,15 +16,17 @@ from dagster_project.cli import (
     commands_data,
     commands_eval,
     commands_misc,
+    commands_package,
     commands_report,
+    commands_runs,
     commands_serve,
     commands_validate,
 )
 
 # Each module exposes `register(subparsers)`; order is the order shown in --help
 # (commands_eval first: it creates the `eval` group the report module extends).
-_COMMAND_MODULES = [commands_eval, commands_report, commands_validate, commands_compare,
-                    commands_data, commands_misc, commands_serve, commands_config]
+_COMMAND_MODULES = [commands_eval, commands_report, commands_runs, commands_validate, commands_compare,
+                    commands_data, commands_misc, commands_serve, commands_config, commands_package]
 
 
 def build_parser() -> argparse.ArgumentParser:

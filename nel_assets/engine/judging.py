@@ -34,8 +34,11 @@ from nel_resources.model_client import ModelClient, ModelError, client_for_servi
 from nel_resources.specs import RunSpec
 
 # Scorers a `type: scorer` metric may name (all share the scorer signature).
-SCORER_NAMES = ("answer_line", "exact_match", "fuzzy_match", "math_match", "multichoice_regex",
-                "numeric_match", "triviaqa_match")
+SCORER_NAMES = ("answer_line", "exact_match", "fuzzy_match", "math_match", "mcq_extract",
+                "multichoice_regex", "numeric_match", "triviaqa_match")
+# NeMo Evaluator's `mcq_extract` metric (extract the option letter, compare it to the gold
+# one) is what nel's `multichoice_regex` scorer does.
+_SCORER_ALIASES = {"mcq_extract": "multichoice_regex"}
 
 
 def _scorer(name: str) -> Callable[..., VerifyResult]:
@@ -43,7 +46,7 @@ def _scorer(name: str) -> Callable[..., VerifyResult]:
         raise NelError(f"unknown scorer metric {name!r}; choose from {', '.join(SCORER_NAMES)}")
     import benchmarks.scoring as scoring
 
-    return getattr(scoring, name)
+    return getattr(scoring, _SCORER_ALIASES.get(name, name))
 
 
 def _env_class(benchmark: str) -> Any:

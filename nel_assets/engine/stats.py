@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
@@ -190,6 +191,41 @@ def _group(problem_idx: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         pid = pid.astype(str)
     ids, first, inv = np.unique(pid, return_index=True, return_inverse=True)
     return ids, inv.reshape(-1), first
+
+
+@dataclass(frozen=True)
+class _ItemSums:
+    """Rows grouped by question: the sums every per-question statistic starts from.
+
+    ``r`` holds the rewards as floats (NaN = failed), ``inv`` maps each row to its question,
+    ``first`` is each question's first row, ``cnt`` / ``s1`` are each question's number and
+    sum of valid rewards, and ``keep`` marks questions with at least one valid reward.
+    """
+
+    r: np.ndarray
+    ids: np.ndarray
+    inv: np.ndarray
+    first: np.ndarray
+    valid: np.ndarray
+    cnt: np.ndarray
+    s1: np.ndarray
+    keep: np.ndarray
+
+    @property
+    def g(self) -> int:
+        """Number of distinct questions (valid reward or not)."""
+        return int(self.ids.shape[0])
+
+
+def _item_sums(problem_idx: Any, reward: Any) -> _ItemSums:
+    """Group rewards by question (one pass of ``np.unique`` and two ``bincount``)."""
+    r = _as_float(reward)
+    ids, inv, first = _group(problem_idx)
+    valid = np.isfinite(r)
+    g = ids.shape[0]
+    cnt = np.bincount(inv[valid], minlength=g)
+    s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
+    return _ItemSums(r, ids, inv, first, valid, cnt, s1, cnt > 0)
 
 
 def critical_value(level: float, units: int) -> tuple[float, str, int | None]:
@@ -688,13 +724,8 @@ def repeat_variance(
         None when no question has ≥ 2 valid samples (single-sample runs cannot separate the
         two parts).
     """
-    r = _as_float(reward)
-    ids, inv, _ = _group(problem_idx)
-    valid = np.isfinite(r)
-    g = ids.shape[0]
-    cnt = np.bincount(inv[valid], minlength=g)
-    s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
-    keep = cnt > 0
+    it = _item_sums(problem_idx, reward)
+    r, inv, valid, g, cnt, s1, keep = it.r, it.inv, it.valid, it.g, it.cnt, it.s1, it.keep
     n = int(keep.sum())
     out: dict[str, Any] = {
         "n_items": n,
@@ -761,13 +792,9 @@ def item_table(
         questions with one valid sample) — it lets a comparison tell how much of its SE more
         repeats would remove. ``clusters`` and ``categories`` are None when not given.
     """
-    r = _as_float(reward)
-    ids, inv, first = _group(problem_idx)
-    valid = np.isfinite(r)
-    g = ids.shape[0]
-    cnt = np.bincount(inv[valid], minlength=g)
-    s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
-    keep = cnt > 0
+    it = _item_sums(problem_idx, reward)
+    r, ids, inv, first, valid, g = it.r, it.ids, it.inv, it.first, it.valid, it.g
+    cnt, s1, keep = it.cnt, it.s1, it.keep
     mu = np.divide(s1, cnt, out=np.zeros(g), where=cnt > 0)
     dev = r[valid] - mu[inv[valid]]
     ss = np.bincount(inv[valid], weights=dev * dev, minlength=g)
@@ -801,13 +828,8 @@ def per_category(
         ``{category: {mean, se, ci_low, ci_high, ci_method, n_items}}`` sorted by category
         name; the interval is ``score_interval``'s.
     """
-    r = _as_float(reward)
-    ids, inv, first = _group(problem_idx)
-    valid = np.isfinite(r)
-    g = ids.shape[0]
-    cnt = np.bincount(inv[valid], minlength=g)
-    s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
-    keep = cnt > 0
+    it = _item_sums(problem_idx, reward)
+    r, first, cnt, s1, keep = it.r, it.first, it.cnt, it.s1, it.keep
     means = s1[keep] / cnt[keep]
     binary = is_binary(r)
     cats = [
@@ -864,13 +886,8 @@ def score_summary(
         ``extracted`` given and repeats > 1; ``per_category`` None unless ``category``
         given; ``n_clusters`` None unless ``cluster`` given.
     """
-    r = _as_float(reward)
-    ids, inv, first = _group(problem_idx)
-    valid = np.isfinite(r)
-    g = ids.shape[0]
-    cnt = np.bincount(inv[valid], minlength=g)
-    s1 = np.bincount(inv[valid], weights=r[valid], minlength=g)
-    keep = cnt > 0
+    it = _item_sums(problem_idx, reward)
+    r, first, valid, g, cnt, s1, keep = it.r, it.first, it.valid, it.g, it.cnt, it.s1, it.keep
     means = s1[keep] / cnt[keep]
     clus = _item_labels(cluster, first, keep)
     binary = is_binary(r)

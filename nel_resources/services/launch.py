@@ -23,6 +23,7 @@ import dagster as dg
 
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
+from nel_resources.config.services import LAUNCHED_TYPES
 from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError, free_port
 from nel_resources.specs import ResolvedConfig
 
@@ -75,9 +76,6 @@ def resolve_hf_model(uri: str) -> str:
             f"cannot download {uri} ({type(exc).__name__}); set NEL_MODEL_PATH (or the "
             "service's model_path) to a local GGUF file"
         ) from None
-
-
-LAUNCHED_TYPES = frozenset({"llama_cpp", "vllm", "sglang", "trt_llm"})
 
 
 class LaunchedService:

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from dagster_project import exit_codes
-from tests.support.cli import nel_env, run_nel, summary_json
+from tests.support.cli import run_nel, started_nel, summary_json
 from tests.support.cli_output import error_lines
 from tests.support.mounts import fill, read_only_view, tmpfs
-from tests.support.realcomponents import REPO_ROOT
 from tests.support.waiting import wait_while_running
 
 
@@ -102,22 +99,13 @@ def test_a_dagster_home_filling_up_mid_run(tmp_path: Path, reference_server, ser
     args = ["eval", "run", "-b", "gsm8k", "-m", str(n), "--model-url", url, "--no-progress", "--json",
             "--max-concurrent", "1", "-o", str(out)]
     env = {"NEL_DATA_DIR": str(data_dir)}
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
     journal = out / "gsm8k" / "_journal" / "model=default" / "shard=0"
-    with tmpfs(tmp_path / "home", "2m") as home:
-        with stdout.open("wb") as so, stderr.open("wb") as se:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dagster_project.cli.main", *args, "-b", "mmlu",
-                 "-O", f"output.dagster_home={home / 'dagster'}"],
-                stdout=so, stderr=se, cwd=REPO_ROOT, env=nel_env(env), start_new_session=True)
-        try:
-            wait_while_running(lambda: _journaled(journal), proc=proc, what="a journaled sample", log=stderr)
-            fill(home)
-            rc = proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with tmpfs(tmp_path / "home", "2m") as home, started_nel(
+            *args, "-b", "mmlu", "-O", f"output.dagster_home={home / 'dagster'}", out_dir=tmp_path,
+            env=env) as (proc, stdout, stderr):
+        wait_while_running(lambda: _journaled(journal), proc=proc, what="a journaled sample", log=stderr)
+        fill(home)
+        rc = proc.wait(timeout=300)
     assert rc == exit_codes.EVAL_FAILED, stderr.read_text()
     errors = error_lines(stdout.read_text(), stderr.read_text())
     assert [ln.split(":")[1].strip() for ln in errors] == ["gsm8k/default", "mmlu/default"], errors

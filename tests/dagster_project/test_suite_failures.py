@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dagster_project import exit_codes
-from tests.support.cli import nel_env, run_nel
+from tests.support.cli import run_nel, started_nel
 from tests.support.cli_output import error_lines
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import reset_server_stats
@@ -88,20 +86,12 @@ def test_an_endpoint_dying_mid_run_fails_its_pair_only(
     cfg.write_text(f"services:\n  dying: {{url: {dying}, model: dying, max_retries: 1, retry_backoff: 0.01}}\n"
                    f"  good: {{url: {good}, model: good}}\n"
                    f"benchmarks:\n  - {{name: gsm8k, max_problems: 4}}\noutput:\n  dir: {out}\n")
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
-    with stdout.open("wb") as so, stderr.open("wb") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "eval", "run", str(cfg),
-                                 "--json", "--no-progress"], stdout=so, stderr=se, cwd=REPO_ROOT,
-                                env=nel_env({"NEL_DATA_DIR": str(data_dir)}), start_new_session=True)
-    try:
+    with started_nel("eval", "run", str(cfg), "--json", "--no-progress", out_dir=tmp_path,
+                     env={"NEL_DATA_DIR": str(data_dir)}) as (proc, stdout, stderr):
         wait_while_running(lambda: server_stats(dying)["by_endpoint"].get("/v1/chat/completions", 0) >= 1,
                            proc=proc, what="a request at the dying server", log=stderr)
         reference_server.processes[dying].stop()
         rc = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert rc == exit_codes.EVAL_FAILED, stderr.read_text()
     errors = error_lines(stdout.read_text(), stderr.read_text())
     assert len(errors) == 1 and errors[0].startswith("error: gsm8k/dying: every sample failed (4 of 4)"), errors
@@ -177,22 +167,14 @@ def test_ctrl_c_stops_the_whole_suite_with_130(tmp_path: Path, reference_server,
     failure and go on with the next."""
     url = reference_server(delay_ms=200)
     out = tmp_path / "out"
-    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
     journal = out / "gsm8k" / "_journal" / "model=default" / "shard=0"
-    with stdout.open("wb") as so, stderr.open("wb") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "eval", "run", "-b", "gsm8k",
-                                 "-b", "mmlu", "-m", "20", "--model-url", url, "-o", str(out), "--no-progress",
-                                 "--max-concurrent", "1"], stdout=so, stderr=se, cwd=REPO_ROOT,
-                                env=nel_env({"NEL_DATA_DIR": str(data_dir)}), start_new_session=True)
-    try:
+    with started_nel("eval", "run", "-b", "gsm8k", "-b", "mmlu", "-m", "20", "--model-url", url,
+                     "-o", str(out), "--no-progress", "--max-concurrent", "1", out_dir=tmp_path,
+                     env={"NEL_DATA_DIR": str(data_dir)}) as (proc, stdout, stderr):
         wait_while_running(lambda: journal.exists() and any(f.stat().st_size for f in journal.glob("*.jsonl")),
                            proc=proc, what="a journaled sample", log=stderr)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert rc == exit_codes.INTERRUPTED, stderr.read_text()
     assert "Traceback" not in stdout.read_text() + stderr.read_text(), stderr.read_text()
     assert stderr.read_text().strip().splitlines()[-1] == "interrupted"

@@ -72,9 +72,9 @@ def test_judge_required_self_judge_and_bad_names(data: None) -> None:
                              "benchmarks": [{"name": "simpleqa", **judge_metric(service="twin")}]})
     with pytest.raises(NelError, match="allow_self_judge"):
         check_scoring(solver_run(twin))
-    cfg = config("http://x/v1", {"name": "simpleqa", **judge_metric(service="nope")})
+    # a judge naming no defined service is refused when the config is read
     with pytest.raises(NelError, match="not in `services`"):
-        check_scoring(solver_run(cfg))
+        config("http://x/v1", {"name": "simpleqa", **judge_metric(service="nope")})
     cfg = config("http://x/v1", {"name": "gsm8k", "scoring": {"metrics": [
         {"type": "scorer", "name": "no_such"}]}})
     with pytest.raises(NelError, match="unknown scorer"):

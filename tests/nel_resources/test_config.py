@@ -67,7 +67,7 @@ def test_walkthrough_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # the judge is not a solver: benchmarks without `service` run against role=model only
     assert cfg.benchmarks[0].service_names(cfg.services) == ["nemotron"]
     assert cfg.cluster.shards == 4
-    assert cfg.sandboxes["python"]["image"] == "python:3.11"
+    assert cfg.sandboxes["python"].image == "python:3.11"
 
 
 def test_env_expansion_and_missing_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

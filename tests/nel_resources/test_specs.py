@@ -35,8 +35,8 @@ def test_defaults_of_a_single_service() -> None:
     assert run.env.name == "gsm8k" and dict(run.env.params) == {"protocol": "chat"}
     assert run.selection.max_problems == 7 and run.selection.problem_range is None
     assert (run.repeats, run.shards, run.timeout, run.system_prompt) == (1, 3, 30, None)
-    # the extension points later issues fill: one solver, no sandbox, no interceptors yet
-    assert run.solver == DEFAULT_SOLVER == "simple"
+    # the extension points later issues fill: the simple solver, no sandbox, no interceptors
+    assert run.solver.type == DEFAULT_SOLVER == "simple"
     assert run.sandbox is None and run.interceptors == ()
     assert run.judges == () and run.scoring is None
     assert r.output_dir == "/tmp/out-x" and r.used_services == ("My Model",)
@@ -85,6 +85,27 @@ def test_several_services_protocols_prompts_and_the_baseline() -> None:
     assert set(r.services) == {"alpha", "Beta Model", "grader", "env1"}
 
 
+def test_solver_sandbox_interceptors_and_concurrency_cap_are_resolved() -> None:
+    cfg = load_config(data={
+        "services": {"m": {"url": URL, "max_concurrent": 16,
+                           "interceptors": [{"name": "caching"}],
+                           "proxy": {"interceptors": [{"name": "reasoning"}]}}},
+        "sandboxes": {"box": {"type": "docker", "image": "python:3.12"}},
+        "benchmarks": [{"name": "gsm8k", "max_concurrent": 4, "sandbox": "box",
+                        "solver": {"type": "simple", "service": "m"}},
+                       {"name": "mmlu", "max_concurrent": 64}],
+    })
+    r = resolve(cfg)
+    (a,), (b,) = (bench.runs for bench in r.benchmarks)
+    assert a.sandbox is not None and a.sandbox.type == "docker" and a.sandbox.image == "python:3.12"
+    assert [i.name for i in a.interceptors] == ["caching", "reasoning"]
+    # a benchmark's max_concurrent caps its service; it never raises the service's own
+    assert a.service.config.max_concurrent == 4 and b.service.config.max_concurrent == 16
+    assert r.services["m"].config.max_concurrent == 16
+    # the cap does not change answers, so it is not a fingerprint input
+    assert a.fingerprint.service_settings == b.fingerprint.service_settings
+
+
 def _judged(metric: dict[str, Any], services: dict[str, Any] | None = None) -> Any:
     return load_config(data={
         "services": services or {"solver": {"url": URL, "model": "s"},
@@ -104,8 +125,6 @@ def test_judge_services_resolve_for_the_scoring_metrics() -> None:
 
 
 @pytest.mark.parametrize(("metric", "services", "message"), [
-    ({"service": "nope"}, None,
-     "simpleqa: judge metric 'j' uses service 'nope', which is not in `services` (solver, grader)"),
     ({}, {"solver": {"url": URL}, "j1": {"url": URL, "model": "a", "role": "judge"},
           "j2": {"url": URL, "model": "b", "role": "judge"}},
      "simpleqa: judge metric 'j' has no `service`; name one of the services (solver, j1, j2)"),
@@ -140,6 +159,13 @@ def test_a_service_name_that_does_not_resolve_is_one_clear_line() -> None:
                             "benchmarks": [{"name": "gym://env", "service": "a"}]})
     with pytest.raises(NelError, match="gym service 'env' has no url"):
         resolve(gym)
+    judged = _judged({"service": "grader"})
+    assert judged.benchmarks[0].scoring is not None
+    judged.benchmarks[0].scoring.metrics[0].service = "nope"
+    with pytest.raises(NelError) as ei:
+        resolve(judged)
+    assert str(ei.value) == ("simpleqa: judge metric 'j' uses service 'nope', which is not in "
+                             "`services` (solver, grader)")
 
 
 def test_checkpoint_services_become_new_run_specs(tmp_path: Path) -> None:
@@ -215,9 +241,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Recorded from main's code at commit 2141488 (before specs existed), for CONFIGS above
-# with NEL_DATA_DIR=shared/datasets and an empty store: `bench_code_version(cfg, bench)`
-# and `plan(cfg, store, bench)` fingerprints. Literals rather than a run of the old code,
+# Recorded by running main's code at commit 2141488 (before specs existed, and before the
+# NeMo Evaluator judge keys were added to scoring metrics) on CONFIGS above, with
+# NEL_DATA_DIR=shared/datasets and an empty store: `bench_code_version(cfg, bench)` and the
+# `plan(cfg, store, bench)` fingerprints. Literals rather than a run of the old code,
 # because the old code is gone from this tree; the datasets are fixed files, so these
 # values only change when results-affecting inputs do.
 MAIN_FINGERPRINTS = {
@@ -240,6 +267,15 @@ MAIN_FINGERPRINTS = {
     "mixed/triviaqa/alpha/1": "8803cc57aa58d1c0cd75",
     "mixed/triviaqa/code_version": "dff52f2adb5c",
 }
+
+
+def test_a_new_scoring_key_moves_the_fingerprint() -> None:
+    base = {"type": "judge", "name": "j", "service": "grader"}
+    plain = resolve(_judged(base)).benchmarks[0]
+    rubric = resolve(_judged({**base, "rubric": "Is it right?"})).benchmarks[0]
+    assert plain.runs[0].fingerprint != rubric.runs[0].fingerprint
+    assert plain.code_version_inputs != rubric.code_version_inputs
+    assert rubric.runs[0].fingerprint.payload()["scoring"]["metrics"][0]["rubric"] == "Is it right?"
 
 
 def test_fingerprints_and_code_versions_equal_mains(data_dir: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,29 @@ def start_nel(*args: str, env: dict[str, str] | None = None, log: Path) -> subpr
         env=nel_env(env), cwd=REPO_ROOT, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
     )
+
+
+@contextlib.contextmanager
+def started_nel(*args: str, out_dir: Path, env: dict[str, str] | None = None
+                ) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
+    """`nel ARGS...` running in the background (own session), stdout and stderr in separate
+    files under `out_dir`; yields (process, stdout path, stderr path).
+
+    On leaving, a process still running has its whole group killed (servers it launched
+    included), so a failing test never leaves a run behind.
+    """
+    stdout, stderr = out_dir / "stdout", out_dir / "stderr"
+    with stdout.open("wb") as so, stderr.open("wb") as se:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster_project.cli.main", *args], stdout=so, stderr=se,
+            cwd=REPO_ROOT, env=nel_env(env), start_new_session=True)
+    try:
+        yield proc, stdout, stderr
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def summary_json(proc: subprocess.CompletedProcess[str], status: int = 0) -> dict[str, Any]:

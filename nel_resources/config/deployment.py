@@ -1,0 +1,152 @@
+"""`cluster:` (where shards run) and `output:` (where results and exports go)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
+
+_WALLTIME_RE = re.compile(r"^(\d+-)?\d+:\d{2}:\d{2}$")
+
+
+class NodePool(_Strict):
+    """A named group of SLURM nodes (`cluster.node_pools.<name>`)."""
+
+    partition: str
+    nodes: int = Field(1, ge=1)
+    ntasks_per_node: int = Field(1, ge=1)
+    gres: str | None = None
+    gpus_per_node: int | None = Field(None, ge=1)
+    sbatch_extra_flags: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+ClusterType = Literal["local", "docker", "slurm", "k8s", "kubernetes", "ray"]
+_NEL_CLUSTER = frozenset({"shards", "slurm", "k8s", "docker", "ray"})
+_CONTAINERS = frozenset({"container_mounts", "container_env", "mount_home", "shm_size"})
+_CLUSTER_KEYS: dict[str, frozenset[str]] = {
+    "local": _NEL_CLUSTER | {"gpus", "max_memory", "container_env"},
+    "docker": _NEL_CLUSTER | _CONTAINERS | {"image"},
+    "slurm": _NEL_CLUSTER | _CONTAINERS | {
+        "account", "walltime", "node_pools", "conda_env", "eval_image", "auto_resume",
+        "max_retries", "max_walltime", "sbatch_comment", "sbatch_extra_flags", "hostname",
+        "username", "submit"},
+    "k8s": _NEL_CLUSTER, "kubernetes": _NEL_CLUSTER, "ray": _NEL_CLUSTER,
+}
+
+
+class ClusterConfig(_Strict):
+    """Where shards run: locally, or spread on SLURM / Kubernetes / Docker / Ray."""
+
+    type: ClusterType = "local"
+    shards: int | None = Field(None, ge=1)
+    slurm: dict[str, Any] = Field(default_factory=dict)
+    k8s: dict[str, Any] = Field(default_factory=dict)
+    docker: dict[str, Any] = Field(default_factory=dict)
+    ray: dict[str, Any] = Field(default_factory=dict)
+    # NeMo Evaluator's local / docker / slurm cluster keys.
+    gpus: list[int] | None = None
+    max_memory: str | None = None
+    container_env: dict[str, str] = Field(default_factory=dict)
+    image: str | None = None
+    container_mounts: list[str] = Field(default_factory=list)
+    mount_home: bool = True
+    shm_size: str | None = None
+    account: str | None = None
+    walltime: str = "04:00:00"
+    node_pools: dict[str, NodePool] = Field(default_factory=dict)
+    conda_env: str | None = None
+    eval_image: str | None = None
+    auto_resume: bool = True
+    max_retries: int = Field(3, ge=0)
+    max_walltime: str | None = None
+    sbatch_comment: str | None = None
+    sbatch_extra_flags: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    hostname: str | None = None
+    username: str | None = None
+    submit: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_for_type(cls, data: Any) -> Any:
+        check_type_keys(data, "a cluster", _CLUSTER_KEYS, "local", field_defaults(cls))
+        return data
+
+    @field_validator("walltime", "max_walltime")
+    @classmethod
+    def _walltime(cls, v: str | None) -> str | None:
+        if v is not None and not _WALLTIME_RE.match(v):
+            raise ValueError(f"write a SLURM time, HH:MM:SS or D-HH:MM:SS (got {v!r})")
+        return v
+
+    @field_validator("sbatch_extra_flags")
+    @classmethod
+    def _flags(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, val in v.items():
+            if not re.match(r"^[a-zA-Z][a-zA-Z0-9_-]*$", key):
+                raise ValueError(f"{key!r} is not an sbatch flag name")
+            if isinstance(val, str) and "\n" in val:
+                raise ValueError(f"the value of sbatch flag {key!r} must be one line")
+        return v
+
+    @model_validator(mode="after")
+    def _pools(self) -> ClusterConfig:
+        if self.type == "slurm" and not self.node_pools and not self.slurm:
+            raise key_error("node_pools", "a slurm cluster needs `node_pools` (e.g. "
+                            "`gpu: {partition: batch, nodes: 1, gres: 'gpu:8'}`)")
+        return self
+
+
+# Exporters NeMo Evaluator 0.3.0 has; nel builds them in the exports issue.
+KNOWN_EXPORTERS = ("inspect", "mlflow", "wandb")
+KNOWN_REPORTS = ("markdown", "html", "csv", "json", "latex")
+
+
+class OutputConfig(_Strict):
+    """Where results go (`dir`), which reports are written and where results are exported.
+
+    nel's older `exports:` spelling is read as `export`.
+    """
+
+    dir: str = Field("./eval_results", min_length=1)
+    dagster_home: str | None = None
+    export: list[str | dict[str, Any]] = Field(default_factory=list)
+    export_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    report: list[str] = Field(default_factory=lambda: ["markdown"])
+    # None = nel's layout (one stable directory, so reruns only evaluate stale shards).
+    timestamped: bool | None = None
+    progress_interval: float | None = Field(None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "exports" in data:
+            data = dict(data)
+            exports = data.pop("exports")
+            if data.get("export") not in (None, [], exports):
+                raise key_error("exports", "give `export` or `exports`, not both (write `export`)")
+            data["export"] = exports
+        return data
+
+    @model_validator(mode="after")
+    def _known(self) -> OutputConfig:
+        for i, item in enumerate(self.export):
+            name = item.get("type") if isinstance(item, dict) else item
+            if name not in KNOWN_EXPORTERS:
+                raise key_error(f"export.{i}", f"unknown exporter {name!r}; the exporters are "
+                                f"{', '.join(KNOWN_EXPORTERS)}")
+        for name in self.export_config:
+            if name not in KNOWN_EXPORTERS:
+                raise key_error(f"export_config.{name}", f"unknown exporter {name!r}; the "
+                                f"exporters are {', '.join(KNOWN_EXPORTERS)}")
+        for i, fmt in enumerate(self.report):
+            if fmt not in KNOWN_REPORTS:
+                raise key_error(f"report.{i}", f"unknown report format {fmt!r}; the formats "
+                                f"are {', '.join(KNOWN_REPORTS)}")
+        return self
+
+    def exporter_names(self) -> list[str]:
+        """The exporters asked for, by name."""
+        return [str(e.get("type") if isinstance(e, dict) else e) for e in self.export]

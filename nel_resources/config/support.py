@@ -1,0 +1,198 @@
+"""`check_supported`: refuse, before any request, config keys whose feature nel lacks yet.
+
+`load_config` accepts every NeMo Evaluator 0.3.0 key (so `--dry-run` can show the plan);
+this check is what stops a run from silently ignoring one or doing something else. Each
+refusal is one line: `file:line: key <path>: <feature> is not supported yet in nel; <what
+to do instead>`. Later issues remove entries as the features land.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from nel_resources.config._base import ConfigError, field_defaults
+from nel_resources.config.benchmarks import BenchmarkConfig, ScoringMetric
+from nel_resources.config.deployment import ClusterConfig
+from nel_resources.config.model import NelConfig
+from nel_resources.config.services import LAUNCHED_TYPES, ServiceConfig
+
+# Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
+_HARNESS_SCHEMES = {
+    "lm-eval": "lm-evaluation-harness tasks", "skills": "NeMo Skills benchmarks",
+    "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
+    "vlmevalkit": "VLMEvalKit benchmarks",
+}
+# The same benchmark built into nel, for names a NeMo Evaluator config may use.
+_NEL_EQUIVALENT = {
+    "lm-eval://mmlu_generative": "mmlu", "lm-eval://mmlu": "mmlu", "lm-eval://gsm8k": "gsm8k",
+    "skills://mmlu-pro": "mmlu_pro", "skills://gsm8k": "gsm8k", "skills://math-500": "math500",
+    "skills://gpqa": "gpqa", "skills://simpleqa": "simpleqa",
+}
+_SERVICE_UNBUILT = {
+    "served_model_name": "serving a model under another name",
+    "pipeline_parallel_size": "pipeline parallelism", "data_parallel_size": "data parallelism",
+    "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service",
+    "image": "running a service in a container image", "health_path": "custom health checks",
+    "setup_commands": "service setup commands", "container_mounts": "container mounts",
+    "pre_cmd": "a service pre-command", "ray_binary": "Ray-launched servers",
+    "reasoning_pattern": "reasoning-trace extraction patterns",
+    "max_input_tokens": "input token limits", "max_output_tokens": "output token limits",
+    "benchmark": "gym servers nel starts", "server_cmd": "gym servers nel starts",
+    "nat_config_file": "NAT agent services", "class_path": "plugin services",
+    "config": "plugin services",
+}
+_BENCH_UNBUILT = {
+    "context_window": "context-window limits", "skip_failed": "skip_failed",
+    "max_system_retries": "max_system_retries (nel retries per request: services.<n>.max_retries)",
+    "instruction_template": "instruction templates", "verifier": "separate verifier services",
+}
+_JUDGE_UNBUILT = ("rubric", "rubric_file", "system_prompt", "max_score", "swap_check",
+                  "reference_free", "temperature", "timeout", "max_retries")
+_CLUSTER_LOCAL_UNBUILT = {"gpus": "GPU selection", "max_memory": "memory limits",
+                          "container_env": "container environment variables"}
+_SERVICE_DEFAULTS = field_defaults(ServiceConfig)
+_CLUSTER_DEFAULTS = field_defaults(ClusterConfig)
+_BENCH_DEFAULTS = field_defaults(BenchmarkConfig)
+
+
+class _Refusal(Exception):
+    def __init__(self, path: tuple[Any, ...], feature: str, instead: str) -> None:
+        super().__init__(feature)
+        self.path, self.feature, self.instead = path, feature, instead
+
+
+def _changed(model: BaseModel, name: str, defaults: dict[str, Any]) -> bool:
+    value = getattr(model, name)
+    return name in defaults and value != defaults[name] and value not in (None, [], {})
+
+
+def check_supported(cfg: NelConfig) -> None:
+    """Refuse the first key whose feature nel does not have yet.
+
+    Raises:
+        ConfigError: `file:line: key <path>: <feature> is not supported yet in nel; <fix>`.
+    """
+    try:
+        _check_cluster(cfg)
+        _check_services(cfg)
+        _check_benchmarks(cfg)
+        _check_output(cfg)
+    except _Refusal as r:
+        key = ".".join(str(p) for p in r.path)
+        line = cfg.line_of(*r.path)
+        raise ConfigError(f"{cfg._where}:{line or '?'}: key {key}: {r.feature} is not "
+                          f"supported yet in nel; {r.instead}") from None
+
+
+def _check_cluster(cfg: NelConfig) -> None:
+    c = cfg.cluster
+    if c.type != "local":
+        raise _Refusal(("cluster", "type"), f"cluster type {c.type!r} (launching shards on "
+                       f"{c.type})", "remove `cluster:` (or write `type: local`) to run on this "
+                       "machine, or start one `nel eval run` per shard yourself")
+    for name, what in _CLUSTER_LOCAL_UNBUILT.items():
+        if _changed(c, name, _CLUSTER_DEFAULTS):
+            raise _Refusal(("cluster", name), f"cluster.{name} ({what})", f"remove `{name}`")
+
+
+def _check_services(cfg: NelConfig) -> None:
+    for name, svc in cfg.services.items():
+        at = ("services", name)
+        if svc.type in ("nim", "docker_model", "dynamo", "nat", "custom"):
+            raise _Refusal((*at, "type"), f"service type {svc.type!r}",
+                           "start the server yourself and use `type: api` with its `url`, or "
+                           "a type nel starts (llama_cpp, vllm, sglang, trt_llm)")
+        if svc.type == "gym" and not svc.url:
+            raise _Refusal(at, "a gym service nel starts itself (no `url`)",
+                           "start the gym server yourself and give its `url`")
+        if svc.proxy is not None:
+            raise _Refusal((*at, "proxy"), "the adapter proxy", "remove `proxy:`")
+        if svc.interceptors:
+            raise _Refusal((*at, "interceptors"), "interceptors", "remove `interceptors:`")
+        if svc.proxy_verbose:
+            raise _Refusal((*at, "proxy_verbose"), "the adapter proxy",
+                           "remove `proxy_verbose`")
+        if svc.node_pool is not None:
+            raise _Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
+                           "remove `node_pool`")
+        for key, what in _SERVICE_UNBUILT.items():
+            if _changed(svc, key, _SERVICE_DEFAULTS):
+                raise _Refusal((*at, key), what, f"remove `{key}`")
+        started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
+        if svc.depends_on and started:
+            raise _Refusal((*at, "depends_on"), "start order between launched services",
+                           "remove `depends_on` (nel starts each launched service on its own)")
+    for name, sb in cfg.sandboxes.items():
+        if sb.node_pool is not None:
+            raise _Refusal(("sandboxes", name, "node_pool"), "node pools",
+                           "remove `node_pool`")
+
+
+def _check_benchmarks(cfg: NelConfig) -> None:
+    for i, b in enumerate(cfg.benchmarks):
+        at: tuple[Any, ...] = ("benchmarks", i)
+        _check_name(b.name, (*at, "name"))
+        if b.solver.type != "simple":
+            raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
+                           "use `type: simple` (one model call per problem)")
+        if b.solver.generation is not None:
+            raise _Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
+                           "set them on the service (`services.<name>.generation`)")
+        if b.solver.image_detail != "auto":
+            raise _Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
+                           "remove `image_detail`")
+        if b.sandbox is not None and b.sandbox.type != "none":
+            raise _Refusal((*at, "sandbox"), f"sandbox execution ({b.sandbox.type} sandbox)",
+                           "remove `sandbox:` from the benchmark (a benchmark that needs one "
+                           "cannot run in nel yet)")
+        for key, what in _BENCH_UNBUILT.items():
+            if _changed(b, key, _BENCH_DEFAULTS):
+                raise _Refusal((*at, key), what, f"remove `{key}`")
+        for j, m in enumerate(b.scoring.metrics if b.scoring else []):
+            _check_metric(m, (*at, "scoring", "metrics", j))
+
+
+def _check_name(name: str, at: tuple[Any, ...]) -> None:
+    scheme = name.split("://", 1)[0] if "://" in name else None
+    if scheme is None or scheme == "gym":
+        return
+    same = _NEL_EQUIVALENT.get(name)
+    instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else
+               "see `nel list` for the benchmarks nel has, or write your own (BYOB)")
+    what = _HARNESS_SCHEMES.get(scheme, f"{scheme}:// benchmarks")
+    raise _Refusal(at, f"benchmark {name!r} ({what})", instead)
+
+
+def _check_metric(m: ScoringMetric, at: tuple[Any, ...]) -> None:
+    if m.type not in ("scorer", "judge"):
+        raise _Refusal((*at, "type"), f"{m.type!r} metrics", "use `type: scorer` or `type: judge`")
+    if m.type == "judge":
+        for key in _JUDGE_UNBUILT:
+            if getattr(m, key) is not None:
+                raise _Refusal((*at, key), f"the judge option `{key}`",
+                               f"remove `{key}` (nel's judge uses its built-in rubric)")
+
+
+def _check_output(cfg: NelConfig) -> None:
+    out = cfg.output
+    for i, name in enumerate(out.exporter_names()):
+        raise _Refusal(("output", "export", i), f"the {name!r} exporter",
+                       "remove it from `output.export`; results are in the output directory's "
+                       "Parquet files and exports/")
+    if out.export_config:
+        raise _Refusal(("output", "export_config"), "exporter settings",
+                       "remove `export_config`")
+    for i, fmt in enumerate(out.report):
+        if fmt != "markdown":
+            raise _Refusal(("output", "report", i), f"{fmt!r} reports",
+                           "use `report: [markdown]`")
+    if out.timestamped:
+        raise _Refusal(("output", "timestamped"), "timestamped output directories",
+                       "remove `timestamped` (nel keeps one directory so reruns only evaluate "
+                       "stale shards) or give `output.dir` a new name per run")
+    if out.progress_interval is not None:
+        raise _Refusal(("output", "progress_interval"), "periodic progress lines",
+                       "remove `progress_interval` (nel shows a live progress bar)")
+

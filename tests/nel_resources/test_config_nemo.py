@@ -1,0 +1,379 @@
+"""NeMo Evaluator 0.3.0 configs in nel: our own copies of every example config of its sdist
+and every walkthrough config of its docs (tests/fixtures/nemo_configs/) load; the ones whose
+features nel has run end to end against the reference server; the others are refused in
+one line naming the key. The real peer accepts the same copies."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nel_resources.config import ConfigError, apply_override, check_supported, load_config
+from tests.support.cli import run_nel, summary_json
+from tests.support.peers import peer_nemo_bin
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs"
+COPIES = sorted(FIXTURES.glob("examples/*.yaml")) + sorted(FIXTURES.glob("walkthrough/*.yaml"))
+
+# The key each copy is refused on (None: nel runs it as it is).
+REFUSED_KEY = {
+    "01_gsm8k_chat": None, "02_mmlu_completions": None, "05_simpleqa_judge": None,
+    "03_mmlu_lmeval": "benchmarks.0.name", "04_mmlu_pro_skills": "benchmarks.0.name",
+    "06_humaneval_docker": "benchmarks.0.sandbox",
+    "07_swebench_harbor": "services.nemotron.proxy",
+    "07_swebench_harbor_prod": "services.nemotron.proxy",
+    "07_swebench_multilingual_harbor": "services.nemotron.proxy",
+    "07_swebench_pro_harbor": "services.nemotron.proxy",
+    "07a_swebench_harbor_docker": "services.nemotron.proxy",
+    "08_terminalbench_harbor": "services.nemotron.proxy",
+    "08a_terminalbench_harbor_docker": "benchmarks.0.name",
+    "08b_terminalbench_v1_harbor": "services.nemotron.proxy",
+    "09_gym_runtime": "benchmarks.0.solver.type",
+    "09f_skills_eval_caveman_local_ecs": "services.model.proxy",
+    "10_gym_full": "benchmarks.0.solver.type", "10_nmp_harbor": "benchmarks.0.solver.type",
+    "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy",
+    "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
+    "15_slurm_gsm8k_vllm": "cluster.type", "15a_slurm_gsm8k_vllm_sharded": "cluster.type",
+    "15c_slurm_gsm8k_dynamo": "cluster.type", "15d_slurm_gsm8k_dynamo_disagg": "cluster.type",
+    "16_slurm_swebench_harbor": "cluster.type", "16a_slurm_swebench_harbor_apptainer": "cluster.type",
+    "17_suite_release": "benchmarks.2.sandbox", "18_humaneval_ecs": "benchmarks.0.sandbox",
+    "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "cluster.type",
+    "20a_slurm_gym_runtime_apptainer": "cluster.type",
+    "21_tool_calling_gym": "benchmarks.0.solver.type",
+    "22_tool_calling_sandbox": "benchmarks.0.solver.type",
+    "23_tool_calling_combined": "benchmarks.0.solver.type",
+    "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
+    "wt03_harness_uris": "benchmarks.0.name", "wt05_humaneval_sandbox": "benchmarks.0.sandbox",
+    "wt06_swebench_harbor_ecs": "services.nemotron.interceptors",
+    "wt07_gym_delegation": "benchmarks.0.solver.type",
+    "wt08_tool_calling_gym": "benchmarks.0.solver.type",
+    "wt09_tool_calling_sandbox": "benchmarks.0.solver.type",
+    "wt10_tool_calling_combined": "benchmarks.0.solver.type",
+    "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": "benchmarks.2.sandbox",
+    "wt13_slurm_vllm": "cluster.type", "wt14_slurm_sandbox_harbor": "cluster.type",
+    "wt15_slurm_shards": "cluster.type", "wt16_container_uri": "benchmarks.0.name",
+    "wt17_mlflow_traces": "output.export.0", "wt18_mlflow_artifacts": "output.export.0",
+}
+# The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
+# (only `proxy.interceptors` exists there). nel accepts both spellings, and refuses both.
+PEER_REJECTS = {"wt06_swebench_harbor_ecs"}
+
+
+def test_every_copy_is_listed() -> None:
+    assert len(list(FIXTURES.glob("examples/*.yaml"))) == 36
+    assert {p.stem for p in COPIES} == set(REFUSED_KEY)
+
+
+def _yaml_line(path: Path, line: int) -> str:
+    return path.read_text().splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("path", COPIES, ids=lambda p: p.stem)
+def test_copy_loads_and_is_run_or_refused_on_the_right_key(path: Path) -> None:
+    cfg = load_config(path)
+    assert cfg.benchmarks and cfg.services
+    key = REFUSED_KEY[path.stem]
+    if key is None:
+        check_supported(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)
+    msg = str(err.value)
+    m = re.fullmatch(rf"{re.escape(str(path))}:(\d+): key {re.escape(key)}: (.+) is not supported "
+                     r"yet in nel; (.+)", msg)
+    assert m, msg
+    assert "\n" not in msg
+    # the line named is where that key is written
+    last = key.split(".")[-1]
+    written = _yaml_line(path, int(m.group(1)))
+    assert (f"{last}:" in written) or last.isdigit(), (msg, written)
+
+
+def test_the_peer_accepts_our_copies() -> None:
+    """NeMo Evaluator's own config entry points (compose + parse) accept every copy."""
+    peer_python = peer_nemo_bin().parent / "python"
+    script = ("import sys, warnings\nwarnings.simplefilter('ignore')\n"
+              "from nemo_evaluator.config import compose_config, parse_eval_config\n"
+              "for f in sys.argv[1:]:\n"
+              "    try:\n        parse_eval_config(compose_config(f)); print('ACCEPT', f)\n"
+              "    except Exception as e:\n        print('REJECT', f, type(e).__name__)\n")
+    proc = subprocess.run([str(peer_python), "-c", script, *map(str, COPIES)], capture_output=True,
+                          text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+                          start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = {Path(line.split()[1]).stem: line.split()[0] for line in proc.stdout.splitlines()}
+    assert len(verdicts) == len(COPIES)
+    assert {n for n, v in verdicts.items() if v == "REJECT"} == PEER_REJECTS
+
+
+RUNNABLE = [p for p in COPIES if REFUSED_KEY[p.stem] is None]
+
+
+@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
+def test_runnable_copy_runs_end_to_end(path: Path, tmp_path: Path, reference_server,
+                                       server_stats, data_dir: Path) -> None:
+    # The judge configs point solver and judge at the same server: it says CORRECT to
+    # the judge's prompt and answers the benchmark's questions with its default reply.
+    url = reference_server()
+    n = 3
+    cfg = load_config(path)
+    args = ["eval", "run", str(path), "-O", f"benchmarks.0.max_problems={n}",
+            "-o", str(tmp_path / "out"), "--json", "--no-progress"]
+    judge_url = None
+    if "judge" in cfg.services:
+        # The judge gets its own server: nel refuses a judge that is the model under test
+        # (same URL and model), which these configs' two services would otherwise be.
+        judge_url = reference_server(answers=[{"match": "Gold target", "content": "A"}])
+        args += ["-O", f"services.judge.url={judge_url}/chat/completions"]
+    env = {"NEL_DATA_DIR": str(data_dir), "NEL_TEST_URL": f"{url}/chat/completions",
+           "NEL_TEST_URL_COMPLETIONS": f"{url}/completions"}
+    s = summary_json(run_nel(*args, env=env))
+    bench = cfg.benchmarks[0]
+    res = [r for r in s["results"] if r["benchmark"] == bench.name]
+    assert len(res) == 1 and res[0]["n_items"] == n, s
+    st = server_stats(url)
+    protocol = cfg.services[bench.service].protocol
+    endpoint = "/v1/completions" if protocol == "completions" else "/v1/chat/completions"
+    assert st["by_endpoint"].get(endpoint, 0) == n, st
+    if judge_url:
+        assert server_stats(judge_url)["by_endpoint"].get("/v1/chat/completions", 0) == n
+        assert res[0]["score"] == 1.0  # every answer graded A (CORRECT) by the judge
+
+
+# --------------------------------------------------------------------------- errors
+
+BASE = """\
+services:
+  model:
+    type: api
+    url: http://127.0.0.1:9/v1/chat/completions
+    protocol: chat_completions
+    model: m
+benchmarks:
+  - name: gsm8k
+    solver:
+      type: simple
+      service: model
+"""
+
+
+def _load(tmp_path: Path, text: str, overrides: list[str] | None = None):
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    return p, load_config(p, overrides=overrides)
+
+
+def _error(tmp_path: Path, text: str, overrides: list[str] | None = None) -> tuple[Path, str]:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(p, overrides=overrides)
+    msg = str(err.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return p, msg
+
+
+def _refusal(tmp_path: Path, text: str) -> str:
+    _, cfg = _load(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)
+    msg = str(err.value)
+    assert "is not supported yet in nel; " in msg and "\n" not in msg
+    return msg
+
+
+def test_solver_service_and_benchmark_service_are_one_field(tmp_path: Path) -> None:
+    _, cfg = _load(tmp_path, BASE)
+    assert cfg.benchmarks[0].service == "model"
+    assert cfg.benchmarks[0].service_names(cfg.services) == ["model"]
+    _, old = _load(tmp_path, BASE.replace("    solver:\n      type: simple\n      service: model\n",
+                                          "    service: model\n"))
+    assert old.benchmarks[0].service == "model" and old.benchmarks[0].solver.type == "simple"
+    # the dump reads back the same (the CLI round-trips configs this way)
+    again = load_config(data=cfg.model_dump(mode="json"))
+    assert again.model_dump() == cfg.model_dump()
+
+
+def test_service_and_solver_service_disagreeing_is_an_error(tmp_path: Path) -> None:
+    text = BASE.replace("  - name: gsm8k\n", "  - name: gsm8k\n    service: other\n")
+    p, msg = _error(tmp_path, text)
+    assert msg.startswith(f"{p}:10: benchmarks.0.solver: ")
+    assert "`service: other` and `solver.service: model` disagree" in msg
+    assert "write it once, as `solver.service`" in msg
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("temperature", 2.5, "less than or equal to 2"), ("top_p", 1.5, "less than or equal to 1"),
+    ("max_tokens", 0, "greater than 0"), ("frequency_penalty", -3, "greater than or equal to -2"),
+    ("presence_penalty", 2.1, "less than or equal to 2"),
+])
+def test_generation_ranges_are_checked(tmp_path: Path, key: str, value: float, why: str) -> None:
+    text = BASE.replace("    model: m\n", f"    model: m\n    generation:\n      {key}: {value}\n")
+    p, msg = _error(tmp_path, text)
+    assert msg.startswith(f"{p}:8: services.model.generation.{key}: ") and why in msg
+
+
+def test_unknown_sandbox_name_and_type(tmp_path: Path) -> None:
+    named = BASE + "    sandbox: pyhton\nsandboxes:\n  python:\n    type: docker\n    image: python:3.12\n"
+    p, msg = _error(tmp_path, named)
+    assert msg.startswith(f"{p}:12: benchmarks.0.sandbox: sandbox 'pyhton' is not defined under "
+                          "`sandboxes:` (defined: python)")
+    typed = BASE + "    sandbox:\n      type: dokcer\n"
+    p, msg = _error(tmp_path, typed)
+    assert msg.startswith(f"{p}:13: benchmarks.0.sandbox.type: ") and "'docker'" in msg
+
+
+def test_unused_sandboxes_load_and_run(tmp_path: Path) -> None:
+    _, cfg = _load(tmp_path, BASE + "sandboxes:\n  box:\n    type: ecs_fargate\n    region: x\n")
+    check_supported(cfg)
+    assert cfg.sandboxes["box"].type == "ecs_fargate"
+
+
+def test_bogus_exporter_is_an_error_and_known_ones_are_refused(tmp_path: Path) -> None:
+    p, msg = _error(tmp_path, BASE + "output:\n  export: [bogus]\n")
+    assert msg.startswith(f"{p}:13: output.export.0: unknown exporter 'bogus'; the exporters are "
+                          "inspect, mlflow, wandb")
+    _, msg = _error(tmp_path, BASE + "output:\n  exports: [bogus]\n")  # nel's old spelling
+    assert "unknown exporter 'bogus'" in msg
+    msg = _refusal(tmp_path, BASE + "output:\n  export: [inspect]\n")
+    assert msg.startswith(f"{p}:13: key output.export.0: the 'inspect' exporter is not supported")
+
+
+def test_typo_suggests_the_valid_key(tmp_path: Path) -> None:
+    p, msg = _error(tmp_path, BASE.replace("    solver:", "    max_problem: 3\n    solver:"))
+    assert msg == f"{p}:9: unknown key 'benchmarks.0.max_problem'; did you mean 'max_problems'?"
+    p, msg = _error(tmp_path, BASE.replace("      service: model", "      service: model\n"
+                                           "      gym_service: model"))
+    assert msg.startswith(f"{p}:12: benchmarks.0.solver.gym_service: a solver of type 'simple' "
+                          "has no key 'gym_service'")
+
+
+def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
+    _, msg = _error(tmp_path, BASE, ["services.modle.url=http://127.0.0.1:1/v1"])
+    assert msg == ("override 'services.modle.url=http://127.0.0.1:1/v1': there is no service "
+                   "'modle' in the config (defined: model); did you mean 'model'? define it in "
+                   "the config, or set the whole block with -O services.modle={...}")
+    _, msg = _error(tmp_path, BASE, ["sandboxes.box.type=docker"])
+    assert "there is no sandbox 'box' in the config (defined: none)" in msg
+    # a whole new block, and keys of a defined service, still work
+    _, cfg = _load(tmp_path, BASE, ["services.model.url=http://127.0.0.1:2/v1",
+                                    "services.judge={type: api, url: 'http://127.0.0.1:3/v1'}"])
+    assert cfg.services["model"].url == "http://127.0.0.1:2/v1" and "judge" in cfg.services
+    data: dict = {"services": {}}
+    with pytest.raises(ConfigError):
+        apply_override(data, "services.x.model=m")
+    assert data == {"services": {}}
+
+
+@pytest.mark.parametrize(("yaml_tail", "key", "feature"), [
+    ("cluster:\n  type: slurm\n  node_pools:\n    gpu: {partition: batch}\n", "cluster.type",
+     "cluster type 'slurm'"),
+    ("cluster:\n  type: docker\n", "cluster.type", "cluster type 'docker'"),
+    ("cluster:\n  type: local\n  gpus: [0]\n", "cluster.gpus", "cluster.gpus"),
+    ("    sandbox:\n      type: docker\n", "benchmarks.0.sandbox", "sandbox execution"),
+    ("    scoring:\n      metrics:\n        - {type: sandbox, name: run}\n",
+     "benchmarks.0.scoring.metrics.0.type", "'sandbox' metrics"),
+    ("    scoring:\n      metrics:\n        - {type: judge, name: j, service: model, rubric: r,"
+     " allow_self_judge: true}\n", "benchmarks.0.scoring.metrics.0.rubric", "judge option"),
+    ("    verifier: model\n", "benchmarks.0.verifier", "separate verifier services"),
+    ("    context_window: 4096\n", "benchmarks.0.context_window", "context-window limits"),
+    ("output:\n  report: [markdown, html]\n", "output.report.1", "'html' reports"),
+    ("output:\n  timestamped: true\n", "output.timestamped", "timestamped output"),
+])
+def test_unbuilt_features_are_refused_on_their_key(tmp_path: Path, yaml_tail: str, key: str,
+                                                   feature: str) -> None:
+    msg = _refusal(tmp_path, BASE + yaml_tail)
+    assert f": key {key}: " in msg and feature in msg, msg
+    line = int(msg.split(":")[1])
+    assert key.split(".")[-1].rstrip("0123456789") in (tmp_path / "cfg.yaml").read_text().splitlines()[
+        line - 1] or key.split(".")[-1].isdigit()
+
+
+@pytest.mark.parametrize(("service_yaml", "key", "feature"), [
+    ("    proxy:\n      request_timeout: 30\n", "services.model.proxy", "the adapter proxy"),
+    ("    proxy_verbose: true\n", "services.model.proxy_verbose", "the adapter proxy"),
+    ("    interceptors:\n      - name: turn_counter\n", "services.model.interceptors", "interceptors"),
+    ("    node_pool: gpu\n", "services.model.node_pool", "node pools (placing services on SLURM nodes)"),
+    ("    max_output_tokens: 10\n", "services.model.max_output_tokens", "output token limits"),
+])
+def test_service_features_are_refused(tmp_path: Path, service_yaml: str, key: str,
+                                      feature: str) -> None:
+    msg = _refusal(tmp_path, BASE.replace("    model: m\n", "    model: m\n" + service_yaml))
+    assert f": key {key}: {feature} is not supported yet in nel" in msg
+
+
+@pytest.mark.parametrize("typ", ["dynamo", "nim", "nat_agent", "nat"])
+def test_service_types_nel_cannot_start_are_refused(tmp_path: Path, typ: str) -> None:
+    p, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", f"  other:\n    type: {typ}\nbenchmarks:\n"))
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)
+    canonical = "nat" if typ == "nat_agent" else typ
+    assert str(err.value).startswith(f"{p}:8: key services.other.type: service type '{canonical}'")
+
+
+def test_other_solvers_are_refused_and_checked(tmp_path: Path) -> None:
+    gym = BASE.replace("benchmarks:", "  tools:\n    type: gym\n    url: http://127.0.0.1:5\nbenchmarks:")
+    msg = _refusal(tmp_path, gym.replace("type: simple", "type: tool_calling\n      resource_service: tools"))
+    assert "key benchmarks.0.solver.type: the 'tool_calling' solver is not supported" in msg
+    _, err = _error(tmp_path, gym.replace("type: simple", "type: gym_delegation\n      gym_service: model"))
+    assert "benchmarks.0.solver.gym_service: service 'model' must be a `type: gym` service" in err
+    _, err = _error(tmp_path, BASE.replace("type: simple", "type: harbor"))
+    assert "benchmarks.0.solver.agent: a `harbor` solver needs `agent`" in err
+
+
+def test_harness_uris_name_what_nel_has(tmp_path: Path) -> None:
+    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: skills://mmlu-pro"))
+    assert "benchmark 'skills://mmlu-pro' (NeMo Skills benchmarks)" in msg
+    assert msg.endswith("nel has the same benchmark built in: write `name: mmlu_pro`")
+    _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: gym://127.0.0.1:7"))
+    check_supported(cfg)  # gym:// environments are built
+
+
+def test_composition_defaults_base_self_refs_and_nulls(tmp_path: Path) -> None:
+    conf = tmp_path / "conf" / "clusters"
+    conf.mkdir(parents=True)
+    (conf / "small.yaml").write_text("type: local\nshards: 2\n")
+    (tmp_path / "conf" / "services.yaml").write_text(
+        "services:\n  model:\n    type: api\n    url: http://127.0.0.1:9/v1\n    model: base\n"
+        "    generation: {temperature: 0.5, top_p: 0.9}\n")
+    (tmp_path / "base.yaml").write_text(
+        "defaults:\n  - services\n  - clusters/small\n  - _self_\n"
+        "_bench: gsm8k\nbenchmarks:\n  - name: ${._bench}\n    repeats: 2\n")
+    p = tmp_path / "child.yaml"
+    p.write_text("defaults:\n  - _base_: base.yaml\n  - _self_\n"
+                 "services:\n  model:\n    model: child\n    generation: {top_p: null}\n")
+    cfg = load_config(p)
+    assert cfg.cluster.shards == 2 and cfg.benchmarks[0].name == "gsm8k"
+    assert cfg.benchmarks[0].repeats == 2
+    svc = cfg.services["model"]
+    assert svc.model == "child" and svc.generation.temperature == 0.5
+    assert svc.generation.top_p is None  # `null` removed the inherited value
+    p.write_text("defaults:\n  - clusters/huge\nbenchmarks: []\n")
+    with pytest.raises(ConfigError, match=r"fragment 'clusters/huge' not found"):
+        load_config(p)
+
+
+def test_playbooks_load_built_in_and_from_files(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text("name: gsm8k\nrepeats: 3\nsolver: {type: simple}\n")
+    _, cfg = _load(tmp_path, BASE.replace("  - name: gsm8k\n    solver:\n      type: simple\n"
+                                          "      service: model\n",
+                                          "  - playbook: mine.yaml\n    max_problems: 2\n"))
+    assert (cfg.benchmarks[0].name, cfg.benchmarks[0].repeats, cfg.benchmarks[0].max_problems) == (
+        "gsm8k", 3, 2)
+    _, msg = _error(tmp_path, BASE.replace("  - name: gsm8k", "  - playbook: nope\n    name: x"))
+    assert "benchmarks.0.playbook: no playbook 'nope' (built in: pinchbench," in msg
+
+
+def test_refusal_keeps_file_and_line_through_the_cli(tmp_path: Path) -> None:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(BASE + "cluster:\n  type: slurm\n  node_pools:\n    gpu: {partition: batch}\n")
+    proc = run_nel("eval", "run", str(p), "-o", str(tmp_path / "out"), "--no-progress")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {p}:13: key cluster.type: cluster type 'slurm' (launching shards on slurm) is "
+        "not supported yet in nel; remove `cluster:` (or write `type: local`) to run on this "
+        "machine, or start one `nel eval run` per shard yourself")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
