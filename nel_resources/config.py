@@ -151,6 +151,24 @@ class ScoringConfig(_Strict):
     primary: str | None = None
 
 
+DEFAULT_SHUFFLE_SEED = 42  # NeMo Evaluator 0.3.0's default `shuffle_seed`
+
+
+def default_shuffle_seed() -> int | None:
+    """`shuffle_seed` of a benchmark that does not set one: NEL_SHUFFLE_SEED (an integer, or
+    `null`/`none` for the dataset order), else NeMo Evaluator's 42."""
+    raw = os.environ.get("NEL_SHUFFLE_SEED", "").strip()
+    if not raw:
+        return DEFAULT_SHUFFLE_SEED
+    if raw.lower() in ("null", "none", "~"):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"NEL_SHUFFLE_SEED={raw!r}: give an integer seed, or `null` to keep "
+                          "the dataset order (the first N problems)") from None
+
+
 class BenchmarkConfig(_Strict):
     """One benchmark to evaluate, against one or more services."""
 
@@ -159,6 +177,9 @@ class BenchmarkConfig(_Strict):
     repeats: int = Field(1, ge=1, le=10_000)
     max_problems: int | None = Field(None, ge=1)
     problem_range: tuple[int, int] | None = None
+    # NeMo Evaluator's seed for picking `max_problems` items (and their order); null keeps
+    # the dataset order (the first N). Default 42 as there, or NEL_SHUFFLE_SEED.
+    shuffle_seed: int | None = Field(default_factory=lambda: default_shuffle_seed())
     shards: int = Field(1, ge=1, le=10_000)
     system_prompt: str | None = None
     num_fewshot: int | None = Field(None, ge=0)
