@@ -254,9 +254,6 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     if args.submit and cfg.cluster.type != "local":
         raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
                           "is not supported yet in nel; run locally (cluster.type: local)")
-    if args.background and args.dry_run:
-        raise ConfigError("--background with --dry-run: a dry run prints its plan and returns; "
-                          "drop --background")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -273,6 +270,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.dry_run:
         from dagster_project.dry_run import plan_run, print_plan
+
+        if args.background:  # as in NeMo Evaluator, the dry run wins
+            print("note: --background has no effect with --dry-run (nothing runs)", file=sys.stderr)
 
         plan = plan_run(cfg, resume=not args.fresh)
         if args.json:
