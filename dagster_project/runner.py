@@ -74,6 +74,10 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
     data.setdefault("output", {})["dir"] = str(out)
+    # The seed that picked the items is written out even when it is the default: the file
+    # must select the same items wherever NEL_SHUFFLE_SEED says otherwise.
+    for entry, bench in zip(data.get("benchmarks", []), cfg.benchmarks, strict=True):
+        entry["shuffle_seed"] = bench.shuffle_seed
     for name, svc in data.get("services", {}).items():
         if svc.pop("api_key", None):
             print(f"warning: services.{name}.api_key is written literally, so "

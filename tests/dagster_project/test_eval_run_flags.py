@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from tests.support.cli import run_nel, summary_json
 from tests.support.cli_output import error_lines
@@ -136,6 +137,8 @@ def test_max_problems_picks_nemo_evaluators_items_and_first_n_keeps_order(
                              env=env, unset=["NEL_SHUFFLE_SEED"]))
     assert s["shards_run"] == 3 and set(s["shards_run_because"].values()) == {"inputs changed"}
     assert _problem_ids(out) == _peer_pick(N_GSM8K, 8, seed=5)
+    # the effective config names the seed, so `dagster dev` on it picks the same items
+    assert yaml.safe_load((out / "nel-config.yaml").read_text())["benchmarks"][0]["shuffle_seed"] == 5
 
     first = tmp_path / "first"
     summary_json(run_nel(*_flags(url, first, "-m", "8", "--json", "--first-n"), env=env, unset=["NEL_SHUFFLE_SEED"]))
