@@ -60,8 +60,10 @@ def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
             "generation": svc.generation.to_request()}
 
 
-def plan_run(cfg: NelConfig, *, resume: bool = True) -> DryRunPlan:
-    """Validate `cfg` as a run does, then plan every (benchmark, model, shard).
+def plan_run(cfg: NelConfig, *, resume: bool = True,
+             shard_only: tuple[int, int] | None = None) -> DryRunPlan:
+    """Validate `cfg` as a run does, then plan every (benchmark, model, shard) (only shard
+    `shard_only[0]` when this process is one shard of a distributed run, as the run would).
 
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
@@ -92,6 +94,8 @@ def plan_run(cfg: NelConfig, *, resume: bool = True) -> DryRunPlan:
             "shuffle_seed": bench.shuffle_seed if bench.problem_range is None else None,
             "problems": sum(len(t.indices) for t in first)})
         for t in tasks:
+            if shard_only is not None and t.shard != shard_only[0]:
+                continue
             why = t.reason if resume else "--fresh"
             plan.shards.append(PlannedShard(bench.name, t.model, t.shard, t.total, len(t.indices),
                                             "run" if why else "skip", why or "up to date"))

@@ -264,6 +264,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config_from_args(args)
     _refuse_unsupported_flags(args, cfg)
+    from nel_assets.engine.sharding import shard_from_env
+
+    shard_only = shard_from_env(default_total=cfg.cluster.shards)
+    if shard_only is not None:
+        data = cfg.model_dump(mode="json")
+        for b in data["benchmarks"]:
+            b["shards"] = shard_only[1]
+        from nel_resources.config import load_config
+
+        cfg = load_config(data=data)
     if args.submit:
         # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run.
         print("note: --submit has no effect with cluster.type: local; running here",
@@ -274,7 +284,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.background:  # as in NeMo Evaluator, the dry run wins
             print("note: --background has no effect with --dry-run (nothing runs)", file=sys.stderr)
 
-        plan = plan_run(cfg, resume=not args.fresh)
+        plan = plan_run(cfg, resume=not args.fresh, shard_only=shard_only)
         if args.json:
             import json
 
@@ -291,16 +301,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         return start_background(cfg, args.argv)
     from dagster_project.runner import run_eval
-    from nel_assets.engine.sharding import shard_from_env
 
-    shard_only = shard_from_env(default_total=cfg.cluster.shards)
-    if shard_only is not None:
-        data = cfg.model_dump(mode="json")
-        for b in data["benchmarks"]:
-            b["shards"] = shard_only[1]
-        from nel_resources.config import load_config
-
-        cfg = load_config(data=data)
     try:
         summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
                            shard_only=shard_only)

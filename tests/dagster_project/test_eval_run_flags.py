@@ -92,6 +92,10 @@ def test_dry_run_plans_and_sends_nothing(tmp_path: Path, reference_server, serve
     text = run_nel(*_flags(url, out, "-m", "5", "--shards", "2", "--dry-run", "--shuffle-seed", "7"), env=env)
     assert text.returncode == 0 and text.stdout.count("would run: gsm8k model=ref") == 2
     assert "inputs changed" in text.stdout and "shuffled with seed 7" in text.stdout
+    # one shard process of a distributed run plans its own shard only, as it would run it
+    one = run_nel(*_flags(url, tmp_path / "one", "-m", "5", "--dry-run", "--json"),
+                  env={**env, "NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
+    assert [(s["shard"], s["total"]) for s in json.loads(one.stdout)["shards"]] == [(1, 2)]
     assert server_stats(url)["total_requests"] == sent
 
 
