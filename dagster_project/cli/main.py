@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # e.g. for `eval run --background`
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

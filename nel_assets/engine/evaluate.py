@@ -29,7 +29,7 @@ from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
-from nel_assets.engine.sharding import select_problems, shard_bounds
+from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import BenchmarkConfig, NelConfig, ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
 from nel_resources.schema import rows_to_table
@@ -98,13 +98,14 @@ async def _prepare(env: EvalEnvironment) -> None:
 def problem_indices(env: EvalEnvironment, bench: BenchmarkConfig) -> list[int]:
     """All problem indices this benchmark config covers."""
     return select_problems(len(env), max_problems=bench.max_problems,
-                           problem_range=bench.problem_range)
+                           problem_range=bench.problem_range, shuffle_seed=bench.shuffle_seed)
 
 
 def shard_indices(all_idx: list[int], shard: int, total: int) -> list[int]:
-    """The contiguous slice of `all_idx` owned by `shard`."""
+    """The contiguous slice of `all_idx` (the selection's order) owned by `shard`, in
+    dataset order (a shard's identity is the set of its problems, not their order)."""
     lo, hi = shard_bounds(len(all_idx), shard, total)
-    return all_idx[lo:hi]
+    return sorted(all_idx[lo:hi])
 
 
 def system_prompt_for(bench: BenchmarkConfig, service: ServiceConfig) -> str | None:
@@ -158,7 +159,10 @@ def shard_fingerprint(env: EvalEnvironment, bench: BenchmarkConfig, service: Ser
     payload = {
         "env": env.fingerprint(),
         "seeds": seeds_digest,
-        "indices": [indices[0], indices[-1], len(indices)] if indices else [],
+        # every index (a shuffled selection is not a range), and the seed that picked them:
+        # a changed seed reruns, as in NeMo Evaluator
+        "indices": hashlib.sha256(json.dumps(indices).encode()).hexdigest()[:16],
+        "shuffle_seed": bench.shuffle_seed if bench.problem_range is None else None,
         "repeats": bench.repeats,
         "service": service.settings_fingerprint(),
         "system_prompt": system_prompt_for(bench, service),
@@ -284,6 +288,7 @@ def evaluate_shard(
     env = make_env(bench, svc, cfg.services)
     total = n_shards(cfg, bench)
     run_id = run_id or uuid.uuid4().hex[:12]
+    selection: dict[str, Any] = {}  # the `shuffle` block, filled once the dataset is loaded
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
     from nel_assets.engine.judging import make_judge
@@ -291,7 +296,10 @@ def evaluate_shard(
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
-        idx = shard_indices(problem_indices(env, bench), shard, total)
+        all_idx = problem_indices(env, bench)
+        selection.update(shuffle_record(len(env), all_idx, shuffle_seed=bench.shuffle_seed,
+                                        problem_range=bench.problem_range))
+        idx = shard_indices(all_idx, shard, total)
         fp = shard_fingerprint(env, bench, svc, idx, await seed_hash(env, idx))
         jpath = store.journal_path(bench.name, model, shard, fp)
         if not resume:
@@ -335,6 +343,7 @@ def evaluate_shard(
         "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench.name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
+        "shuffle": selection,
     })
     store.journal_path(bench.name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
@@ -374,12 +383,19 @@ def build_model_bundle(cfg: NelConfig | None, store: ResultStore, bench_name: st
     extra = {"shards_expected": expected_shards,
              "complete": expected_shards is None or present == list(range(expected_shards)),
              "shard_versions": _shard_versions(store, bench_name, model)}
+    # NeMo Evaluator records which items max_problems picked as config.shuffle(_seed)
+    shuffle = next((r["shuffle"] for r in store.shard_records(bench_name, model).values()
+                    if r.get("shuffle")), None)
+    if shuffle:
+        extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
     write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
     eval_id = export_eval_id(bench_name, model, bundle["run_ids"])
     summary = {}
     if cfg is not None:
         summary = json.loads(cfg.fingerprint_json())
+    if shuffle:
+        summary.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     paths = write_exports(store.export_dir(bench_name, model), table, bundle,
                           eval_id=eval_id, config_summary=summary)
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
