@@ -150,9 +150,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchmarks.serve import build_environment, export_data, serve
-
     from benchmarks._registry import is_file_reference
+    from benchmarks.serve import build_environment, export_data, serve
 
     params = dict(args.param)
     env = build_environment(

@@ -263,7 +263,13 @@ def test_nemo_import_paths_are_nels_modules() -> None:
 
 
 def test_helpers_take_the_peers_arguments() -> None:
-    from benchmarks.byob import ScorerInput, answer_line, fuzzy_match, multichoice_regex, numeric_match
+    from benchmarks.byob import (
+        ScorerInput,
+        answer_line,
+        fuzzy_match,
+        multichoice_regex,
+        numeric_match,
+    )
 
     s = ScorerInput(response="Thinking: A or C?\nFinal: C", target="C")
     assert multichoice_regex(s, pattern=r"Final:\s*([A-D])")["correct"] is True
@@ -277,3 +283,51 @@ def test_helpers_take_the_peers_arguments() -> None:
     assert fuzzy_match(ScorerInput("", "everest"))["correct"] is False
     with pytest.raises(NelError, match="not a valid regular expression"):
         answer_line(ScorerInput("x", "y"), pattern="(")
+
+
+# A user's script, NeMo Evaluator style: `generate_app(env, gym_compat=True)` run by uvicorn.
+APP_SCRIPT = r"""
+import sys
+from benchmarks.nemo_imports import install_nemo_imports
+install_nemo_imports()
+import uvicorn
+from nemo_evaluator import get_environment
+from nemo_evaluator.serving.app import generate_app
+env = get_environment(sys.argv[1])
+app = generate_app(env, gym_compat=True, data_export_dir=sys.argv[3])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+"""
+
+
+def test_generate_app_serves_gym_compat_over_http(tmp_path: Path) -> None:
+    export = tmp_path / "export"
+
+    def make(port: int) -> ManagedProcess:
+        return ManagedProcess([sys.executable, "-c", APP_SCRIPT, str(CAPITALS), str(port), str(export)],
+                              cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT)}, name="generate-app")
+
+    proc, port = start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/health",
+                                    timeout=PROCESS_START_S)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _, _, health = http_json("GET", f"{base}/health")
+        assert health["benchmark"] == "nemo_style_capitals" and health["protocol"] == "nemo-gym"
+        assert health["gym_compat"] is True
+        # NeMo Gym starts a session with the dataset row (no idx): accepted, answered {}.
+        status, _, started = http_json("POST", f"{base}/seed_session", {"country": "Peru"})
+        assert (status, started) == (200, {})
+        status, _, seed = http_json("POST", f"{base}/seed_session", {"idx": 3})
+        assert status == 200 and seed["expected_answer"] == "Lima"
+        # The Gym form of /verify: a Responses-API object and the row's expected answer.
+        body = {"responses_create_params": {"input": [{"role": "user", "content": seed["prompt"]}]},
+                "response": {"output": [{"type": "message", "content": [
+                    {"type": "output_text", "text": "Lima it is.\nAnswer: Lima"}]}]},
+                "expected_answer": "Lima"}
+        status, _, out = http_json("POST", f"{base}/verify", body)
+        assert status == 200 and out["reward"] == 1.0, out
+        body["response"]["output"][0]["content"][0]["text"] = "Answer: Cusco"
+        assert http_json("POST", f"{base}/verify", body)[2]["reward"] == 0.0
+    finally:
+        proc.stop()
+    rows = (export / "nemo_style_capitals.jsonl").read_text().splitlines()
+    assert len(rows) == 4 and "Kenya" in rows[2]
