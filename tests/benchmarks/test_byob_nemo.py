@@ -211,7 +211,6 @@ def test_nel_serve_serves_a_nemo_file(served_capitals: int) -> None:
 def test_nel_validate_accepts_a_nemo_file() -> None:
     proc = run_nel("validate", "-b", str(CAPITALS))
     assert proc.returncode == 0, proc.stderr
-    assert "nemo_style_capitals" not in proc.stderr
     assert "4 problems" in proc.stdout and "4/4" in proc.stdout, proc.stdout
 
 
@@ -222,6 +221,42 @@ def test_a_file_with_two_benchmarks_needs_a_name() -> None:
     assert "Traceback" not in proc.stderr
     # The BYOB tutorial's subclass has no __len__: the base class counts `_dataset`.
     assert len(get_benchmark(f"{ARITH}:nemo_style_echo")) == 2
+
+
+def test_environment_base_class_contract() -> None:
+    """NeMo Evaluator's base class: no-argument `__init__`, `_dataset` counted by `len`,
+    the registry name given to a class that sets none; and a class with neither
+    `__len__` nor `_dataset` is told so instead of evaluating zero problems."""
+    from benchmarks import EvalEnvironment, SeedResult, VerifyResult, register
+
+    @register("nemo_style_unnamed")
+    class Unnamed(EvalEnvironment):
+        def __init__(self) -> None:
+            super().__init__()
+            self._dataset = [{"q": "a"}, {"q": "b"}, {"q": "c"}]
+
+        async def seed(self, idx: int) -> SeedResult:
+            return SeedResult(self._dataset[idx]["q"], "x")
+
+        async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
+            return VerifyResult(0.0)
+
+    env = get_benchmark("nemo_style_unnamed", hints={"protocol": "chat", "num_fewshot": 2})
+    assert env.name == "nemo_style_unnamed" and len(env) == 3
+    assert asyncio.run(env.dataset_size()) == 3 and env.dataset[1] == {"q": "b"}
+
+    class Hollow(EvalEnvironment):
+        def __init__(self) -> None:  # forgets super().__init__()
+            pass
+
+        async def seed(self, idx: int) -> SeedResult:
+            raise AssertionError
+
+        async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="defines neither __len__ nor a _dataset"):
+        len(Hollow())
 
 
 @pytest.mark.parametrize(("line", "says"), [
