@@ -32,6 +32,7 @@ from tests.support.waiting import PROCESS_START_S
 FILES = Path(__file__).resolve().parent / "nemo_files"
 CAPITALS = FILES / "capitals_bench.py"
 ARITH = FILES / "arith_env.py"
+HOOKS = FILES / "hooks_bench.py"
 
 # Reference-server answers: one right with an Answer line, one wrong, one bare city (right
 # by the scorer's exact-match fallback), one right with case and a trailing period.
@@ -57,6 +58,8 @@ PROBES = {
     "nemo_style_capitals": ["Answer: {t}", "answer: {l}", "Answer: {t}.", "{t}", "Answer: Rome",
                             "Rome", "I think\nAnswer: {l}\n"],
     "nemo_style_arith": ["{t}", "{t}.", " {t} ", "13", "five"],
+    "nemo_style_planets": ["Answer: {t}", "answer: {l}", "I pick\nAnswer: {t}", "Answer: E", "no idea"],
+    "nemo_style_sums": ["{t}", "The sum is {t}.", "{t}1", "seven"],
 }
 
 # Run in the peer's own Python: load a file through its registry, seed every item and score
@@ -103,7 +106,9 @@ def _nel_view(path: Path, name: str, probes: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("path", "name"), [(CAPITALS, "nemo_style_capitals"),
-                                            (ARITH, "nemo_style_arith")])
+                                            (ARITH, "nemo_style_arith"),
+                                            (HOOKS, "nemo_style_planets"),
+                                            (HOOKS, "nemo_style_sums")])
 def test_files_load_in_the_real_peer_and_score_alike(path: Path, name: str) -> None:
     """The same file, in NeMo Evaluator 0.3.0's Python and in nel: same seeds, same rewards."""
     peer_python = peer_nemo_bin().parent / "python"
@@ -115,7 +120,7 @@ def test_files_load_in_the_real_peer_and_score_alike(path: Path, name: str) -> N
     peer = json.loads(proc.stdout.strip().splitlines()[-1])
     ours = _nel_view(path, name, PROBES[name])
     assert peer["name"] == ours["name"] == name
-    assert len(ours["items"]) == len(peer["items"]) >= 4
+    assert len(ours["items"]) == len(peer["items"]) >= 3
     for mine, theirs in zip(ours["items"], peer["items"], strict=True):
         assert mine["prompt"] == theirs["prompt"]
         assert mine["expected"] == theirs["expected"]
@@ -123,6 +128,19 @@ def test_files_load_in_the_real_peer_and_score_alike(path: Path, name: str) -> N
         assert mine["rewards"] == theirs["rewards"], (mine, theirs)
     # The probes are not all one verdict (the comparison could not pass by accident).
     assert {x for it in ours["items"] for x in it["rewards"]} == {0.0, 1.0}
+
+
+def test_a_seed_fn_system_prompt_is_sent_once(tmp_path: Path, reference_server, server_stats) -> None:
+    """A `seed_fn` that gives its system prompt both as `system=` and as the first message
+    (the BYOB tutorial's example) sends it once, as NeMo Evaluator does."""
+    url = reference_server(answers=[{"match": "Add", "content": "It is 7."}])
+    proc = run_nel("eval", "run", str(_config(tmp_path, url, HOOKS, "nemo_style_sums")), "--json",
+                   "--no-progress")
+    (res,) = summary_json(proc)["results"]
+    assert res["n_samples"] == 3 and res["score"] == pytest.approx(1 / 3)
+    stats = server_stats(url)
+    assert stats["system_messages"] == {"count": 3, "last": "You are a math tutor."}
+    assert [m["role"] for m in stats["last_request"]["messages"]] == ["system", "user"]
 
 
 def _nel_rewards(out: Path, bench: str) -> dict[int, float]:
