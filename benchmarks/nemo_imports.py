@@ -111,6 +111,21 @@ REFUSED: dict[str, str] = {
 }
 
 
+_HARNESS = "external-harness environments are not supported yet in nel"
+# NeMo Evaluator modules for features nel has not built yet (prefix match).
+REFUSED_MODULES: dict[str, str] = {
+    f"{ROOT}.sandbox": _SANDBOX,
+    f"{ROOT}.adapters": "interceptors and the adapter proxy are not supported yet in nel",
+    f"{ROOT}.engine.exporters": "exporters are not supported yet in nel",
+    f"{ROOT}.orchestration": "cluster launching (other than local) is not supported yet in nel",
+    f"{ROOT}.executors": "cluster launching (other than local) is not supported yet in nel",
+    **{f"{ROOT}.environments.{m}": _HARNESS
+       for m in ("harbor", "container", "skills", "lm_eval", "vlmevalkit")},
+    **{f"{ROOT}.solvers.{m}": _SOLVER
+       for m in ("nat", "openclaw", "vlm", "harbor", "react", "oracle", "gym", "byob_agent")},
+}
+
+
 class NemoImportError(NelError, ImportError):
     """A `nemo_evaluator` name or module nel does not provide (or not yet)."""
 
@@ -144,9 +159,20 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
         if name not in MODULES:
-            known = ", ".join(sorted(MODULES))
+            parent, _, leaf = name.rpartition(".")
+            for prefix, why in REFUSED_MODULES.items():
+                if name == prefix or name.startswith(prefix + "."):
+                    raise NemoImportError(f"{name}: {why}")
+            if leaf in REFUSED:
+                raise NemoImportError(f"{name}: {REFUSED[leaf]}")
+            if parent in MODULES:
+                # `from nemo_evaluator.scoring import get_scorer` lands here too: Python
+                # tries a submodule when the attribute is missing.
+                raise NemoImportError(
+                    f"{name}: nel does not provide {leaf!r} ({parent} provides "
+                    f"{', '.join(sorted(MODULES[parent]))})")
             raise NemoImportError(f"import {name}: nel does not provide this NeMo Evaluator module "
-                                  f"(it provides {known})")
+                                  f"(it provides {', '.join(sorted(MODULES))})")
         module.__all__ = sorted(MODULES[name])  # type: ignore[attr-defined]
         module.__doc__ = f"NeMo Evaluator 0.3.0's `{name}`, served by nel's modules."
         if name == ROOT:
@@ -186,4 +212,4 @@ def install_nemo_imports() -> None:
         sys.meta_path.insert(0, _FINDER)
 
 
-__all__ = ["MODULES", "REFUSED", "NemoImportError", "NemoImportFinder", "install_nemo_imports"]
+__all__ = ["MODULES", "REFUSED", "REFUSED_MODULES", "NemoImportError", "NemoImportFinder", "install_nemo_imports"]

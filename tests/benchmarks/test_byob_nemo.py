@@ -280,7 +280,10 @@ def test_environment_base_class_contract() -> None:
 @pytest.mark.parametrize(("line", "says"), [
     ("from nemo_evaluator import code_sandbox", "code_sandbox: sandbox execution is not supported yet"),
     ("from nemo_evaluator.solvers import OpenClawSolver", "OpenClawSolver: solvers other than"),
-    ("import nemo_evaluator.sandbox", "nemo_evaluator.sandbox: nel does not provide"),
+    ("import nemo_evaluator.sandbox", "nemo_evaluator.sandbox: sandbox execution is not supported yet"),
+    ("from nemo_evaluator.scoring import get_scorer",
+     "nemo_evaluator.scoring.get_scorer: nel does not provide 'get_scorer' (nemo_evaluator.scoring "
+     "provides ScorerInput, answer_line"),
 ])
 def test_names_nel_has_not_built_are_refused_in_one_line(tmp_path: Path, line: str, says: str) -> None:
     bench = tmp_path / "uses_later_feature.py"
