@@ -150,18 +150,21 @@ def _positive_seconds(text: str) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from benchmarks._registry import is_file_reference
     from benchmarks.serve import build_environment, export_data, serve
 
     params = dict(args.param)
     env = build_environment(
         args.benchmark, params, max_problems=args.max_problems, imports=args.imports
     )
+    # `-b ./file.py` serves the benchmark the file registers, under its registered name.
+    name = env.name if is_file_reference(args.benchmark) else args.benchmark
     if args.export_data:
-        n = export_data(env, args.export_data, benchmark=args.benchmark, close=True)
+        n = export_data(env, args.export_data, benchmark=name, close=True)
         print(f"wrote {n} rows to {args.export_data}", file=sys.stderr)
         return 0
     print(
-        f"nel serve: {args.benchmark} ({len(env)} problems) on "
+        f"nel serve: {name} ({len(env)} problems) on "
         f"http://{args.host}:{args.port} (workers={args.workers}"
         f"{', gym-compat' if args.gym_compat else ''})",
         file=sys.stderr,
@@ -180,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         max_problems=args.max_problems if args.workers > 1 else None,
         imports=args.imports,
         log_level=args.log_level,
-        benchmark_name=args.benchmark,
+        benchmark_name=name,
         read_timeout=args.read_timeout,
         verify_timeout=args.verify_timeout,
     )

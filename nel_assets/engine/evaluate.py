@@ -67,6 +67,7 @@ def make_env(bench: BenchmarkConfig, service: ServiceConfig,
     if bench.module:
         load_module(bench.module)
     params = dict(bench.params)
+    hints: dict[str, Any] = {}
     name = bench.name
     if name.startswith("gym://"):
         name = resolve_gym_name(name, services)
@@ -75,14 +76,17 @@ def make_env(bench: BenchmarkConfig, service: ServiceConfig,
             params.setdefault("timeout", gym_svc.timeout)
             params.setdefault("retries", gym_svc.max_retries)
     else:
-        params.setdefault("protocol", env_protocol(service))
+        # Offered, not imposed: an environment whose __init__ does not take `protocol`
+        # (NeMo Evaluator's API-reference example takes nothing) still runs.
+        if "protocol" not in params:
+            hints["protocol"] = env_protocol(service)
         if bench.num_fewshot is not None:
             params["num_fewshot"] = bench.num_fewshot
-    key = name + json.dumps(params, sort_keys=True, default=str)
+    key = name + json.dumps({**hints, **params}, sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
         try:
-            env = get_benchmark(name, **params)
+            env = get_benchmark(name, hints=hints, **params)
         except TypeError as exc:
             raise NelError(f"benchmark {bench.name!r}: bad params {params}: {exc}") from None
         _ENV_CACHE[key] = env

@@ -19,8 +19,10 @@ Three sources are understood:
 
 from __future__ import annotations
 
+import glob
 import json
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -424,14 +426,29 @@ def _flip_examples(base: BenchRun, cand: BenchRun, comp: Mapping[str, Any]) -> d
     return out
 
 
-def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: float = 0.05,
-                 power: float = 0.8, seed: int = 0, n_examples: int = 5,
+def _as_run(side: Run | str | Path, what: str) -> Run:
+    """A run, or the run at a path; a glob (``baseline/eval-*.json``) must match one file."""
+    if isinstance(side, Run):
+        return side
+    text = str(side)
+    if any(ch in text for ch in "*?["):
+        hits = sorted(glob.glob(os.path.expanduser(text)))
+        if len(hits) != 1:
+            raise NelError(f"{what} {text!r} matches {len(hits)} files; it must match exactly one"
+                           + (f" ({', '.join(map(str, hits[:5]))})" if hits else ""))
+        side = hits[0]
+    return load_run(side)
+
+
+def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: float | None = None,
+                 alpha: float = 0.05, power: float = 0.8, seed: int = 0, n_examples: int = 5,
                  n_permutations: int = 10_000) -> dict[str, Any]:
     """Paired comparison of two runs, benchmark by benchmark (the ``regression.json`` doc).
 
     Args:
-        base: The baseline run.
-        cand: The candidate run.
+        base: The baseline run, or its path (an output dir, a bundle, NeMo Evaluator files,
+            or a glob matching one of those, as in ``compare_runs("base/eval-*.json", ...)``).
+        cand: The candidate run, or its path.
         max_drop: Tolerated drop in score units (0.01 = 1 point); see ``check_drop_units``.
         alpha: Test level and MDE level.
         power: Power for the MDE.
@@ -446,6 +463,7 @@ def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: 
         ``missing.baseline`` lists benchmarks the baseline lacks (and vice versa).
     """
     check_drop_units(max_drop)
+    base, cand = _as_run(base, "baseline"), _as_run(cand, "candidate")
     shared = sorted(set(base.benchmarks) & set(cand.benchmarks))
     benches: dict[str, Any] = {}
     for name in shared:
@@ -479,12 +497,20 @@ def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: 
     }
 
 
-def write_regression(path: str | Path, doc: Mapping[str, Any]) -> Path:
+def write_regression(path: str | Path | Mapping[str, Any],
+                     doc: Mapping[str, Any] | str | Path) -> Path:
     """Write ``regression.json`` (atomically). A directory gets ``regression.json`` inside.
+
+    Takes ``(path, doc)`` or NeMo Evaluator's order ``(report, path)``; the mapping is the
+    report either way.
 
     Returns:
         The file written.
     """
+    if isinstance(path, Mapping):
+        path, doc = doc, path  # type: ignore[assignment]
+    if not isinstance(doc, Mapping) or isinstance(path, Mapping):
+        raise NelError("write_regression needs one report (a mapping) and one path")
     p = Path(path).expanduser()
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"
