@@ -37,25 +37,14 @@ def resolve_bench_file(ref: str) -> tuple[str, str] | None:
     path = Path(file).expanduser().resolve()
     if not path.is_file():
         raise ConfigError(f"--bench {ref}: no such benchmark file {path}")
-    from benchmarks import list_benchmarks
-    from benchmarks.plugins import load_module
+    from benchmarks.errors import NelError
+    from benchmarks.plugins import load_benchmark_file
 
-    before = set(list_benchmarks())
-    load_module(str(path))
-    new = sorted(set(list_benchmarks()) - before)
-    if name is not None:
-        if name not in list_benchmarks():
-            raise ConfigError(f"--bench {ref}: {path.name} registers no benchmark named {name!r} "
-                              f"(it registers: {', '.join(new) or 'none new'})")
-        return str(path), name
-    if len(new) == 1:
-        return str(path), new[0]
-    if len(new) > 1:
-        raise ConfigError(f"--bench {ref}: {path.name} registers {len(new)} benchmarks "
-                          f"({', '.join(new)}); pick one with --bench {file}:<name>")
-    # Already imported in this process (its names are not new): the file's stem, if registered.
-    stem = path.stem.lower().replace("-", "_")
-    if stem in list_benchmarks():
-        return str(path), stem
-    raise ConfigError(f"--bench {ref}: {path.name} registers no benchmark; decorate a scorer "
-                      "with @benchmark(name=..., dataset=...) and @scorer")
+    try:
+        names = load_benchmark_file(path, name)
+    except NelError as exc:
+        raise ConfigError(f"--bench {ref}: {exc}") from None
+    if len(names) > 1:
+        raise ConfigError(f"--bench {ref}: {path.name} registers {len(names)} benchmarks "
+                          f"({', '.join(names)}); pick one with --bench {file}:<name>")
+    return str(path), names[0]

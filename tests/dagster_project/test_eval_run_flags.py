@@ -227,7 +227,7 @@ def test_bench_file_and_file_colon_name(tmp_path: Path, reference_server, server
     (res,) = s["results"]
     assert (res["benchmark"], res["score"], res["n_items"]) == ("flags_caps_b", 1.0, 1)
     p = run_nel(*base, "--bench", f"{f}:nope", "-o", str(tmp_path / "c"))
-    assert p.returncode == 2 and "no benchmark named 'nope'" in p.stderr
+    assert p.returncode == 2 and "does not register a benchmark 'nope'" in p.stderr
     p = run_nel(*base, "--bench", str(tmp_path / "missing.py"), "-o", str(tmp_path / "d"))
     assert p.returncode == 2 and "no such benchmark file" in p.stderr
 
