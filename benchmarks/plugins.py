@@ -43,3 +43,41 @@ def load_module(ref: str) -> None:
         importlib.import_module(ref)
     except ModuleNotFoundError as exc:
         raise NelError(f"cannot import benchmark module {ref!r} ({exc})") from None
+
+
+def resolve_benchmark_ref(ref: str) -> str:
+    """The registered name a benchmark reference means, importing its file first if it is one.
+
+    As NeMo Evaluator 0.3.0: ``path/to/file.py`` is the one benchmark that file registers
+    (or the one named after the file's stem when it was registered already),
+    ``path/to/file.py:name`` picks one of several. Anything else is returned unchanged
+    (a registered name, ``gym://...``).
+
+    Raises:
+        NelError: the file is missing, registers none or several without ``:name``, or
+            ``name`` is not among the registered benchmarks.
+    """
+    from benchmarks._registry import list_benchmarks
+
+    path, sep, explicit = ref.rpartition(":")
+    if not (sep and path.endswith(".py")):
+        path, explicit = ref, ""
+    if not path.endswith(".py"):
+        return ref
+    before = set(list_benchmarks())
+    load_module(path)
+    known = list_benchmarks()
+    new = sorted(set(known) - before)
+    if explicit:
+        if explicit not in known:
+            raise NelError(f"{path}: no benchmark {explicit!r} (it registers: {', '.join(new) or 'none'})")
+        return explicit
+    if len(new) == 1:
+        return new[0]
+    if len(new) > 1:
+        raise NelError(f"{path} registers {len(new)} benchmarks ({', '.join(new)}); "
+                       f"pick one with {path}:NAME")
+    stem = Path(path).stem.lower().replace("-", "_")
+    if stem in known:  # loaded earlier in this process: the file's own name
+        return stem
+    raise NelError(f"{path} registers no benchmark (decorate it with @benchmark and @scorer)")

@@ -15,6 +15,7 @@ from dagster_project.cli import (
     commands_config,
     commands_data,
     commands_eval,
+    commands_list,
     commands_misc,
     commands_report,
     commands_serve,
@@ -23,7 +24,7 @@ from dagster_project.cli import (
 
 # Each module exposes `register(subparsers)`; order is the order shown in --help
 # (commands_eval first: it creates the `eval` group the report module extends).
-_COMMAND_MODULES = [commands_eval, commands_report, commands_validate, commands_compare,
+_COMMAND_MODULES = [commands_eval, commands_list, commands_report, commands_validate, commands_compare,
                     commands_data, commands_misc, commands_serve, commands_config]
 
 

@@ -14,9 +14,11 @@ onto the same four words, with the same meaning:
 * **INCONCLUSIVE**: no paired items, or the run is too small to rule a drop beyond
   ``max_drop`` in or out.
 
-One difference on purpose: NeMo Evaluator 0.3.0 answers WARN for a *significant
-improvement* too (its reason then says "effect below practical threshold", which is not
-what happened); nel answers PASS, since a better candidate must not fail a CI step.
+One difference on purpose: NeMo Evaluator 0.3.0 calls a comparison INCONCLUSIVE whenever
+its test is underpowered and not significant, whatever the direction; its McNemar test is
+one-sided, so a large improvement on a small benchmark (0 regressions, 15 improvements in
+20 items) is INCONCLUSIVE there and fails a strict CI step with 2. nel answers PASS when the
+CI rules out a drop beyond ``max_drop``, which such an improvement does.
 
 Pure Python, no Dagster: the CLI and the engine both call it.
 """
