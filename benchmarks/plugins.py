@@ -10,6 +10,14 @@ from pathlib import Path
 
 from benchmarks.errors import NelError
 
+# benchmark name -> the file or module that registered it (shown by `nel list`)
+_ORIGINS: dict[str, str] = {}
+
+
+def benchmark_origin(name: str) -> str | None:
+    """The file (or module) whose import registered `name`, if `load_module` loaded it."""
+    return _ORIGINS.get(name)
+
 
 def load_module(ref: str) -> None:
     """Import a dotted module name or a `.py` file once per process.
@@ -20,7 +28,19 @@ def load_module(ref: str) -> None:
     Raises:
         NelError: when the file or module cannot be found or loaded.
     """
+    from benchmarks._registry import list_benchmarks
+
     ref = ref.strip()
+    before = set(list_benchmarks())
+    try:
+        _load(ref)
+    finally:
+        origin = str(Path(ref).expanduser().resolve()) if ref.endswith(".py") or "/" in ref else ref
+        for name in set(list_benchmarks()) - before:
+            _ORIGINS[name] = origin
+
+
+def _load(ref: str) -> None:
     if ref.endswith(".py") or "/" in ref:
         path = Path(ref).expanduser().resolve()
         if not path.is_file():

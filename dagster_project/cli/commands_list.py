@@ -42,11 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _origin(name: str, factory: object) -> str:
     """Where a benchmark comes from: its dataset for a built-in, its file for a module."""
+    from benchmarks.plugins import benchmark_origin
     from benchmarks.sources import SOURCES
 
     src = SOURCES.get(name)
     if src is not None:
         return f"hf:{src.hf_id}" if src.hf_id else src.origin.split(" (")[0]
+    origin = benchmark_origin(name)
+    if origin:
+        return origin
     mod = sys.modules.get(getattr(factory, "__module__", "") or "")
     return str(getattr(mod, "__file__", None) or getattr(factory, "__module__", "?"))
 
