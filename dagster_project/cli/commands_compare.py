@@ -28,10 +28,10 @@ _ALL_FLIPS = 1_000_000  # --show-flips keeps every flipped item, not a few examp
 
 
 def _add_strict(p: argparse.ArgumentParser, text: str) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--strict", dest="strict", action="store_true", default=True,
+    # one destination, the last flag wins (as click's --strict/--no-strict pair)
+    p.add_argument("--strict", dest="strict", action="store_true", default=True,
                    help=text + " (the default)")
-    g.add_argument("--no-strict", dest="strict", action="store_false",
+    p.add_argument("--no-strict", dest="strict", action="store_false",
                    help="exit 0 whatever the verdict (informational step)")
 
 
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare two runs on the items they share, per benchmark: delta, paired "
         "SE and CI, correlation, exact McNemar (0/1 scores) or a sign-flip permutation test, "
         "flips with examples, per-category deltas, runtime deltas and the minimum detectable "
-        "effect at 80%% power, and a verdict: BLOCK (a drop beyond --max-drop is established), "
+        "effect at 80% power, and a verdict: BLOCK (a drop beyond --max-drop is established), "
         "WARN (significant drop, not established beyond it), INCONCLUSIVE (too few items to "
         "tell) or PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
         "files, or NeMo Evaluator 0.3.0 eval-*.json files (with results.jsonl next to them) "
