@@ -20,6 +20,14 @@ from benchmarks.nemo_imports import install_nemo_imports
 # config's `module:` and `--bench` naming one file) answers from here.
 _FILE_BENCHMARKS: dict[Path, list[str]] = {}
 
+# benchmark name -> the file or module that registered it (shown by `nel list`)
+_ORIGINS: dict[str, str] = {}
+
+
+def benchmark_origin(name: str) -> str | None:
+    """The file (or module) whose import registered `name`, if `load_module` loaded it."""
+    return _ORIGINS.get(name)
+
 
 def load_module(ref: str) -> None:
     """Import a dotted module name or a `.py` file once per process.
@@ -57,11 +65,15 @@ def load_module(ref: str) -> None:
             raise
         _FILE_BENCHMARKS[path] = sorted(
             k for k, f in _registry._REGISTRY.items() if before.get(k) is not f)
+        _ORIGINS.update(dict.fromkeys(_FILE_BENCHMARKS[path], str(path)))
         return
+    before = dict(_registry._REGISTRY)
     try:
         importlib.import_module(ref)
     except ModuleNotFoundError as exc:
         raise NelError(f"cannot import benchmark module {ref!r} ({exc})") from None
+    _ORIGINS.update(dict.fromkeys(
+        (k for k, f in _registry._REGISTRY.items() if before.get(k) is not f), ref))
 
 
 def _line_in(exc: BaseException, path: Path) -> int | str:
@@ -102,3 +114,26 @@ def load_benchmark_file(path: str | Path, name: str | None = None) -> list[str]:
         raise NelError(f"{path} registers no benchmark: decorate a scorer with @benchmark "
                        "or a class with @register")
     return list(names)
+
+
+def resolve_benchmark_ref(ref: str) -> str:
+    """The registered name a benchmark reference means, importing its file first if it is one.
+
+    As NeMo Evaluator 0.3.0: ``path/to/file.py`` is the one benchmark that file registers,
+    ``path/to/file.py:name`` picks one of several. Anything else is returned unchanged (a
+    registered name, ``gym://...``).
+
+    Raises:
+        NelError: the file is missing, registers none or several without ``:name``, or
+            ``name`` is not among the benchmarks it registers.
+    """
+    path, sep, explicit = ref.rpartition(":")
+    if not (sep and path.endswith(".py")):
+        path, explicit = ref, ""
+    if not path.endswith(".py"):
+        return ref
+    names = load_benchmark_file(path, explicit or None)
+    if len(names) > 1:
+        raise NelError(f"{path} registers {len(names)} benchmarks ({', '.join(names)}); "
+                       f"pick one with {path}:NAME")
+    return names[0]

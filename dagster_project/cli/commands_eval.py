@@ -1,4 +1,4 @@
-"""`nel eval run` and `nel list`."""
+"""`nel eval run` (`nel list` is in commands_list)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ EVAL_SUBPARSERS: argparse._SubParsersAction | None = None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `eval run` and `list`."""
+    """Add `eval run`."""
     global EVAL_SUBPARSERS
     ev = sub.add_parser("eval", help="run evaluations and work with their results")
     evsub = ev.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND")
@@ -61,9 +61,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_cmd_run)
 
     ev.set_defaults(func=lambda a: (ev.print_help(), 2)[1])
-
-    ls = sub.add_parser("list", help="list the registered benchmarks")
-    ls.set_defaults(func=_cmd_list)
 
 
 # NeMo Evaluator's `eval run --api-key` reads these variables, in this order.
@@ -395,11 +392,3 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
         for name, reason in sorted(g.get("details", {}).items()):
             if name not in ("ci_level", "correction"):
                 con.print(f"  {name}: {reason}", markup=False, soft_wrap=True, highlight=False)
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    from benchmarks import list_benchmarks
-
-    for name in list_benchmarks():
-        print(name)
-    return 0

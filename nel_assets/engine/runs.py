@@ -35,6 +35,7 @@ import pyarrow as pa
 from benchmarks.errors import NelError
 from nel_assets.engine import stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.outcome import benchmark_outcome, worst
 from nel_resources.store import ResultStore, write_json_atomic
 
 __all__ = [
@@ -272,8 +273,11 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
     cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     name = (_first(meta, ("benchmark", "task", "task_name", "benchmark_name"))
             or _first(cfg, ("benchmark", "task")) or eval_json.parent.name)
-    model = str(_first(meta, ("model", "model_name", "model_id")) or "model")
-    model_id = _first(meta, ("model_id", "model_name", "model"))
+    if isinstance(name, Mapping):  # NeMo Evaluator 0.3.0: `benchmark: {name, scores, ...}`
+        name = name.get("name") or _first(cfg, ("benchmark", "task")) or eval_json.parent.name
+    # NeMo Evaluator 0.3.0 records the model only in `config.model`
+    model = str(_first(meta, ("model", "model_name", "model_id")) or _first(cfg, ("model",)) or "model")
+    model_id = _first(meta, ("model_id", "model_name", "model")) or _first(cfg, ("model",))
     keys, scores, cats, clus, ms, tok, ok = [], [], [], [], [], [], []
     samples: dict[str, dict[str, Any]] = {}
     with open(results, encoding="utf-8") as fh:
@@ -442,7 +446,8 @@ def _as_run(side: Run | str | Path, what: str) -> Run:
 
 def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: float | None = None,
                  alpha: float = 0.05, power: float = 0.8, seed: int = 0, n_examples: int = 5,
-                 n_permutations: int = 10_000) -> dict[str, Any]:
+                 n_permutations: int = 10_000, test: str = "auto",
+                 correct_above: float | None = None) -> dict[str, Any]:
     """Paired comparison of two runs, benchmark by benchmark (the ``regression.json`` doc).
 
     Args:
@@ -455,11 +460,15 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         seed: Permutation-test seed.
         n_examples: Flip examples per direction.
         n_permutations: Sign-flip permutations (non-binary scores).
+        test: The paired test (``compare_scores``: auto, mcnemar, sign, permutation).
+        correct_above: Score above which an item counts as correct for flips (None: any change).
 
     Returns:
         ``{version, created_at, baseline, candidate, max_drop, alpha, power, benchmarks:
         {name: compare_scores(...) + runtime + flip_examples + items_to_detect_delta},
-        missing: {baseline: [...], candidate: [...]}, regressions, improvements, regression}``.
+        missing: {baseline: [...], candidate: [...]}, regressions, improvements, regression,
+        outcome}``. ``outcome`` (and ``outcome``/``outcome_reason`` per benchmark) is the
+        verdict in NeMo Evaluator's words (``outcome.benchmark_outcome``), worst first.
         ``missing.baseline`` lists benchmarks the baseline lacks (and vice versa).
     """
     check_drop_units(max_drop)
@@ -470,7 +479,8 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         b, c = base.benchmarks[name], cand.benchmarks[name]
         try:
             comp = compare_scores(b.items, c.items, max_drop=max_drop, alpha=alpha, power=power,
-                                  seed=seed, n_examples=n_examples, n_permutations=n_permutations)
+                                  seed=seed, n_examples=n_examples, n_permutations=n_permutations,
+                                  test=test, correct_above=correct_above)
         except ValueError as exc:
             raise NelError(f"{name}: {exc}") from None
         comp["metric"] = "mean"
@@ -478,6 +488,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         comp["flip_examples"] = _flip_examples(b, c, comp)
         comp["items_to_detect_delta"] = (items_to_detect(comp, comp["delta"])
                                          if comp.get("delta") else None)
+        comp["outcome"], comp["outcome_reason"] = benchmark_outcome(comp)
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     return {
@@ -494,6 +505,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         "regressions": regressions,
         "improvements": [n for n, v in benches.items() if v["verdict"] == "improvement"],
         "regression": bool(regressions),
+        "outcome": worst(v["outcome"] for v in benches.values()),
     }
 
 
