@@ -135,5 +135,5 @@ def resolve_benchmark_ref(ref: str) -> str:
     names = load_benchmark_file(path, explicit or None)
     if len(names) > 1:
         raise NelError(f"{path} registers {len(names)} benchmarks ({', '.join(names)}); "
-                       f"pick one with {path}:NAME")
+                       f"pick one with {path}:<name>")
     return names[0]

@@ -121,7 +121,7 @@ def test_validate_usage_errors_are_one_line(byob: Path, args: list[str]) -> None
 
 def test_validate_byob_file_errors(tmp_path: Path, byob: Path) -> None:
     p = run_nel("validate", "-b", f"{byob}:nope")
-    assert p.returncode == 2 and "no benchmark 'nope'" in p.stderr
+    assert p.returncode == 2 and "does not register a benchmark 'nope'" in p.stderr
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     p = run_nel("validate", "-b", str(empty))
