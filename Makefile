@@ -38,7 +38,7 @@ setup: $(STAMP)
 $(PEER_NEMO):
 	$(PY312) -m venv $(PEER_VENV)
 	$(PEER_VENV)/bin/pip install -q --upgrade pip
-	$(PEER_VENV)/bin/pip install -q 'nemo-evaluator==0.3.0'
+	$(PEER_VENV)/bin/pip install -q 'nemo-evaluator[stats]==0.3.0'  # [stats]: scipy, else its compare is always INCONCLUSIVE
 
 peers: $(PEER_NEMO)
 

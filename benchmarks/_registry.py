@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks._types import EvalEnvironment
@@ -43,6 +44,11 @@ def register(name: str) -> Callable[[Factory], Factory]:
 
     def deco(factory: Factory) -> Factory:
         _REGISTRY[name] = factory
+        # An environment class that does not name itself takes its registry name, as in
+        # NeMo Evaluator (its API-reference example sets no `name`): results, bundles and
+        # `/health` then say which benchmark they are.
+        if isinstance(factory, type) and "name" not in vars(factory):
+            factory.name = name  # type: ignore[attr-defined]
         return factory
 
     return deco
@@ -71,19 +77,84 @@ def suggest(name: str, known: list[str]) -> list[str]:
     return hits[:3]
 
 
+def is_file_reference(name: str) -> bool:
+    """True for `path/to/file.py` or `path/to/file.py:bench` (a benchmark file, not a name)."""
+    return name.endswith(".py") or (".py:" in name and not name.startswith("gym://"))
+
+
 def get_factory(name: str) -> Factory:
-    """The factory registered under `name`; raises UnknownBenchmarkError with suggestions."""
+    """The factory registered under `name`; raises UnknownBenchmarkError with suggestions.
+
+    `name` may also be a benchmark file (`file.py` or `file.py:bench`, as NeMo Evaluator's
+    `--bench ./file.py` accepts): it is loaded and its benchmark returned.
+    """
     _load_builtins()
+    if is_file_reference(name):
+        from benchmarks.plugins import load_benchmark_file
+
+        path, _, wanted = name.rpartition(":") if not name.endswith(".py") else (name, "", "")
+        names = load_benchmark_file(path, wanted or None)
+        if len(names) > 1:
+            raise NelError(f"{path} registers {len(names)} benchmarks ({', '.join(names)}); "
+                           f"pick one: {path}:<name>")
+        name = names[0]
     if name not in _REGISTRY:
+        # NeMo Evaluator looks names up case-insensitively.
+        folded = {k.lower(): k for k in _REGISTRY}
+        if name.lower() in folded:
+            return _REGISTRY[folded[name.lower()]]
         known = sorted(_REGISTRY)
         raise UnknownBenchmarkError(name, suggest(name, known), known)
     return _REGISTRY[name]
 
 
-def get_benchmark(name: str, **params: Any) -> EvalEnvironment:
-    """Instantiate a benchmark by name, or a remote one by `gym://host:port`."""
+def accepted_params(factory: Factory, hints: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of `hints` that `factory` declares (all of them if it takes `**kwargs`).
+
+    Hints are settings the engine offers every environment (`protocol`, `num_fewshot`);
+    an environment that does not take one does not need it, like NeMo Evaluator's
+    environments whose `__init__` takes no arguments at all.
+    """
+    target = factory.__init__ if isinstance(factory, type) else factory
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return dict(hints)
+    params = sig.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(hints)
+    return {k: v for k, v in hints.items() if k in params and k != "self"}
+
+
+def get_benchmark(name: str, *, hints: Mapping[str, Any] | None = None,
+                  **params: Any) -> EvalEnvironment:
+    """Instantiate a benchmark by name, file (`x.py[:name]`) or remote `gym://host:port`.
+
+    Args:
+        name: Registry name, benchmark file, or `gym://` URL.
+        hints: Engine settings passed only where the factory declares them.
+        **params: The user's parameters, always passed (an unknown one is a TypeError).
+    """
     if name.startswith("gym://"):
         from benchmarks.remote import GymEnvironment
 
         return GymEnvironment(name, **params)
-    return get_factory(name)(**params)
+    factory = get_factory(name)
+    return factory(**{**accepted_params(factory, hints or {}), **params})
+
+
+def get_environment(name: str, **kwargs: Any) -> EvalEnvironment:
+    """NeMo Evaluator's `get_environment`: an environment by name, file or `gym://` URL.
+
+    Keyword arguments are offered to the constructor and kept only where it declares
+    them (NeMo Evaluator passes `num_examples`/`num_fewshot` that way); `params=` holds
+    the user's own parameters, which are always passed.
+    """
+    user = dict(kwargs.pop("params", None) or {})
+    hints = {k: v for k, v in kwargs.items() if v is not None}
+    return get_benchmark(name, hints=hints, **user)
+
+
+def list_environments() -> list[str]:
+    """All registered benchmark names (NeMo Evaluator's spelling of `list_benchmarks`)."""
+    return list_benchmarks()

@@ -74,13 +74,33 @@ class VerifyResult:
 class EvalEnvironment(ABC):
     """A benchmark: a fixed, indexable set of problems and a way to verify answers.
 
-    Subclasses implement `seed`, `verify` and `__len__`. `seed(idx)` must be deterministic
-    for a given dataset and version. `name` and `version` identify results; bump `version`
-    whenever the prompt or the scorer changes, so stored results become stale.
+    Subclasses implement `seed` and `verify`, and either `__len__` or, as in NeMo Evaluator,
+    keep their rows in `self._dataset` (set up by `super().__init__()`), which the default
+    `__len__` counts. `seed(idx)` must be deterministic for a given dataset and version.
+    `name` and `version` identify results; bump `version` whenever the prompt or the scorer
+    changes, so stored results become stale.
     """
 
     name: str = "unnamed"
     version: str = "1"
+
+    def __init__(self) -> None:
+        # NeMo Evaluator's base class takes no arguments and starts an empty row list;
+        # environments written for it call `super().__init__()` and fill `_dataset`.
+        self._dataset: list[dict[str, Any]] = []
+
+    @property
+    def dataset(self) -> list[dict[str, Any]]:
+        """The rows behind the problems, for environments that keep them in `_dataset`."""
+        return getattr(self, "_dataset", [])
+
+    @dataset.setter
+    def dataset(self, value: list[dict[str, Any]]) -> None:
+        self._dataset = value
+
+    async def dataset_size(self) -> int:
+        """Number of problems (NeMo Evaluator's async spelling of `len(env)`)."""
+        return len(self)
 
     @abstractmethod
     async def seed(self, idx: int) -> SeedResult:
@@ -91,9 +111,14 @@ class EvalEnvironment(ABC):
         """Score `response` against `expected`; `metadata` is the item's seed metadata
         plus `reasoning` (the model's reasoning text, when it gave one separately)."""
 
-    @abstractmethod
     def __len__(self) -> int:
-        """Number of problems."""
+        """Number of problems: the length of `_dataset` unless a subclass says otherwise."""
+        rows = getattr(self, "_dataset", None)
+        if rows is None:
+            # Neither `__len__` nor `_dataset`: say so instead of evaluating zero problems.
+            raise TypeError(f"{type(self).__qualname__} defines neither __len__ nor a _dataset "
+                            "list (call super().__init__() and fill self._dataset)")
+        return len(rows)
 
     def fingerprint(self) -> str:
         """A string that changes whenever results would change (prompt, scorer, version).

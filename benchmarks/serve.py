@@ -437,8 +437,9 @@ def build_environment(
 
 def generate_app(
     env: EvalEnvironment,
-    *,
     gym_compat: bool = False,
+    data_export_dir: str | Path | None = None,
+    *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     benchmark_name: str | None = None,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
@@ -450,6 +451,8 @@ def generate_app(
         env: The environment to serve.
         gym_compat: Also accept NeMo Gym's session-start body on `/seed_session` (no
             `idx`; answered with `{}`) and report the Gym protocol in `/health`.
+        data_export_dir: Also write the dataset as Gym JSONL to `<dir>/<name>.jsonl`
+            first (NeMo Evaluator's argument; `nel serve --export-data` is the CLI's).
         max_body_bytes: Bodies larger than this are refused with 413.
         benchmark_name: Name reported by `/health` (defaults to `env.name`).
         body_timeout: Seconds a request body may take to arrive (408 after).
@@ -472,6 +475,8 @@ def generate_app(
 
     name = benchmark_name or env.name
     size = len(env)
+    if data_export_dir is not None:
+        export_data(env, Path(data_export_dir).expanduser() / f"{name}.jsonl", benchmark=name)
     protocol = PROTOCOL_GYM if gym_compat else PROTOCOL_EVALUATOR
     health = dumps(
         {

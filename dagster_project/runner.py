@@ -75,6 +75,10 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
     data.setdefault("output", {})["dir"] = str(out)
+    # The seed that picked the items is written out even when it is the default: the file
+    # must select the same items wherever NEL_SHUFFLE_SEED says otherwise.
+    for entry, bench in zip(data.get("benchmarks", []), cfg.benchmarks, strict=True):
+        entry["shuffle_seed"] = bench.shuffle_seed
     for name, svc in data.get("services", {}).items():
         if svc.pop("api_key", None):
             print(f"warning: services.{name}.api_key is written literally, so "
@@ -255,6 +259,44 @@ def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
     return out, home
 
 
+def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
+    """Every check a run makes before it writes or sends anything; `nel eval run` and
+    `nel eval run --dry-run` both call it, so a dry run accepts exactly what a run accepts.
+
+    Returns:
+        The config resolved into run specs.
+
+    Raises:
+        NelError: (ConfigError or UnknownBenchmarkError) one line naming what to fix.
+    """
+    check_supported(cfg)  # keys nel cannot honour yet are refused, in a dry run too
+    if cfg.data_dir:
+        from benchmarks.datasets import set_data_dir
+
+        set_data_dir(cfg.data_dir)
+    from benchmarks import get_factory
+    from benchmarks.plugins import load_module
+
+    # Unknown benchmark names fail with suggestions before anything else.
+    for bench in cfg.benchmarks:
+        if bench.module:
+            load_module(bench.module)
+        if not bench.name.startswith("gym://"):
+            get_factory(bench.name)
+    # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
+    # the solver's own service) make the config invalid: one line, before any Dagster run.
+    # Resolving checks every name (services, judges) the same way.
+    from nel_assets.engine.judging import check_scoring
+
+    resolved = resolve(cfg)
+    for bench_spec in resolved.benchmarks:
+        for run in bench_spec.runs:
+            check_scoring(run)
+            # A key variable that is not set is a config error too (not one pair's failure).
+            run.service.config.resolved_api_key()
+    return resolved
+
+
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
              shard_only: tuple[int, int] | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
@@ -277,10 +319,9 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
-    config = cfg.config if isinstance(cfg, ResolvedConfig) else cfg
-    check_supported(config)  # refuse keys nel cannot honour yet, before any request
-    resolved = cfg if isinstance(cfg, ResolvedConfig) else resolve(config)
-    cfg = config
+    given = cfg if isinstance(cfg, ResolvedConfig) else None
+    cfg = given.config if given is not None else cfg
+    check_supported(cfg)  # refuse keys nel cannot honour yet before anything is written
     started = time.time()
     t0 = time.perf_counter()
     if cfg.data_dir:
@@ -294,15 +335,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     log_path = run_log.log_path_for(out)
     store = ResultStore(out)
 
-    # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
-    # the solver's own service) make the config invalid: one line, before any Dagster run.
-    from nel_assets.engine.judging import check_scoring
-
-    for bench_spec in resolved.benchmarks:
-        for run in bench_spec.runs:
-            check_scoring(run)
-            # A key variable that is not set is a config error too (not one pair's failure).
-            run.service.config.resolved_api_key()
+    checked = validate_before_run(cfg)
+    resolved = given if given is not None else checked
 
     failures: list[BenchFailure] = []
     if not cfg.benchmarks:

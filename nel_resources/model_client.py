@@ -15,6 +15,8 @@ written to the wire (neither transport resends anything behind the client's back
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -61,7 +63,21 @@ class EndpointUnreachableError(NelError):
 
 @dataclass(slots=True)
 class ModelResponse:
-    """What one model call produced."""
+    """What one model call produced (NeMo Evaluator's `ModelResponse` fields included).
+
+    Attributes:
+        content: The answer text.
+        reasoning_content: Reasoning the server returned separately, if any.
+        finish_reason: `stop`, `length`, ...
+        prompt_tokens: Input tokens (server-reported).
+        completion_tokens: Output tokens (server-reported).
+        reasoning_tokens: Reasoning tokens, when the server reports them.
+        latency_ms: Time from the first attempt to the answer.
+        attempts: Requests it took (retries included).
+        model: The model the server says answered.
+        raw: The parsed response body (redacted).
+        total_tokens: `usage.total_tokens`, or prompt + completion when only those are given.
+    """
 
     content: str
     reasoning_content: str | None = None
@@ -73,6 +89,64 @@ class ModelResponse:
     attempts: int = 1
     model: str | None = None
     raw: dict[str, Any] | None = field(default=None, repr=False)
+    total_tokens: int | None = None
+
+    @property
+    def raw_response(self) -> dict[str, Any]:
+        """The full response body (NeMo Evaluator's name for `raw`)."""
+        return self.raw or {}
+
+
+def _total_tokens(usage: dict[str, Any], prompt: Any, completion: Any) -> int | None:
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return prompt + completion
+    return None
+
+
+# NeMo Evaluator's ModelClient parameters: (lowest, highest) allowed, None = unbounded.
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "presence_penalty": (-2.0, 2.0),
+    "max_tokens": (1, None),
+}
+
+
+def sampling_params(**values: Any) -> dict[str, Any]:
+    """The generation fields of a request from ModelClient's sampling arguments, checked.
+
+    `None` means "not set" (the server's default). Ranges are those NeMo Evaluator
+    documents: temperature 0-2, top_p 0-1, penalties -2..2, max_tokens >= 1, an integer
+    seed, stop as a list of strings.
+
+    Raises:
+        NelError: naming the parameter and its allowed range.
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key in ("max_tokens", "seed"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise NelError(f"ModelClient: {key} must be an integer, not {value!r}")
+        elif key == "stop":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise NelError(f"ModelClient: stop must be a list of strings, not {value!r}")
+            value = list(value)
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise NelError(f"ModelClient: {key} must be a number, not {value!r}")
+        lo, hi = _RANGES.get(key, (None, None))
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            span = f"{lo:g} to {hi:g}" if hi is not None else f"at least {lo:g}"
+            raise NelError(f"ModelClient: {key}={value!r} is out of range ({span})")
+        out[key] = value
+    return out
 
 
 def normalize_base_url(url: str) -> str:
@@ -108,8 +182,8 @@ class ModelClient:
     def __init__(
         self,
         base_url: str,
-        *,
         model: str | None = None,
+        *,
         protocol: str = "chat_completions",
         api_key: str | None = None,
         generation: dict[str, Any] | None = None,
@@ -122,11 +196,25 @@ class ModelClient:
         headers: dict[str, str] | None = None,
         transport: str = "auto",
         adapt_window: float = 0.5,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
     ) -> None:
+        if not (isinstance(timeout, int | float) and timeout > 0):
+            raise NelError(f"ModelClient: timeout must be a positive number of seconds, not {timeout!r}")
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+            raise NelError(f"ModelClient: max_concurrent must be an integer >= 1, not {max_concurrent!r}")
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self.protocol = protocol
-        self.generation = dict(generation or {})
+        # The sampling arguments (NeMo Evaluator's names) are checked and win over `generation`.
+        self.generation = {**(generation or {}), **sampling_params(
+            temperature=temperature, max_tokens=max_tokens, top_p=top_p, seed=seed, stop=stop,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)}
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_concurrent = max_concurrent
@@ -343,6 +431,28 @@ class ModelClient:
                 delay = max(delay, min(retry_after, self.max_backoff * 4))
             await asyncio.sleep(delay)
 
+    async def chat(self, prompt: str | None = None, system: str | None = None,
+                   messages: list[dict[str, Any]] | None = None) -> ModelResponse:
+        """One chat request (NeMo Evaluator's `ModelClient.chat`), with nel's retries.
+
+        Args:
+            prompt: The user message (ignored when `messages` is given).
+            system: A system message put before it.
+            messages: A whole conversation instead of `prompt`/`system`.
+
+        Raises:
+            ModelError: the request failed for good (after retries).
+            AuthError: the endpoint refused the key.
+            NelError: the client speaks the completions protocol (no chat messages).
+        """
+        if self.protocol == "completions":
+            raise NelError("ModelClient.chat needs the chat_completions or responses protocol "
+                           "(this client speaks completions)")
+        if messages is None:
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": prompt or ""}]
+        return await self.generate(list(messages))
+
     @property
     def effective_concurrency(self) -> int:
         """Requests allowed in flight now (below `max_concurrent` after 429s)."""
@@ -386,7 +496,8 @@ class ModelClient:
                 finish_reason=_responses_finish(obj),
                 prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
                 reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
-                attempts=attempts, model=obj.get("model"),
+                attempts=attempts, model=obj.get("model"), raw=obj,
+                total_tokens=_total_tokens(usage, usage.get("input_tokens"), usage.get("output_tokens")),
             )
         choices = obj.get("choices") or []
         if not choices:
@@ -403,7 +514,46 @@ class ModelClient:
             content=content, reasoning_content=reasoning, finish_reason=ch.get("finish_reason"),
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
-            attempts=attempts, model=obj.get("model"),
+            attempts=attempts, model=obj.get("model"), raw=obj,
+            total_tokens=_total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
+        )
+
+
+class NemoModelClient(ModelClient):
+    """`ModelClient` with NeMo Evaluator 0.3.0's constructor: its parameter order and defaults.
+
+    What `from nemo_evaluator.engine import ModelClient` gives a user's code. The defaults
+    are the ones its API reference documents (its endpoint and model, at most 8 requests in
+    flight); `api_key=None` reads `NEMO_API_KEY`, as documented. Everything else (retries,
+    redaction, the transport) is nel's ModelClient.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "https://inference-api.nvidia.com/v1",
+        model: str = "azure/openai/gpt-5.2",
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        timeout: float = 120.0,
+        max_concurrent: int = 8,
+        **nel_options: Any,
+    ) -> None:
+        for key in ("cache_dir", "retry", "reasoning_pattern"):
+            if nel_options.get(key) is not None:
+                raise NelError(f"ModelClient: {key}= (response caching, retry configs and "
+                               "reasoning patterns of NeMo Evaluator) is not supported yet in nel")
+            nel_options.pop(key, None)
+        super().__init__(
+            base_url, model, api_key=api_key if api_key is not None else os.environ.get("NEMO_API_KEY"),
+            temperature=temperature, max_tokens=max_tokens, top_p=top_p, seed=seed, stop=stop,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            timeout=timeout, max_concurrent=max_concurrent, **nel_options,
         )
 
 

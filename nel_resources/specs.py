@@ -75,18 +75,21 @@ class EnvironmentFactory:
         name: the registry name to instantiate (`gym://host:port` once a `gym://<service>`
             name is resolved to that service's URL).
         module: a BYOB file or module to import first, so `name` is registered.
-        params: keyword arguments of the environment (protocol, few-shot count, gym
-            timeout/retries, and the benchmark's own `params`).
+        params: keyword arguments of the environment (few-shot count, gym timeout/retries,
+            and the benchmark's own `params`).
+        hints: arguments offered, not imposed (the prompt `protocol` the service needs): an
+            environment whose `__init__` does not take one still runs.
     """
 
     benchmark: str
     name: str
     module: str | None
     params: Mapping[str, Any]
+    hints: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def cache_key(self) -> str:
         """Identity of the environment this factory builds (one instance per process)."""
-        return self.name + json.dumps(dict(self.params), sort_keys=True, default=str)
+        return self.name + json.dumps({**self.hints, **self.params}, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class ProblemSelection:
 
     max_problems: int | None = None
     problem_range: tuple[int, int] | None = None
+    shuffle_seed: int | None = None  # NeMo Evaluator's shuffle before max_problems; None = dataset order
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,12 @@ class FingerprintInputs:
     service_settings: str
     system_prompt: str | None
     scoring: Mapping[str, Any] | None
+    shuffle_seed: int | None = None  # the seed that picked the items (None with a range)
 
     def payload(self) -> dict[str, Any]:
         """The JSON-able part of the shard fingerprint payload these inputs contribute."""
         return {"repeats": self.repeats, "service": self.service_settings,
+                "shuffle_seed": self.shuffle_seed,
                 "system_prompt": self.system_prompt,
                 "scoring": None if self.scoring is None else dict(self.scoring)}
 
@@ -283,14 +289,16 @@ def _gym_env(bench: BenchmarkConfig, services: Mapping[str, ServiceConfig]) -> t
 def environment_factory(bench: BenchmarkConfig, service: ServiceConfig,
                         services: Mapping[str, ServiceConfig]) -> EnvironmentFactory:
     """How to build `bench`'s environment for `service` (`services` resolves `gym://` names)."""
+    hints: dict[str, Any] = {}
     if bench.name.startswith("gym://"):
         name, params = _gym_env(bench, services)
     else:
         name, params = bench.name, dict(bench.params)
-        params.setdefault("protocol", env_protocol(service))
+        if "protocol" not in params:
+            hints["protocol"] = env_protocol(service)
         if bench.num_fewshot is not None:
             params["num_fewshot"] = bench.num_fewshot
-    return EnvironmentFactory(bench.name, name, bench.module, _frozen(params))
+    return EnvironmentFactory(bench.name, name, bench.module, _frozen(params), _frozen(hints))
 
 
 def _judge_service(bench: BenchmarkConfig, metric: ScoringMetric, solver: str,
@@ -325,25 +333,6 @@ def judge_metrics(scoring: ScoringConfig | None) -> list[ScoringMetric]:
     return [m for m in (scoring.metrics if scoring else []) if m.type == "judge"]
 
 
-# The keys a scoring metric had before NeMo Evaluator's judge options were added. Those are
-# hashed as they are; a newer key only when it is set to something other than its default,
-# so stores written before the new keys existed stay fresh for the same config.
-_METRIC_FINGERPRINT_KEYS = frozenset({"type", "name", "service", "allow_self_judge", "params"})
-
-
-def scoring_fingerprint(scoring: ScoringConfig | None) -> Mapping[str, Any] | None:
-    """The part of a `scoring:` block that shard fingerprints and code versions hash."""
-    if scoring is None:
-        return None
-    data = scoring.model_dump()
-    defaults = {k: f.get_default(call_default_factory=True)
-                for k, f in type(scoring.metrics[0]).model_fields.items()} if scoring.metrics else {}
-    data["metrics"] = [{k: v for k, v in m.items()
-                        if k in _METRIC_FINGERPRINT_KEYS or v != defaults.get(k)}
-                       for m in data["metrics"]]
-    return _frozen(data)
-
-
 def n_shards(cfg: NelConfig, bench: BenchmarkConfig) -> int:
     """Shards of a benchmark: the benchmark's own count, else the cluster's."""
     return bench.shards if bench.shards > 1 else (cfg.cluster.shards or 1)
@@ -367,11 +356,12 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         benchmark=bench.name, model=slugify(svc_name), model_id=svc.model or svc_name,
         service=ServiceSpec(svc_name, capped, service_resource_key(svc_name)),
         env=environment_factory(bench, svc, cfg.services),
-        selection=ProblemSelection(bench.max_problems, bench.problem_range),
+        selection=ProblemSelection(bench.max_problems, bench.problem_range, bench.shuffle_seed),
         repeats=bench.repeats, system_prompt=system_prompt, timeout=bench.timeout, shards=shards,
         scoring=bench.scoring, judges=judges,
         fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
-                                      scoring_dump),
+                                      scoring_dump,
+                                      bench.shuffle_seed if bench.problem_range is None else None),
         solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
     )
 
@@ -379,7 +369,7 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
 def resolve_benchmark(cfg: NelConfig, bench: BenchmarkConfig) -> BenchmarkSpec:
     """Resolve one benchmark of `cfg` into its spec (every service and judge by name)."""
     shards = n_shards(cfg, bench)
-    scoring_dump = scoring_fingerprint(bench.scoring)
+    scoring_dump = _frozen(bench.scoring.model_dump()) if bench.scoring else None
     names = bench.service_names(cfg.services)
     runs = tuple(_run_spec(cfg, bench, s, shards, scoring_dump) for s in names)
     return BenchmarkSpec(

@@ -75,6 +75,22 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def first_n_selection_by_default() -> Iterator[None]:
+    """Tests written before nel picked `max_problems` items as NeMo Evaluator does (a
+    permutation seeded by `shuffle_seed`, 42 by default) build their answer files for the
+    first N problems: they run with NEL_SHUFFLE_SEED=null (the dataset order). The tests of
+    the selection itself (tests/dagster_project/test_eval_run_flags.py, the peer parity
+    module) unset it to check the real default.
+    """
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEL_SHUFFLE_SEED", "null")
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
 @pytest.fixture
 def reference_server() -> Iterator[Callable[..., str]]:
     """Factory: ``reference_server(**opts) -> "http://127.0.0.1:PORT/v1"``.

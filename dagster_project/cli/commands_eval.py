@@ -1,4 +1,4 @@
-"""`nel eval run` and `nel list`."""
+"""`nel eval run` (`nel list` is in commands_list)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ EVAL_SUBPARSERS: argparse._SubParsersAction | None = None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `eval run` and `list`."""
+    """Add `eval run`."""
     global EVAL_SUBPARSERS
     ev = sub.add_parser("eval", help="run evaluations and work with their results")
     evsub = ev.add_subparsers(dest="eval_command", metavar="EVAL_COMMAND")
@@ -28,13 +28,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                            epilog=exit_codes.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML config (services, benchmarks, cluster, output)")
     run.add_argument("-b", "--bench", action="append", default=[],
-                     help="benchmark name (repeatable); with a config, selects from it")
+                     help="benchmark name, or a BYOB file FILE.py[:NAME] (repeatable); with a "
+                     "config, selects from it")
     run.add_argument("-n", "--repeats", type=int, help="samples per problem")
-    run.add_argument("-m", "--max-problems", type=int, help="evaluate only the first N problems")
+    run.add_argument("-m", "--max-problems", type=int,
+                     help="evaluate N problems: the first N of a permutation seeded by "
+                     "shuffle_seed (42), as NeMo Evaluator picks them; --first-n keeps dataset order")
     run.add_argument("--problem-range", help="START:END problem indices")
-    run.add_argument("--model-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-    run.add_argument("--model-id", help="model name sent in requests")
-    run.add_argument("--api-key", help="API key (prefer --api-key-env)")
+    run.add_argument("--model-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 "
+                     "(default: $NEMO_MODEL_URL)")
+    run.add_argument("--model-id", help="model name sent in requests (default: $NEMO_MODEL_ID)")
+    run.add_argument("--api-key", help="API key (prefer --api-key-env; without either, flag "
+                     "runs read $NEMO_API_KEY, then $NVIDIA_API_KEY)")
     run.add_argument("--api-key-env", help="name of the environment variable holding the API key")
     run.add_argument("--protocol", choices=["chat_completions", "completions", "responses"])
     run.add_argument("--system-prompt", help="system prompt sent with every request")
@@ -52,12 +57,53 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="config override, e.g. -O benchmarks.0.repeats=3")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_peer_run_flags(run)
     run.set_defaults(func=_cmd_run)
 
     ev.set_defaults(func=lambda a: (ev.print_help(), 2)[1])
 
-    ls = sub.add_parser("list", help="list the registered benchmarks")
-    ls.set_defaults(func=_cmd_list)
+
+# NeMo Evaluator's `eval run --api-key` reads these variables, in this order.
+_PEER_KEY_VARS = ("NEMO_API_KEY", "NVIDIA_API_KEY")
+
+
+def _add_peer_run_flags(run: argparse.ArgumentParser) -> None:
+    """The flags of NeMo Evaluator 0.3.0's `nel eval run` that nel's own set lacked."""
+    run.add_argument("--temperature", type=float, default=None,
+                     help="sampling temperature sent with every request (flag runs default to "
+                     "0.0 as in NeMo Evaluator; with a config, overrides every service's)")
+    run.add_argument("--max-tokens", type=int, default=None,
+                     help="maximum generated tokens per request (overrides every service's)")
+    run.add_argument("--shuffle-seed", type=int, default=None, metavar="SEED",
+                     help="seed of the permutation --max-problems takes its N problems from "
+                     "(default 42, or the config's shuffle_seed)")
+    run.add_argument("--first-n", action="store_true",
+                     help="take the first N problems in dataset order (shuffle_seed: null)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate the config and print which (benchmark, model, shard) "
+                     "partitions would run and why; sends no request, starts no server")
+    run.add_argument("--submit", action=argparse.BooleanOptionalAction, default=None,
+                     help="submit to the configured cluster (a no-op for cluster.type: local, "
+                     "as in NeMo Evaluator)")
+    run.add_argument("--background", action="store_true",
+                     help="run detached: writes <out>/nel.pid and <out>/nel_eval.log and "
+                     "returns at once")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    run.add_argument("--adapter", metavar="NAME",
+                     help="route requests through an adapter / interceptor chain "
+                     "(not supported yet in nel: refused)")
+
+
+def bench_entry(ref: str) -> dict[str, Any]:
+    """A `benchmarks:` entry for a --bench value: a registered name, or a BYOB file
+    `FILE.py` (the one benchmark it registers) / `FILE.py:NAME` (one of several)."""
+    from dagster_project.cli.bench_ref import resolve_bench_file
+
+    found = resolve_bench_file(ref)
+    if found is None:
+        return {"name": ref}
+    module, name = found
+    return {"name": name, "module": module}
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -71,16 +117,24 @@ def config_from_args(args: argparse.Namespace) -> Any:
         data = cfg.model_dump(mode="json", exclude_none=False)
         if args.bench:
             names = {b["name"] for b in data["benchmarks"]}
-            data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] in args.bench]
-            data["benchmarks"] += [{"name": n} for n in args.bench if n not in names]
+            wanted = [bench_entry(n) for n in args.bench]
+            data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] in {w["name"] for w in wanted}]
+            data["benchmarks"] += [w for w in wanted if w["name"] not in names]
         if args.model_url:
             raise ConfigError("--model-url cannot be combined with a config file; "
                               "edit the config's services or use -O services.NAME.url=...")
     else:
         # `nel config set model_url/api_key_env` (or NEL_MODEL_URL/NEL_API_KEY_ENV) fill
         # flags left out; only here, since a config file names its own services.
-        args.model_url = args.model_url or os.environ.get("NEL_MODEL_URL") or None
+        # NeMo Evaluator's variables come first (its flags read them), then nel's.
+        args.model_url = (args.model_url or os.environ.get("NEMO_MODEL_URL")
+                          or os.environ.get("NEL_MODEL_URL") or None)
+        args.model_id = args.model_id or os.environ.get("NEMO_MODEL_ID") or None
         args.api_key_env = args.api_key_env or os.environ.get("NEL_API_KEY_ENV") or None
+        if not args.api_key and not args.api_key_env:
+            # NeMo Evaluator's --api-key defaults to $NEMO_API_KEY, then $NVIDIA_API_KEY;
+            # nel keeps the variable's name (not its value) so nel-config.yaml holds no secret.
+            args.api_key_env = next((v for v in _PEER_KEY_VARS if os.environ.get(v)), None)
         if not args.bench:
             raise ConfigError("nothing to run: give a config file or --bench NAME "
                               "(see `nel list` for benchmark names)")
@@ -91,7 +145,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
         name = slugify(args.model_id) if args.model_id else "default"
         svc: dict[str, Any] = {"type": "api", "url": args.model_url, "model": args.model_id}
-        data = {"services": {name: svc}, "benchmarks": [{"name": n} for n in args.bench]}
+        # NeMo Evaluator's quick mode sends temperature 0.0 unless --temperature says otherwise.
+        svc["generation"] = {"temperature": 0.0 if args.temperature is None else args.temperature}
+        data = {"services": {name: svc}, "benchmarks": [bench_entry(n) for n in args.bench]}
         for expr in overrides:
             from nel_resources.config import apply_override
 
@@ -107,6 +163,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
             svc["max_concurrent"] = args.max_concurrent
         if args.timeout is not None:
             svc["timeout"] = args.timeout
+        for key in ("temperature", "max_tokens"):
+            if getattr(args, key) is not None:
+                svc.setdefault("generation", {})[key] = getattr(args, key)
     for b in data["benchmarks"]:
         if args.repeats is not None:
             b["repeats"] = args.repeats
@@ -120,6 +179,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
             b["shards"] = args.shards
         if args.timeout is not None:
             b["timeout"] = args.timeout
+        if args.shuffle_seed is not None:
+            b["shuffle_seed"] = args.shuffle_seed
+        if args.first_n:
+            b["shuffle_seed"] = None
     if args.output_dir is not None:
         data.setdefault("output", {})["dir"] = args.output_dir
     cfg = load_config(data=data, source=cfg if args.config else None)
@@ -178,10 +241,26 @@ def _validate_benchmarks(cfg: Any) -> None:
             get_factory(b.name)  # raises UnknownBenchmarkError with suggestions
 
 
+def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
+    """Flags whose feature nel does not have yet: refused in one line, before anything runs."""
+    from nel_resources.config import ConfigError
+
+    if args.adapter:
+        raise ConfigError(f"--adapter {args.adapter}: adapters / interceptor chains are not "
+                          "supported yet in nel; run without --adapter")
+    if args.submit and cfg.cluster.type != "local":
+        raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
+                          "is not supported yet in nel; run locally (cluster.type: local)")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config_from_args(args)
-    _validate_benchmarks(cfg)
-    from dagster_project.runner import run_eval
+    _refuse_unsupported_flags(args, cfg)
     from nel_assets.engine.sharding import shard_from_env
 
     shard_only = shard_from_env(default_total=cfg.cluster.shards)
@@ -192,8 +271,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from nel_resources.config import load_config
 
         cfg = load_config(data=data)
-    summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
-                       shard_only=shard_only)
+    if args.submit:
+        # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run.
+        print("note: --submit has no effect with cluster.type: local; running here",
+              file=sys.stderr)
+    if args.dry_run:
+        from dagster_project.dry_run import plan_run, print_plan
+
+        if args.background:  # as in NeMo Evaluator, the dry run wins
+            print("note: --background has no effect with --dry-run (nothing runs)", file=sys.stderr)
+
+        plan = plan_run(cfg, resume=not args.fresh, shard_only=shard_only)
+        if args.json:
+            import json
+
+            print(json.dumps(plan.to_dict(), indent=2))
+        else:
+            print_plan(plan, where=args.config or "the flags")
+        return plan.exit_status
+    _validate_benchmarks(cfg)
+    if args.background:
+        from dagster_project.runner import validate_before_run
+
+        validate_before_run(cfg)  # a config error is reported here, not in a log file
+        from dagster_project.background import start_background
+
+        return start_background(cfg, args.argv)
+    from dagster_project.runner import run_eval
+
+    try:
+        summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
+                           shard_only=shard_only)
+    finally:
+        from dagster_project.background import finished_in_background
+
+        finished_in_background()
     _print_summary(summary, as_json=args.json)
     _print_failures(summary)
     return summary.exit_status
@@ -280,11 +392,3 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
         for name, reason in sorted(g.get("details", {}).items()):
             if name not in ("ci_level", "correction"):
                 con.print(f"  {name}: {reason}", markup=False, soft_wrap=True, highlight=False)
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    from benchmarks import list_benchmarks
-
-    for name in list_benchmarks():
-        print(name)
-    return 0

@@ -10,13 +10,25 @@ from typing import Any
 _FORMATS = ["markdown", "html", "csv", "json", "latex"]
 
 
-def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", help="output directory of a run")
+def _report_args(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    if top:
+        # NeMo Evaluator's `report BUNDLE_PATHS...`: run directories or bundle JSON files.
+        p.add_argument("paths", nargs="+", metavar="PATH",
+                       help="output directory of a run, or a bundle file (bundle.json, or an "
+                       "eval-*.json export of a run); several are combined in one report")
+    else:
+        p.add_argument("dir", nargs="?", help="output directory of a run")
+        p.add_argument("-r", "--run-id", help="a run's id instead of its directory (NeMo "
+                       "Evaluator fetches remote runs; not supported yet in nel: refused)")
+        p.add_argument("--with-results", action="store_true",
+                       help="with -r, also fetch per-sample results (NeMo Evaluator); a local "
+                       "directory always has them")
     p.add_argument("-f", "--format", default=None, choices=_FORMATS,
                    help="markdown (default), html (self-contained, plots + per-sample drill-down), "
                    "csv, json, latex (a tabular fragment)")
     p.add_argument("--all-formats", action="store_true",
-                   help="write every format (report.md/.html/.csv/.json/.tex) into -o DIR")
+                   help="write every format (report.md/.html/.csv/.json/.tex) into -o DIR "
+                   "(default: the current directory, as in NeMo Evaluator)")
     p.add_argument("-o", "--output", help="file to write (a directory with --all-formats); default stdout")
     p.add_argument("-m", "--model", action="append", default=None,
                    help="only this model (repeatable; default all)")
@@ -41,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     top = sub.add_parser("report", help="one report across every benchmark and model of a run",
                          description="Like `nel eval report`, defaulting to the HTML report "
                          "across all benchmarks (plots, comparison, per-sample drill-down).")
-    _report_args(top)
+    _report_args(top, top=True)
     top.set_defaults(func=_cmd_report, default_format="html")
 
     mg = EVAL_SUBPARSERS.add_parser(
@@ -51,7 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and uncovered problem ranges, and rebuild every bundle from all rows. Exit status: 0 "
         "merged and complete; 1 incomplete (nothing merged unless --allow-partial); 2 errors "
         "such as duplicate samples.")
-    mg.add_argument("dirs", nargs="+", metavar="DIR", help="output dir(s) holding shard results")
+    mg.add_argument("dirs", nargs="*", metavar="DIR",
+                    help="output dir(s) holding shard results; one DIR with shard_0/, shard_1/, "
+                    "... sub-directories (NeMo Evaluator's layout) merges those into DIR")
+    mg.add_argument("-n", "--repeats", type=int, default=None,
+                    help="repeats per problem the shards must hold (default: read from the rows); "
+                    "a shard that holds another number is a problem")
+    mg.add_argument("-r", "--run-id", help="a run's id instead of its directory (NeMo Evaluator "
+                    "fetches remote runs; not supported yet in nel: refused)")
     mg.add_argument("-o", "--output", help="merged output dir (default: the first DIR)")
     mg.add_argument("--shards", type=int, default=None,
                     help="shards each benchmark should have (default: recorded or inferred from the dataset)")
@@ -71,25 +90,84 @@ def _write(path: str | None, text: str) -> None:
         sys.stdout.write(text)
 
 
+def _refuse_run_id(args: argparse.Namespace) -> None:
+    from benchmarks.errors import NelError
+
+    if getattr(args, "run_id", None):
+        raise NelError(f"-r/--run-id {args.run_id}: fetching a run's results by id is not "
+                       "supported yet in nel; give its output directory instead")
+
+
+def _bundle_file(path: Path) -> dict[str, Any]:
+    """A bundle from a file: nel's bundle.json, or an eval-*.json export inside a nel output
+    directory (<out>/<benchmark>/exports/<model>/eval-*.json: its bundle.json is read)."""
+    import json
+
+    from benchmarks.errors import NelError
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NelError(f"{path}: not a readable bundle JSON file: {exc}") from None
+    if isinstance(doc, dict) and "score" in doc and "benchmark" in doc:
+        return doc
+    if path.name.startswith("eval-") and path.parent.parent.name == "exports":
+        bundle = path.parents[2] / "bundle" / f"model={path.parent.name}" / "bundle.json"
+        if bundle.is_file():
+            return _bundle_file(bundle)
+    raise NelError(f"{path}: not a nel bundle (give a bundle.json or an eval-*.json inside "
+                   "a nel output directory)")
+
+
+def _collect_paths(paths: list[str], *, models: list[str] | None, benches: list[str] | None,
+                   with_samples: bool, max_rows: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Bundles (and per-sample details where a store holds them) of directories and files."""
+    from benchmarks.errors import NelError
+    from nel_assets.engine.reports import collect
+    from nel_resources.store import ResultStore, asset_name
+
+    bundles: list[dict[str, Any]] = []
+    details: dict[str, Any] = {}
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if p.is_dir():
+            b, d = collect(ResultStore(p), models=models, benchmarks=benches,
+                           with_samples=with_samples, max_rows=max_rows)
+            bundles += b
+            details.update(d)
+        elif p.is_file():
+            b1 = _bundle_file(p)
+            if (models is None or b1.get("model") in models) and (
+                    benches is None or asset_name(str(b1.get("benchmark"))) in benches):
+                bundles.append(b1)
+        else:
+            raise NelError(f"no such output directory or bundle file: {p}")
+    return bundles, details
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     import json
 
     from benchmarks.errors import NelError
-    from nel_assets.engine.reports import EXTENSIONS, collect, render
+    from nel_assets.engine.reports import EXTENSIONS, render
     from nel_assets.engine.reports.html import MAX_ROWS
-    from nel_resources.store import ResultStore, asset_name, slugify
+    from nel_resources.store import asset_name, slugify
 
-    store = ResultStore(args.dir)
-    if not store.root.exists():
-        raise NelError(f"no such output directory: {store.root}")
+    _refuse_run_id(args)
+    if getattr(args, "with_results", False):
+        print("note: --with-results only changes what -r fetches; a local directory's report "
+              "reads its per-sample results anyway", file=sys.stderr)
+    paths = getattr(args, "paths", None) or ([args.dir] if args.dir else [])
+    if not paths:
+        raise NelError("give the output directory of a run (nel eval report DIR)")
     fmt = args.format or getattr(args, "default_format", "markdown")
     models = None if not args.model else [slugify(m) for m in args.model]
     benches = None if not args.bench else [asset_name(b) for b in args.bench]
     need_samples = args.all_formats or fmt == "html"
-    bundles, details = collect(store, models=models, benchmarks=benches, with_samples=need_samples,
-                               max_rows=args.max_rows or MAX_ROWS)
+    bundles, details = _collect_paths(paths, models=models, benches=benches, with_samples=need_samples,
+                                      max_rows=args.max_rows or MAX_ROWS)
     if not bundles:
-        raise NelError(f"no bundles under {store.root}: run `nel eval run` (or `nel eval merge`) first")
+        raise NelError(f"no bundles under {', '.join(paths)}: run `nel eval run` (or `nel eval merge`) first")
     comparison: dict[str, Any] | None = None
     if args.comparison:
         try:
@@ -99,9 +177,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if not isinstance(comparison, dict) or "benchmarks" not in comparison:
             raise NelError(f"--comparison {args.comparison}: not a regression.json (no 'benchmarks')")
     if args.all_formats:
-        if not args.output:
-            raise NelError("--all-formats needs -o DIR (the directory to write report.* into)")
-        out = Path(args.output)
+        out = Path(args.output or ".")  # NeMo Evaluator writes into the current directory
         out.mkdir(parents=True, exist_ok=True)
         for f in _FORMATS:
             _write(str(out / f"report.{EXTENSIONS[f]}"),
@@ -114,9 +190,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     import json
 
+    from dagster_project.cli.merge_layout import merge_sources
     from nel_assets.engine.merge import merge_outputs
 
-    rep = merge_outputs(args.dirs, args.output, expected_shards=args.shards, allow_partial=args.allow_partial)
+    _refuse_run_id(args)
+    sources, output = merge_sources(args.dirs, args.output)
+    rep = merge_outputs(sources, output, expected_shards=args.shards, allow_partial=args.allow_partial,
+                        expected_repeats=args.repeats)
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2, default=str))
     else:

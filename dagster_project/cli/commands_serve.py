@@ -1,5 +1,10 @@
 """`nel serve`: serve a benchmark over HTTP (seed/verify) for RL training, or export it.
 
+Flags as NeMo Evaluator 0.3.0's (`-b/--benchmark` a name or a .py file[:name], `-p/--port`,
+`--host`, `--gym-compat`, `--export-data DIR`), next to nel's own. One default differs on
+purpose: `--host` is 127.0.0.1 (the peer binds 0.0.0.0); expose a server with
+`--host 0.0.0.0`.
+
 Only argparse is imported here; the server stack (FastAPI, uvicorn, the benchmark) is
 imported inside the handler so `nel --help` stays fast.
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -65,14 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--benchmark",
         required=True,
         metavar="NAME",
-        help="registered benchmark name (or gym://host:port to proxy one)",
+        help="registered benchmark name, a BYOB file (file.py or file.py:NAME), "
+        "or gym://host:port to proxy one",
     )
     p.add_argument(
         "--host",
         default="127.0.0.1",
         help="interface to bind (default 127.0.0.1; use 0.0.0.0 to expose it)",
     )
-    p.add_argument("--port", type=_port, default=9090, help="TCP port (default 9090)")
+    p.add_argument("-p", "--port", type=_port, default=9090, help="TCP port (default 9090)")
     p.add_argument(
         "--workers",
         type=_positive,
@@ -86,8 +93,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--export-data",
-        metavar="PATH",
-        help="write the dataset as NeMo Gym JSONL rows to PATH and exit",
+        metavar="DIR",
+        help="first write the dataset as NeMo Gym JSONL rows to DIR/<benchmark>.jsonl "
+        "(a path ending in .jsonl is the file itself), then serve",
+    )
+    p.add_argument(
+        "--export-only",
+        action="store_true",
+        help="with --export-data: write the rows and exit instead of serving",
     )
     p.add_argument(
         "--max-problems",
@@ -117,7 +130,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="answer 422 when scoring one response takes longer (default 30)",
     )
     p.add_argument(
-        "-p",
         "--param",
         type=_param,
         action="append",
@@ -149,19 +161,42 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _export_path(target: str, name: str) -> Path:
+    """NeMo Evaluator's `--export-data DIR` writes DIR/<name>.jsonl; a .jsonl path is the file."""
+    path = Path(target).expanduser()
+    return path if path.suffix == ".jsonl" else path / f"{name}.jsonl"
+
+
 def _run(args: argparse.Namespace) -> int:
+    from benchmarks.errors import NelError
+    from benchmarks.plugins import resolve_benchmark_ref
     from benchmarks.serve import build_environment, export_data, serve
 
+    if args.export_only and not args.export_data:
+        raise NelError("--export-only needs --export-data DIR (where to write the rows)")
     params = dict(args.param)
+    ref = args.benchmark
+    # a BYOB file given as the benchmark: import it and serve what it registers, by name
+    # (workers import it again, so it joins the imports)
+    args.benchmark = resolve_benchmark_ref(ref)
+    if args.benchmark != ref:
+        args.imports = [*args.imports, ref.rpartition(":")[0] if ":" in ref and not ref.endswith(".py") else ref]
     env = build_environment(
         args.benchmark, params, max_problems=args.max_problems, imports=args.imports
     )
+    name = args.benchmark  # `-b ./file.py` serves under the name the file registers
     if args.export_data:
-        n = export_data(env, args.export_data, benchmark=args.benchmark, close=True)
-        print(f"wrote {n} rows to {args.export_data}", file=sys.stderr)
-        return 0
+        target = _export_path(args.export_data, args.benchmark)
+        n = export_data(env, target, benchmark=args.benchmark, close=True)
+        print(f"wrote {n} rows to {target}", file=sys.stderr)
+        if args.export_only:
+            return 0
+        # the export closed the environment (inside its own event loop): serve a fresh one
+        env = build_environment(
+            args.benchmark, params, max_problems=args.max_problems, imports=args.imports
+        )
     print(
-        f"nel serve: {args.benchmark} ({len(env)} problems) on "
+        f"nel serve: {name} ({len(env)} problems) on "
         f"http://{args.host}:{args.port} (workers={args.workers}"
         f"{', gym-compat' if args.gym_compat else ''})",
         file=sys.stderr,
@@ -180,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         max_problems=args.max_problems if args.workers > 1 else None,
         imports=args.imports,
         log_level=args.log_level,
-        benchmark_name=args.benchmark,
+        benchmark_name=name,
         read_timeout=args.read_timeout,
         verify_timeout=args.verify_timeout,
     )

@@ -3,20 +3,41 @@
 `--wrong` runs the other half of the gold self-consistency check: every item is answered
 with another item's gold (stated the same way), skipping items whose golds are equivalent,
 and must score 0. A scorer that passes the first check but not this one is too lenient.
+
+With a model (`--model-url` and `--model-id`, or NEMO_MODEL_URL / NEMO_MODEL_ID, as NeMo
+Evaluator 0.3.0's `validate`) the first `--samples` problems go to that endpoint instead and
+each answer is scored: `K/N correct` and one PASS/FAIL line per problem. As there, that
+check exits 0 once it has reported, whatever the model scored; a usage error exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import sys
 from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `validate`."""
-    val = sub.add_parser("validate", help="check a benchmark: seed samples and score gold answers")
-    val.add_argument("-b", "--bench", required=True)
-    val.add_argument("--samples", type=int, default=5, help="problems to check (0 = all)")
+    val = sub.add_parser("validate", help="check a benchmark: score gold answers, or a model's on a few samples",
+                         description="Without a model: seed the problems and check that their gold "
+                         "answers score 1.0 (exit 1 if not). With --model-url and --model-id (or "
+                         "NEMO_MODEL_URL, NEMO_MODEL_ID): ask the model the first --samples problems "
+                         "and report each answer's score (exit 0 once reported).")
+    val.add_argument("-b", "--benchmark", "--bench", dest="bench", required=True, metavar="NAME",
+                     help="registered name, a BYOB file (file.py or file.py:NAME), or gym://host:port")
+    val.add_argument("-s", "--samples", type=int, default=5, help="problems to check (default 5; 0 = all)")
+    val.add_argument("--model-url", default=os.environ.get("NEMO_MODEL_URL") or None,
+                     help="model endpoint (or NEMO_MODEL_URL): ask it instead of checking gold answers")
+    val.add_argument("--model-id", default=os.environ.get("NEMO_MODEL_ID") or None,
+                     help="model name sent in requests (or NEMO_MODEL_ID)")
+    val.add_argument("--api-key", default=os.environ.get("NEMO_API_KEY") or os.environ.get("NVIDIA_API_KEY") or None,
+                     help="API key (default: NEMO_API_KEY, then NVIDIA_API_KEY)")
+    val.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    val.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
+                     help="import a BYOB module or .py file first (its benchmarks register); repeatable")
     val.add_argument("--wrong", action="store_true",
                      help="answer each item with another item's gold: every score must be 0")
     val.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -90,13 +111,55 @@ async def check_gold(env: Any, n: int, *, wrong: bool = False,
     return ok, n - skipped, skipped, bad
 
 
+def _cmd_model(args: argparse.Namespace, env: Any) -> int:
+    """NeMo Evaluator's `validate`: the first --samples problems asked of the model, scored."""
+    import asyncio
+    import json
+    import logging
+
+    from nel_assets.engine.probe import probe
+    from nel_resources.model_client import ModelClient
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    n = len(env) if args.samples == 0 else min(args.samples, len(env))
+    client = ModelClient(args.model_url, model=args.model_id, api_key=args.api_key, max_retries=2)
+    rows = asyncio.run(probe(env, client, n))
+    correct = sum(1 for r in rows if r["reward"] > 0)
+    if args.json:
+        print(json.dumps({"benchmark": args.bench, "model": args.model_id, "n": n,
+                          "correct": correct, "results": rows}))
+        return 0
+    print(f"\n{correct}/{len(rows)} correct")
+    for r in rows:
+        mark = "PASS" if r["reward"] > 0 else "FAIL"
+        why = f"  error: {r['error']}" if r["error"] else ""
+        print(f"  [{mark}] p{r['problem_idx']}: expected={r['expected_answer']!r} "
+              f"got={r['extracted_answer']!r} ({r['latency_ms']:.0f}ms {r['tokens']}tok){why}")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
     from benchmarks import get_benchmark
+    from benchmarks.errors import NelError
+    from benchmarks.plugins import resolve_benchmark_ref
+    from benchmarks.serve import import_plugins
 
+    if args.samples < 0:
+        raise NelError(f"--samples must be >= 0 (0 = all), got {args.samples}")
+    if bool(args.model_url) != bool(args.model_id):
+        missing = "--model-id (or NEMO_MODEL_ID)" if args.model_url else "--model-url (or NEMO_MODEL_URL)"
+        raise NelError(f"a model check needs both --model-url and --model-id: give {missing}")
+    import_plugins(args.imports)
+    args.bench = resolve_benchmark_ref(args.bench)
     env = get_benchmark(args.bench, **_params(args.param))
+    if args.model_url:
+        return _cmd_model(args, env)
+    if args.verbose:
+        print("note: -v only changes the model check's logging", file=sys.stderr)
     if getattr(env, "requires_judge", False):
         msg = (f"{args.bench}: {len(env)} problems; graded by an LLM judge, so there is no "
                "gold self-consistency check (run it with a `type: judge` metric)")

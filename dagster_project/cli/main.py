@@ -15,6 +15,7 @@ from dagster_project.cli import (
     commands_config,
     commands_data,
     commands_eval,
+    commands_list,
     commands_misc,
     commands_package,
     commands_report,
@@ -25,8 +26,9 @@ from dagster_project.cli import (
 
 # Each module exposes `register(subparsers)`; order is the order shown in --help
 # (commands_eval first: it creates the `eval` group the report module extends).
-_COMMAND_MODULES = [commands_eval, commands_report, commands_runs, commands_validate, commands_compare,
-                    commands_data, commands_misc, commands_serve, commands_config, commands_package]
+_COMMAND_MODULES = [commands_eval, commands_list, commands_report, commands_runs, commands_validate,
+                    commands_compare, commands_data, commands_misc, commands_serve, commands_config,
+                    commands_package]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # e.g. for `eval run --background`
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

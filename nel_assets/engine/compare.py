@@ -65,6 +65,8 @@ __all__ = ["compare_scores", "mde", "paired_ci", "runtime_delta", "sign_flip_tes
 
 NO_VARIANCE = "undefined (no variance in the differences)"
 
+_TESTS = ("auto", "mcnemar", "sign", "permutation")  # NeMo Evaluator's `compare --test` choices
+
 _EXACT_MAX_UNITS = 13  # 2**13 = 8192 patterns: enumerate rather than sample
 
 
@@ -286,6 +288,8 @@ def compare_scores(
     n_permutations: int = 10_000,
     seed: int = 0,
     n_examples: int = 5,
+    test: str = "auto",
+    correct_above: float | None = None,
 ) -> dict[str, Any]:
     """Paired comparison of a candidate against a baseline on their shared items.
 
@@ -302,6 +306,14 @@ def compare_scores(
         n_permutations: Sign-flip permutations (≥ 10,000 recommended).
         seed: Permutation RNG seed.
         n_examples: Example item keys per flip direction.
+        test: ``auto`` (exact McNemar when every score is 0/1 and items are not clustered,
+            the sign-flip permutation test otherwise), or one forced as in NeMo Evaluator's
+            ``--test``: ``mcnemar`` (exact, on scores above ``correct_above`` counted as
+            correct), ``sign`` (exact binomial on the signs of the differences) or
+            ``permutation`` (sign-flip).
+        correct_above: When given, an item counts as correct when its score is above this,
+            and ``flips`` count items that crossed it (NeMo Evaluator's ``--correct-above``);
+            when None a flip is any change of the item's score.
 
     Returns:
         A JSON-ready dict with keys ``n_paired, n_unpaired_base, n_unpaired_cand, base_mean,
@@ -351,23 +363,38 @@ def compare_scores(
 
     se_within, k_base, k_cand = _within_se(base, cand, bi, ci, n)
 
+    if test not in _TESTS:
+        raise ValueError(f"unknown test {test!r}; use one of {', '.join(_TESTS)}")
     both_binary = n > 0 and is_binary(xb) and is_binary(xc)
+    threshold = 0.0 if correct_above is None else float(correct_above)
     mcn = None
+    test_name = test
     if n == 0:
-        test, p, n_perm = "none", None, 0
-    elif both_binary and clusters is None:
-        b = int(np.count_nonzero((xb == 1) & (xc == 0)))
-        c = int(np.count_nonzero((xb == 0) & (xc == 1)))
+        test_name, p, n_perm = "none", None, 0
+    elif test == "mcnemar" or (test == "auto" and both_binary and clusters is None):
+        # Forced McNemar on graded scores counts "correct" as above the threshold (as
+        # NeMo Evaluator does); on 0/1 scores with the default threshold it is the same.
+        rb, rc = (xb == 1, xc == 1) if test == "auto" else (xb > threshold, xc > threshold)
+        b = int(np.count_nonzero(rb & ~rc))
+        c = int(np.count_nonzero(~rb & rc))
         p = 1.0 if b + c == 0 else float(_st.binomtest(c, b + c, 0.5).pvalue)
-        test, n_perm = "mcnemar_exact", 0
+        test_name, n_perm = "mcnemar_exact", 0
         mcn = {"base_only_correct": b, "cand_only_correct": c}
+    elif test == "sign":
+        pos, neg = int(np.count_nonzero(d > 0)), int(np.count_nonzero(d < 0))
+        p = 1.0 if pos + neg == 0 else float(_st.binomtest(pos, pos + neg, 0.5).pvalue)
+        test_name, n_perm = "sign_exact", 0
     else:
         p, n_perm, exact = sign_flip_test(d, clusters, n_permutations=n_permutations, seed=seed)
-        test = ("cluster_sign_flip" if clusters is not None else "sign_flip") + (
+        test_name = ("cluster_sign_flip" if clusters is not None else "sign_flip") + (
             "_exact" if exact else ""
         )
 
-    worse, better = d < 0, d > 0
+    if correct_above is None:
+        worse, better = d < 0, d > 0
+    else:
+        worse = (xb > threshold) & ~(xc > threshold)
+        better = ~(xb > threshold) & (xc > threshold)
     flips = {
         "better_to_worse": {
             "count": int(worse.sum()),
@@ -442,7 +469,9 @@ def compare_scores(
         "repeats_base": k_base,
         "repeats_cand": k_cand,
         "correlation": _f(corr),
-        "test": test,
+        "test": test_name,
+        "test_requested": test,
+        "correct_above": correct_above,
         "p_value": _f(p),
         "mcnemar": mcn,
         "n_permutations": int(n_perm),

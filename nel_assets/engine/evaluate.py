@@ -29,7 +29,7 @@ from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
-from nel_assets.engine.sharding import select_problems, shard_bounds
+from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
 from nel_resources.schema import rows_to_table
@@ -61,7 +61,7 @@ def make_env(factory: EnvironmentFactory) -> EvalEnvironment:
     if env is None:
         params = dict(factory.params)
         try:
-            env = get_benchmark(factory.name, **params)
+            env = get_benchmark(factory.name, hints=dict(factory.hints), **params)
         except TypeError as exc:
             raise NelError(f"benchmark {factory.benchmark!r}: bad params {params}: {exc}") from None
         _ENV_CACHE[key] = env
@@ -77,13 +77,14 @@ async def _prepare(env: EvalEnvironment) -> None:
 def problem_indices(env: EvalEnvironment, selection: ProblemSelection) -> list[int]:
     """All problem indices a benchmark's selection covers."""
     return select_problems(len(env), max_problems=selection.max_problems,
-                           problem_range=selection.problem_range)
+                           problem_range=selection.problem_range, shuffle_seed=selection.shuffle_seed)
 
 
 def shard_indices(all_idx: list[int], shard: int, total: int) -> list[int]:
-    """The contiguous slice of `all_idx` owned by `shard`."""
+    """The contiguous slice of `all_idx` (the selection's order) owned by `shard`, in
+    dataset order (a shard's identity is the set of its problems, not their order)."""
     lo, hi = shard_bounds(len(all_idx), shard, total)
-    return all_idx[lo:hi]
+    return sorted(all_idx[lo:hi])
 
 
 async def seed_hash(env: EvalEnvironment, indices: list[int]) -> str:
@@ -132,7 +133,9 @@ def shard_fingerprint(env: EvalEnvironment, inputs: FingerprintInputs, indices: 
     payload = {
         "env": env.fingerprint(),
         "seeds": seeds_digest,
-        "indices": [indices[0], indices[-1], len(indices)] if indices else [],
+        # every index (a shuffled selection is not a range); the seed that picked them is
+        # one of `inputs`: a changed seed reruns, as in NeMo Evaluator
+        "indices": hashlib.sha256(json.dumps(indices).encode()).hexdigest()[:16],
         **inputs.payload(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
@@ -231,6 +234,7 @@ def evaluate_shard(
     env = make_env(run.env)
     total = run.shards
     run_id = run_id or uuid.uuid4().hex[:12]
+    selection: dict[str, Any] = {}  # the `shuffle` block, filled once the dataset is loaded
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
     from nel_assets.engine.judging import make_judge
@@ -238,7 +242,10 @@ def evaluate_shard(
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
-        idx = shard_indices(problem_indices(env, run.selection), shard, total)
+        all_idx = problem_indices(env, run.selection)
+        selection.update(shuffle_record(len(env), all_idx, shuffle_seed=run.selection.shuffle_seed,
+                                        problem_range=run.selection.problem_range))
+        idx = shard_indices(all_idx, shard, total)
         fp = shard_fingerprint(env, run.fingerprint, idx, await seed_hash(env, idx))
         jpath = store.journal_path(bench_name, model, shard, fp)
         if not resume:
@@ -279,6 +286,7 @@ def evaluate_shard(
         "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
+        "shuffle": selection,
     })
     store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
@@ -321,10 +329,17 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     extra = {"shards_expected": expected_shards,
              "complete": expected_shards is None or present == list(range(expected_shards)),
              "shard_versions": _shard_versions(store, bench_name, model)}
+    # NeMo Evaluator records which items max_problems picked as config.shuffle(_seed)
+    shuffle = next((r["shuffle"] for r in store.shard_records(bench_name, model).values()
+                    if r.get("shuffle")), None)
+    if shuffle:
+        extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
     write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
     eval_id = export_eval_id(bench_name, model, bundle["run_ids"])
     summary = json.loads(config_json) if config_json is not None else {}
+    if shuffle:
+        summary.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     paths = write_exports(store.export_dir(bench_name, model), table, bundle,
                           eval_id=eval_id, config_summary=summary)
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))

@@ -407,9 +407,16 @@ def _decide_one(
     q_total = q + float(_st.norm.ppf(0.8))
     dec.mde = None if se is None else q_total * se
     ci_txt = f"Δ={_fmt(delta)} CI[{_fmt(lo)}, {_fmt(hi)}] at {level:.4g}"
+    flips = comp.get("flips") or {}
+    changed = sum(int((flips.get(k) or {}).get("count") or 0) for k in ("better_to_worse", "worse_to_better"))
     if ihi < -allowed:
         dec.decision = "NO-GO"
         dec.reason = f"drop beyond allowed {allowed:.4f}: {ci_txt}"
+    elif flips and changed == 0:
+        # Both sides scored every shared item the same: nothing regressed on this benchmark
+        # (NeMo Evaluator's gate says GO here too, however few the items).
+        dec.decision = "GO"
+        dec.reason = f"no item changed in {comp.get('n_paired')} paired items: {ci_txt}"
     elif ilo >= -allowed:
         dec.decision = "GO"
         dec.reason = f"no drop beyond allowed {allowed:.4f}: {ci_txt}"

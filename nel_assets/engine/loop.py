@@ -85,7 +85,9 @@ def build_request(seed: SeedResult, protocol: str,
     messages = [dict(m) for m in seed.messages] if seed.messages else [
         {"role": "user", "content": seed.prompt}]
     if messages and messages[0].get("role") == "system":
-        system_parts.append(str(messages.pop(0).get("content") or ""))
+        lead = str(messages.pop(0).get("content") or "")
+        if lead not in system_parts:  # a seed may give its system prompt both ways
+            system_parts.append(lead)
     system = "\n\n".join(p for p in system_parts if p) or None
     if system:
         messages.insert(0, {"role": "system", "content": system})
@@ -111,8 +113,11 @@ async def run_shard(
     reuse: Iterable[dict[str, Any]] = (),
     concurrency: int | None = None,
     on_progress: Callable[[int], None] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate one shard and return its rows (journaled rows included, in order).
+
+    `on_row` sees each newly evaluated row as it completes (the Python API's progress).
 
     Samples already in the journal, or given in `reuse` (the shard's stored rows), with a
     usable result are kept without a request; failed requests are asked again.
@@ -246,6 +251,8 @@ async def run_shard(
                 journal.append(row)
             if on_progress is not None:
                 on_progress(1)
+            if on_row is not None:
+                on_row(row)
 
     slots = max(1, concurrency or client.max_concurrent)
     n_items = sum(1 for idx in spec.indices for r in range(spec.repeats) if f"{idx}:{r}" not in done)

@@ -155,7 +155,7 @@ def _infer_total(all_idx: list[int], present: dict[int, set[int]]) -> int | None
 
 def merge_outputs(sources: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str] | None = None,
                   *, expected_shards: int | None = None, allow_partial: bool = False,
-                  build: bool = True) -> MergeReport:
+                  build: bool = True, expected_repeats: int | None = None) -> MergeReport:
     """Combine shard outputs and rebuild every (benchmark, model) bundle.
 
     Args:
@@ -165,6 +165,8 @@ def merge_outputs(sources: Sequence[str | os.PathLike[str]], output: str | os.Pa
         allow_partial: Merge and build bundles even when shards or problems are missing
             (bundles then carry ``complete: false`` and the problems).
         build: Rebuild bundles, reports and exports.
+        expected_repeats: Repeats per problem every shard must hold (NeMo Evaluator's
+            `eval merge -n`); a problem with another number is a problem of the merge.
 
     Returns:
         The report; ``merged`` is False when problems stopped it.
@@ -245,6 +247,15 @@ def merge_outputs(sources: Sequence[str | os.PathLike[str]], output: str | os.Pa
                 rep.problems.append(f"{label}: problems {ranges(gap)} have no results "
                                     f"({len(gap)} of {len(all_idx)})")
         merged = pa.concat_tables(list(parts.values()), promote_options="default")
+        if expected_repeats is not None:
+            per_problem: dict[int, set[int]] = defaultdict(set)
+            for pid, r in zip(merged.column("problem_idx").to_pylist(), merged.column("repeat").to_pylist(),
+                              strict=True):
+                per_problem[int(pid)].add(int(r or 0))
+            off = sorted(p for p, reps in per_problem.items() if len(reps) != expected_repeats)
+            if off:
+                rep.problems.append(f"{label}: problems {ranges(off)} do not hold {expected_repeats} "
+                                    f"repeats (-n/--repeats) ({len(off)} of {len(per_problem)})")
         failed = sum(1 for r in merged.column("reward").to_pylist() if r is None)
         if failed:
             rep.warnings.append(f"{label}: {failed} failed sample(s) (request errors, not scored); "

@@ -19,8 +19,10 @@ Three sources are understood:
 
 from __future__ import annotations
 
+import glob
 import json
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ import pyarrow as pa
 from benchmarks.errors import NelError
 from nel_assets.engine import stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.outcome import benchmark_outcome, worst
 from nel_resources.store import ResultStore, write_json_atomic
 
 __all__ = [
@@ -270,8 +273,11 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
     cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     name = (_first(meta, ("benchmark", "task", "task_name", "benchmark_name"))
             or _first(cfg, ("benchmark", "task")) or eval_json.parent.name)
-    model = str(_first(meta, ("model", "model_name", "model_id")) or "model")
-    model_id = _first(meta, ("model_id", "model_name", "model"))
+    if isinstance(name, Mapping):  # NeMo Evaluator 0.3.0: `benchmark: {name, scores, ...}`
+        name = name.get("name") or _first(cfg, ("benchmark", "task")) or eval_json.parent.name
+    # NeMo Evaluator 0.3.0 records the model only in `config.model`
+    model = str(_first(meta, ("model", "model_name", "model_id")) or _first(cfg, ("model",)) or "model")
+    model_id = _first(meta, ("model_id", "model_name", "model")) or _first(cfg, ("model",))
     keys, scores, cats, clus, ms, tok, ok = [], [], [], [], [], [], []
     samples: dict[str, dict[str, Any]] = {}
     with open(results, encoding="utf-8") as fh:
@@ -424,35 +430,57 @@ def _flip_examples(base: BenchRun, cand: BenchRun, comp: Mapping[str, Any]) -> d
     return out
 
 
-def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: float = 0.05,
-                 power: float = 0.8, seed: int = 0, n_examples: int = 5,
-                 n_permutations: int = 10_000) -> dict[str, Any]:
+def _as_run(side: Run | str | Path, what: str) -> Run:
+    """A run, or the run at a path; a glob (``baseline/eval-*.json``) must match one file."""
+    if isinstance(side, Run):
+        return side
+    text = str(side)
+    if any(ch in text for ch in "*?["):
+        hits = sorted(glob.glob(os.path.expanduser(text)))
+        if len(hits) != 1:
+            raise NelError(f"{what} {text!r} matches {len(hits)} files; it must match exactly one"
+                           + (f" ({', '.join(map(str, hits[:5]))})" if hits else ""))
+        side = hits[0]
+    return load_run(side)
+
+
+def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: float | None = None,
+                 alpha: float = 0.05, power: float = 0.8, seed: int = 0, n_examples: int = 5,
+                 n_permutations: int = 10_000, test: str = "auto",
+                 correct_above: float | None = None) -> dict[str, Any]:
     """Paired comparison of two runs, benchmark by benchmark (the ``regression.json`` doc).
 
     Args:
-        base: The baseline run.
-        cand: The candidate run.
+        base: The baseline run, or its path (an output dir, a bundle, NeMo Evaluator files,
+            or a glob matching one of those, as in ``compare_runs("base/eval-*.json", ...)``).
+        cand: The candidate run, or its path.
         max_drop: Tolerated drop in score units (0.01 = 1 point); see ``check_drop_units``.
         alpha: Test level and MDE level.
         power: Power for the MDE.
         seed: Permutation-test seed.
         n_examples: Flip examples per direction.
         n_permutations: Sign-flip permutations (non-binary scores).
+        test: The paired test (``compare_scores``: auto, mcnemar, sign, permutation).
+        correct_above: Score above which an item counts as correct for flips (None: any change).
 
     Returns:
         ``{version, created_at, baseline, candidate, max_drop, alpha, power, benchmarks:
         {name: compare_scores(...) + runtime + flip_examples + items_to_detect_delta},
-        missing: {baseline: [...], candidate: [...]}, regressions, improvements, regression}``.
+        missing: {baseline: [...], candidate: [...]}, regressions, improvements, regression,
+        outcome}``. ``outcome`` (and ``outcome``/``outcome_reason`` per benchmark) is the
+        verdict in NeMo Evaluator's words (``outcome.benchmark_outcome``), worst first.
         ``missing.baseline`` lists benchmarks the baseline lacks (and vice versa).
     """
     check_drop_units(max_drop)
+    base, cand = _as_run(base, "baseline"), _as_run(cand, "candidate")
     shared = sorted(set(base.benchmarks) & set(cand.benchmarks))
     benches: dict[str, Any] = {}
     for name in shared:
         b, c = base.benchmarks[name], cand.benchmarks[name]
         try:
             comp = compare_scores(b.items, c.items, max_drop=max_drop, alpha=alpha, power=power,
-                                  seed=seed, n_examples=n_examples, n_permutations=n_permutations)
+                                  seed=seed, n_examples=n_examples, n_permutations=n_permutations,
+                                  test=test, correct_above=correct_above)
         except ValueError as exc:
             raise NelError(f"{name}: {exc}") from None
         comp["metric"] = "mean"
@@ -460,6 +488,7 @@ def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: 
         comp["flip_examples"] = _flip_examples(b, c, comp)
         comp["items_to_detect_delta"] = (items_to_detect(comp, comp["delta"])
                                          if comp.get("delta") else None)
+        comp["outcome"], comp["outcome_reason"] = benchmark_outcome(comp)
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     return {
@@ -476,15 +505,24 @@ def compare_runs(base: Run, cand: Run, *, max_drop: float | None = None, alpha: 
         "regressions": regressions,
         "improvements": [n for n, v in benches.items() if v["verdict"] == "improvement"],
         "regression": bool(regressions),
+        "outcome": worst(v["outcome"] for v in benches.values()),
     }
 
 
-def write_regression(path: str | Path, doc: Mapping[str, Any]) -> Path:
+def write_regression(path: str | Path | Mapping[str, Any],
+                     doc: Mapping[str, Any] | str | Path) -> Path:
     """Write ``regression.json`` (atomically). A directory gets ``regression.json`` inside.
+
+    Takes ``(path, doc)`` or NeMo Evaluator's order ``(report, path)``; the mapping is the
+    report either way.
 
     Returns:
         The file written.
     """
+    if isinstance(path, Mapping):
+        path, doc = doc, path  # type: ignore[assignment]
+    if not isinstance(doc, Mapping) or isinstance(path, Mapping):
+        raise NelError("write_regression needs one report (a mapping) and one path")
     p = Path(path).expanduser()
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping
+from typing import Any
 
 from benchmarks.errors import NelError
 
@@ -21,8 +23,20 @@ def shard_bounds(n: int, shard: int, total: int) -> tuple[int, int]:
 
 
 def select_problems(n: int, *, max_problems: int | None = None,
-                    problem_range: tuple[int, int] | None = None) -> list[int]:
-    """The problem indices of a run: a range, then the first `max_problems` of it."""
+                    problem_range: tuple[int, int] | None = None,
+                    shuffle_seed: int | None = None) -> list[int]:
+    """The problem indices of a run, in the order shards slice them.
+
+    With `shuffle_seed` (and no `problem_range`) this is NeMo Evaluator 0.3.0's selection:
+    all `n` indices are permuted by `random.Random(shuffle_seed).shuffle`, then the first
+    `max_problems` of the permutation are kept (so a sample is spread over the dataset, and
+    both tools score the same items). Otherwise (`shuffle_seed` None, or an explicit
+    `problem_range`, which wins as in NeMo Evaluator): a range, then its first `max_problems`.
+    """
+    if shuffle_seed is not None and problem_range is None:
+        perm = list(range(n))
+        random.Random(shuffle_seed).shuffle(perm)
+        return perm if max_problems is None else perm[:max_problems]
     lo, hi = 0, n
     if problem_range is not None:
         lo, hi = max(0, problem_range[0]), min(n, problem_range[1])
@@ -32,6 +46,13 @@ def select_problems(n: int, *, max_problems: int | None = None,
     if max_problems is not None:
         hi = min(hi, lo + max_problems)
     return list(range(lo, hi))
+
+
+def shuffle_record(n: int, selected: list[int], *, shuffle_seed: int | None,
+                   problem_range: tuple[int, int] | None) -> dict[str, Any]:
+    """The `shuffle` block NeMo Evaluator 0.3.0 records in a bundle's config."""
+    return {"seed": shuffle_seed, "applied": shuffle_seed is not None and problem_range is None,
+            "ds_full_size": n, "ds_effective_size": len(selected)}
 
 
 def shard_from_env(env: Mapping[str, str] | None = None,

@@ -8,11 +8,18 @@ and `num_fewshot`).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
+from nel_resources.config._base import (
+    ConfigError,
+    _Strict,
+    check_type_keys,
+    field_defaults,
+    key_error,
+)
 from nel_resources.config.services import GenerationParams, ServiceConfig
 
 SolverType = Literal["simple", "harbor", "agent", "tool_calling", "gym_delegation", "nat",
@@ -34,6 +41,24 @@ _SOLVER_KEYS: dict[str, frozenset[str]] = {
     "oracle": frozenset({"run_timeout", "timeout_strategy", "max_agent_timeout"}),
     "custom": frozenset({"class_path", "config"}),
 }
+
+
+DEFAULT_SHUFFLE_SEED = 42  # NeMo Evaluator 0.3.0's default `shuffle_seed`
+
+
+def default_shuffle_seed() -> int | None:
+    """`shuffle_seed` of a benchmark that does not set one: NEL_SHUFFLE_SEED (an integer, or
+    `null`/`none` for the dataset order), else NeMo Evaluator's 42."""
+    raw = os.environ.get("NEL_SHUFFLE_SEED", "").strip()
+    if not raw:
+        return DEFAULT_SHUFFLE_SEED
+    if raw.lower() in ("null", "none", "~"):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"NEL_SHUFFLE_SEED={raw!r}: give an integer seed, or `null` to keep "
+                          "the dataset order (the first N problems)") from None
 
 
 class SolverConfig(_Strict):
@@ -295,8 +320,9 @@ class BenchmarkConfig(_Strict):
     timeout: float | None = Field(None, gt=0)  # seconds per model request; overrides the service's
     max_concurrent: int | None = Field(None, ge=1)  # requests in flight for this benchmark
     # Seed of NeMo Evaluator's shuffle of the problems before `max_problems`/shards take
-    # their share; null keeps dataset order.
-    shuffle_seed: int | None = 42
+    # their share; null keeps dataset order (the first N). Default 42 as there, or
+    # NEL_SHUFFLE_SEED.
+    shuffle_seed: int | None = Field(default_factory=lambda: default_shuffle_seed())
     context_window: int | None = Field(None, ge=1)
     skip_failed: bool = False
     max_system_retries: int = Field(3, ge=0)

@@ -394,6 +394,28 @@ def test_cli_defaults_bind_localhost() -> None:
     assert (args.host, args.port, args.workers, args.gym_compat) == ("127.0.0.1", 9090, 1, False)
 
 
+def test_cli_p_is_the_port_and_params_keep_a_long_spelling() -> None:
+    # NeMo Evaluator's `nel serve -b gsm8k -p 9090`
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "-p", "9191", "--param", "n=3"])
+    assert args.port == 9191 and args.param == [("n", 3)]
+    with pytest.raises(SystemExit):
+        _cli_parser().parse_args(["serve", "-b", TOY_NAME, "-p", "n=3"])
+
+
+def test_export_data_dir_gets_benchmark_jsonl(tmp_path: Path) -> None:
+    """NeMo Evaluator's `--export-data DIR` writes DIR/<benchmark>.jsonl."""
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(tmp_path / "d"),
+                                     "--max-problems", "3", "--export-only"])
+    assert args.func(args) == 0
+    assert len((tmp_path / "d" / f"{TOY_NAME}.jsonl").read_text().splitlines()) == 3
+
+
+def test_export_only_needs_export_data() -> None:
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-only"])
+    with pytest.raises(NelError, match="--export-data"):
+        args.func(args)
+
+
 def test_cli_unknown_benchmark_suggests() -> None:
     args = _cli_parser().parse_args(["serve", "-b", "nel_test_toy_arth"])
     with pytest.raises(NelError, match=f"did you mean '{TOY_NAME}'"):
@@ -403,7 +425,7 @@ def test_cli_unknown_benchmark_suggests() -> None:
 def test_export_data(tmp_path: Path) -> None:
     out = tmp_path / "rows.jsonl"
     args = _cli_parser().parse_args(
-        ["serve", "-b", TOY_NAME, "--export-data", str(out), "--max-problems", "5"]
+        ["serve", "-b", TOY_NAME, "--export-data", str(out), "--max-problems", "5", "--export-only"]
     )
     assert args.func(args) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -422,7 +444,7 @@ def test_export_data(tmp_path: Path) -> None:
     uuid.UUID(rows[0]["uuid"])
     # Deterministic: a second export yields the same ids.
     again = tmp_path / "again.jsonl"
-    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(again)])
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(again), "--export-only"])
     args.func(args)
     rows2 = [json.loads(line) for line in again.read_text().splitlines()]
     assert len(rows2) == TOY_SIZE

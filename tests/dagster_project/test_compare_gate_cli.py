@@ -92,9 +92,10 @@ def nel_ok(*args: str, code: int = 0) -> str:
 def test_three_point_regression_is_flagged_significant(runs: Path, tmp_path: Path) -> None:
     out = str(runs)
     text = nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3",
-                  "--strict", "-o", str(tmp_path), code=1)
+                  "-t", "0", "--no-report", "-o", str(tmp_path), code=1)
     print(text)
     assert "REGRESSION" in text and "McNemar exact" in text and "MDE at 80% power" in text
+    assert "verdict: BLOCK" in text
     doc = json.loads((tmp_path / "regression.json").read_text())
     c = doc["benchmarks"]["gsm8k"]
     assert c["n_paired"] == N_ITEMS and c["n_unpaired_base"] == 0 and c["n_unpaired_cand"] == 0
@@ -107,16 +108,26 @@ def test_three_point_regression_is_flagged_significant(runs: Path, tmp_path: Pat
     ex = c["flip_examples"]["better_to_worse"][0]
     assert ex["baseline"]["reward"] == 1.0 and ex["candidate"]["reward"] == 0.0 and ex["prompt"]
     assert c["runtime"]["model_ms"]["base"]["n"] == N_ITEMS and "tokens_per_s" in c["runtime"]
-    assert doc["regression"] and doc["regressions"] == ["gsm8k"]
+    assert doc["regression"] and doc["regressions"] == ["gsm8k"] and doc["outcome"] == "BLOCK"
+    # the default --max-drop 0.05: a significant 3-point drop is not established beyond 5
+    # points, so WARN, which strict (the default) exits with 2 as NeMo Evaluator does
+    text = nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3",
+                  "--no-report", code=2)
+    assert "max drop 5.00 pts" in text and "verdict: WARN" in text
+    nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3", "--no-report",
+           "--no-strict", code=0)
 
 
 def test_half_point_drop_is_not_detectable_with_mde(runs: Path) -> None:
     out = str(runs)
-    text = nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand05", "--strict")
+    pair = ("--baseline-model", "base", "--candidate-model", "cand05", "--no-report")
+    text = nel_ok("compare", out, out, *pair, "--max-drop", "0", "--strict", code=2)
     print(text)
-    assert "NOT DETECTABLE" in text and "below the MDE" in text
-    doc = json.loads(nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand05",
-                            "--format", "json"))
+    assert "NOT DETECTABLE" in text and "below the MDE" in text and "verdict: INCONCLUSIVE" in text
+    # a drop beyond the default 5 points is ruled out: PASS
+    default = nel_ok("compare", out, out, *pair, code=0)
+    assert "verdict: PASS" in default and "is ruled out" in default
+    doc = json.loads(nel_ok("compare", out, out, *pair, "-t", "0", "--format", "json", code=2))
     c = doc["benchmarks"]["gsm8k"]
     assert c["delta"] == pytest.approx(-7 / N_ITEMS)
     assert c["verdict"] == "not_detectable" and not c["significant"]
@@ -130,7 +141,7 @@ def test_gate_decisions_and_exit_codes(runs: Path, tmp_path: Path) -> None:
     text = nel_ok("gate", out, out, "--candidate-model", "cand3", *common, "-v", code=1)
     print(text)
     assert "gate: NO-GO" in text and "drop beyond allowed" in text
-    text = nel_ok("gate", out, out, "--candidate-model", "cand05", *common, code=3)
+    text = nel_ok("gate", out, out, "--candidate-model", "cand05", *common, code=2)
     print(text)
     assert "gate: INCONCLUSIVE" in text and "more paired items" in text
     # same run on both sides: GO
@@ -145,19 +156,22 @@ def test_gate_decisions_and_exit_codes(runs: Path, tmp_path: Path) -> None:
     assert doc["decision"] == "NO-GO"
     assert doc["gate"]["benchmarks"]["mmlu"]["reason"] == "missing in baseline and candidate"
     assert json.loads((tmp_path / "g.json").read_text())["decision"] == "NO-GO"
-    # without --strict the gate informs but exits 0
-    nel_ok("gate", out, out, "--baseline-model", "base", "--candidate-model", "cand3", "--policy", str(POLICY))
+    # strict is the default (a NO-GO never exits 0 unless asked); --no-strict informs only
+    nel_ok("gate", out, out, "--baseline-model", "base", "--candidate-model", "cand3", "-p", str(POLICY), code=1)
+    nel_ok("gate", out, out, "--baseline-model", "base", "--candidate-model", "cand05", "-p", str(POLICY), code=2)
+    nel_ok("gate", out, out, "--baseline-model", "base", "--candidate-model", "cand3", "--policy", str(POLICY),
+           "--no-strict")
 
 
 def test_bundle_files_and_nemo_exports_load_like_dirs(runs: Path) -> None:
     bundle = runs / "gsm8k" / "bundle" / "model=base" / "bundle.json"
     exports = runs / "gsm8k" / "exports" / "cand3"  # eval-*.json + results.jsonl
-    doc = json.loads(nel_ok("compare", str(bundle), str(exports), "--format", "json"))
+    doc = json.loads(nel_ok("compare", str(bundle), str(exports), "--format", "json", "--no-report", "--no-strict"))
     c = doc["benchmarks"]["gsm8k"]
     assert doc["candidate"]["kind"] == "nemo" and doc["baseline"]["kind"] == "bundle"
     assert c["n_paired"] == N_ITEMS and c["delta"] == pytest.approx(-40 / N_ITEMS)
     evals = list(exports.glob("eval-*.json"))
-    doc2 = json.loads(nel_ok("compare", str(evals[0]), str(bundle), "--format", "json"))
+    doc2 = json.loads(nel_ok("compare", str(evals[0]), str(bundle), "--format", "json", "--no-report"))
     assert doc2["benchmarks"]["gsm8k"]["delta"] == pytest.approx(40 / N_ITEMS)
 
 
@@ -179,3 +193,77 @@ def test_user_errors_are_one_line_exit_2(runs: Path, tmp_path: Path) -> None:
     assert p.returncode == 2 and "did you mean 'max_drop'" in p.stderr
     p = run_nel("compare", str(tmp_path / "missing"), out)
     assert p.returncode == 2 and "no such file or directory" in p.stderr
+
+
+def test_compare_output_flags(runs: Path, tmp_path: Path) -> None:
+    out = str(runs)
+    pair = (out, out, "--baseline-model", "base", "--candidate-model", "cand3", "-t", "0.01")
+    text = nel_ok("compare", *pair, "--no-report", "--compact", code=1)
+    assert text.splitlines()[0].startswith("BLOCK: cand3 vs base") and len(text.splitlines()) == 2
+    assert "flips −60 +20" in text
+    md = nel_ok("compare", *pair, "--no-report", "--format", "markdown", code=1)
+    assert md.startswith("# Regression report: BLOCK") and "| gsm8k | BLOCK | 75.06% | 72.02% |" in md
+    flips = nel_ok("compare", *pair, "--no-report", "--show-flips", code=1)
+    assert "gsm8k regressions: 60" in flips and "gsm8k improvements: 20" in flips
+    assert sum(1 for line in flips.splitlines() if line.startswith("    item ")) == 80  # every flip
+    # --report PATH; the default report goes to the candidate's output dir; --no-report none
+    rep = tmp_path / "r.md"
+    nel_ok("compare", *pair, "--report", str(rep), code=1)
+    assert rep.read_text().startswith("# Regression report: BLOCK")
+    default = runs / "regression_report.md"
+    default.unlink(missing_ok=True)
+    nel_ok("compare", *pair, "--no-report", code=1)
+    assert not default.exists()
+    nel_ok("compare", *pair, code=1)
+    assert default.read_text().startswith("# Regression report: BLOCK")
+    default.unlink()
+    p = run_nel("compare", *pair, "--report", str(rep), "--no-report")
+    assert p.returncode == 2 and "not allowed with" in p.stderr
+
+
+@pytest.mark.parametrize(("test", "name"), [("auto", "mcnemar_exact"), ("mcnemar", "mcnemar_exact"),
+                                            ("sign", "sign_exact"), ("permutation", "sign_flip")])
+def test_compare_test_choice(runs: Path, test: str, name: str) -> None:
+    out = str(runs)
+    doc = json.loads(nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3",
+                            "--test", test, "--format", "json", "--no-report", "--no-strict"))
+    c = doc["benchmarks"]["gsm8k"]
+    assert c["test"] == name and c["test_requested"] == test
+    assert c["p_value"] < 1e-4 and c["outcome"] == "WARN"  # 60 lost, 20 gained: significant either way
+
+
+def test_compare_correct_above_counts_flips_over_the_threshold(runs: Path) -> None:
+    out = str(runs)
+    for above in ("0", "0.5", "0.99"):  # 0/1 scores: every threshold below 1 gives the same flips
+        doc = json.loads(nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3",
+                                "--correct-above", above, "--format", "json", "--no-report", "--no-strict"))
+        c = doc["benchmarks"]["gsm8k"]
+        assert c["correct_above"] == float(above)
+        assert (c["flips"]["better_to_worse"]["count"], c["flips"]["worse_to_better"]["count"]) == (60, 20)
+    doc = json.loads(nel_ok("compare", out, out, "--baseline-model", "base", "--candidate-model", "cand3",
+                            "--correct-above", "1", "--format", "json", "--no-report", "--no-strict"))
+    c = doc["benchmarks"]["gsm8k"]  # nothing scores above 1: nothing is correct, nothing flips
+    assert (c["flips"]["better_to_worse"]["count"], c["flips"]["worse_to_better"]["count"]) == (0, 0)
+
+
+def test_gate_formats_and_reports(runs: Path, tmp_path: Path) -> None:
+    out = str(runs)
+    pair = (out, out, "--baseline-model", "base", "--candidate-model", "cand3", "-p", str(POLICY))
+    md = nel_ok("gate", *pair, "--format", "markdown", code=1)
+    assert md.startswith("# Release gate: NO-GO") and "| gsm8k | critical | NO-GO |" in md
+    assert "## Damage" in md and "drop beyond allowed" in md
+    o = tmp_path / "g.json"
+    nel_ok("gate", *pair, "-o", str(o), code=1)
+    assert json.loads(o.read_text())["exit_code"] == 1
+    assert o.with_suffix(".md").read_text().startswith("# Release gate: NO-GO")
+    o2 = tmp_path / "quiet.json"
+    nel_ok("gate", *pair, "-o", str(o2), "--no-report", code=1)
+    assert o2.is_file() and not o2.with_suffix(".md").exists()
+    rep = tmp_path / "damage.md"
+    nel_ok("gate", out, out, "--baseline-model", "base", "--candidate-model", "cand05", "-p", str(POLICY),
+           "--report", str(rep), code=2)
+    assert rep.read_text().startswith("# Release gate: INCONCLUSIVE")
+    # JSON on stdout writes no automatic sidecar (as NeMo Evaluator)
+    o3 = tmp_path / "j.json"
+    nel_ok("gate", *pair, "-o", str(o3), "--format", "json", code=1)
+    assert not o3.with_suffix(".md").exists()

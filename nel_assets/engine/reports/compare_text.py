@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["format_comparison", "mde_text", "pts"]
+__all__ = ["format_compact", "format_comparison", "format_flips", "mde_text", "pts", "test_text"]
 
 _VERDICT_TEXT = {
     "regression": "REGRESSION",
@@ -59,6 +59,19 @@ def _runtime_line(rt: Mapping[str, Any]) -> str | None:
     return "; ".join(parts) if parts else None
 
 
+def test_text(c: Mapping[str, Any]) -> str:
+    """The paired test and its p-value in words."""
+    if c["test"] == "mcnemar_exact":
+        m = c["mcnemar"]
+        return (f"McNemar exact p={_p(c['p_value'])} (baseline-only correct "
+                f"{m['base_only_correct']}, candidate-only correct {m['cand_only_correct']})")
+    if c["test"] == "sign_exact":
+        return f"sign test (exact binomial) p={_p(c['p_value'])}"
+    if c["test"] == "none":
+        return "no test (no paired items)"
+    return f"{c['test']} permutation p={_p(c['p_value'])} ({c['n_permutations']} permutations, seed {c['seed']})"
+
+
 def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
     lines = [f"{name}: {c['n_paired']} paired items ({c['n_unpaired_base']} only in baseline, "
              f"{c['n_unpaired_cand']} only in candidate)"]
@@ -70,12 +83,7 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
                  f"{pts(c['cand_mean'], False)}%  Δ {pts(c['delta'])} pts  {level}% CI "
                  f"[{pts(c['ci_low'])}, {pts(c['ci_high'])}] ({c.get('ci_method') or 'n/a'})  "
                  f"paired SE {_se_text(c)} ({c['se_method']})")
-    if c["test"] == "mcnemar_exact":
-        m = c["mcnemar"]
-        test = (f"McNemar exact p={_p(c['p_value'])} (baseline-only correct "
-                f"{m['base_only_correct']}, candidate-only correct {m['cand_only_correct']})")
-    else:
-        test = f"{c['test']} permutation p={_p(c['p_value'])} ({c['n_permutations']} permutations, seed {c['seed']})"
+    test = test_text(c)
     corr = "n/a" if c["correlation"] is None else f"{c['correlation']:.3f}"
     lines.append(f"  test       {test}; item correlation {corr}")
     lines.append(f"  power      MDE at {int(100 * c['power'])}% power, α={c['alpha']:g}: "
@@ -105,7 +113,9 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
         why = f": the CI covers 0; the MDE is {c.get('mde_note') or 'undefined'}"
     else:
         why = ": the CI covers 0 and |Δ| ≥ MDE; more items would settle it"
-    lines.append(f"  verdict    {_VERDICT_TEXT.get(v, v)}{why}")
+    lines.append(f"  interval   {_VERDICT_TEXT.get(v, v)}{why}")
+    if c.get("outcome"):  # NeMo Evaluator's verdict words, which set the exit status
+        lines.append(f"  verdict    {c['outcome']}: {c.get('outcome_reason') or ''}")
     rt = _runtime_line(c.get("runtime") or {})
     if rt:
         lines.append(f"  runtime    {rt}")
@@ -155,4 +165,43 @@ def format_comparison(doc: Mapping[str, Any], *, verbose: bool = False) -> str:
         lines.append(f"overall: REGRESSION in {', '.join(regs)}")
     else:
         lines.append(f"overall: no regression detected in {len(doc['benchmarks'])} benchmark(s)")
+    if doc.get("outcome"):
+        lines.append(f"verdict: {doc['outcome']}")
+    return "\n".join(lines)
+
+
+def format_compact(doc: Mapping[str, Any]) -> str:
+    """A few lines for chat or CI logs: the verdict, then one line per benchmark."""
+    b, c = doc["baseline"], doc["candidate"]
+    lines = [f"{doc.get('outcome', '?')}: {c['model']} vs {b['model']} "
+             f"({len(doc['benchmarks'])} benchmark(s))"]
+    for name, comp in doc["benchmarks"].items():
+        fl = comp["flips"]
+        lines.append(f"  {name}: {comp.get('outcome', '?')}  {pts(comp['base_mean'], False)}% → "
+                     f"{pts(comp['cand_mean'], False)}%  Δ {pts(comp['delta'])} pts  "
+                     f"CI [{pts(comp['ci_low'])}, {pts(comp['ci_high'])}]  p={_p(comp['p_value'])}  "
+                     f"flips −{fl['better_to_worse']['count']} +{fl['worse_to_better']['count']}")
+    for side, names in doc["missing"].items():
+        if names:
+            lines.append(f"  missing in {side}: {', '.join(names)}")
+    return "\n".join(lines)
+
+
+def format_flips(doc: Mapping[str, Any]) -> str:
+    """Every flipped item with its example texts, per benchmark (``--show-flips``).
+
+    The regression document keeps up to ``n_examples`` items per direction; the count says
+    how many flipped in all.
+    """
+    lines = ["flips (baseline → candidate):"]
+    for name, comp in doc["benchmarks"].items():
+        for direction, label in (("better_to_worse", "regressions"), ("worse_to_better", "improvements")):
+            total = comp["flips"][direction]["count"]
+            exs = (comp.get("flip_examples") or {}).get(direction) or []
+            lines.append(f"  {name} {label}: {total}" + (f" (showing {len(exs)})" if len(exs) < total else ""))
+            for ex in exs:
+                bb, cc = ex["baseline"], ex["candidate"]
+                lines.append(f"    item {ex['item']}: expected {ex.get('expected')!r}; baseline "
+                             f"{bb.get('extracted')!r} ({bb.get('reward')}) → candidate "
+                             f"{cc.get('extracted')!r} ({cc.get('reward')})")
     return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""`nel list`: the benchmarks nel can run, with their type and source, by source section.
+
+Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|builtin|
+skills|lm-eval`, `--data-dir`). NeMo Skills and lm-eval-harness benchmarks are not built in
+nel yet: their sections say so in one line (the peer, without those packages installed,
+also lists none and exits 0). nel's extra: `--import FILE` lists the benchmarks a BYOB
+module registers, with the file as their source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+_SOURCES = ["all", "builtin", "skills", "lm-eval"]
+
+# Scorer family of each built-in benchmark (the README's benchmark table, in one word).
+_TYPES = {
+    "gsm8k": "numeric", "mgsm": "numeric", "mmlu": "multiple-choice", "mmlu_pro": "multiple-choice",
+    "gpqa": "multiple-choice", "math500": "math-equivalence", "drop": "f1", "triviaqa": "alias-match",
+    "simpleqa": "judge", "healthbench": "judge-rubric", "xstest": "refusal",
+}
+_NOT_YET = {
+    "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",
+    "lm-eval": "(not supported yet in nel: lm-eval-harness tasks, lm-eval://TASK)",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `list`."""
+    ls = sub.add_parser("list", help="list the benchmarks: name, type, source",
+                        description="List the benchmarks nel can run, by source, with their "
+                        "scorer type, data source and the command that runs them.")
+    ls.add_argument("-s", "--source", choices=_SOURCES, default="all",
+                    help="which source to list (default all)")
+    ls.add_argument("--data-dir", metavar="DIR",
+                    help="NeMo Skills data directory (for --source skills; not supported yet in nel)")
+    ls.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
+                    help="import a BYOB module or .py file first and list its benchmarks; repeatable")
+    ls.set_defaults(func=_cmd_list)
+
+
+def _origin(name: str, factory: object) -> str:
+    """Where a benchmark comes from: its dataset for a built-in, its file for a module."""
+    from benchmarks.plugins import benchmark_origin
+    from benchmarks.sources import SOURCES
+
+    src = SOURCES.get(name)
+    if src is not None:
+        return f"hf:{src.hf_id}" if src.hf_id else src.origin.split(" (")[0]
+    origin = benchmark_origin(name)
+    if origin:
+        return origin
+    mod = sys.modules.get(getattr(factory, "__module__", "") or "")
+    return str(getattr(mod, "__file__", None) or getattr(factory, "__module__", "?"))
+
+
+def _builtin_rows() -> list[str]:
+    from benchmarks import get_factory, list_benchmarks
+
+    rows = []
+    for name in list_benchmarks():
+        factory = get_factory(name)
+        kind = _TYPES.get(name) or ("judge" if getattr(factory, "requires_judge", False) else "byob")
+        rows.append(f"{name:<30} type={kind:<17} source={_origin(name, factory):<40} "
+                    f"nel eval run --bench {name}")
+    return rows
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from benchmarks.serve import import_plugins
+
+    import_plugins(args.imports)
+    if args.data_dir and args.source not in ("all", "skills"):
+        print("note: --data-dir is the NeMo Skills data directory, used only by --source skills",
+              file=sys.stderr)
+    sections: list[tuple[str, list[str]]] = []
+    if args.source in ("all", "builtin"):
+        sections.append(("Built-in benchmarks", _builtin_rows()))
+    if args.source in ("all", "skills"):
+        note = _NOT_YET["skills"] + (f"; --data-dir {args.data_dir} not read" if args.data_dir else "")
+        sections.append(("NeMo Skills benchmarks", [note]))
+    if args.source in ("all", "lm-eval"):
+        sections.append(("lm-eval-harness tasks", [_NOT_YET["lm-eval"]]))
+    for title, rows in sections:
+        print(f"\n{title}:")
+        for row in rows or ["(none available)"]:
+            print(f"  {row}")
+    print()
+    return 0

@@ -1,0 +1,129 @@
+"""`nel eval run --dry-run`: the plan of a run, from the same checks and the same planner
+as a real run, without sending a request, starting a model server or writing anything.
+
+No Dagster import: the planner reads the stored shard fingerprints directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dagster_project import exit_codes
+from nel_resources.config import NelConfig
+
+
+@dataclass
+class PlannedShard:
+    """One (benchmark, model, shard) partition and what a run would do with it."""
+
+    benchmark: str
+    model: str
+    shard: int
+    total: int
+    n_problems: int
+    action: str  # "run" or "skip"
+    reason: str  # why it runs (missing / stale / failed samples) or "up to date"
+
+
+@dataclass
+class DryRunPlan:
+    """What `nel eval run` would do with a config."""
+
+    output_dir: str
+    services: dict[str, dict[str, Any]]
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[PlannedShard] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        """0 when the run would start; EVAL_FAILED when a benchmark could not be planned."""
+        return exit_codes.EVAL_FAILED if self.errors else exit_codes.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (`--dry-run --json`)."""
+        return {"dry_run": True, "output_dir": self.output_dir, "services": self.services,
+                "benchmarks": self.benchmarks, "shards": [asdict(s) for s in self.shards],
+                "would_run": sum(s.action == "run" for s in self.shards),
+                "up_to_date": sum(s.action == "skip" for s in self.shards),
+                "errors": self.errors, "exit_status": self.exit_status}
+
+
+def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
+    svc = cfg.services[name]
+    launched = svc.type not in ("api", "gym")
+    return {"type": svc.type, "model": svc.model, "protocol": svc.protocol,
+            "url": svc.url if not launched else None,
+            "launch": "started by nel when a shard runs (not in a dry run)" if launched else None,
+            "generation": svc.generation.to_request()}
+
+
+def plan_run(cfg: NelConfig, *, resume: bool = True,
+             shard_only: tuple[int, int] | None = None) -> DryRunPlan:
+    """Validate `cfg` as a run does, then plan every (benchmark, model, shard) (only shard
+    `shard_only[0]` when this process is one shard of a distributed run, as the run would).
+
+    Raises:
+        NelError: a config error (the same ones a run raises before doing anything).
+    """
+    from dagster_project.runner import validate_before_run
+    from nel_assets.engine import evaluate as ev
+    from nel_resources.store import ResultStore
+
+    resolved = validate_before_run(cfg)
+    out = Path(cfg.output.dir).expanduser().resolve()
+    used = sorted({s for b in cfg.benchmarks for s in b.service_names(cfg.services)})
+    plan = DryRunPlan(str(out), {n: _service_summary(cfg, n) for n in used if n in cfg.services})
+    store = ResultStore(out)  # read only: nothing is created by planning
+    for bench, spec in zip(cfg.benchmarks, resolved.benchmarks, strict=True):
+        try:
+            tasks = ev.plan(store, spec)
+        except Exception as exc:  # the run fails this benchmark alone; say why
+            from dagster_project import run_log
+
+            plan.errors.append(f"{bench.name}: cannot be planned: "
+                               f"{run_log.one_line(type(exc).__name__, str(exc))}")
+            continue
+        first = [t for t in tasks if t.model == (tasks[0].model if tasks else None)]
+        plan.benchmarks.append({
+            "name": bench.name, "models": sorted({t.model for t in tasks}),
+            "shards": spec.shards, "repeats": bench.repeats,
+            "max_problems": bench.max_problems, "problem_range": bench.problem_range,
+            "shuffle_seed": bench.shuffle_seed if bench.problem_range is None else None,
+            "problems": sum(len(t.indices) for t in first)})
+        for t in tasks:
+            if shard_only is not None and t.shard != shard_only[0]:
+                continue
+            why = t.reason if resume else "--fresh"
+            plan.shards.append(PlannedShard(bench.name, t.model, t.shard, t.total, len(t.indices),
+                                            "run" if why else "skip", why or "up to date"))
+    return plan
+
+
+def print_plan(plan: DryRunPlan, *, where: str) -> None:
+    """The plan as plain lines on stdout."""
+    print(f"dry run of {where}: the config is valid; no request is sent, no model server "
+          "is started, nothing is written")
+    print(f"output: {plan.output_dir}")
+    for name, s in plan.services.items():
+        target = s["url"] or s["launch"]
+        print(f"service {name}: {s['type']} {s['model'] or '(server default model)'} at {target}")
+    for b in plan.benchmarks:
+        if b["problem_range"] is not None:
+            pick = f"problems {b['problem_range'][0]}:{b['problem_range'][1]}"
+        elif b["shuffle_seed"] is not None:
+            pick = f"shuffled with seed {b['shuffle_seed']}"
+        else:
+            pick = "in dataset order (first N)"
+        print(f"benchmark {b['name']}: {b['problems']} problems ({pick}) x {b['repeats']} "
+              f"repeat(s), {b['shards']} shard(s), models {', '.join(b['models']) or '-'}")
+    for s in plan.shards:
+        verb = "would run" if s.action == "run" else "skip"
+        print(f"  {verb}: {s.benchmark} model={s.model} shard={s.shard}/{s.total} "
+              f"({s.n_problems} problems): {s.reason}")
+    d = plan.to_dict()
+    print(f"{d['would_run']} partition(s) would run, {d['up_to_date']} up to date")
+    for e in plan.errors:
+        print(f"error: {e}")

@@ -1,0 +1,137 @@
+"""The Python API of NeMo Evaluator 0.3.0 on nel's engine: `run_evaluation` and `write_all`.
+
+    from nemo_evaluator import ModelClient, ChatSolver, get_environment, run_evaluation
+    from nemo_evaluator.engine import write_all
+
+    env = get_environment("./my_bench.py")
+    client = ModelClient(base_url="http://127.0.0.1:8000/v1", model="m")
+    bundle = asyncio.run(run_evaluation(env, ChatSolver(client), n_repeats=4))
+    write_all(bundle, "./eval_results")
+
+`run_evaluation` runs nel's shard loop (the one `nel eval run` uses: retries, adaptive
+concurrency, reasoning split, failure categories) and returns nel's bundle with the rows
+kept under `_table`; `write_all` writes the NeMo-Evaluator-shaped files from them. No
+Dagster: this is for scripts and notebooks; `nel eval run` adds the store, staleness and
+the asset graph.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks._types import EvalEnvironment
+from benchmarks.errors import NelError
+from nel_assets.engine.bundle import build_bundle
+from nel_assets.engine.evaluate import export_eval_id
+from nel_assets.engine.exports import write_exports
+from nel_assets.engine.loop import ShardSpec, run_shard
+from nel_assets.engine.progress import NoOpProgress, ProgressTracker
+from nel_assets.engine.sharding import select_problems, shard_bounds
+from nel_assets.engine.solvers import ChatSolver, CompletionSolver
+from nel_resources.schema import rows_to_table
+from nel_resources.store import slugify
+
+
+async def run_evaluation(
+    env: EvalEnvironment,
+    solver: Any,
+    n_repeats: int = 1,
+    max_problems: int | None = None,
+    config: dict[str, Any] | None = None,
+    progress: ProgressTracker | None = None,
+    problem_range: tuple[int, int] | None = None,
+    max_concurrent: int = 32,
+    judge_client: Any = None,
+    shard_info: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Evaluate `env` with `solver`: seed, ask the model, verify, score.
+
+    Args:
+        env: The environment (any nel or NeMo-Evaluator-style `EvalEnvironment`).
+        solver: A `ChatSolver` or `CompletionSolver` over nel's `ModelClient`.
+        n_repeats: Answers per problem.
+        max_problems: Only the first N problems (of `problem_range`, if given).
+        config: Recorded in the bundle under `config`.
+        progress: Told about the start, each sample and the end (default: nothing).
+        problem_range: `(start, end)` problem indices, end exclusive.
+        max_concurrent: Samples in flight at most (also bounded by the client's).
+        judge_client: Not supported yet in nel (a config's judge is); must be None.
+        shard_info: `(shard_idx, total_shards)`: this call evaluates that contiguous slice.
+
+    Returns:
+        nel's bundle for the run (`score`, `per_category`, `runtime`, `failures`, ...),
+        plus `config`, `run_id` and the rows under the private key `_table`.
+
+    Raises:
+        NelError: an unsupported solver or argument, or a bad range.
+    """
+    if judge_client is not None:
+        raise NelError("run_evaluation: judge_client= is not supported yet in nel "
+                       "(configure a judge in a config and use `nel eval run`)")
+    if not isinstance(solver, ChatSolver | CompletionSolver):
+        raise NelError(f"run_evaluation: solver {type(solver).__name__} is not supported yet in "
+                       "nel (only the simple solver: ChatSolver or CompletionSolver)")
+    if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
+        raise NelError(f"run_evaluation: n_repeats must be an integer >= 1, not {n_repeats!r}")
+    if max_concurrent < 1:
+        raise NelError(f"run_evaluation: max_concurrent must be >= 1, not {max_concurrent!r}")
+    indices = select_problems(len(env), max_problems=max_problems, problem_range=problem_range)
+    shard = 0
+    if shard_info is not None:
+        shard, total = shard_info
+        if not 0 <= shard < total:
+            raise NelError(f"run_evaluation: shard_info {shard_info} needs 0 <= shard < total")
+        lo, hi = shard_bounds(len(indices), shard, total)
+        indices = indices[lo:hi]
+    client = solver.client
+    model_id = client.model or "model"
+    run_id = uuid.uuid4().hex[:12]
+    spec = ShardSpec(benchmark=env.name, model=slugify(model_id), model_id=model_id, shard=shard,
+                     indices=indices, repeats=n_repeats, run_id=run_id,
+                     system_prompt=solver.system_prompt, protocol=client.protocol)
+    tracker: ProgressTracker = progress or NoOpProgress()
+    tracker.on_start(env.name, len(indices), n_repeats)
+
+    def on_row(row: dict[str, Any]) -> None:
+        tokens = row.get("completion_tokens")
+        tracker.on_step(row["problem_idx"], row["repeat"], len(indices), n_repeats,
+                        float(row.get("reward") or 0.0), tokens, float(row.get("model_ms") or 0.0))
+
+    t0 = time.perf_counter()
+    prep = getattr(env, "prepare", None)
+    if prep is not None:
+        await prep()
+    rows = await run_shard(env, client, spec, concurrency=max_concurrent, on_row=on_row)
+    table = rows_to_table(rows)
+    bundle = build_bundle(table, benchmark=env.name, model=spec.model, model_id=model_id,
+                          extra={"config": dict(config or {}), "run_id": run_id})
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+    tracker.on_done(sum(1 for x in rewards if x >= 1.0), len(rows), time.perf_counter() - t0,
+                    sum(int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0)
+                        for r in rows),
+                    sum(rewards) / len(rewards) if rewards else None)
+    bundle["_table"] = table
+    return bundle
+
+
+def write_all(bundle: dict[str, Any], output_dir: str | Path) -> dict[str, Path]:
+    """Write a `run_evaluation` bundle's files into `output_dir`; their paths by kind.
+
+    The files are the ones `nel eval run` exports (NeMo Evaluator's layout):
+    `eval-<id>.json` (the bundle), `results.jsonl`, `trajectories.jsonl`,
+    `runtime_stats.json`, `failure_analysis.json`. `nel compare` and `compare_runs`
+    read them back.
+
+    Raises:
+        NelError: `bundle` is not one `run_evaluation` returned (it has no rows).
+    """
+    table = bundle.get("_table")
+    if table is None:
+        raise NelError("write_all: the bundle has no rows (pass the dict run_evaluation returned)")
+    public = {k: v for k, v in bundle.items() if not k.startswith("_")}
+    eval_id = export_eval_id(public["benchmark"], public["model"], list(public.get("run_ids") or []))
+    return write_exports(Path(output_dir).expanduser(), table, public, eval_id=eval_id,
+                         config_summary=public.get("config") or {})
