@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -259,7 +260,13 @@ def finished(exit_status: int, failed: int) -> None:
     d["status"] = "failed" if failed else "completed"
     d["exit_status"] = exit_status
     own = _read(_current.out / RUN_META)
-    _current.save(to_output=own is None or own.run_id == _current.run_id)
+    try:
+        _current.save(to_output=own is None or own.run_id == _current.run_id)
+    except OSError as exc:
+        # The results and checkpoint.json already say how the run ended; a full or read-only
+        # disk must not turn that into a traceback. `nel eval status` falls back on them.
+        print(f"warning: cannot record how run {_current.run_id} ended in {runs_dir()} or "
+              f"{_current.out}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def checkpoint_of(record: RunRecord) -> dict[str, Any] | None:
