@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -294,6 +295,10 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
             check_scoring(run)
             # A key variable that is not set is a config error too (not one pair's failure).
             run.service.config.resolved_api_key()
+    from nel_resources.specs import self_judging_warnings
+
+    for line in self_judging_warnings(resolved):
+        print(line, file=sys.stderr)
     return resolved
 
 

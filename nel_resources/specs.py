@@ -108,6 +108,9 @@ class JudgeSpec:
     metric: ScoringMetric
     service_name: str
     service: ServiceConfig
+    # The judge is another service name for the solver's own endpoint and model: allowed (as
+    # NeMo Evaluator's own examples do it), but the run says so (`self_judging_warnings`).
+    same_model_as_solver: bool = False
 
 
 @dataclass(frozen=True)
@@ -320,12 +323,28 @@ def _judge_service(bench: BenchmarkConfig, metric: ScoringMetric, solver: str,
     solver_svc = services.get(solver)
     same_endpoint = (solver_svc is not None and svc.url is not None and svc.url == solver_svc.url
                      and svc.model == solver_svc.model)
-    if (name == solver or same_endpoint) and not metric.allow_self_judge:
+    if name == solver and not metric.allow_self_judge:
         raise NelError(
             f"{bench.name}: judge metric {metric.name!r} would be graded by the model under test "
             f"(service {solver!r}); use a different judge service, or set "
             "`allow_self_judge: true` on the metric if that is really intended")
-    return JudgeSpec(metric, name, svc)
+    return JudgeSpec(metric, name, svc,
+                     same_model_as_solver=same_endpoint and not metric.allow_self_judge)
+
+
+def self_judging_warnings(resolved: ResolvedConfig) -> list[str]:
+    """One line per judge that is the model under test under another service name."""
+    out = []
+    for bench in resolved.benchmarks:
+        for run in bench.runs:
+            for judge in run.judges:
+                if judge.same_model_as_solver:
+                    out.append(
+                        f"warning: {bench.name}/{run.model}: judge metric {judge.metric.name!r} "
+                        f"(service {judge.service_name!r}) is the model under test (same URL and "
+                        "model): it grades its own answers; use another judge model, or set "
+                        "`allow_self_judge: true` on the metric to silence this")
+    return out
 
 
 def judge_metrics(scoring: ScoringConfig | None) -> list[ScoringMetric]:

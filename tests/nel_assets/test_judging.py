@@ -66,12 +66,13 @@ def test_judge_required_self_judge_and_bad_names(data: None) -> None:
     assert "\n" not in str(ei.value)
     own.benchmarks[0].scoring.metrics[0].allow_self_judge = True
     check_scoring(solver_run(own))
-    # a judge with another name but the solver's own endpoint and model is self-judging too
+    # a judge with another name but the solver's own endpoint and model runs (NeMo
+    # Evaluator's own judge examples are written so) and is marked for a warning
     twin = load_config(data={"services": {"solver": {"url": "http://h/v1", "model": "m"},
                                           "twin": {"url": "http://h/v1", "model": "m", "role": "judge"}},
                              "benchmarks": [{"name": "simpleqa", **judge_metric(service="twin")}]})
-    with pytest.raises(NelError, match="allow_self_judge"):
-        check_scoring(solver_run(twin))
+    check_scoring(solver_run(twin))
+    assert solver_run(twin).judges[0].same_model_as_solver
     # a judge naming no defined service is refused when the config is read
     with pytest.raises(NelError, match="not in `services`"):
         config("http://x/v1", {"name": "simpleqa", **judge_metric(service="nope")})

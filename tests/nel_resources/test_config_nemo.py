@@ -5,6 +5,7 @@ one line naming the key. The real peer accepts the same copies."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -124,8 +125,9 @@ def test_runnable_copy_runs_end_to_end(path: Path, tmp_path: Path, reference_ser
             "-o", str(tmp_path / "out"), "--json", "--no-progress"]
     judge_url = None
     if "judge" in cfg.services:
-        # The judge gets its own server: nel refuses a judge that is the model under test
-        # (same URL and model), which these configs' two services would otherwise be.
+        # The judge gets its own server, which answers the grader's prompt (the solver's
+        # server gives the benchmark's answers); on one server the run would also warn that
+        # the model grades itself.
         judge_url = reference_server(answers=[{"match": "Gold target", "content": "A"}])
         args += ["-O", f"services.judge.url={judge_url}/chat/completions"]
     env = {"NEL_DATA_DIR": str(data_dir), "NEL_TEST_URL": f"{url}/chat/completions",
@@ -377,3 +379,31 @@ def test_refusal_keeps_file_and_line_through_the_cli(tmp_path: Path) -> None:
         "not supported yet in nel; remove `cluster:` (or write `type: local`) to run on this "
         "machine, or start one `nel eval run` per shard yourself")
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("path", COPIES, ids=lambda p: p.stem)
+def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`nel eval run COPY --dry-run` (in this process: 54 interpreters would cost minutes)
+    prints a plan for the copies nel runs and refuses the others in one line on the key
+    `check_supported` names; it never writes the output directory."""
+    from dagster_project.cli.main import main
+
+    monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
+    out = tmp_path / "out"
+    rc = main(["eval", "run", str(path), "--dry-run", "--json", "-o", str(out)])
+    captured = capsys.readouterr()
+    key = REFUSED_KEY[path.stem]
+    assert not out.exists(), "a dry run wrote its output directory"
+    if key is None:
+        assert rc == 0, captured.err
+        plan = json.loads(captured.out)
+        bench = load_config(path).benchmarks[0].name
+        assert plan["dry_run"] and plan["would_run"] >= 1 and not plan["errors"], plan
+        assert {s["benchmark"] for s in plan["shards"]} >= {bench}, plan
+        return
+    assert rc == 2, (captured.out, captured.err)
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert f"key {key}:" in lines[0] and "is not supported yet in nel" in lines[0], lines[0]

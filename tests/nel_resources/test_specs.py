@@ -131,10 +131,6 @@ def test_judge_services_resolve_for_the_scoring_metrics() -> None:
           "j2": {"url": URL, "model": "b", "role": "judge"}},
      "simpleqa: judge metric 'j' has no `service`; name one of the services (solver, j1, j2)"),
     ({"service": "solver"}, None, "would be graded by the model under test (service 'solver')"),
-    # another name for the solver's own endpoint and model is still self-judging
-    ({"service": "twin"}, {"solver": {"url": URL, "model": "m"},
-                           "twin": {"url": URL, "model": "m", "role": "judge"}},
-     "set `allow_self_judge: true` on the metric"),
 ])
 def test_a_judge_that_does_not_resolve_is_one_clear_line(metric: dict[str, Any], services: Any,
                                                          message: str) -> None:
@@ -297,3 +293,18 @@ def test_fingerprints_and_code_versions_equal_mains(data_dir: Path, tmp_path: Pa
                 assert t.stale and t.reason == "no results yet"
                 now[f"{key}/{bench.name}/{t.model}/{t.shard}"] = t.fingerprint
     assert now == MAIN_FINGERPRINTS
+
+
+def test_a_judge_on_the_solvers_own_model_under_another_name_runs_with_a_warning() -> None:
+    """NeMo Evaluator's judge examples give solver and judge the same endpoint and model under
+    two service names: nel runs them, and says the model grades its own answers."""
+    from nel_resources.specs import self_judging_warnings
+
+    services = {"solver": {"url": URL, "model": "m"}, "twin": {"url": URL, "model": "m", "role": "judge"}}
+    resolved = resolve(_judged({"service": "twin"}, services))
+    (line,) = self_judging_warnings(resolved)
+    assert "'twin'" in line and "grades its own answers" in line and "\n" not in line
+    allowed = resolve(_judged({"service": "twin", "allow_self_judge": True}, services))
+    assert self_judging_warnings(allowed) == []
+    other = {"solver": {"url": URL, "model": "m"}, "twin": {"url": URL, "model": "judge-m", "role": "judge"}}
+    assert self_judging_warnings(resolve(_judged({"service": "twin"}, other))) == []
