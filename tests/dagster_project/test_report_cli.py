@@ -38,7 +38,8 @@ def make_two_model_run(tmp: Path, data_dir: Path, n: int = N) -> Path:
     out = tmp / "out"
     p = run_nel("compare", str(out), str(out), "--baseline-model", "base", "--candidate-model", "worse",
                 "-o", str(tmp / "regression.json"))
-    assert p.returncode == 0, p.stderr
+    # "worse" regresses: strict by default (as NeMo Evaluator), that BLOCK exits 1
+    assert p.returncode == 1 and "BLOCK" in p.stdout, p.stdout + p.stderr
     return out
 
 
