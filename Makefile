@@ -46,9 +46,9 @@ system-deps:
 	bash deploy/install_system_deps.sh
 
 # The main job on the embedded default: nel starts llama.cpp with the tiny model and
-# evaluates GSM8K (first 100 problems); results land in ./eval_results. The data and model
-# locations used are recorded with `nel config`, so `nel validate` and `dagster dev` run
-# later from a plain shell use them too.
+# evaluates 100 GSM8K problems (picked with shuffle_seed 42, as NeMo Evaluator picks them);
+# results land in ./eval_results. The data and model locations used are recorded with
+# `nel config`, so `nel validate` and `dagster dev` run later from a plain shell use them too.
 run: setup
 	$(if $(NEL_DATA_DIR),@$(BIN)/nel config set data_dir '$(NEL_DATA_DIR)',)
 	$(if $(NEL_MODEL_PATH),@$(BIN)/nel config set model_path '$(NEL_MODEL_PATH)',)
