@@ -270,7 +270,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             b["shards"] = shard_only[1]
         from nel_resources.config import load_config
 
-        cfg = load_config(data=data)
+        cfg = load_config(data=data, source=cfg)  # keeps file:line for refusals
     if args.submit:
         # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run.
         print("note: --submit has no effect with cluster.type: local; running here",

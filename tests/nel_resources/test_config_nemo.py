@@ -407,3 +407,15 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
     assert f"key {key}:" in lines[0] and "is not supported yet in nel" in lines[0], lines[0]
+
+
+def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:
+    """One shard of a distributed run re-reads the config with its shard count: the refusal
+    still names the file and the key's line (it read `<config>:?` before)."""
+    path = FIXTURES / "examples" / "06_humaneval_docker.yaml"
+    p = run_nel("eval", "run", str(path), "--dry-run", "-o", str(tmp_path / "out"),
+                env={"NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
+    assert p.returncode == 2, p.stdout + p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key benchmarks\.0\.sandbox: ", line)
+    assert m and "sandbox:" in _yaml_line(path, int(m.group(1))), line
