@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dagster_project.cli.commands_runs import guard_run_errors
+
 _FORMATS = ["markdown", "html", "csv", "json", "latex"]
 
 
@@ -18,8 +20,8 @@ def _report_args(p: argparse.ArgumentParser, *, top: bool = False) -> None:
                        "eval-*.json export of a run); several are combined in one report")
     else:
         p.add_argument("dir", nargs="?", help="output directory of a run")
-        p.add_argument("-r", "--run-id", help="a run's id instead of its directory (NeMo "
-                       "Evaluator fetches remote runs; not supported yet in nel: refused)")
+        p.add_argument("-r", "--run-id", help="a run's id instead of its directory (see "
+                       "`nel eval jobs`); a DIR given too wins")
         p.add_argument("--with-results", action="store_true",
                        help="with -r, also fetch per-sample results (NeMo Evaluator); a local "
                        "directory always has them")
@@ -48,13 +50,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     assert EVAL_SUBPARSERS is not None, "commands_eval must register first"
     rep = EVAL_SUBPARSERS.add_parser("report", help="render a report from an output directory")
     _report_args(rep)
-    rep.set_defaults(func=_cmd_report)
+    rep.set_defaults(func=guard_run_errors(_cmd_report))
 
     top = sub.add_parser("report", help="one report across every benchmark and model of a run",
                          description="Like `nel eval report`, defaulting to the HTML report "
                          "across all benchmarks (plots, comparison, per-sample drill-down).")
     _report_args(top, top=True)
-    top.set_defaults(func=_cmd_report, default_format="html")
+    top.set_defaults(func=guard_run_errors(_cmd_report), default_format="html")
 
     mg = EVAL_SUBPARSERS.add_parser(
         "merge", help="merge shard outputs and recompute global metrics",
@@ -69,15 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     mg.add_argument("-n", "--repeats", type=int, default=None,
                     help="repeats per problem the shards must hold (default: read from the rows); "
                     "a shard that holds another number is a problem")
-    mg.add_argument("-r", "--run-id", help="a run's id instead of its directory (NeMo Evaluator "
-                    "fetches remote runs; not supported yet in nel: refused)")
+    mg.add_argument("-r", "--run-id", help="a run's id instead of its directory (see "
+                    "`nel eval jobs`); a DIR given too wins")
     mg.add_argument("-o", "--output", help="merged output dir (default: the first DIR)")
     mg.add_argument("--shards", type=int, default=None,
                     help="shards each benchmark should have (default: recorded or inferred from the dataset)")
     mg.add_argument("--allow-partial", action="store_true",
                     help="merge anyway when shards or problems are missing (bundles say complete: false)")
     mg.add_argument("--json", action="store_true", help="print the merge report as JSON")
-    mg.set_defaults(func=_cmd_merge)
+    mg.set_defaults(func=guard_run_errors(_cmd_merge))
 
 
 def _write(path: str | None, text: str) -> None:
@@ -90,12 +92,23 @@ def _write(path: str | None, text: str) -> None:
         sys.stdout.write(text)
 
 
-def _refuse_run_id(args: argparse.Namespace) -> None:
-    from benchmarks.errors import NelError
+def _dir_of_run_id(args: argparse.Namespace) -> str | None:
+    """The output directory `-r/--run-id` names (a run `nel eval run` recorded; see `nel eval
+    jobs`), as NeMo Evaluator resolves a local run's id. None when no `-r` was given.
 
-    if getattr(args, "run_id", None):
-        raise NelError(f"-r/--run-id {args.run_id}: fetching a run's results by id is not "
-                       "supported yet in nel; give its output directory instead")
+    Raises:
+        RunCommandError: no run with that id (one `Error:` line, exit 1, as the peer).
+    """
+    run_id = getattr(args, "run_id", None)
+    if not run_id:
+        return None
+    from dagster_project import run_registry
+    from dagster_project.cli.commands_runs import RunCommandError
+
+    record = run_registry.resolve(run_id=run_id)
+    if record is None:
+        raise RunCommandError(f"No run metadata found for run-id={run_id}.")
+    return record.output_dir
 
 
 def _bundle_file(path: Path) -> dict[str, Any]:
@@ -153,13 +166,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from nel_assets.engine.reports.html import MAX_ROWS
     from nel_resources.store import asset_name, slugify
 
-    _refuse_run_id(args)
     if getattr(args, "with_results", False):
-        print("note: --with-results only changes what -r fetches; a local directory's report "
-              "reads its per-sample results anyway", file=sys.stderr)
-    paths = getattr(args, "paths", None) or ([args.dir] if args.dir else [])
+        print("note: --with-results only changes what -r fetches from a remote run; a local "
+              "run's report reads its per-sample results anyway", file=sys.stderr)
+    paths = getattr(args, "paths", None) or ([args.dir] if getattr(args, "dir", None) else [])
+    if not paths and (run_dir := _dir_of_run_id(args)) is not None:
+        paths = [run_dir]  # as NeMo Evaluator: a given RESULTS_DIR wins over -r
     if not paths:
-        raise NelError("give the output directory of a run (nel eval report DIR)")
+        raise NelError("give the output directory of a run (nel eval report DIR) or its id (-r)")
     fmt = args.format or getattr(args, "default_format", "markdown")
     models = None if not args.model else [slugify(m) for m in args.model]
     benches = None if not args.bench else [asset_name(b) for b in args.bench]
@@ -193,8 +207,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from dagster_project.cli.merge_layout import merge_sources
     from nel_assets.engine.merge import merge_outputs
 
-    _refuse_run_id(args)
-    sources, output = merge_sources(args.dirs, args.output)
+    dirs = args.dirs or ([d] if (d := _dir_of_run_id(args)) is not None else [])
+    sources, output = merge_sources(dirs, args.output)
     rep = merge_outputs(sources, output, expected_shards=args.shards, allow_partial=args.allow_partial,
                         expected_repeats=args.repeats)
     if args.json:

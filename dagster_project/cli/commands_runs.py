@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "the default output directory.")
     which_run(p)
     p.add_argument("-w", "--watch", action="store_true", help="refresh every 60s until the run ends")
-    p.set_defaults(func=_guard(_cmd_status))
+    p.set_defaults(func=guard_run_errors(_cmd_status))
 
     p = evsub.add_parser("stop", help="stop a running run",
                          description="Send SIGTERM to the process running the run (it stops its "
@@ -58,18 +58,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-s", "--shard", type=int, help="stop one shard (SLURM runs only)")
     p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                    help="seconds to wait after SIGTERM before SIGKILL (default 30)")
-    p.set_defaults(func=_guard(_cmd_stop))
+    p.set_defaults(func=guard_run_errors(_cmd_stop))
 
     p = evsub.add_parser("jobs", help="list the runs nel has started")
     p.add_argument("--offline", action="store_true", help="do not check whether runs are alive")
-    p.set_defaults(func=_guard(_cmd_jobs))
+    p.set_defaults(func=guard_run_errors(_cmd_jobs))
 
     p = evsub.add_parser("logs", help="a run's log and Dagster event log")
     which_run(p)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing the log while the run runs")
     p.add_argument("-n", "--tail", type=int, metavar="N", help="only the last N lines")
     p.add_argument("-s", "--shard", type=int, help="only the Dagster events of shard N")
-    p.set_defaults(func=_guard(_cmd_logs))
+    p.set_defaults(func=guard_run_errors(_cmd_logs))
 
     p = evsub.add_parser("resume", help="continue an interrupted or failed run",
                          description="Run the run's config again (<out>/nel-config.yaml): "
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-s", "--shard", type=int, help="resume one shard only (SLURM runs only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=_guard(_cmd_resume))
+    p.set_defaults(func=guard_run_errors(_cmd_resume))
 
     p = evsub.add_parser("clean", help="remove runs from the list of runs (never their results)",
                          description="Remove entries from nel's index of runs. Output "
@@ -91,10 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only entries of this executor (slurm, docker, local; nel's are local)")
     p.add_argument("--dry-run", action="store_true", help="show what would be removed")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    p.set_defaults(func=_guard(_cmd_clean))
+    p.set_defaults(func=guard_run_errors(_cmd_clean))
 
 
-def _guard(func: Any) -> Any:
+def guard_run_errors(func: Any) -> Any:
     """Run a handler; a RunCommandError becomes one `Error:` line and exit 1."""
     def run(args: argparse.Namespace) -> int:
         try:

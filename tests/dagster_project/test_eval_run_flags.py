@@ -290,10 +290,9 @@ def test_merge_over_shard_subdirectories(sharded_run: Path) -> None:
     assert rep["merged"] and rep["shards"] == {"gsm8k/ref": [0, 1]}
     bundle = json.loads((sharded_run / "gsm8k" / "bundle" / "model=ref" / "bundle.json").read_text())
     assert bundle["score"]["n_items"] == 6 and bundle["score"]["n_samples"] == 12
+    # -r names a recorded run (`nel eval jobs`); an unknown id is NeMo Evaluator's error, exit 1
     p = run_nel("eval", "merge", "-r", "abc123")
-    assert p.returncode == 2
-    (line,) = error_lines(p.stdout, p.stderr)
-    assert "-r/--run-id abc123" in line and "not supported yet in nel" in line
+    assert p.returncode == 1 and p.stderr.strip() == "Error: No run metadata found for run-id=abc123."
 
 
 def test_report_flags_and_bundle_files(sharded_run: Path, tmp_path: Path) -> None:
@@ -310,7 +309,12 @@ def test_report_flags_and_bundle_files(sharded_run: Path, tmp_path: Path) -> Non
     p = run_nel("eval", "report", str(sharded_run), "--with-results")
     assert p.returncode == 0 and "| gsm8k | ref |" in p.stdout and "--with-results" in p.stderr
     p = run_nel("eval", "report", "-r", "abc123")
-    assert p.returncode == 2 and "not supported yet in nel" in p.stderr
+    assert p.returncode == 1 and "No run metadata found for run-id=abc123" in p.stderr
+    # a recorded run's id names that run's output directory: here the shard-0 process, which
+    # leaves its bundle to `eval merge`, so its report says there is none yet (in that dir)
+    run_id = json.loads((sharded_run / "shard_0" / "nel_run.json").read_text())["run_id"]
+    p = run_nel("eval", "report", "-r", run_id, "-f", "json")
+    assert p.returncode == 2 and f"no bundles under {sharded_run / 'shard_0'}:" in p.stderr, p.stderr
     # --all-formats without -o writes into the current directory, as NeMo Evaluator does
     p = run_nel("eval", "report", str(sharded_run), "--all-formats", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

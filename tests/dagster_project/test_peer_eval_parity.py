@@ -149,3 +149,13 @@ def test_sharded_run_merge_and_reports_in_both_tools(
     nel = run_nel("report", str(nel_bundle), "-f", "markdown", cwd=tmp_path, unset=UNSET)
     assert (peer.returncode, nel.returncode) == (0, 0), peer.stderr[-1500:] + nel.stderr[-1500:]
     assert "gsm8k_local" in peer.stdout and "gsm8k" in nel.stdout
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+def test_an_unknown_run_id_is_the_same_error_in_both(tmp_path: Path, data_dir: Path, command: str) -> None:
+    """`eval report|merge -r ID` of a run neither tool recorded: the same `Error:` line, exit 1."""
+    peer = run_peer_nemo("eval", command, "-r", "nosuchrun", cwd=tmp_path, unset=UNSET)
+    nel = run_nel("eval", command, "-r", "nosuchrun", cwd=tmp_path, env={"NEL_DATA_DIR": str(data_dir)},
+                  unset=UNSET)
+    assert (peer.returncode, nel.returncode) == (1, 1), (peer.stderr, nel.stderr)
+    assert nel.stderr.strip() == peer.stderr.strip() == "Error: No run metadata found for run-id=nosuchrun."

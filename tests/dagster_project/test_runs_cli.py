@@ -66,6 +66,11 @@ def test_status_logs_jobs_and_clean_of_finished_runs(tmp_path: Path, reference_s
     assert _field(st.stdout, "dagster_runs") == f"{len(statuses)} (SUCCESS {len(statuses)})"
     by_dir = run_nel("eval", "status", "-o", str(outs[1]), env=env)
     assert _field(by_dir.stdout, "Run") == ids[1]
+    # `eval report -r ID` reports that run's directory, the same report as naming it
+    by_id = run_nel("eval", "report", "-r", ids[1], "-f", "csv", env=env)
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout == run_nel("eval", "report", str(outs[1]), "-f", "csv", env=env).stdout
+    assert "gsm8k" in by_id.stdout
 
     logs = run_nel("eval", "logs", "-r", ids[0], env=env)
     assert logs.returncode == 0
