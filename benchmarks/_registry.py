@@ -90,14 +90,9 @@ def get_factory(name: str) -> Factory:
     """
     _load_builtins()
     if is_file_reference(name):
-        from benchmarks.plugins import load_benchmark_file
+        from benchmarks.plugins import resolve_benchmark_ref
 
-        path, _, wanted = name.rpartition(":") if not name.endswith(".py") else (name, "", "")
-        names = load_benchmark_file(path, wanted or None)
-        if len(names) > 1:
-            raise NelError(f"{path} registers {len(names)} benchmarks ({', '.join(names)}); "
-                           f"pick one: {path}:<name>")
-        name = names[0]
+        name = resolve_benchmark_ref(name)
     if name not in _REGISTRY:
         # NeMo Evaluator looks names up case-insensitively.
         folded = {k.lower(): k for k in _REGISTRY}

@@ -326,22 +326,17 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
 
     given = cfg if isinstance(cfg, ResolvedConfig) else None
     cfg = given.config if given is not None else cfg
-    check_supported(cfg)  # refuse keys nel cannot honour yet before anything is written
+    # Every config check (unbuilt features included) before anything is written.
+    checked = validate_before_run(cfg)
+    resolved = given if given is not None else checked
     started = time.time()
     t0 = time.perf_counter()
-    if cfg.data_dir:
-        from benchmarks.datasets import set_data_dir
-
-        set_data_dir(cfg.data_dir)
     out, home = prepare_output(cfg)
     os.environ["DAGSTER_HOME"] = str(home)
     # `nel eval status|stop|logs|resume` find this run by its id or output dir.
     run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
     log_path = run_log.log_path_for(out)
     store = ResultStore(out)
-
-    checked = validate_before_run(cfg)
-    resolved = given if given is not None else checked
 
     failures: list[BenchFailure] = []
     if not cfg.benchmarks:

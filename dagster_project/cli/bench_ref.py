@@ -9,42 +9,26 @@ from pathlib import Path
 from nel_resources.config import ConfigError
 
 
-def split_bench_ref(ref: str) -> tuple[str, str | None] | None:
-    """`(file, name or None)` when `ref` names a `.py` file, else None (a registry name)."""
-    if "://" in ref:
-        return None
-    path, name = ref, None
-    if ":" in ref:
-        head, tail = ref.rsplit(":", 1)
-        if head.endswith(".py"):
-            path, name = head, tail.strip() or None
-    return (path, name) if path.endswith(".py") else None
-
-
 def resolve_bench_file(ref: str) -> tuple[str, str] | None:
     """Import the BYOB file `ref` names and return `(absolute file, benchmark name)`.
 
-    Returns None when `ref` is not a file reference.
+    Returns None when `ref` is not a file reference (a registry name or `gym://...`).
 
     Raises:
         ConfigError: the file is missing, registers nothing, several benchmarks without a
             `:name`, or not the `:name` asked for.
     """
-    split = split_bench_ref(ref)
-    if split is None:
+    from benchmarks._registry import is_file_reference
+
+    if not is_file_reference(ref):
         return None
-    file, name = split
-    path = Path(file).expanduser().resolve()
+    path = Path(ref[: ref.rindex(".py") + 3]).expanduser().resolve()
     if not path.is_file():
         raise ConfigError(f"--bench {ref}: no such benchmark file {path}")
     from benchmarks.errors import NelError
-    from benchmarks.plugins import load_benchmark_file
+    from benchmarks.plugins import resolve_benchmark_ref
 
     try:
-        names = load_benchmark_file(path, name)
+        return str(path), resolve_benchmark_ref(ref)
     except NelError as exc:
         raise ConfigError(f"--bench {ref}: {exc}") from None
-    if len(names) > 1:
-        raise ConfigError(f"--bench {ref}: {path.name} registers {len(names)} benchmarks "
-                          f"({', '.join(names)}); pick one with --bench {file}:<name>")
-    return str(path), names[0]
