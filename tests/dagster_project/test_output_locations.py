@@ -93,7 +93,9 @@ def test_a_dagster_home_filling_up_mid_run(tmp_path: Path, reference_server, ser
     """The home fills while the first benchmark's samples are being answered: the run ends
     as failed, one line per pair, and every answered sample is on disk (a rerun with room
     asks only for the others)."""
-    url = reference_server(delay_ms=200)
+    # One answer a second: the home must fill while gsm8k still runs, a window of about 5 s
+    # after the first journaled sample (time for `fill` even on a busy machine).
+    url = reference_server(delay_ms=1000)
     out = tmp_path / "out"
     n = 6
     args = ["eval", "run", "-b", "gsm8k", "-m", str(n), "--model-url", url, "--no-progress", "--json",
