@@ -128,7 +128,9 @@ def test_a_rerun_retries_the_failed_samples_and_only_those(
 def test_full_disk_stops_sending_and_keeps_what_was_journaled(
         tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
     n, conc = 400, 4
-    url = reference_server(delay_ms=20)
+    # 50 ms an answer: ~4 s after the 50th journaled sample for the disk to fill before the
+    # run could end on its own (`sent < n` below), even on a busy machine.
+    url = reference_server(delay_ms=50)
     with small_tmpfs(tmp_path / "disk", size="2m") as disk:
         out = disk / "out"
         args = ["eval", "run", "-b", "gsm8k", "-m", str(n), "--model-url", url, "--model-id", "m",

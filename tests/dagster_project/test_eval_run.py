@@ -92,7 +92,9 @@ def test_run_writes_store_bundle_exports_and_reruns_nothing(
 def test_sigkill_then_resume_never_rerequests_a_finished_sample(
         tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
     n = 300
-    url = reference_server(delay_ms=20)
+    # 60 ms an answer at concurrency 4: ~3.6 s between the 60th journaled sample and the end
+    # of the run for the kill to land in, even when the test process waits for a busy CPU.
+    url = reference_server(delay_ms=60)
     out = tmp_path / "out"
     args = ["eval", "run", "--bench", "gsm8k", "-m", str(n), "--model-url", url, "--model-id", "m",
             "-o", str(out), "--no-progress", "--max-concurrent", "4", "--json"]
