@@ -333,7 +333,8 @@ def _nemo_pairs(path: Path) -> list[tuple[Path, Path]]:
 
 
 def _holds_nemo_bundle(path: Path) -> bool:
-    """Whether ``path`` is, or holds, a NeMo Evaluator 0.3.x bundle (``sdk_version`` set)."""
+    """Whether ``path`` is, or holds, a NeMo Evaluator bundle (``sdk_version`` set), or a
+    torn eval JSON (``nemo_results`` says what is wrong with it in its own words)."""
     from nel_assets.engine.nemo_results import is_nemo_bundle
 
     files = [path] if path.is_file() else sorted(path.rglob("eval-*.json"))
@@ -341,7 +342,9 @@ def _holds_nemo_bundle(path: Path) -> bool:
         try:
             if is_nemo_bundle(json.loads(f.read_text(encoding="utf-8"))):
                 return True
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return True
+        except OSError:
             continue
     return False
 
