@@ -136,7 +136,7 @@ def _collect_paths(paths: list[str], *, models: list[str] | None, benches: list[
                    with_samples: bool, max_rows: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Bundles (and per-sample details where a store holds them) of directories and files."""
     from benchmarks.errors import NelError
-    from nel_assets.engine.nemo_results import detect, load_nemo_benches, nel_bundle
+    from nel_assets.engine.nemo_results import benchmark_name, detect, load_nemo_benches, nel_bundle
     from nel_assets.engine.reports import collect, sample_details
     from nel_resources.store import ResultStore, asset_name
 
@@ -161,7 +161,7 @@ def _collect_paths(paths: list[str], *, models: list[str] | None, benches: list[
         elif p.is_file():
             b1 = _bundle_file(p)
             if (models is None or b1.get("model") in models) and (
-                    benches is None or asset_name(str(b1.get("benchmark"))) in benches):
+                    benches is None or asset_name(str(benchmark_name(b1))) in benches):
                 bundles.append(b1)
         else:
             raise NelError(f"no such output directory or bundle file: {p}")

@@ -387,11 +387,14 @@ def detect(path: str | Path) -> str:
         raise _neither(p)
     if p.name == "bundle.json":
         return "nel-bundle"
+    # nel's export of a store (<out>/<bench>/exports/<model>/eval-*.json), whatever keys it
+    # shares with NeMo Evaluator's bundle: the store's own bundle stands behind it
+    if p.name.startswith("eval-") and p.parent.parent.name == "exports" \
+            and (p.parents[2] / "bundle" / f"model={p.parent.name}" / "bundle.json").is_file():
+        return "nel-bundle"
     doc = _read_bundle(p)
     if is_nemo_bundle(doc):
         return "nemo"
-    if p.name.startswith("eval-") and p.parent.parent.name == "exports":
-        return "nel-bundle"
     return "other"
 
 

@@ -73,9 +73,11 @@ def _json(*args: str, code: int = 0) -> dict:
 
 
 def _nel_rewards(out: Path, model: str = "ref") -> dict[tuple[int, int], float]:
-    t = pq.read_table(next((out / BENCH_NAME / "shard_results" / f"model={model}").glob("shard=*/part-0.parquet")),
-                      columns=["problem_idx", "repeat", "reward"])
-    return {(r["problem_idx"], r["repeat"]): r["reward"] for r in t.to_pylist()}
+    """(problem_idx, repeat) -> reward of every shard nel stored for ``model``."""
+    parts = sorted((out / BENCH_NAME / "shard_results" / f"model={model}").glob("shard=*/part-0.parquet"))
+    assert parts, out
+    return {(r["problem_idx"], r["repeat"]): r["reward"]
+            for p in parts for r in pq.read_table(p, columns=["problem_idx", "repeat", "reward"]).to_pylist()}
 
 
 def test_compare_and_gate_mix_the_two_tools(inputs: Inputs, tmp_path: Path) -> None:
@@ -139,6 +141,16 @@ def test_eval_merge_of_the_peers_shard_layout(inputs: Inputs, tmp_path: Path) ->
     doc = _json("compare", str(theirs), str(ours), "--format", "json", "--no-report")
     c = doc["benchmarks"][BENCH_NAME]
     assert c["n_paired"] == 4 and c["delta"] == 0.0 and doc["baseline"]["kind"] == "nemo"
+    # one shard from each tool: nel's shard 0 and the peer's shard 1 merge into one run
+    mixed = tmp_path / "mixed"
+    p = run_nel("eval", "run", "--bench", str(inputs.bench), "--model-url", inputs.url, "--model-id", "ref",
+                "-o", str(mixed / "shard_0"), "-n", "2", "--no-progress",
+                env={"NEL_SHARD_IDX": "0", "NEL_TOTAL_SHARDS": "2"}, unset=["NEL_SHUFFLE_SEED"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    shutil.copytree(inputs.peer_shards / "shard_1", mixed / "shard_1")
+    rep = json.loads(run_nel("eval", "merge", str(mixed), "-n", "2", "--json").stdout)
+    assert rep["complete"] and rep["shards"] == {f"{BENCH_NAME}/ref": [0, 1]}
+    assert _nel_rewards(mixed) == _nel_rewards(inputs.nel)  # every item, every repeat
 
 
 def test_import_run_then_a_new_model_compares_against_it(inputs: Inputs, tmp_path: Path) -> None:
