@@ -52,8 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "effect at 80% power, and a verdict: BLOCK (a drop beyond --max-drop is established), "
         "WARN (significant drop, not established beyond it), INCONCLUSIVE (too few items to "
         "tell) or PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
-        "files, or NeMo Evaluator 0.3.0 eval-*.json files (with results.jsonl next to them) "
-        "or their directories. " + _UNITS + ". Exit status (strict, the default): 0 PASS, "
+        "files, or NeMo Evaluator 0.3.0 output: eval-*.json files (with results.jsonl next to "
+        "them), their run or benchmark directories, or a shard_N/ layout. " + _UNITS + ". Exit status (strict, the default): 0 PASS, "
         "1 BLOCK, 2 WARN or INCONCLUSIVE (2 is also a usage error).",
     )
     cmp_.add_argument("baseline", help="baseline run (dir or file)")

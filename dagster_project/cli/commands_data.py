@@ -1,4 +1,5 @@
-"""`nel data list | pull NAME | import NAME PATH`: the built-in benchmarks' original files.
+"""`nel data list | pull NAME | import NAME PATH`: the built-in benchmarks' original files;
+`nel data import-run PATH -o OUT`: a NeMo Evaluator 0.3.0 run into nel's store.
 
 `list` shows, for every benchmark, its canonical source, where nel looks for each file
 (`NEL_DATA_DIR`, then the cache), whether it is there and whether its sha256 is the
@@ -27,6 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("name")
     imp.add_argument("path")
     imp.set_defaults(func=_cmd_import)
+    run = dsub.add_parser(
+        "import-run", help="bring a NeMo Evaluator 0.3.0 run into a nel output dir as a model partition",
+        description="Read a NeMo Evaluator 0.3.0 output (a run directory, a benchmark directory, "
+        "an eval-*.json bundle with results.jsonl beside it, or a sharded run's shard_N/ layout), "
+        "check it is whole, and write it into OUTPUT's Parquet store as the model partition NAME "
+        "(bundle, report and exports built from its per-item results), registered in OUTPUT's "
+        "Dagster instance. A config with `comparison: {baseline: NAME}` and `output.dir: OUTPUT` "
+        "then compares new models against it without evaluating it again. Bad input writes "
+        "nothing (exit 2).")
+    run.add_argument("path", help="NeMo Evaluator output (directory or eval-*.json)")
+    run.add_argument("-o", "--output", required=True, help="nel output directory to import into")
+    run.add_argument("--model", help="model partition name (default: the run's config.model)")
+    run.add_argument("--dagster-home", help="Dagster instance to record it in (default OUTPUT/.dagster)")
+    run.set_defaults(func=_cmd_import_run)
     data.set_defaults(func=lambda a: (data.print_help(), 2)[1])
 
 
@@ -84,4 +99,16 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     for p in import_path(args.name, args.path):
         print(f"{args.name}: imported {p}")
+    return 0
+
+
+def _cmd_import_run(args: argparse.Namespace) -> int:
+    from dagster_project.import_run import import_nemo_run
+
+    res = import_nemo_run(args.path, args.output, model=args.model, dagster_home=args.dagster_home)
+    for b in res.bundles:
+        s = b["score"]
+        print(f"{b['benchmark']}/{b['model']}: score {100 * s['mean']:.2f}% over {s.get('n_items')} items "
+              f"({s.get('n_samples')} samples), imported from {b['imported_from']}")
+    print(f"imported into {res.output} (Dagster home {res.dagster_home})")
     return 0

@@ -136,22 +136,32 @@ def _collect_paths(paths: list[str], *, models: list[str] | None, benches: list[
                    with_samples: bool, max_rows: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Bundles (and per-sample details where a store holds them) of directories and files."""
     from benchmarks.errors import NelError
-    from nel_assets.engine.reports import collect
+    from nel_assets.engine.nemo_results import benchmark_name, detect, load_nemo_benches, nel_bundle
+    from nel_assets.engine.reports import collect, sample_details
     from nel_resources.store import ResultStore, asset_name
 
     bundles: list[dict[str, Any]] = []
     details: dict[str, Any] = {}
     for raw in paths:
         p = Path(raw).expanduser()
-        if p.is_dir():
+        if p.is_dir() and ResultStore(p).benchmarks():
             b, d = collect(ResultStore(p), models=models, benchmarks=benches,
                            with_samples=with_samples, max_rows=max_rows)
             bundles += b
             details.update(d)
+        elif p.is_dir() or (p.is_file() and detect(p) == "nemo"):
+            # NeMo Evaluator's output: bundles recomputed from its per-item results
+            for nb in load_nemo_benches(p):
+                b1 = nel_bundle(nb)
+                if (models is None or b1["model"] in models) and (
+                        benches is None or asset_name(nb.benchmark) in benches):
+                    bundles.append(b1)
+                    if with_samples:
+                        details[f"{b1['benchmark']}/{b1['model']}"] = sample_details(nb.table, max_rows)
         elif p.is_file():
             b1 = _bundle_file(p)
             if (models is None or b1.get("model") in models) and (
-                    benches is None or asset_name(str(b1.get("benchmark"))) in benches):
+                    benches is None or asset_name(str(benchmark_name(b1))) in benches):
                 bundles.append(b1)
         else:
             raise NelError(f"no such output directory or bundle file: {p}")
@@ -204,11 +214,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     import json
 
-    from dagster_project.cli.merge_layout import merge_sources
+    from dagster_project.cli.merge_layout import merge_sources, nemo_sources_into_store
     from nel_assets.engine.merge import merge_outputs
 
     dirs = args.dirs or ([d] if (d := _dir_of_run_id(args)) is not None else [])
     sources, output = merge_sources(dirs, args.output)
+    sources = nemo_sources_into_store(sources, output)  # NeMo Evaluator's shards, as nel's
     rep = merge_outputs(sources, output, expected_shards=args.shards, allow_partial=args.allow_partial,
                         expected_repeats=args.repeats)
     if args.json:

@@ -47,3 +47,40 @@ def merge_sources(dirs: list[str], output: str | None) -> tuple[list[str], str |
     own = any((p / "shard_results").is_dir() for p in root.iterdir())
     sources = ([str(root)] if own else []) + [str(d) for d in subs.values()]
     return sources, output or str(root)
+
+
+def nemo_sources_into_store(sources: list[str], output: str | None) -> list[str]:
+    """Bring the NeMo Evaluator 0.3.0 shard outputs among `sources` into the merged output's
+    store, as shard partitions, so one merge combines both tools' shards; returns the sources
+    `merge_outputs` reads then (nel's own dirs, and the output dir for the converted ones).
+
+    Every NeMo Evaluator source is read and checked before anything is written: a half-written
+    or torn shard, or a bundle of an unknown version, is one error line and writes nothing.
+    """
+    from nel_assets.engine.nemo_results import (
+        load_nemo_benches,
+        nemo_bench_dirs,
+        store_nemo_benches,
+        with_shard,
+    )
+    from nel_resources.store import ResultStore
+
+    out = str(Path(output or sources[0]).expanduser())
+    theirs: list[str] = []
+    ours: list[str] = []
+    for s in sources:
+        p = Path(s).expanduser()
+        has_nemo = p.is_dir() and not ResultStore(p).benchmarks() and any(
+            (whole or any(shards.values())) for whole, shards in [nemo_bench_dirs(p)])
+        (theirs if has_nemo else ours).append(s)
+    if not theirs:
+        return sources
+    benches = []
+    for s in theirs:
+        m = _SHARD_DIR.match(Path(s).name)
+        for b in load_nemo_benches(s, combine_shards=False):
+            if m and b.shard is None:  # a shard process that did not record its shard
+                b = with_shard(b, int(m.group(1)), len(sources))
+            benches.append(b)
+    store_nemo_benches(benches, out)
+    return ours + ([out] if Path(out).resolve() not in {Path(s).resolve() for s in ours} else [])

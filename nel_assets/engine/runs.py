@@ -10,8 +10,9 @@ Three sources are understood:
 * a **nel bundle file** (``<out>/<bench>/bundle/model=<m>/bundle.json``): the store it sits
   in provides the per-item rows.
 * **NeMo Evaluator 0.3.0 files**: an ``eval-*.json`` with a ``results.jsonl`` next to it (a
-  file, its directory, or a tree of such directories, one per benchmark). nel's own exports
-  have the same shape, so ``<out>/<bench>/exports/<model>/`` loads too.
+  file, its directory, a run directory, or a sharded run's ``shard_<N>/`` layout), read and
+  checked by ``nemo_results``. nel's own exports load the same way
+  (``<out>/<bench>/exports/<model>/``), and so do eval JSONs of other harnesses' field names.
 
 ``compare_runs`` pairs two runs benchmark by benchmark and ``write_regression`` writes the
 ``regression.json`` artifact. No Dagster import here.
@@ -35,6 +36,7 @@ import pyarrow as pa
 from benchmarks.errors import NelError
 from nel_assets.engine import stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import benchmark_outcome, worst
 from nel_resources.store import ResultStore, write_json_atomic
 
@@ -196,7 +198,7 @@ def run_from_store(store: ResultStore, model: str, *, benchmarks: Iterable[str] 
             continue
         bundle = store.read_bundle(folder, model)
         names = [n for n in table.column("benchmark").to_pylist() if n]
-        name = (bundle or {}).get("benchmark") or (names[0] if names else folder)
+        name = benchmark_name(bundle or {}) or (names[0] if names else folder)
         mids = [m for m in table.column("model_id").to_pylist() if m]
         mid = (bundle or {}).get("model_id") or (mids[0] if mids else None)
         model_id = model_id or mid
@@ -314,7 +316,8 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
 
 
 def _nemo_pairs(path: Path) -> list[tuple[Path, Path]]:
-    """(eval-*.json, results.jsonl) pairs at or under ``path``."""
+    """(eval-*.json, results.jsonl) pairs at or under ``path`` (files of neither tool's
+    bundle shape: older exports, other harnesses' field names)."""
     if path.is_file():
         res = path.parent / "results.jsonl"
         if not res.exists():
@@ -327,6 +330,33 @@ def _nemo_pairs(path: Path) -> list[tuple[Path, Path]]:
         if res.exists():
             pairs.append((ev, res))
     return pairs
+
+
+def _holds_nemo_bundle(path: Path) -> bool:
+    """Whether ``path`` is, or holds, a NeMo Evaluator bundle (``sdk_version`` set), or a
+    torn eval JSON (``nemo_results`` says what is wrong with it in its own words)."""
+    from nel_assets.engine.nemo_results import is_nemo_bundle
+
+    files = [path] if path.is_file() else sorted(path.rglob("eval-*.json"))
+    for f in files:
+        try:
+            if is_nemo_bundle(json.loads(f.read_text(encoding="utf-8"))):
+                return True
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _nemo_benches(path: Path) -> list[BenchRun]:
+    """NeMo Evaluator's own files, read and checked by ``nemo_results`` (per-item rows in
+    nel's schema, so both tools' runs pair on ``problem_idx``)."""
+    from nel_assets.engine.nemo_results import load_nemo_benches
+
+    return [bench_run_from_table(nb.table, benchmark=nb.benchmark, model=nb.model, model_id=nb.model_id,
+                                 bundle=None, source=str(nb.source.parent))
+            for nb in load_nemo_benches(path)]
 
 
 # --------------------------------------------------------------------------- entry point
@@ -366,11 +396,17 @@ def load_run(path: str | Path, *, model: str | None = None, flag: str = "--model
         store = ResultStore(p)
         if store.benchmarks():
             return run_from_store(store, _pick_model(list_models(p), model, p, flag))
-    pairs = _nemo_pairs(p)
-    if not pairs:
-        raise NelError(f"{p}: no nel results (shard_results/) and no eval-*.json with a "
-                       "results.jsonl found")
-    benches = [_load_nemo_bench(ev, res) for ev, res in pairs]
+    if _holds_nemo_bundle(p):
+        benches = _nemo_benches(p)
+    else:
+        pairs = _nemo_pairs(p)
+        if not pairs:
+            from nel_assets.engine.nemo_results import load_nemo_benches
+
+            load_nemo_benches(p)  # a half-written NeMo Evaluator run, or neither tool's: its line
+            raise NelError(f"{p}: no nel results (shard_results/) and no eval-*.json with a "
+                           "results.jsonl found")
+        benches = [_load_nemo_bench(ev, res) for ev, res in pairs]
     models = sorted({b.model for b in benches})
     chosen = _pick_model(models, model, p, flag)
     out: dict[str, BenchRun] = {}

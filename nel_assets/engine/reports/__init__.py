@@ -58,15 +58,20 @@ def collect(store: Any, *, models: Iterable[str] | None = None, benchmarks: Iter
             bundles.append(b)
             if not with_samples:
                 continue
-            t = store.read_shards(folder, m)
-            cols = [c for c in _SAMPLE_COLUMNS if c in t.column_names]
-            rows = t.select(cols).to_pylist()
-            details[f"{b['benchmark']}/{b['model']}"] = {
-                "samples": cap_samples(rows, max_rows),
-                "n_total": len(rows),
-                "latency_ms": [r["model_ms"] for r in rows if r.get("model_ms") is not None and r.get("error") is None],
-            }
+            details[f"{b['benchmark']}/{b['model']}"] = sample_details(store.read_shards(folder, m), max_rows)
     return bundles, details
+
+
+def sample_details(table: Any, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """The per-sample part of a report for one (benchmark, model)'s result rows: capped
+    drill-down rows, their total, and the latencies of successful requests."""
+    cols = [c for c in _SAMPLE_COLUMNS if c in table.column_names]
+    rows = table.select(cols).to_pylist()
+    return {
+        "samples": cap_samples(rows, max_rows),
+        "n_total": len(rows),
+        "latency_ms": [r["model_ms"] for r in rows if r.get("model_ms") is not None and r.get("error") is None],
+    }
 
 
 def render(fmt: str, bundles: Sequence[Mapping[str, Any]], *, details: Mapping[str, Any] | None = None,
