@@ -19,8 +19,9 @@ but PID 1 is killed first. A container that cannot be made clean is removed. NeM
 Evaluator 0.3.0 starts and removes one container per sandbox; `bench/bench_sandboxes.py`
 measures the difference.
 
-Talks to the engine with the `docker` CLI (DOCKER_HOST as set in nel's environment). No
-Dagster here.
+Commands run through the engine's HTTP API on its unix socket (`docker_api`); containers
+are started and removed, and commands with stdin run, with the `docker` CLI (DOCKER_HOST as
+set in nel's environment). No Dagster here.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
 from nel_resources.sandboxes.capture import capture
+from nel_resources.sandboxes.docker_api import ApiExec, EngineError, engine_socket
 from nel_resources.sandboxes.hostfiles import HostFiles, empty_dir
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.slots import SlotPool
@@ -210,20 +212,35 @@ class DockerSandboxFactory:
 
     async def _clean(self, box: _Box) -> bool:
         """Make a used container as good as new: nothing running, workdir and /tmp empty."""
-        if box.at_rest() is not True:
-            await self.kill_all(box.cid)
-            # SIGKILLed processes leave the cgroup as the kernel reaps them: give it a moment.
-            deadline = time.monotonic() + _SETTLE_S
-            while box.at_rest() is False and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            if box.at_rest() is False:
-                return False
+        if box.at_rest() is not True and not await self.kill_all(box.cid, box):
+            return False
         return empty_dir(box.work) and empty_dir(box.tmp)
 
-    async def kill_all(self, cid: str) -> None:
-        """Kill every process in the container but its PID 1 (after a timeout or output cap,
-        and before reuse: what a command left running must not go on)."""
-        await _docker("exec", "-u", self.user, cid, "sh", "-c", _KILL_ALL)
+    async def kill_all(self, cid: str, box: _Box | None = None) -> bool:
+        """End every process in the container but the keeper (after a timeout or output cap,
+        and before reuse: what a command left running must not go on). True if it is at
+        rest afterwards.
+
+        A `kill -9 -1` inside is cheap, but cannot run when a fork bomb holds every pid the
+        limit allows; then the container is restarted (`docker kill` ends its PID
+        namespace at once; its workdir and /tmp are host directories and survive)."""
+        box = box or self._live.get(cid)
+        code, _, _ = await _docker("exec", "-u", self.user, cid, "sh", "-c", _KILL_ALL,
+                                   timeout=_SETTLE_S)
+        if code == 0 and box is not None and await self._settled(box):
+            return True
+        if code == 0 and box is not None and box.pids_current is None:
+            return True  # nothing to check against: the kill ran
+        await _docker("kill", "-s", "KILL", cid)
+        code, _, _ = await _docker("start", cid)
+        return code == 0 and (box is None or await self._settled(box) or box.pids_current is None)
+
+    async def _settled(self, box: _Box) -> bool:
+        # Killed processes leave the cgroup as the kernel reaps them: give it a moment.
+        deadline = time.monotonic() + _SETTLE_S
+        while box.at_rest() is False and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return box.at_rest() is not False
 
     async def _run(self, shape: _Shape) -> _Box:
         lim = self.limits
@@ -242,7 +259,9 @@ class DockerSandboxFactory:
                 "--pids-limit", str(lim.max_processes),
                 "--memory", str(lim.memory_bytes), "--memory-swap", str(lim.memory_bytes),
                 "--ulimit", f"cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}",
-                "--ulimit", f"data={lim.memory_bytes}",
+                # below the cgroup's limit: a program's own allocations fail (MemoryError)
+                # before the kernel starts reclaiming and thrashing at the cgroup's edge
+                "--ulimit", f"data={lim.memory_bytes - min(64 << 20, lim.memory_bytes // 8)}",
                 "--ulimit", f"fsize={lim.max_file_bytes}",
                 "--ulimit", f"nofile={lim.max_open_files}", "--ulimit", "core=0",
                 "-v", f"{work}:{shape.workdir}", "-v", f"{tmp}:/tmp",
@@ -271,7 +290,7 @@ class DockerSandbox:
             (v.host_path, v.container_path, v.readonly) for v in spec.volumes))
         self._slot: int | None = None
         self._box: _Box | None = None
-        self._running: set[asyncio.subprocess.Process] = set()
+        self._running: set[asyncio.subprocess.Process | ApiExec] = set()
 
     @property
     def spec(self) -> SandboxSpec:
@@ -302,31 +321,43 @@ class DockerSandbox:
                    stdin: bytes | None = None, output_limit: int = 1 << 20) -> ExecResult:
         """Run `command` as the sandbox user; never raises for what it does."""
         cid = self._need().cid
-        args = ["exec", "-u", self._f.user, "-w", self._files().inside(cwd) if cwd else self._spec.workdir]
-        if stdin is not None:
-            args.append("-i")
-        for k, v in {**self._f.base_env, **self._spec.env, **(env or {})}.items():
-            args += ["-e", f"{k}={v}"]
-        args.append(cid)
-        args += ["sh", "-c", command] if isinstance(command, str) else list(command)
+        workdir = self._files().inside(cwd) if cwd else self._spec.workdir
+        all_env = {**self._f.base_env, **self._spec.env, **(env or {})}
+        argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
         timeout = min(float(timeout_sec), self._f.max_timeout)
         began = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            docker_cli(), *args, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sock = engine_socket() if stdin is None else None
+        proc: asyncio.subprocess.Process | ApiExec
+        if sock is not None:  # the engine's API directly: no CLI process per command
+            try:
+                proc = await ApiExec.start(sock, cid, argv, user=self._f.user, workdir=workdir,
+                                           env=all_env)
+            except EngineError as e:
+                raise SandboxError(str(e)) from None
+        else:
+            args = ["exec", "-u", self._f.user, "-w", workdir]
+            if stdin is not None:
+                args.append("-i")
+            for k, v in all_env.items():
+                args += ["-e", f"{k}={v}"]
+            proc = await asyncio.create_subprocess_exec(
+                docker_cli(), *args, cid, *argv, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         self._running.add(proc)
 
         async def kill() -> None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            # The CLI's death does not stop the command inside: kill it there.
+            # Ending the client does not stop the command inside: kill it there.
             await self._f.kill_all(cid)
         try:
-            got = await capture(proc, stdin=stdin, timeout=timeout, output_limit=output_limit,
-                                kill=kill)
+            got = await capture(proc, stdin=stdin, timeout=timeout,  # type: ignore[arg-type]
+                                output_limit=output_limit, kill=kill)
         finally:
             self._running.discard(proc)
+            if isinstance(proc, ApiExec):
+                await proc.aclose()
         stopped: StopReason | None
         if got.timed_out:
             stopped, code = "timeout", -1
