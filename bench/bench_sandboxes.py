@@ -170,7 +170,7 @@ async def main_async(args: argparse.Namespace) -> None:
             await docker.aclose()
     print(f"\n{len(progs)} HumanEval problems, canonical solutions, concurrency {conc}, "
           f"{args.rounds} rounds, {os.cpu_count()} CPUs")
-    print(f"{'runner':<11}{'executions':>11}{'exec/s':>9}{'p50 ms':>9}{'p95 ms':>9}")
+    print(f"{'runner':<11}{'per round':>11}{'exec/s':>9}{'p50 ms':>9}{'p95 ms':>9}")
     med = {k: statistics.median(v) for k, v in rates.items()}
     for name in names:
         n = len(progs) * runners[name][1]

@@ -55,7 +55,9 @@ NOBODY = 65534
 LABEL = "nel.sandbox.owner"
 #: PID 1 of a sandbox container: stays up and reaps orphans (a shell's `wait` collects
 #: any child, adopted ones included), so leftover processes never fill the pids limit.
-_KEEPER = "trap 'exit 0' TERM; while :; do sleep 86400 & wait; done"
+#: It ignores the signals a program could send it (SIGKILL from inside is ignored by
+#: the kernel for a PID 1), so only the engine ends it.
+_KEEPER = "trap '' TERM INT HUP QUIT USR1 USR2; while :; do sleep 86400 & wait; done"
 #: Run as the sandbox user: kill every process but PID 1 and this shell (three rounds, in
 #: case one was forking during the first).
 _KILL_ALL = "for _ in 1 2 3; do kill -9 -1 2>/dev/null; done; true"

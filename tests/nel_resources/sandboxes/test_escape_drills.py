@@ -182,7 +182,8 @@ def test_killing_the_parent_and_everything(shared_factory: SandboxFactory) -> No
     me = os.getpid()
     r = _drill(shared_factory, ["python3", "-c", "import os; os.kill(os.getppid(), 9)"])
     assert r.stopped is None or r.stopped == "killed", r
-    r = _drill(shared_factory, f"kill -9 -1; kill -9 {me}; kill -9 1; echo survived")
+    r = _drill(shared_factory, f"kill -9 -1; kill -9 {me}; kill -9 1; kill -TERM 1; kill -HUP 1; "
+               "kill -INT 1; kill -USR1 1; echo survived")
     assert os.getpid() == me  # and this test process goes on
     assert "survived" in r.stdout
 
