@@ -119,6 +119,7 @@ class LocalSandboxFactory:
         self._slots = SlotPool(self.concurrency_)
         self._python = host_python()
         self._drop_to_uid = os.geteuid() == 0
+        self._probed = False
 
     @property
     def concurrency(self) -> int:
@@ -176,6 +177,11 @@ class LocalSandbox:
             files = self._files()
             for rel, content in self._spec.files.items():
                 files.write(rel, content.encode())
+            if not self._f._probed:
+                # Once per factory: a machine where bubblewrap cannot make its namespaces
+                # (user namespaces disabled) must fail loudly, not as a failed program.
+                await self.exec(["true"], timeout_sec=60)
+                self._f._probed = True
         except BaseException:
             await self.stop()
             raise
@@ -207,6 +213,9 @@ class LocalSandbox:
         else:
             code = got.return_code if got.return_code is not None else -1
             stopped = stop_reason(code, got.stderr)
+            if code == 1 and got.stderr.startswith(b"bwrap: ") and not got.stdout:
+                raise SandboxError("the local sandbox could not start the command: "
+                                   + got.stderr.decode(errors="replace").strip().splitlines()[0])
         return ExecResult(got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
                           code, stopped=stopped, truncated=got.over_cap,
                           duration_s=time.monotonic() - began)

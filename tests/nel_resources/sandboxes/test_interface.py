@@ -16,6 +16,7 @@ from nel_resources.sandboxes import SandboxError, SandboxFactory, SandboxSpec, V
 from nel_resources.sandboxes.factory import make_factory
 from nel_resources.sandboxes.limits import parse_size
 from tests.nel_resources.sandboxes.conftest import run
+from tests.support import require_real_component
 
 Make = Callable[..., SandboxFactory]
 
@@ -201,3 +202,20 @@ def test_factory_errors_are_one_line() -> None:
     with pytest.raises(SandboxError, match="not a size"):
         parse_size("lots")
     assert (parse_size("512m"), parse_size("1.5g"), parse_size(1000)) == (512 << 20, 3 << 29, 1000)
+
+
+def test_local_sandbox_failures_are_sandbox_errors(tmp_path: Path) -> None:
+    """What bubblewrap itself cannot do (here: bind a volume that does not exist) is the
+    sandbox's error, never a failed program."""
+    if shutil.which("bwrap") is None:
+        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    from nel_resources.sandboxes.local import LocalSandboxFactory
+
+    async def go() -> None:
+        f = LocalSandboxFactory()
+        missing = [VolumeMount(host_path=str(tmp_path / "absent"), container_path="/v")]
+        with pytest.raises(SandboxError, match="absent"):
+            async with running(f.create(SandboxSpec(volumes=missing))) as sb:
+                await sb.exec("true")
+        assert f.in_use == 0
+    run(go())
