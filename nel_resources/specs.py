@@ -47,6 +47,11 @@ def service_resource_key(service_name: str) -> str:
     return "svc_" + asset_name(slugify(service_name)).lower()
 
 
+def sandbox_resource_key(benchmark: str) -> str:
+    """Dagster resource key of a benchmark's sandbox block (`sandbox_<slug>`)."""
+    return "sandbox_" + asset_name(slugify(benchmark)).lower()
+
+
 def env_protocol(service: ServiceConfig) -> str:
     """The prompt style a service needs: completions endpoints get completion prompts."""
     return "completions" if service.protocol == "completions" else "chat"
@@ -218,6 +223,12 @@ class BenchmarkSpec:
     def models(self) -> tuple[str, ...]:
         """The model partition keys this benchmark runs on."""
         return tuple(r.model for r in self.runs)
+
+    @property
+    def sandbox(self) -> SandboxConfig | None:
+        """The benchmark's sandbox block (the same for every model), if it has a real one."""
+        sb = self.runs[0].sandbox if self.runs else None
+        return sb if sb is not None and sb.type != "none" else None
 
     def run_for(self, model: str) -> RunSpec | None:
         """The run of model partition `model`, or None when this benchmark does not run it."""
