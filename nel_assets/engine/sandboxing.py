@@ -5,9 +5,9 @@ its configured type as `verify(..., sandbox=...)`, as NeMo Evaluator passes it. 
 
 - `check_sandbox(run)` refuses, before any request, a run of such a benchmark without a
   sandbox (`type: none` or no `sandbox:`), in one line naming the benchmark;
-- `SandboxPool` holds the shard's `SandboxFactory` and bounds the sandboxes alive at once
-  by the block's `concurrency`, apart from the model's `max_concurrent` (workers wait for a
-  sandbox slot only around the code they run, never around a model request);
+- `SandboxPool` holds the shard's `SandboxFactory`, which bounds the sandboxes alive at once
+  by the block's `concurrency`, apart from the model's `max_concurrent`: a sample holds a
+  sandbox slot only around the code it runs, never around its model request;
 - `SampleSandboxes` is one sample's sandboxes. Stateful (`stateful: true`): solve and
   verify share one sandbox. Stateless: verify gets its own sandbox, and when the solve
   sandbox was used its workdir reaches the verify sandbox through a shared host volume.
@@ -121,14 +121,9 @@ class SampleSandboxes:
         self._started: list[Sandbox] = []
 
     async def _start(self, spec: SandboxSpec) -> Sandbox:
-        await self._pool.slots.acquire()
-        try:
-            sb = self._pool.factory.create(spec)
-        except BaseException:
-            self._pool.slots.release()
-            raise
-        self._started.append(sb)  # stopped (and its slot freed) by close(), even if start fails
-        await sb.start()
+        sb = self._pool.factory.create(spec)
+        self._started.append(sb)  # stopped by close(), even when its start fails
+        await sb.start()  # waits for one of the factory's `concurrency` slots
         return sb
 
     def _with_shared(self) -> SandboxSpec:
@@ -155,25 +150,28 @@ class SampleSandboxes:
         return self._verify
 
     async def close(self) -> None:
-        """Stop every sandbox this sample started and free their slots."""
-        for sb in reversed(self._started):
+        """Stop every sandbox this sample started (which frees their slots)."""
+        started, self._started = self._started, []
+        errors: list[BaseException] = []
+        for sb in reversed(started):
             try:
                 await sb.stop()
-            finally:
-                self._pool.slots.release()
-        self._started.clear()
+            except Exception as exc:  # stop the others all the same
+                errors.append(exc)
         if self._shared is not None:
             await asyncio.to_thread(shutil.rmtree, self._shared, True)
             self._shared = None
+        if errors:
+            raise errors[0]
 
 
 class SandboxPool:
-    """A shard's sandboxes: the factory, the `concurrency` bound, stateful or stateless."""
+    """A shard's sandboxes: the factory (which bounds how many are alive at once by the
+    block's `concurrency`) and the mode, stateful or stateless."""
 
     def __init__(self, factory: SandboxFactory, *, stateful: bool = False) -> None:
         self.factory = factory
         self.stateful = stateful
-        self.slots = asyncio.Semaphore(max(1, int(factory.concurrency)))
 
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:
