@@ -76,7 +76,7 @@ async def capture(proc: asyncio.subprocess.Process, *, stdin: bytes | None, time
         if body not in done:
             timed_out = not capped.is_set()
             await kill()
-            with contextlib.suppress(asyncio.TimeoutError):
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(body), _DRAIN_AFTER_KILL_S)
     finally:
         cap_wait.cancel()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 #: sandbox type -> "module:function" building its factory from the config block.
 SANDBOX_TYPES: dict[str, str] = {
     "local": "nel_resources.sandboxes.local:build",
+    "docker": "nel_resources.sandboxes.docker:build",
 }
 
 Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
-from nel_resources.sandboxes.base import SandboxError
+from nel_resources.sandboxes.base import SandboxError, StopReason
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+#: Tail of stderr in which a program's death by a limit is recognised.
+_TAIL = 4096
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
@@ -55,3 +58,24 @@ class Limits:
         if memory is None:
             return lim
         return cls(**{**lim.__dict__, "memory_bytes": parse_size(memory)})
+
+
+def stop_reason(return_code: int, stderr: bytes) -> StopReason | None:
+    """Why a command that exited non-zero died, when a limit killed it (a signal: shells,
+    bubblewrap and `docker exec` report 128 + the signal) or made the Python program fail
+    (its last error line names the limit)."""
+    if return_code in (128 + signal.SIGXCPU, -signal.SIGXCPU):
+        return "cpu_time"
+    if return_code in (128 + signal.SIGXFSZ, -signal.SIGXFSZ):
+        return "file_size"
+    if return_code == 0:
+        return None
+    tail = stderr[-_TAIL:]
+    last = tail.rstrip().rsplit(b"\n", 1)[-1]
+    if last.startswith(b"MemoryError"):
+        return "memory"
+    if b"[Errno 27] File too large" in last:
+        return "file_size"
+    if b"[Errno 11] Resource temporarily unavailable" in last or b"fork: Resource" in tail:
+        return "pids"
+    return None

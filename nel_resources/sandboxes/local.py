@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
 from nel_resources.sandboxes.capture import capture
-from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.slots import SlotPool
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 #: real account (uids up to 2**31 are valid; 1000 slots per nel process).
 _UID_BASE = 1_000_000_000
 _SLOTS_PER_PROCESS = 1000
-#: Tail of stderr in which a Python program's death by a limit is recognised.
-_TAIL = 4096
 
 
 @dataclass(frozen=True)
@@ -84,26 +82,6 @@ def bwrap_path() -> str:
         raise SandboxError("the local sandbox needs bubblewrap (`bwrap`): install the Debian "
                            "package `bubblewrap` (`make system-deps` does)")
     return found
-
-
-def _stopped_by_limit(return_code: int, stderr: bytes) -> StopReason | None:
-    """Why a command that exited non-zero died, when a limit killed it (a signal) or made
-    the Python program fail (its last error line names the limit)."""
-    if return_code in (128 + signal.SIGXCPU, -signal.SIGXCPU):
-        return "cpu_time"
-    if return_code in (128 + signal.SIGXFSZ, -signal.SIGXFSZ):
-        return "file_size"
-    if return_code == 0:
-        return None
-    tail = stderr[-_TAIL:]
-    last = tail.rstrip().rsplit(b"\n", 1)[-1]
-    if last.startswith(b"MemoryError"):
-        return "memory"
-    if b"[Errno 27] File too large" in last:
-        return "file_size"
-    if b"[Errno 11] Resource temporarily unavailable" in last or b"fork: Resource" in tail:
-        return "pids"
-    return None
 
 
 def _check_reachable(path: Path, uid: int) -> None:
@@ -226,7 +204,7 @@ class LocalSandbox:
             stopped, code = "output_limit", -1
         else:
             code = got.return_code if got.return_code is not None else -1
-            stopped = _stopped_by_limit(code, got.stderr)
+            stopped = stop_reason(code, got.stderr)
         return ExecResult(got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
                           code, stopped=stopped, truncated=got.over_cap,
                           duration_s=time.monotonic() - began)

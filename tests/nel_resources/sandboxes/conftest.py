@@ -26,7 +26,7 @@ T = TypeVar("T")
 #: Small enough to make every drill quick, large enough for python3 to start.
 DRILL_LIMITS = Limits(memory_bytes=256 << 20, cpu_time_s=2, max_processes=32,
                       max_file_bytes=8 << 20, scratch_bytes=64 << 20)
-KINDS = ["local"]
+KINDS = ["local", "docker"]
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
