@@ -129,6 +129,8 @@ class SampleSandboxes:
     def _with_shared(self) -> SandboxSpec:
         if self._shared is None:
             self._shared = Path(tempfile.mkdtemp(prefix="nel-sbx-shared-"))
+            # Each sandbox may run as its own unprivileged uid: both must reach the volume.
+            self._shared.chmod(0o777)
         vol = VolumeMount(str(self._shared), SHARED_MOUNT)
         return SandboxSpec(self._spec.image, self._spec.workdir, dict(self._spec.env),
                            dict(self._spec.files), self._spec.entrypoint, [*self._spec.volumes, vol])

@@ -176,6 +176,7 @@ def test_dagster_graph_with_a_docker_sandbox(tmp_path: Path, model_url: str, doc
     from nel_resources.config import load_config
     from nel_resources.resources import SandboxResource
     from nel_resources.specs import resolve
+    from nel_resources.store import ResultStore
 
     out = tmp_path / "out"
     sandbox = {"type": "docker", "image": BASE_IMAGE, "concurrency": 2,
@@ -200,7 +201,7 @@ def test_dagster_graph_with_a_docker_sandbox(tmp_path: Path, model_url: str, doc
         bundle = dg.materialize(assets, instance=instance, resources=res, partition_key="ref",
                                 selection=[dg.AssetKey(["humaneval", "bundle"])])
         assert bundle.success
-    traj = out / "humaneval" / "exports" / "model=ref" / "trajectories.jsonl"
+    traj = ResultStore(out).export_dir("humaneval", "ref") / "trajectories.jsonl"
     check_rows([json.loads(x) for x in traj.read_text().splitlines()])
     check_bundle(json.loads((out / "humaneval" / "bundle" / "model=ref" / "bundle.json").read_text()))
     assert os.environ.get("NEL_TEST_SECRET") is None

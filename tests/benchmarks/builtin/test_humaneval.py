@@ -106,19 +106,31 @@ def test_verify_without_a_sandbox_says_to_configure_one(humaneval: HumanEval) ->
 
 
 def _score_all(env: HumanEval, factory: SandboxFactory) -> list[tuple[VerifyResult, VerifyResult]]:
-    async def one(idx: int) -> tuple[VerifyResult, VerifyResult]:
-        s = await env.seed(idx)
-        out = []
-        for response in (env.gold_response(s), broken_response(env, idx)):
-            # a fresh sandbox per answer, as the eval loop gives each sample
-            async with running(factory.create(SandboxSpec())) as sb:
-                out.append(await env.verify(response, s.expected_answer, sandbox=sb, **s.metadata))
-        return out[0], out[1]
+    """Gold and broken answers of every problem, scored by `verify` in real sandboxes.
 
-    async def main() -> list[tuple[VerifyResult, VerifyResult]]:
-        return list(await asyncio.gather(*(one(i) for i in range(len(env)))))
+    One sandbox per worker (as many workers as the factory's `concurrency`) runs its share
+    of the programs one after another: each program is its own process, and starting and
+    wiping a sandbox per program would only add to the time (the eval loop's fresh sandbox
+    per sample is covered end to end in tests/dagster_project/test_humaneval_e2e.py).
+    """
+    results: dict[int, tuple[VerifyResult, VerifyResult]] = {}
+    todo = list(range(len(env)))
 
-    return asyncio.run(main())
+    async def worker() -> None:
+        async with running(factory.create(SandboxSpec())) as sb:
+            while todo:
+                idx = todo.pop()
+                s = await env.seed(idx)
+                gold = await env.verify(env.gold_response(s), s.expected_answer, sandbox=sb, **s.metadata)
+                bad = await env.verify(broken_response(env, idx), s.expected_answer, sandbox=sb,
+                                       **s.metadata)
+                results[idx] = (gold, bad)
+
+    async def main() -> None:
+        await asyncio.gather(*(worker() for _ in range(factory.concurrency)))
+
+    asyncio.run(main())
+    return [results[i] for i in range(len(env))]
 
 
 def test_gold_self_consistency(humaneval: HumanEval, sandboxes: SandboxFactory) -> None:
