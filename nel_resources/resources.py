@@ -8,6 +8,7 @@ in this process's memory only.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import dagster as dg
@@ -87,9 +88,10 @@ class SandboxResource(dg.ConfigurableResource):
         """The resource of `benchmark`'s sandbox block."""
         if cfg.container_env:
             _SANDBOX_ENV[benchmark] = dict(cfg.container_env)
-        data = cfg.model_dump(mode="json", exclude_defaults=True, exclude={"container_env"})
-        return cls(benchmark=benchmark, sandbox_json=SandboxConfig.model_validate(data).model_dump_json(
-            exclude_defaults=True))
+        # Only the keys the config wrote: a type may read "set to its default" differently
+        # from "not set" (docker: an unset `network` is none, a written `bridge` is bridge).
+        data = cfg.model_dump(mode="json", exclude_unset=True, exclude={"container_env"})
+        return cls(benchmark=benchmark, sandbox_json=json.dumps(data, sort_keys=True))
 
     def sandbox(self) -> SandboxConfig:
         """The sandbox block, with its `container_env` restored from process memory."""
