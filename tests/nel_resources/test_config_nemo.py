@@ -117,14 +117,23 @@ def test_the_peer_accepts_our_copies() -> None:
     assert {n for n, v in verdicts.items() if v == "REJECT"} == PEER_REJECTS
 
 
-RUNNABLE = [p for p in COPIES if REFUSED_KEY[p.stem] is None and p.stem not in RUN_REFUSED]
 
 
-@pytest.mark.parametrize("path", [p for p in COPIES if p.stem in RUN_REFUSED], ids=lambda p: p.stem)
-def test_copy_refused_by_the_run_checks(path: Path, tmp_path: Path) -> None:
-    proc = run_nel("eval", "run", str(path), "-o", str(tmp_path / "out"), "--dry-run")
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and RUN_REFUSED[path.stem] in lines[0], proc.stderr
+def _distinct(paths: list[Path]) -> list[Path]:
+    """The first of copies whose keys and values are the same (a walkthrough config that
+    repeats an example config runs once: each end-to-end run costs seconds)."""
+    seen: set[str] = set()
+    out = []
+    for p in paths:
+        body = "\n".join(ln for ln in p.read_text().splitlines() if not ln.startswith("#"))
+        if body not in seen:
+            seen.add(body)
+            out.append(p)
+    return out
+
+
+RUNNABLE = _distinct([p for p in COPIES if REFUSED_KEY[p.stem] is None and p.stem not in RUN_REFUSED])
+
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
@@ -416,6 +425,10 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
     captured = capsys.readouterr()
     key = REFUSED_KEY[path.stem]
     assert not out.exists(), "a dry run wrote its output directory"
+    if path.stem in RUN_REFUSED:
+        lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1 and RUN_REFUSED[path.stem] in lines[0], captured.err
+        return
     if key is None:
         assert rc == 0, captured.err
         plan = json.loads(captured.out)
