@@ -19,7 +19,7 @@ from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, load_file, resolve_file
 from benchmarks.errors import NelError
-from benchmarks.scoring.code import PYTHON_CMD, ExecSandbox, code_sandbox
+from benchmarks.scoring.code import PYTHON_CMD, ExecSandbox, run_code_tests
 
 HUB_TEST = HubFile("openai/openai_humaneval", "openai_humaneval/test-00000-of-00001.parquet")
 
@@ -78,6 +78,6 @@ class HumanEval(DatasetEnvironment):
         if sandbox is None:
             raise NelError("humaneval runs model code and needs a sandbox: add "
                            "`sandbox: {type: local}` (or docker) to the benchmark")
-        return await code_sandbox(response, prompt=str(metadata["prompt"]), test=str(metadata["test"]),
-                                  entry_point=str(metadata["entry_point"] or expected),
-                                  sandbox=sandbox, timeout=self.exec_timeout, reasoning=reasoning)
+        return await run_code_tests(response, prompt=str(metadata["prompt"]), test=str(metadata["test"]),
+                                    entry_point=str(metadata["entry_point"] or expected),
+                                    sandbox=sandbox, timeout=self.exec_timeout, reasoning=reasoning)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from benchmarks._types import VerifyResult
+from benchmarks.errors import NelError
 from benchmarks.scoring.reasoning import split_reasoning
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "ExecSandbox",
     "RunVerdict",
     "code_sandbox",
+    "code_sandbox_async",
     "extract_code",
     "judge_run",
     "program_for",
+    "run_code_tests",
 ]
 
 # Fence tags taken as Python; a block tagged with another language (bash, text, output) is
@@ -282,9 +286,9 @@ class ExecSandbox(Protocol):
                    stdin: bytes | None = None) -> Any: ...
 
 
-async def code_sandbox(response: str | None, *, prompt: str, test: str, entry_point: str,
-                       sandbox: ExecSandbox, timeout: float = 30.0,
-                       reasoning: str | None = None) -> VerifyResult:
+async def run_code_tests(response: str | None, *, prompt: str, test: str, entry_point: str,
+                         sandbox: ExecSandbox, timeout: float = 30.0,
+                         reasoning: str | None = None) -> VerifyResult:
     """Score a code answer: extract it, run prompt + code + tests + `check(entry_point)` in
     `sandbox`, pass = the tests pass.
 
@@ -310,3 +314,46 @@ async def code_sandbox(response: str | None, *, prompt: str, test: str, entry_po
     if not verdict.passed:
         details["stderr_tail"] = (res.stderr or "")[-1000:]
     return VerifyResult(1.0 if verdict.passed else 0.0, ext.code, details)
+
+
+# --------------------------------------------------------------------------- NeMo Evaluator's API
+# A BYOB scorer written for NeMo Evaluator calls `code_sandbox(sample)` (or
+# `code_sandbox_async(sample, sandbox)`) on a sample whose metadata carries `_prompt`,
+# `_test` and `_entry_point`. In nel the sandbox is the benchmark's configured one, handed
+# to the scorer as `sample.sandbox`; NeMo Evaluator's fallback of one `docker run` per
+# sample when there is none is not kept (a run without a sandbox is told to configure one).
+
+
+def _sample_parts(sample: Any) -> tuple[str, str, str]:
+    meta = sample.metadata or {}
+    entry = meta.get("_entry_point") or meta.get("entry_point") or "solution"
+    return str(meta.get("_prompt", "")), str(meta.get("_test", "")), str(entry)
+
+
+async def code_sandbox_async(sample: Any, sandbox: ExecSandbox, timeout: float = 30.0) -> dict[str, Any]:
+    """NeMo Evaluator's `code_sandbox_async`: run the sample's code and tests in `sandbox`.
+
+    Returns:
+        `{"correct": bool, "extracted": code[:500], ...}` plus nel's details (`method`,
+        `reason`, `return_code`, ...).
+    """
+    prompt, test, entry = _sample_parts(sample)
+    v = await run_code_tests(sample.response, prompt=prompt, test=test, entry_point=entry,
+                             sandbox=sandbox, timeout=timeout,
+                             reasoning=getattr(sample, "reasoning", None))
+    return {**v.scoring_details, "correct": v.reward >= 1.0, "extracted": (v.extracted_answer or "")[:500]}
+
+
+def code_sandbox(sample: Any) -> Awaitable[dict[str, Any]]:
+    """NeMo Evaluator's `code_sandbox`, run in the benchmark's sandbox (`sample.sandbox`).
+
+    Returns an awaitable, which nel's BYOB `verify` awaits like any async scorer's result.
+
+    Raises:
+        NelError: the benchmark has no sandbox (one line saying how to add one).
+    """
+    sandbox = getattr(sample, "sandbox", None)
+    if sandbox is None:
+        raise NelError("code_sandbox runs model code and needs a sandbox: add "
+                       "`sandbox: {type: local}` (or docker) to the benchmark")
+    return code_sandbox_async(sample, sandbox)

@@ -205,3 +205,39 @@ def test_dagster_graph_with_a_docker_sandbox(tmp_path: Path, model_url: str, doc
     check_rows([json.loads(x) for x in traj.read_text().splitlines()])
     check_bundle(json.loads((out / "humaneval" / "bundle" / "model=ref" / "bundle.json").read_text()))
     assert os.environ.get("NEL_TEST_SECRET") is None
+
+
+# A benchmark file written for NeMo Evaluator: its scorer calls `code_sandbox(sample)` on rows
+# carrying `_prompt`, `_test` and `_entry_point` (the layout of NeMo Evaluator's own HumanEval).
+BYOB = '''
+from nemo_evaluator.environments.custom import benchmark, scorer
+from nemo_evaluator.scoring import ScorerInput, code_sandbox
+
+
+def _prepare(row, idx, rng):
+    return {**row, "_prompt": row["prompt"], "_test": row["test"], "_entry_point": row["entry_point"]}
+
+
+@benchmark(name="humaneval_byob", dataset="rows.jsonl", target_field="entry_point",
+           prompt="Implement this function:\\n\\n{prompt}", prepare_row=_prepare)
+@scorer
+def code_scorer(sample: ScorerInput) -> dict:
+    return code_sandbox(sample)
+'''
+
+
+def test_a_nemo_evaluator_benchmark_file_scores_in_the_configured_sandbox(
+        tmp_path: Path, humaneval: HumanEval, model_url: str, bwrap: None, data_dir: Path) -> None:
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(humaneval.rows[i]) + "\n" for i in (0, 4)))
+    bench = tmp_path / "he_byob.py"
+    bench.write_text(BYOB)
+    out = tmp_path / "out"
+    cfg = config(model_url, out, {"type": "local"}, repeats=1)
+    cfg["benchmarks"][0].update(name="humaneval_byob", module=str(bench), params={})
+    s = summary_json(run_nel("eval", "run", str(write(tmp_path, cfg)), "--json", "--no-progress",
+                             env={"NEL_DATA_DIR": str(data_dir)}))
+    (res,) = s["results"]
+    traj = [json.loads(x) for x in (Path(res["exports"]) / "trajectories.jsonl").read_text().splitlines()]
+    # problem 0 answered with its gold function, problem 4 with a wrong one
+    assert [t["reward"] for t in traj] == [1.0, 0.0]
+    assert [t["scoring_details"]["reason"] for t in traj] == ["passed", "assertion"]
