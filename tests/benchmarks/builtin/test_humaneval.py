@@ -144,3 +144,21 @@ def test_gold_self_consistency(humaneval: HumanEval, sandboxes: SandboxFactory) 
     reasons = Counter(b.scoring_details["reason"] for _, b in results)
     assert reasons == {"assertion": 164}, reasons
     assert all("AssertionError" in b.scoring_details["stderr_tail"] for _, b in results)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ("    return sum(numbers", "syntax_error"),
+    # far past the sandbox's memory limit (4 GiB by default)
+    ("    hog = bytearray(16 << 30)\n    return hog", "memory"),
+    ("    return undefined_name", "exception"),
+])
+def test_failures_are_recorded_with_their_reason(humaneval: HumanEval, sandboxes: SandboxFactory,
+                                                 body: str, reason: str) -> None:
+    async def main() -> VerifyResult:
+        s = await humaneval.seed(0)
+        async with running(sandboxes.create(SandboxSpec())) as sb:
+            return await humaneval.verify(body, s.expected_answer, sandbox=sb, **s.metadata)
+
+    v = asyncio.run(main())
+    assert v.reward == 0.0 and v.scoring_details["reason"] == reason, v.scoring_details
+    assert v.scoring_details["method"] == "body"
