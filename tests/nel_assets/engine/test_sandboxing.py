@@ -160,3 +160,18 @@ def test_a_benchmark_that_runs_code_is_refused_without_a_sandbox(tmp_path: Path,
     gsm = base.replace("humaneval", "gsm8k")
     path.write_text(gsm)
     check_sandbox(resolve(load_config(path)).benchmarks[0].runs[0])  # runs no code: no sandbox needed
+
+
+def test_sandbox_settings_that_change_verdicts_are_in_the_shard_fingerprint(tmp_path: Path) -> None:
+    def payload(sandbox: str) -> dict[str, Any]:
+        path = tmp_path / "c.yaml"
+        path.write_text("services:\n  m: {type: api, url: 'http://127.0.0.1:9/v1', model: m}\n"
+                        f"benchmarks:\n  - name: humaneval\n{sandbox}")
+        return resolve(load_config(path)).benchmarks[0].runs[0].fingerprint.payload()
+
+    local = payload("    sandbox: {type: local}\n")
+    assert local["sandbox"]["type"] == "local"
+    assert payload("    sandbox: {type: local, concurrency: 9}\n") == local  # how many at once: no
+    assert payload("    sandbox: {type: local, timeout: 99}\n") != local
+    assert payload("    sandbox: {type: docker, image: a}\n") != payload("    sandbox: {type: docker, image: b}\n")
+    assert "sandbox" not in payload("")  # no sandbox: the payload of older stores
