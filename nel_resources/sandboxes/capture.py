@@ -1,7 +1,8 @@
 """Run one sandboxed child process to its end, a timeout or an output cap, whichever is first.
 
-Output is read incrementally and kept only up to the cap: past it the child is killed, so a
-program that floods stdout costs the cap in memory, never what it wrote.
+Output is read incrementally and kept only up to the cap: past it the child is killed (and
+what it writes until it dies is read and dropped, so its pipe closes), so a program that
+floods stdout costs the cap in memory, never what it wrote.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ class _Capped:
 
     async def pump(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(_CHUNK):
+            if self.cut:
+                continue  # past the cap: drop what comes until the kill closes the pipe
             room = self.limit - len(self.buf)
             if len(chunk) > room:
-                self.buf += chunk[:max(room, 0)]
+                self.buf += chunk[:room]
                 self.cut = True
                 self._on_cap.set()
-                return  # stop reading: the child is about to be killed
-            self.buf += chunk
+            else:
+                self.buf += chunk
 
 
 async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:

@@ -1,20 +1,27 @@
 """The `docker` sandbox: one container per sandbox, kept warm and reused between sandboxes.
 
-Every container is locked down the same way: read-only root filesystem, the workdir and
-`/tmp` as size-capped tmpfs, all capabilities dropped, `no-new-privileges`, a pids limit,
-a memory limit (swap included), CPU quota, per-process ulimits (CPU seconds, data size,
-file size, open files, no core files), an unprivileged user (65534, `nobody`), and no
+Every container is locked down the same way: read-only root filesystem, all capabilities
+dropped, `no-new-privileges`, a pids limit, a memory limit (swap included), CPU quota,
+per-process ulimits (CPU seconds, data size, file size, open files, no core files), an
+unprivileged user (65534, `nobody`, when nel runs as root; else nel's own uid), and no
 network (`--network none`) unless the config names one. Nothing of nel's environment is
 passed in: a command sees the image's environment plus the spec's and config's variables.
+The only writable places are the workdir and /tmp, two host directories nel makes for the
+container and bind-mounts (the engine must run on this host, as `deploy/docker/
+start_engine.sh` starts it): files move in and out by nel's own file copies, never through
+a command line, and wiping them needs no call to the engine.
 
-Warm reuse: starting a container costs about as much as running a short program in it, so
-when a sandbox stops its container is wiped (every process killed, workdir and /tmp
-emptied) and kept for the next sandbox with the same image and volumes; a container that
-cannot be wiped is removed. NeMo Evaluator 0.3.0 starts and removes one container per
-sandbox; `bench/bench_sandboxes.py` measures the difference.
+Warm reuse: starting a container costs several times a short program's run, so when a
+sandbox stops its container is kept for the next sandbox with the same image and volumes:
+its workdir and /tmp are emptied, and if anything is still running in it (its cgroup
+counts more than the keeper's two processes, or the count cannot be read) every process
+but PID 1 is killed first. A container that cannot be made clean is removed. NeMo
+Evaluator 0.3.0 starts and removes one container per sandbox; `bench/bench_sandboxes.py`
+measures the difference.
 
-Talks to the engine with the `docker` CLI (DOCKER_HOST as set in nel's environment). No
-Dagster here.
+Commands run through the engine's HTTP API on its unix socket (`docker_api`); containers
+are started and removed, and commands with stdin run, with the `docker` CLI (DOCKER_HOST as
+set in nel's environment). No Dagster here.
 """
 
 from __future__ import annotations
@@ -23,35 +30,40 @@ import asyncio
 import contextlib
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
 from nel_resources.sandboxes.capture import capture
+from nel_resources.sandboxes.docker_api import ApiExec, EngineError, engine_socket
+from nel_resources.sandboxes.hostfiles import HostFiles, empty_dir
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.slots import SlotPool
 
 if TYPE_CHECKING:
     from nel_resources.config import SandboxConfig
 
-#: The unprivileged user commands run as (`nobody` in Debian-based images; numeric, so it
-#: works in images that have no such account).
-SANDBOX_USER = "65534:65534"
+#: The unprivileged user commands run as when nel runs as root (`nobody` in Debian-based
+#: images; numeric, so it works in images that have no such account).
+NOBODY = 65534
 #: Label on every container nel starts, with the pid of the nel process that owns it.
 LABEL = "nel.sandbox.owner"
 #: PID 1 of a sandbox container: stays up and reaps orphans (a shell's `wait` collects
 #: any child, adopted ones included), so leftover processes never fill the pids limit.
 _KEEPER = "trap 'exit 0' TERM; while :; do sleep 86400 & wait; done"
-#: Run as the sandbox user: kill every process but PID 1 (three rounds, in case one was
-#: forking during the first), then empty the writable places. Prints nothing on success.
-_WIPE = ("for _ in 1 2 3; do kill -9 -1 2>/dev/null; done; "
-         "for d in \"$@\"; do find \"$d\" -mindepth 1 -delete 2>/dev/null; "
-         "[ -z \"$(ls -A \"$d\")\" ] || echo \"not empty: $d\"; done")
+#: Run as the sandbox user: kill every process but PID 1 and this shell (three rounds, in
+#: case one was forking during the first).
+_KILL_ALL = "for _ in 1 2 3; do kill -9 -1 2>/dev/null; done; true"
+#: Processes in a container at rest: the keeper shell and its `sleep`.
+_AT_REST = 2
 _ENGINE_CALL_TIMEOUT_S = 120.0
+#: How long killed processes may take to leave a container's cgroup before it is removed.
+_SETTLE_S = 5.0
 
 
 @cache
@@ -92,6 +104,36 @@ class _Shape:
 
 
 @dataclass
+class _Box:
+    """One started container and the host directories bound as its workdir and /tmp."""
+
+    cid: str
+    work: Path
+    tmp: Path
+    #: the container's cgroup process count, when the engine's layout is known
+    pids_current: Path | None
+
+    def at_rest(self) -> bool | None:
+        """Nothing but the keeper runs (None: cannot tell)."""
+        if self.pids_current is None:
+            return None
+        try:
+            return int(self.pids_current.read_text()) <= _AT_REST
+        except (OSError, ValueError):
+            return None
+
+
+def _pids_file(cid: str) -> Path | None:
+    for cand in (f"/sys/fs/cgroup/pids/docker/{cid}/pids.current",  # v1, cgroupfs driver
+                 f"/sys/fs/cgroup/docker/{cid}/pids.current",  # v2, cgroupfs driver
+                 f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/pids.current",  # v2, systemd
+                 f"/sys/fs/cgroup/pids/system.slice/docker-{cid}.scope/pids.current"):
+        if os.path.exists(cand):
+            return Path(cand)
+    return None
+
+
+@dataclass
 class DockerSandboxFactory:
     """Makes `docker` sandboxes; at most `concurrency` containers are in use at once, and up
     to `concurrency` wiped ones wait warm for the next sandbox."""
@@ -106,14 +148,23 @@ class DockerSandboxFactory:
     base_env: dict[str, str] = field(default_factory=dict)
     #: keep wiped containers for the next sandbox (False: one container per sandbox)
     reuse: bool = True
+    #: where the containers' host workdirs are made (default: the system temp dir)
+    root: Path | None = None
 
     def __post_init__(self) -> None:
         docker_cli()
         self._slots = SlotPool(self.concurrency_)
-        self._idle: dict[_Shape, list[str]] = {}
-        self._live: set[str] = set()
+        self._idle: dict[_Shape, list[_Box]] = {}
+        self._live: dict[str, _Box] = {}
         self._tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._seq = 0
+        self._uid = NOBODY if os.geteuid() == 0 else os.getuid()
+        self._gid = NOBODY if os.geteuid() == 0 else os.getgid()
+
+    @property
+    def user(self) -> str:
+        """The uid:gid commands run as."""
+        return f"{self._uid}:{self._gid}"
 
     @property
     def concurrency(self) -> int:
@@ -135,57 +186,85 @@ class DockerSandboxFactory:
 
     async def aclose(self) -> None:
         """Remove every container this factory started (warm ones and any still in use)."""
-        ids = [c for cs in self._idle.values() for c in cs] + list(self._live)
+        boxes = [b for bs in self._idle.values() for b in bs] + list(self._live.values())
         self._idle.clear()
         self._live.clear()
-        if ids:
-            await _docker("rm", "-f", *ids)
+        if boxes:
+            await _docker("rm", "-f", *(b.cid for b in boxes))
+        for b in boxes:
+            shutil.rmtree(b.work.parent, ignore_errors=True)
 
     # -- containers --------------------------------------------------------------------
 
-    async def _take(self, shape: _Shape) -> str:
+    async def _take(self, shape: _Shape) -> _Box:
         idle = self._idle.get(shape)
-        if idle:
-            cid = idle.pop()
-        else:
-            cid = await self._run(shape)
-        self._live.add(cid)
-        return cid
+        box = idle.pop() if idle else await self._run(shape)
+        self._live[box.cid] = box
+        return box
 
-    async def _give_back(self, shape: _Shape, cid: str) -> None:
-        self._live.discard(cid)
-        if self.reuse and await self._wipe(shape, cid):
-            self._idle.setdefault(shape, []).append(cid)
+    async def _give_back(self, shape: _Shape, box: _Box) -> None:
+        self._live.pop(box.cid, None)
+        if self.reuse and await self._clean(box):
+            self._idle.setdefault(shape, []).append(box)
             return
-        await _docker("rm", "-f", cid)
+        await _docker("rm", "-f", box.cid)
+        shutil.rmtree(box.work.parent, ignore_errors=True)
 
-    async def _wipe(self, shape: _Shape, cid: str) -> bool:
-        code, out, _ = await _docker("exec", "-u", SANDBOX_USER, cid, "sh", "-c", _WIPE, "sh",
-                                     shape.workdir, "/tmp")
-        return code == 0 and not out.strip()
+    async def _clean(self, box: _Box) -> bool:
+        """Make a used container as good as new: nothing running, workdir and /tmp empty."""
+        if box.at_rest() is not True and not await self.kill_all(box.cid, box):
+            return False
+        return empty_dir(box.work) and empty_dir(box.tmp)
 
-    async def _kill_all(self, cid: str) -> None:
-        """Kill every process in the container but its PID 1 (after a timeout or output cap:
-        what the command left running must not go on)."""
-        await _docker("exec", "-u", SANDBOX_USER, cid, "sh", "-c",
-                      "for _ in 1 2 3; do kill -9 -1 2>/dev/null; done; true")
+    async def kill_all(self, cid: str, box: _Box | None = None) -> bool:
+        """End every process in the container but the keeper (after a timeout or output cap,
+        and before reuse: what a command left running must not go on). True if it is at
+        rest afterwards.
 
-    async def _run(self, shape: _Shape) -> str:
+        A `kill -9 -1` inside is cheap, but cannot run when a fork bomb holds every pid the
+        limit allows; then the container is restarted (`docker kill` ends its PID
+        namespace at once; its workdir and /tmp are host directories and survive)."""
+        box = box or self._live.get(cid)
+        code, _, _ = await _docker("exec", "-u", self.user, cid, "sh", "-c", _KILL_ALL,
+                                   timeout=_SETTLE_S)
+        if code == 0 and box is not None and await self._settled(box):
+            return True
+        if code == 0 and box is not None and box.pids_current is None:
+            return True  # nothing to check against: the kill ran
+        await _docker("kill", "-s", "KILL", cid)
+        code, _, _ = await _docker("start", cid)
+        return code == 0 and (box is None or await self._settled(box) or box.pids_current is None)
+
+    async def _settled(self, box: _Box) -> bool:
+        # Killed processes leave the cgroup as the kernel reaps them: give it a moment.
+        deadline = time.monotonic() + _SETTLE_S
+        while box.at_rest() is False and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return box.at_rest() is not False
+
+    async def _run(self, shape: _Shape) -> _Box:
         lim = self.limits
         self._seq += 1
-        scratch = f"size={lim.scratch_bytes},nosuid,nodev,exec"
+        home = Path(tempfile.mkdtemp(prefix="nel-docker-sandbox-", dir=self.root))
+        home.chmod(0o755)  # the container's user must reach the two directories inside
+        work, tmp = home / "work", home / "tmp"
+        work.mkdir(mode=0o700)
+        tmp.mkdir(mode=0o700)
+        for d in (work, tmp):
+            os.chown(d, self._uid, self._gid)
         args = ["run", "-d", "--pull", "never", "--name", f"nel-sandbox-{self._tag}-{self._seq}",
                 "--label", f"{LABEL}={os.getpid()}",
                 "--read-only", "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
-                "--user", SANDBOX_USER, "--network", self.network,
+                "--user", self.user, "--network", self.network,
                 "--pids-limit", str(lim.max_processes),
                 "--memory", str(lim.memory_bytes), "--memory-swap", str(lim.memory_bytes),
                 "--ulimit", f"cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}",
-                "--ulimit", f"data={lim.memory_bytes}",
+                # below the cgroup's limit: a program's own allocations fail (MemoryError)
+                # before the kernel starts reclaiming and thrashing at the cgroup's edge
+                "--ulimit", f"data={lim.memory_bytes - min(64 << 20, lim.memory_bytes // 8)}",
                 "--ulimit", f"fsize={lim.max_file_bytes}",
                 "--ulimit", f"nofile={lim.max_open_files}", "--ulimit", "core=0",
-                "--tmpfs", f"{shape.workdir}:{scratch},mode=0700,uid=65534,gid=65534",
-                "--tmpfs", f"/tmp:{scratch},mode=1777",
+                "-v", f"{work}:{shape.workdir}", "-v", f"{tmp}:/tmp",
                 "-w", shape.workdir]
         if self.cpus:
             args += ["--cpus", str(self.cpus)]
@@ -194,9 +273,11 @@ class DockerSandboxFactory:
         args += [shape.image, "sh", "-c", _KEEPER]
         code, out, err = await _docker(*args)
         if code != 0:
+            shutil.rmtree(home, ignore_errors=True)
             raise SandboxError(f"docker could not start a sandbox from image {shape.image!r}: "
                                f"{err.strip().splitlines()[-1] if err.strip() else 'no reason given'}")
-        return out.strip()
+        cid = out.strip()
+        return _Box(cid, work, tmp, _pids_file(cid))
 
 
 class DockerSandbox:
@@ -208,8 +289,8 @@ class DockerSandbox:
         self._shape = _Shape(image, spec.workdir, tuple(
             (v.host_path, v.container_path, v.readonly) for v in spec.volumes))
         self._slot: int | None = None
-        self._cid: str | None = None
-        self._running: set[asyncio.subprocess.Process] = set()
+        self._box: _Box | None = None
+        self._running: set[asyncio.subprocess.Process | ApiExec] = set()
 
     @property
     def spec(self) -> SandboxSpec:
@@ -219,7 +300,7 @@ class DockerSandbox:
     @property
     def container_id(self) -> str | None:
         """The container behind the sandbox while it is alive."""
-        return self._cid
+        return self._box.cid if self._box else None
 
     async def start(self) -> None:
         """Take a slot and a container (a warm one if any), write `spec.files`."""
@@ -227,9 +308,10 @@ class DockerSandbox:
             raise SandboxError("this sandbox was already started")
         self._slot = await self._f._slots.acquire()
         try:
-            self._cid = await self._f._take(self._shape)
+            self._box = await self._f._take(self._shape)
+            files = self._files()
             for rel, content in self._spec.files.items():
-                await self._put(rel, content.encode())
+                files.write(rel, content.encode())
         except BaseException:
             await self.stop()
             raise
@@ -238,32 +320,44 @@ class DockerSandbox:
                    cwd: str | None = None, env: dict[str, str] | None = None,
                    stdin: bytes | None = None, output_limit: int = 1 << 20) -> ExecResult:
         """Run `command` as the sandbox user; never raises for what it does."""
-        cid = self._need()
-        args = ["exec", "-u", SANDBOX_USER, "-w", self._inside(cwd) if cwd else self._spec.workdir]
-        if stdin is not None:
-            args.append("-i")
-        for k, v in {**self._f.base_env, **self._spec.env, **(env or {})}.items():
-            args += ["-e", f"{k}={v}"]
-        args.append(cid)
-        args += ["sh", "-c", command] if isinstance(command, str) else list(command)
+        cid = self._need().cid
+        workdir = self._files().inside(cwd) if cwd else self._spec.workdir
+        all_env = {**self._f.base_env, **self._spec.env, **(env or {})}
+        argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
         timeout = min(float(timeout_sec), self._f.max_timeout)
         began = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            docker_cli(), *args, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sock = engine_socket() if stdin is None else None
+        proc: asyncio.subprocess.Process | ApiExec
+        if sock is not None:  # the engine's API directly: no CLI process per command
+            try:
+                proc = await ApiExec.start(sock, cid, argv, user=self._f.user, workdir=workdir,
+                                           env=all_env)
+            except EngineError as e:
+                raise SandboxError(str(e)) from None
+        else:
+            args = ["exec", "-u", self._f.user, "-w", workdir]
+            if stdin is not None:
+                args.append("-i")
+            for k, v in all_env.items():
+                args += ["-e", f"{k}={v}"]
+            proc = await asyncio.create_subprocess_exec(
+                docker_cli(), *args, cid, *argv, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         self._running.add(proc)
 
         async def kill() -> None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            # The CLI's death does not stop the command inside: kill it there.
-            await self._f._kill_all(cid)
+            # Ending the client does not stop the command inside: kill it there.
+            await self._f.kill_all(cid)
         try:
-            got = await capture(proc, stdin=stdin, timeout=timeout, output_limit=output_limit,
-                                kill=kill)
+            got = await capture(proc, stdin=stdin, timeout=timeout,  # type: ignore[arg-type]
+                                output_limit=output_limit, kill=kill)
         finally:
             self._running.discard(proc)
+            if isinstance(proc, ApiExec):
+                await proc.aclose()
         stopped: StopReason | None
         if got.timed_out:
             stopped, code = "timeout", -1
@@ -279,61 +373,37 @@ class DockerSandbox:
                           duration_s=time.monotonic() - began)
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
-        """Copy a host file in, through the command's stdin (never its command line)."""
-        self._need()
-        await self._put(remote_path, Path(local_path).read_bytes())
+        """Copy a host file into the sandbox's workdir, /tmp or a volume."""
+        self._files().write(remote_path, Path(local_path).read_bytes())
 
     async def download(self, remote_path: str, local_path: Path) -> None:
         """Copy a regular file out (a symlink is refused, as in the local sandbox)."""
-        cid = self._need()
-        local_path = Path(local_path)
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local_path.with_name(local_path.name + ".part")
-        with open(tmp, "wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                docker_cli(), "exec", "-u", SANDBOX_USER, cid, "sh", "-c",
-                '[ -f "$1" ] && [ ! -L "$1" ] || { echo "no regular file $1" >&2; exit 3; }; '
-                'exec cat -- "$1"', "sh", self._inside(remote_path),
-                start_new_session=True, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.PIPE)
-            _, err = await asyncio.wait_for(proc.communicate(), _ENGINE_CALL_TIMEOUT_S)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise SandboxError(f"could not download {remote_path!r} from the sandbox: "
-                               f"{err.decode(errors='replace').strip()}")
-        tmp.replace(local_path)
+        self._files().read_to(remote_path, local_path)
 
     async def stop(self) -> None:
         """Kill what runs, give the container back (wiped) or remove it. Idempotent."""
         for proc in list(self._running):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        if self._cid is not None:
-            cid, self._cid = self._cid, None
-            await self._f._give_back(self._shape, cid)
+        if self._box is not None:
+            box, self._box = self._box, None
+            await self._f._give_back(self._shape, box)
         if self._slot is not None:
             slot, self._slot = self._slot, None
             self._f._slots.release(slot)
 
     # -- internals ---------------------------------------------------------------------
 
-    def _need(self) -> str:
-        if self._cid is None:
+    def _need(self) -> _Box:
+        if self._box is None:
             raise SandboxError("the sandbox is not started")
-        return self._cid
+        return self._box
 
-    def _inside(self, path: str) -> str:
-        p = PurePosixPath(path)
-        return str(p if p.is_absolute() else PurePosixPath(self._spec.workdir) / p)
-
-    async def _put(self, remote: str, data: bytes) -> None:
-        code, _, err = await _docker(
-            "exec", "-i", "-u", SANDBOX_USER, self._need(), "sh", "-c",
-            'mkdir -p -- "$(dirname -- "$1")" && [ ! -L "$1" ] && cat > "$1"', "sh",
-            self._inside(remote), stdin=data)
-        if code != 0:
-            raise SandboxError(f"could not upload to {remote!r} in the sandbox: "
-                               f"{err.strip() or 'a symlink is in the way'}")
+    def _files(self) -> HostFiles:
+        box = self._need()
+        roots = ((self._spec.workdir, box.work), ("/tmp", box.tmp),
+                 *((v.container_path, Path(v.host_path)) for v in self._spec.volumes))
+        return HostFiles(roots, self._spec.workdir, NOBODY if os.geteuid() == 0 else None)
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> DockerSandboxFactory:

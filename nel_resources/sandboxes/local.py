@@ -28,11 +28,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
 from nel_resources.sandboxes.capture import capture
+from nel_resources.sandboxes.hostfiles import HostFiles
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.slots import SlotPool
 
@@ -172,8 +173,9 @@ class LocalSandbox:
                 os.chown(self._dir, uid, uid)
                 for vol in self._spec.volumes:
                     _check_reachable(Path(vol.host_path), uid)
+            files = self._files()
             for rel, content in self._spec.files.items():
-                self._write(rel, content.encode())
+                files.write(rel, content.encode())
         except BaseException:
             await self.stop()
             raise
@@ -211,18 +213,11 @@ class LocalSandbox:
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
         """Copy a host file into the sandbox (a path under the workdir or a volume)."""
-        self._write(remote_path, Path(local_path).read_bytes())
+        self._files().write(remote_path, Path(local_path).read_bytes())
 
     async def download(self, remote_path: str, local_path: Path) -> None:
         """Copy a file out of the sandbox; a symlink that leads outside it is refused."""
-        src = self._host_path(remote_path)
-        if not src.is_file():
-            raise SandboxError(f"no file {remote_path!r} in the sandbox")
-        local_path = Path(local_path)
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f, open(local_path, "wb") as out:
-            shutil.copyfileobj(f, out)
+        self._files().read_to(remote_path, local_path)
 
     async def stop(self) -> None:
         """Kill what still runs, remove the workdir, free the slot. Idempotent."""
@@ -278,7 +273,7 @@ class LocalSandbox:
                  "--bind", str(self._dir), spec.workdir]
         for vol in spec.volumes:
             argv += ["--ro-bind" if vol.readonly else "--bind", vol.host_path, vol.container_path]
-        argv += ["--chdir", self._inside_path(cwd) if cwd else spec.workdir, "--"]
+        argv += ["--chdir", self._files().inside(cwd) if cwd else spec.workdir, "--"]
         # The limits are set inside the namespaces: RLIMIT_NPROC then counts this
         # sandbox's processes only, and bubblewrap itself runs unconstrained.
         argv += ["/usr/bin/prlimit", f"--as={lim.memory_bytes}",
@@ -291,42 +286,13 @@ class LocalSandbox:
             argv += list(command)
         return argv
 
-    def _inside_path(self, path: str) -> str:
-        p = PurePosixPath(path)
-        return str(p if p.is_absolute() else PurePosixPath(self._spec.workdir) / p)
-
-    def _host_path(self, remote: str) -> Path:
-        """The host path behind a sandbox path, refusing anything outside the workdir and
-        the volumes (`..`, or a symlink the program planted that points out)."""
-        if self._dir is None:
+    def _files(self) -> HostFiles:
+        if self._dir is None or self._slot is None:
             raise SandboxError("the sandbox is not started")
-        inside = PurePosixPath(os.path.normpath(self._inside_path(remote)))
-        roots = [(PurePosixPath(self._spec.workdir), self._dir)]
-        roots += [(PurePosixPath(v.container_path), Path(v.host_path)) for v in self._spec.volumes]
-        for root_in, root_host in roots:
-            if inside == root_in or root_in in inside.parents:
-                host = root_host / inside.relative_to(root_in)
-                real_root = root_host.resolve()
-                real = host.resolve()
-                if real != real_root and real_root not in real.parents:
-                    raise SandboxError(f"{remote!r} leads outside the sandbox")
-                return host
-        raise SandboxError(f"{remote!r} is outside the sandbox's workdir {self._spec.workdir} "
-                           "and volumes")
-
-    def _write(self, remote: str, data: bytes) -> None:
-        host = self._host_path(remote)
-        host.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if self._f._drop_to_uid and self._slot is not None and self._dir is not None \
-                and host.is_relative_to(self._dir):
-            uid = self._f._uid(self._slot)
-            for p in [host, *host.parents]:
-                if p == self._dir:
-                    break
-                os.chown(p, uid, uid)
+        roots = ((self._spec.workdir, self._dir),
+                 *((v.container_path, Path(v.host_path)) for v in self._spec.volumes))
+        return HostFiles(roots, self._spec.workdir,
+                         self._f._uid(self._slot) if self._f._drop_to_uid else None)
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> LocalSandboxFactory:

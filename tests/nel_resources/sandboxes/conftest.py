@@ -24,7 +24,7 @@ from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 T = TypeVar("T")
 
 #: Small enough to make every drill quick, large enough for python3 to start.
-DRILL_LIMITS = Limits(memory_bytes=256 << 20, cpu_time_s=2, max_processes=32,
+DRILL_LIMITS = Limits(memory_bytes=256 << 20, cpu_time_s=1, max_processes=32,
                       max_file_bytes=8 << 20, scratch_bytes=64 << 20)
 KINDS = ["local", "docker"]
 
@@ -46,15 +46,32 @@ def docker_host() -> Iterator[str]:
         mp.undo()
 
 
-@pytest.fixture(params=KINDS)
-def sandbox_kind(request: pytest.FixtureRequest) -> str:
-    """`local` or `docker`, after checking the type can run here."""
+def _check_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     if kind == "local" and shutil.which("bwrap") is None:
         require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
     if kind == "docker":
         request.getfixturevalue("docker_host")
     return kind
+
+
+@pytest.fixture(params=KINDS)
+def sandbox_kind(request: pytest.FixtureRequest) -> str:
+    """`local` or `docker`, after checking the type can run here."""
+    return _check_kind(request)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def shared_factory(request: pytest.FixtureRequest) -> Iterator[SandboxFactory]:
+    """One factory per kind for a whole module, with the drill limits: docker's warm
+    containers are reused (and wiped) from test to test, as in a real run."""
+    kind = _check_kind(request)
+    cfg = SandboxConfig(type=kind, concurrency=2, **({"image": BASE_IMAGE} if kind == "docker" else {}))
+    factory = make_factory(cfg, limits=DRILL_LIMITS)
+    try:
+        yield factory
+    finally:
+        run(factory.aclose())
 
 
 @pytest.fixture
