@@ -31,7 +31,14 @@ from typing import Any, Protocol
 from benchmarks import EvalEnvironment, SeedResult
 from benchmarks.errors import NelError
 from nel_resources.config import SandboxConfig
-from nel_resources.sandboxes.base import Sandbox, SandboxFactory, SandboxSpec, VolumeMount
+from nel_resources.sandboxes.base import (
+    Sandbox,
+    SandboxError,
+    SandboxFactory,
+    SandboxSpec,
+    VolumeMount,
+    running,
+)
 from nel_resources.specs import RunSpec
 
 #: Where a stateless pair's shared volume is mounted in both sandboxes.
@@ -201,5 +208,15 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
         yield None
         return
     assert run.sandbox is not None
-    async with (opener or ConfigOpener(run.sandbox)).open() as factory:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            factory = await stack.enter_async_context((opener or ConfigOpener(run.sandbox)).open())
+            # One sandbox up and down before the first model request: a sandbox that cannot
+            # start (no bwrap, no such image, no engine) fails the run now, in one line,
+            # instead of after every answer has been paid for.
+            async with running(factory.create(SandboxSpec())):
+                pass
+        except SandboxError as exc:
+            raise NelError(f"benchmark {run.benchmark!r}: its {run.sandbox.type} sandbox cannot "
+                           f"run: {exc}") from None
         yield SandboxPool(factory, stateful=run.sandbox.stateful)

@@ -241,3 +241,18 @@ def test_a_nemo_evaluator_benchmark_file_scores_in_the_configured_sandbox(
     # problem 0 answered with its gold function, problem 4 with a wrong one
     assert [t["reward"] for t in traj] == [1.0, 0.0]
     assert [t["scoring_details"]["reason"] for t in traj] == ["passed", "assertion"]
+
+
+def test_a_sandbox_that_cannot_start_fails_before_any_request(
+        tmp_path: Path, model_url: str, docker_host: str, server_stats, data_dir: Path) -> None:
+    out = tmp_path / "out"
+    sandbox = {"type": "docker", "image": "nel-test-no-such-image:1"}
+    cfg = write(tmp_path, config(model_url, out, sandbox))
+    before = server_stats(model_url)["total_requests"]
+    proc = run_nel("eval", "run", str(cfg), "--json", "--no-progress",
+                   env={"NEL_DATA_DIR": str(data_dir), "DOCKER_HOST": docker_host})
+    assert proc.returncode == 4, proc.stderr  # EVAL_FAILED
+    failure = json.loads(proc.stdout)["failed_benchmarks"]["humaneval"]
+    assert "'humaneval': its docker sandbox cannot run" in failure["reason"], failure
+    assert "nel-test-no-such-image:1" in failure["reason"] and "\n" not in failure["reason"]
+    assert server_stats(model_url)["total_requests"] == before  # not one answer paid for
