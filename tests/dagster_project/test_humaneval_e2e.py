@@ -244,15 +244,22 @@ def test_a_nemo_evaluator_benchmark_file_scores_in_the_configured_sandbox(
 
 
 def test_a_sandbox_that_cannot_start_fails_before_any_request(
-        tmp_path: Path, model_url: str, docker_host: str, server_stats, data_dir: Path) -> None:
+        tmp_path: Path, model_url: str, docker_host: str, server_stats) -> None:
+    """The shard itself, in this process (the CLI's handling of a failed pair is tested
+    elsewhere): it fails in one line before its first model request."""
+    from benchmarks.errors import NelError
+    from nel_assets.engine.evaluate import evaluate_shard
+    from nel_resources.config import load_config
+    from nel_resources.specs import resolve
+    from nel_resources.store import ResultStore
+
     out = tmp_path / "out"
     sandbox = {"type": "docker", "image": "nel-test-no-such-image:1"}
-    cfg = write(tmp_path, config(model_url, out, sandbox))
+    (run,) = resolve(load_config(write(tmp_path, config(model_url, out, sandbox)))).benchmarks[0].runs
     before = server_stats(model_url)["total_requests"]
-    proc = run_nel("eval", "run", str(cfg), "--json", "--no-progress",
-                   env={"NEL_DATA_DIR": str(data_dir), "DOCKER_HOST": docker_host})
-    assert proc.returncode == 4, proc.stderr  # EVAL_FAILED
-    failure = json.loads(proc.stdout)["failed_benchmarks"]["humaneval"]
-    assert "'humaneval': its docker sandbox cannot run" in failure["reason"], failure
-    assert "nel-test-no-such-image:1" in failure["reason"] and "\n" not in failure["reason"]
+    with pytest.raises(NelError) as err:
+        evaluate_shard(run, ResultStore(out), 0)
+    msg = str(err.value)
+    assert msg.startswith("benchmark 'humaneval': its docker sandbox cannot run: ") and "\n" not in msg
+    assert "nel-test-no-such-image:1" in msg
     assert server_stats(model_url)["total_requests"] == before  # not one answer paid for
