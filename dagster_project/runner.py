@@ -288,11 +288,13 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.
     from nel_assets.engine.judging import check_scoring
+    from nel_assets.engine.sandboxing import check_sandbox
 
     resolved = resolve(cfg)
     for bench_spec in resolved.benchmarks:
         for run in bench_spec.runs:
             check_scoring(run)
+            check_sandbox(run)  # a benchmark that runs model code has a sandbox
             # A key variable that is not set is a config error too (not one pair's failure).
             run.service.config.resolved_api_key()
     from nel_resources.specs import self_judging_warnings

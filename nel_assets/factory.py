@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from nel_assets.engine import evaluate as ev
 from nel_assets.engine.journal import JournalWriteError
-from nel_resources.resources import ModelService, ResultStoreResource
-from nel_resources.specs import BenchmarkSpec, ResolvedConfig
+from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
+from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
 from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic
 
 MODEL_PARTITIONS = dg.DynamicPartitionsDefinition(name="model")
@@ -55,6 +55,8 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
     n = bench.shards
     code_version = bench_code_version(bench)
     svc_keys = set(bench.requires_services)
+    if bench.sandbox is not None:
+        svc_keys.add(sandbox_resource_key(bench.name))
     dataset_key = dg.AssetKey([b, "dataset"])
     shards_key = dg.AssetKey([b, "shard_results"])
     bundle_key = dg.AssetKey([b, "bundle"])
@@ -124,8 +126,10 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
                              f"(it runs on: {', '.join(bench.models) or 'none'})")
         service: ModelService = getattr(context.resources, run.service.resource_key)
         try:
+            sandboxes = (getattr(context.resources, sandbox_resource_key(bench.name))
+                         if bench.sandbox is not None else None)
             out = ev.evaluate_shard(run, store, shard, run_id=context.run_id[:12],
-                                    base_url=service.url)
+                                    base_url=service.url, sandboxes=sandboxes)
         except JournalWriteError as exc:
             # A full disk is the user's to fix: one line saying so, not a stack trace.
             raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
@@ -217,10 +221,14 @@ def build_runner_jobs(resolved: ResolvedConfig) -> list[Any]:
 
 
 def build_resources(resolved: ResolvedConfig, output_dir: str | None = None) -> dict[str, Any]:
-    """The resources the assets need: the store and one ModelService per service."""
+    """The resources the assets need: the store, one ModelService per service and one
+    SandboxResource per benchmark with a sandbox."""
     res: dict[str, Any] = {"nel_store": ResultStoreResource(root=output_dir or resolved.output_dir)}
     for svc in resolved.services.values():
         res[svc.resource_key] = ModelService.from_config(svc.name, svc.config)
+    for bench in resolved.benchmarks:
+        if bench.sandbox is not None:
+            res[sandbox_resource_key(bench.name)] = SandboxResource.from_config(bench.name, bench.sandbox)
     return res
 
 

@@ -1,4 +1,4 @@
-"""Dagster resources: the result store and the model services.
+"""Dagster resources: the result store, the model services and the benchmarks' sandboxes.
 
 API keys never enter Dagster config: a service names the environment variable that holds
 its key (`api_key_env`, shown as such in the UI), and a literal key from a YAML file stays
@@ -7,16 +7,24 @@ in this process's memory only.
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
 import dagster as dg
 from pydantic import PrivateAttr
 
-from nel_resources.config import ServiceConfig
+from nel_resources.config import SandboxConfig, ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
+from nel_resources.sandboxes.base import SandboxFactory
 from nel_resources.store import ResultStore
 
 # Literal API keys given in a config file, by service name: kept out of Dagster config so
 # they never reach the event log or the UI.
 _LITERAL_KEYS: dict[str, str] = {}
+# A sandbox's `container_env` by benchmark: values may be secrets, so (like literal API keys)
+# they stay in this process's memory and out of the Dagster-visible config.
+_SANDBOX_ENV: dict[str, dict[str, str]] = {}
 
 
 class ResultStoreResource(dg.ConfigurableResource):
@@ -62,3 +70,42 @@ class ModelService(dg.ConfigurableResource):
     def client(self) -> ModelClient:
         """A new client for this service (one per run: it owns the HTTP session)."""
         return client_for_service(self.service(), self.url)
+
+
+class SandboxResource(dg.ConfigurableResource):
+    """A benchmark's sandbox block (`sandbox:` inline or by name from `sandboxes:`).
+
+    `open()` makes the block's `SandboxFactory` for a shard's run and always closes it
+    (`aclose`) when the run ends, failed or not. The factory is asynchronous and each shard
+    runs its own event loop, so it lives for one shard's run, not for a whole Dagster run.
+    """
+
+    benchmark: str
+    sandbox_json: str
+
+    @classmethod
+    def from_config(cls, benchmark: str, cfg: SandboxConfig) -> SandboxResource:
+        """The resource of `benchmark`'s sandbox block."""
+        if cfg.container_env:
+            _SANDBOX_ENV[benchmark] = dict(cfg.container_env)
+        # Only the keys the config wrote: a type may read "set to its default" differently
+        # from "not set" (docker: an unset `network` is none, a written `bridge` is bridge).
+        data = cfg.model_dump(mode="json", exclude_unset=True, exclude={"container_env"})
+        return cls(benchmark=benchmark, sandbox_json=json.dumps(data, sort_keys=True))
+
+    def sandbox(self) -> SandboxConfig:
+        """The sandbox block, with its `container_env` restored from process memory."""
+        cfg = SandboxConfig.model_validate_json(self.sandbox_json)
+        env = _SANDBOX_ENV.get(self.benchmark)
+        return cfg.model_copy(update={"container_env": dict(env)}) if env else cfg
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[SandboxFactory]:
+        """The block's factory, closed whatever happens in the block."""
+        from nel_resources.sandboxes.factory import make_factory
+
+        factory = make_factory(self.sandbox())
+        try:
+            yield factory
+        finally:
+            await factory.aclose()

@@ -47,6 +47,11 @@ def service_resource_key(service_name: str) -> str:
     return "svc_" + asset_name(slugify(service_name)).lower()
 
 
+def sandbox_resource_key(benchmark: str) -> str:
+    """Dagster resource key of a benchmark's sandbox block (`sandbox_<slug>`)."""
+    return "sandbox_" + asset_name(slugify(benchmark)).lower()
+
+
 def env_protocol(service: ServiceConfig) -> str:
     """The prompt style a service needs: completions endpoints get completion prompts."""
     return "completions" if service.protocol == "completions" else "chat"
@@ -126,13 +131,19 @@ class FingerprintInputs:
     system_prompt: str | None
     scoring: Mapping[str, Any] | None
     shuffle_seed: int | None = None  # the seed that picked the items (None with a range)
+    # The sandbox settings that can change a verdict (type, image, limits), when the
+    # benchmark has a sandbox; absent from the payload otherwise (older stores stay fresh).
+    sandbox: Mapping[str, Any] | None = None
 
     def payload(self) -> dict[str, Any]:
         """The JSON-able part of the shard fingerprint payload these inputs contribute."""
-        return {"repeats": self.repeats, "service": self.service_settings,
-                "shuffle_seed": self.shuffle_seed,
-                "system_prompt": self.system_prompt,
-                "scoring": None if self.scoring is None else dict(self.scoring)}
+        out = {"repeats": self.repeats, "service": self.service_settings,
+               "shuffle_seed": self.shuffle_seed,
+               "system_prompt": self.system_prompt,
+               "scoring": None if self.scoring is None else dict(self.scoring)}
+        if self.sandbox is not None:
+            out["sandbox"] = dict(self.sandbox)
+        return out
 
 
 @dataclass(frozen=True)
@@ -218,6 +229,12 @@ class BenchmarkSpec:
     def models(self) -> tuple[str, ...]:
         """The model partition keys this benchmark runs on."""
         return tuple(r.model for r in self.runs)
+
+    @property
+    def sandbox(self) -> SandboxConfig | None:
+        """The benchmark's sandbox block (the same for every model), if it has a real one."""
+        sb = self.runs[0].sandbox if self.runs else None
+        return sb if sb is not None and sb.type != "none" else None
 
     def run_for(self, model: str) -> RunSpec | None:
         """The run of model partition `model`, or None when this benchmark does not run it."""
@@ -357,6 +374,19 @@ def n_shards(cfg: NelConfig, bench: BenchmarkConfig) -> int:
     return bench.shards if bench.shards > 1 else (cfg.cluster.shards or 1)
 
 
+#: Sandbox keys that can change a program's verdict (not how many run at once, nor secrets).
+_SANDBOX_VERDICT_KEYS = ("type", "image", "image_template", "memory", "cpus", "cpu", "network",
+                         "timeout", "verify_timeout", "stateful")
+
+
+def sandbox_fingerprint(sandbox: SandboxConfig | None) -> Mapping[str, Any] | None:
+    """What of a sandbox block goes into the shard fingerprint (None without a sandbox)."""
+    if sandbox is None or sandbox.type == "none":
+        return None
+    data = sandbox.model_dump(mode="json")
+    return _frozen({k: data[k] for k in _SANDBOX_VERDICT_KEYS})
+
+
 def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int,
               scoring_dump: Mapping[str, Any] | None) -> RunSpec:
     if svc_name not in cfg.services:
@@ -380,7 +410,8 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         scoring=bench.scoring, judges=judges,
         fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
                                       scoring_dump,
-                                      bench.shuffle_seed if bench.problem_range is None else None),
+                                      bench.shuffle_seed if bench.problem_range is None else None,
+                                      sandbox_fingerprint(bench.sandbox)),
         solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
     )
 

@@ -5,6 +5,7 @@ from benchmarks.builtin import (
     gpqa,
     gsm8k,
     healthbench,
+    humaneval,
     math500,
     mgsm,
     mmlu,
@@ -14,5 +15,5 @@ from benchmarks.builtin import (
     xstest,
 )
 
-__all__ = ["drop", "gpqa", "gsm8k", "healthbench", "math500", "mgsm", "mmlu", "mmlu_pro",
+__all__ = ["drop", "gpqa", "gsm8k", "healthbench", "humaneval", "math500", "mgsm", "mmlu", "mmlu_pro",
            "simpleqa", "triviaqa", "xstest"]

@@ -29,6 +29,7 @@ from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
+from nel_assets.engine.sandboxing import FactoryOpener
 from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import ModelClient, client_for_service
@@ -225,8 +226,13 @@ def evaluate_shard(
     base_url: str | None = None,
     resume: bool = True,
     on_progress: Callable[[int], None] | None = None,
+    sandboxes: FactoryOpener | None = None,
 ) -> ShardOutcome:
-    """Run one shard of a (benchmark, model) run end to end and commit it to the store."""
+    """Run one shard of a (benchmark, model) run end to end and commit it to the store.
+
+    `sandboxes` opens the benchmark's sandbox factory (the Dagster sandbox resource); by
+    default it is made from `run.sandbox`. It is open for the shard and always closed.
+    """
     t0 = time.perf_counter()
     on_progress = on_progress or _PROGRESS_HOOK
     svc = run.service.config
@@ -239,6 +245,7 @@ def evaluate_shard(
     # The loop pulls in the scorers; import it only when a shard actually runs.
     from nel_assets.engine.judging import make_judge
     from nel_assets.engine.loop import ShardSpec, needs_retry, run_shard
+    from nel_assets.engine.sandboxing import sandbox_pool
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
@@ -262,8 +269,10 @@ def evaluate_shard(
         spec = ShardSpec(benchmark=bench_name, model=model, model_id=run.model_id,
                          shard=shard, indices=idx, repeats=run.repeats, run_id=run_id,
                          system_prompt=run.system_prompt, protocol=svc.protocol)
-        async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge:
+        async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge, \
+                sandbox_pool(run, env, sandboxes) as pool:
             spec.judge = judge
+            spec.sandboxes = pool
             if idx:
                 await client.check()
             try:

@@ -70,6 +70,9 @@ class ShardSpec:
     system_prompt: str | None = None
     protocol: str = "chat_completions"
     judge: Judge | None = None
+    # The shard's sandboxes (`nel_assets.engine.sandboxing.SandboxPool`) when the benchmark
+    # has a sandbox block: verify then gets a started sandbox as `sandbox=`.
+    sandboxes: Any = None
 
 
 def build_request(seed: SeedResult, protocol: str,
@@ -201,7 +204,12 @@ async def run_shard(
                    reasoning_tokens=resp.reasoning_tokens, attempts=resp.attempts, model_ms=model_ms)
         t_verify = time.perf_counter()
         try:
-            v = await env.verify(answer, seed.expected_answer, reasoning=reasoning, **seed.metadata)
+            if spec.sandboxes is not None:
+                async with spec.sandboxes.sample(seed) as sbx:
+                    v = await env.verify(answer, seed.expected_answer, reasoning=reasoning,
+                                         sandbox=await sbx.verify_sandbox(), **seed.metadata)
+            else:
+                v = await env.verify(answer, seed.expected_answer, reasoning=reasoning, **seed.metadata)
             if spec.judge is not None:
                 v = await spec.judge.grade(env, seed, answer, reasoning, v)
         except JudgeError as exc:

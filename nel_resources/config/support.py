@@ -48,6 +48,8 @@ _BENCH_UNBUILT = {
     "max_system_retries": "max_system_retries (nel retries per request: services.<n>.max_retries)",
     "instruction_template": "instruction templates", "verifier": "separate verifier services",
 }
+# Sandbox types nel runs (the others are refused until they land).
+_SANDBOX_BUILT = ("none", "local", "docker")
 _JUDGE_UNBUILT = ("rubric", "rubric_file", "system_prompt", "max_score", "swap_check",
                   "reference_free", "temperature", "timeout", "max_retries")
 _CLUSTER_LOCAL_UNBUILT = {"gpus": "GPU selection", "max_memory": "memory limits",
@@ -143,10 +145,9 @@ def _check_benchmarks(cfg: NelConfig) -> None:
         if b.solver.image_detail != "auto":
             raise _Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
                            "remove `image_detail`")
-        if b.sandbox is not None and b.sandbox.type != "none":
+        if b.sandbox is not None and b.sandbox.type not in _SANDBOX_BUILT:
             raise _Refusal((*at, "sandbox"), f"sandbox execution ({b.sandbox.type} sandbox)",
-                           "remove `sandbox:` from the benchmark (a benchmark that needs one "
-                           "cannot run in nel yet)")
+                           "use `type: local` or `type: docker`")
         for key, what in _BENCH_UNBUILT.items():
             if _changed(b, key, _BENCH_DEFAULTS):
                 raise _Refusal((*at, key), what, f"remove `{key}`")

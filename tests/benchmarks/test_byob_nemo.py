@@ -278,9 +278,9 @@ def test_environment_base_class_contract() -> None:
 
 
 @pytest.mark.parametrize(("line", "says"), [
-    ("from nemo_evaluator import code_sandbox", "code_sandbox: sandbox execution is not supported yet"),
+    ("from nemo_evaluator import image_builder", "image_builder: sandbox image builds"),
     ("from nemo_evaluator.solvers import OpenClawSolver", "OpenClawSolver: solvers other than"),
-    ("import nemo_evaluator.sandbox", "nemo_evaluator.sandbox: sandbox execution is not supported yet"),
+    ("import nemo_evaluator.sandbox", "nemo_evaluator.sandbox: NeMo Evaluator's sandbox classes"),
     ("from nemo_evaluator.scoring import get_scorer",
      "nemo_evaluator.scoring.get_scorer: nel does not provide 'get_scorer' (nemo_evaluator.scoring "
      "provides ScorerInput, answer_line"),

@@ -1,0 +1,222 @@
+"""Sandboxes in the eval loop: which benchmarks need one, and one sandbox per sample.
+
+A benchmark whose environment sets `needs_sandbox` (HumanEval) gets a started sandbox of
+its configured type as `verify(..., sandbox=...)`, as NeMo Evaluator passes it. Here:
+
+- `check_sandbox(run)` refuses, before any request, a run of such a benchmark without a
+  sandbox (`type: none` or no `sandbox:`), in one line naming the benchmark;
+- `SandboxPool` holds the shard's `SandboxFactory`, which bounds the sandboxes alive at once
+  by the block's `concurrency`, apart from the model's `max_concurrent`: a sample holds a
+  sandbox slot only around the code it runs, never around its model request;
+- `SampleSandboxes` is one sample's sandboxes. Stateful (`stateful: true`): solve and
+  verify share one sandbox. Stateless: verify gets its own sandbox, and when the solve
+  sandbox was used its workdir reaches the verify sandbox through a shared host volume.
+  Sandboxes start lazily: a solver that never asks for one (nel's `simple` solver) costs a
+  sandbox during verify only. Every sandbox started is stopped, whatever happens.
+
+Sandbox work is asynchronous end to end (the types run their processes with asyncio), so
+nothing here blocks the event loop. No Dagster import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from benchmarks import EvalEnvironment, SeedResult
+from benchmarks.errors import NelError
+from nel_resources.config import SandboxConfig
+from nel_resources.sandboxes.base import (
+    Sandbox,
+    SandboxError,
+    SandboxFactory,
+    SandboxSpec,
+    VolumeMount,
+    running,
+)
+from nel_resources.specs import RunSpec
+
+#: Where a stateless pair's shared volume is mounted in both sandboxes.
+SHARED_MOUNT = "/shared"
+
+
+def needs_sandbox(env_or_class: Any) -> bool:
+    """Whether a benchmark runs model code (its `verify` needs a sandbox)."""
+    return bool(getattr(env_or_class, "needs_sandbox", False))
+
+
+def has_sandbox(cfg: SandboxConfig | None) -> bool:
+    """A configured sandbox block of a real type (not absent, not `type: none`)."""
+    return cfg is not None and cfg.type != "none"
+
+
+def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
+    """Refuse a benchmark that runs model code without a sandbox (one line, before any request).
+
+    Args:
+        run: the (benchmark, model) run.
+        env_class: the benchmark's class or environment (looked up by name when None).
+    """
+    if env_class is None and not run.env.name.startswith("gym://"):
+        from benchmarks import get_factory
+
+        try:
+            env_class = get_factory(run.env.name)
+        except NelError:
+            return  # unknown names are refused elsewhere, with suggestions
+    if needs_sandbox(env_class) and not has_sandbox(run.sandbox):
+        raise NelError(f"benchmark {run.benchmark!r} runs model-written code and needs a sandbox: "
+                       "add `sandbox: {type: local}` (or `{type: docker, image: ...}`) to it")
+
+
+class FactoryOpener(Protocol):
+    """What opens a run's sandbox factory (the Dagster `SandboxResource`, or `open_factory`)."""
+
+    def open(self) -> contextlib.AbstractAsyncContextManager[SandboxFactory]: ...
+
+
+@contextlib.asynccontextmanager
+async def open_factory(cfg: SandboxConfig) -> AsyncIterator[SandboxFactory]:
+    """The factory of a sandbox block, closed (`aclose`) whatever happens in the block."""
+    from nel_resources.sandboxes.factory import make_factory
+
+    factory = make_factory(cfg)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()
+
+
+class ConfigOpener:
+    """Opens a factory straight from a sandbox block (runs outside Dagster: the Python API)."""
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg = cfg
+
+    def open(self) -> contextlib.AbstractAsyncContextManager[SandboxFactory]:
+        """The block's factory, closed on exit."""
+        return open_factory(self.cfg)
+
+
+def spec_for(seed: SeedResult) -> SandboxSpec:
+    """The sandbox spec of one problem: the seed's (NeMo Evaluator's field names), else the default."""
+    raw = seed.sandbox_spec
+    if not raw:
+        return SandboxSpec()
+    if isinstance(raw, SandboxSpec):
+        return raw
+    data = dict(raw)
+    vols = [v if isinstance(v, VolumeMount) else VolumeMount(**v) for v in data.pop("volumes", None) or []]
+    known = {k: data[k] for k in ("image", "workdir", "env", "files", "entrypoint") if data.get(k) is not None}
+    return SandboxSpec(**known, volumes=vols)
+
+
+class SampleSandboxes:
+    """One sample's sandboxes, started on first use and all stopped by `SandboxPool.sample`."""
+
+    def __init__(self, pool: SandboxPool, spec: SandboxSpec) -> None:
+        self._pool = pool
+        self._spec = spec
+        self._solve: Sandbox | None = None
+        self._verify: Sandbox | None = None
+        self._shared: Path | None = None
+        self._started: list[Sandbox] = []
+
+    async def _start(self, spec: SandboxSpec) -> Sandbox:
+        sb = self._pool.factory.create(spec)
+        self._started.append(sb)  # stopped by close(), even when its start fails
+        await sb.start()  # waits for one of the factory's `concurrency` slots
+        return sb
+
+    def _with_shared(self) -> SandboxSpec:
+        if self._shared is None:
+            self._shared = Path(tempfile.mkdtemp(prefix="nel-sbx-shared-"))
+            # Each sandbox may run as its own unprivileged uid: both must reach the volume.
+            self._shared.chmod(0o777)
+        vol = VolumeMount(str(self._shared), SHARED_MOUNT)
+        return SandboxSpec(self._spec.image, self._spec.workdir, dict(self._spec.env),
+                           dict(self._spec.files), self._spec.entrypoint, [*self._spec.volumes, vol])
+
+    async def solve_sandbox(self) -> Sandbox:
+        """The sandbox a solver works in (an agent's tools)."""
+        if self._solve is None:
+            spec = self._spec if self._pool.stateful else self._with_shared()
+            self._solve = await self._start(spec)
+        return self._solve
+
+    async def verify_sandbox(self) -> Sandbox:
+        """The sandbox `verify` runs the answer in: the solve sandbox when stateful."""
+        if self._pool.stateful:
+            return await self.solve_sandbox()
+        if self._verify is None:
+            spec = self._with_shared() if self._solve is not None else self._spec
+            self._verify = await self._start(spec)
+        return self._verify
+
+    async def close(self) -> None:
+        """Stop every sandbox this sample started (which frees their slots)."""
+        started, self._started = self._started, []
+        errors: list[BaseException] = []
+        for sb in reversed(started):
+            try:
+                await sb.stop()
+            except Exception as exc:  # stop the others all the same
+                errors.append(exc)
+        if self._shared is not None:
+            await asyncio.to_thread(shutil.rmtree, self._shared, True)
+            self._shared = None
+        if errors:
+            raise errors[0]
+
+
+class SandboxPool:
+    """A shard's sandboxes: the factory (which bounds how many are alive at once by the
+    block's `concurrency`) and the mode, stateful or stateless."""
+
+    def __init__(self, factory: SandboxFactory, *, stateful: bool = False) -> None:
+        self.factory = factory
+        self.stateful = stateful
+
+    @contextlib.asynccontextmanager
+    async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:
+        """One sample's sandboxes; all of them are stopped when the block ends."""
+        s = SampleSandboxes(self, spec_for(seed))
+        try:
+            yield s
+        finally:
+            await s.close()
+
+
+@contextlib.asynccontextmanager
+async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
+                       opener: FactoryOpener | None = None) -> AsyncIterator[SandboxPool | None]:
+    """The shard's sandbox pool, or None when the run has no sandbox.
+
+    Any benchmark with a sandbox block gets one in `verify` (as NeMo Evaluator does, for
+    benchmark files whose scorers use it); one that needs it must have it.
+
+    Raises:
+        NelError: the benchmark needs a sandbox and the run has none.
+    """
+    check_sandbox(run, env)
+    if not has_sandbox(run.sandbox):
+        yield None
+        return
+    assert run.sandbox is not None
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            factory = await stack.enter_async_context((opener or ConfigOpener(run.sandbox)).open())
+            # One sandbox up and down before the first model request: a sandbox that cannot
+            # start (no bwrap, no such image, no engine) fails the run now, in one line,
+            # instead of after every answer has been paid for.
+            async with running(factory.create(SandboxSpec())):
+                pass
+        except SandboxError as exc:
+            raise NelError(f"benchmark {run.benchmark!r}: its {run.sandbox.type} sandbox cannot "
+                           f"run: {exc}") from None
+        yield SandboxPool(factory, stateful=run.sandbox.stateful)

@@ -1,0 +1,176 @@
+"""Code extraction and program assembly (`benchmarks.scoring.code`): the answer shapes real
+models produce, each run with real Python (a plain subprocess, no sandbox: the sandboxed
+runs are in tests/benchmarks/builtin/test_humaneval_gold.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks.scoring.code import PYTHON_CMD, extract_code, judge_run, program_for
+
+PROMPT = '''from typing import List
+
+
+def add_all(xs: List[int]) -> int:
+    """Sum of xs.
+    >>> add_all([1, 2])
+    3
+    """
+'''
+TEST = '''
+
+def check(candidate):
+    assert candidate([1, 2]) == 3
+    assert candidate([]) == 0
+'''
+EP = "add_all"
+FULL = "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+
+
+def run(program: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=program, capture_output=True,
+                          text=True, timeout=60)
+
+
+def passes(response: str) -> bool:
+    ext = extract_code(response, EP)
+    assert ext.code is not None, response
+    return run(program_for(PROMPT, ext.code, TEST, EP)).returncode == 0
+
+
+@pytest.mark.parametrize(("response", "method"), [
+    (f"```python\n{FULL}```", "fence_entry_point"),
+    (f"```\n{FULL}```", "fence_entry_point"),
+    (f"```py\n{FULL}```", "fence_entry_point"),
+    (f"Here is the implementation:\n\n```python\n{FULL}```\n\nIt loops once over xs.", "fence_entry_point"),
+    (f"~~~python\n{FULL}~~~", "fence_entry_point"),
+    # cut at the token limit: the fence never closes
+    (f"Sure.\n```python\n{FULL}", "fence_entry_point"),
+    # an unfenced function inside prose
+    (f"Here you go:\n\n{FULL}\nThis is O(n).", "function"),
+    # the function only, as a completions endpoint or a terse model answers
+    (FULL, "function"),
+])
+def test_whole_function_shapes(response: str, method: str) -> None:
+    ext = extract_code(response, EP)
+    assert ext.method == method and ext.source == "content"
+    assert passes(response)
+
+
+def test_several_blocks_pick_the_one_defining_the_entry_point() -> None:
+    response = (f"First a helper test:\n```python\nprint(add_all([1]))\n```\nThe solution:\n"
+                f"```python\n{FULL}```\nAnd how to run it:\n```bash\npython sol.py\n```\n")
+    ext = extract_code(response, EP)
+    assert ext.method == "fence_entry_point" and ext.n_blocks == 3
+    assert "def add_all" in (ext.code or "")
+    assert passes(response)
+
+
+def test_several_blocks_without_the_entry_point_take_the_last_python_one() -> None:
+    response = "```python\n    return -1\n```\nOops, fixed:\n```python\n    return sum(xs)\n```\n```text\n3\n```"
+    ext = extract_code(response, EP)
+    assert ext.method == "fence_last" and ext.code == "    return sum(xs)"
+    assert passes(response)
+
+
+def test_a_later_wrong_definition_wins_over_an_earlier_right_one() -> None:
+    # The last stated answer is the answer, as for every other scorer.
+    response = f"```python\n{FULL}```\nActually:\n```python\ndef add_all(xs):\n    return 0\n```"
+    assert not passes(response)
+
+
+@pytest.mark.parametrize("body", [
+    "    return sum(xs)",                                      # indented as in the file
+    "return sum(xs)",                                         # flush left
+    "total = 0\n    for x in xs:\n        total += x\n    return total",  # first line stripped
+    "\ttotal = 0\n\tfor x in xs:\n\t\ttotal += x\n\treturn total",   # tabs
+    "        total = 0\n        for x in xs:\n            total += x\n        return total",  # too deep
+    "for x in []:\n    pass\nreturn sum(xs)",                 # flush-left block
+])
+def test_body_only_is_reindented_under_the_signature(body: str) -> None:
+    for response in (body, f"```python\n{body}\n```"):
+        assert passes(response), response
+
+
+def test_a_raw_continuation_stops_at_the_next_top_level_line() -> None:
+    # A completions endpoint keeps writing after the body (a new def, example calls).
+    # The eval loop strips the answer, so the body's first line arrives at column 0.
+    response = "    total = 0\n    return sum(xs)\n\n\ndef main():\n    print(add_all([1, 2]))\n\nmain()\ninput()\n"
+    ext = extract_code(response, EP)
+    assert ext.method == "body" and ext.code is not None and ext.code.startswith("total")
+    program = program_for(PROMPT, ext.code, TEST, EP)
+    assert "input()" not in program and run(program).returncode == 0
+
+
+def test_a_main_guard_does_not_run_with_the_tests() -> None:
+    response = f"```python\n{FULL}\nif __name__ == \"__main__\":\n    input()\n    raise SystemExit(3)\n```"
+    program = program_for(PROMPT, extract_code(response, EP).code or "", TEST, EP)
+    assert "__main__" not in program and run(program).returncode == 0
+
+
+def test_imports_from_the_prompt_and_the_answer_both_reach_the_program() -> None:
+    response = ("```python\nimport math\n\ndef add_all(xs: List[int]) -> int:\n"
+                "    return int(math.fsum(xs))\n```")
+    assert passes(response)  # `List` comes from the prompt, `math` from the answer
+
+
+def test_think_blocks_are_stripped_and_used_only_when_the_answer_has_no_code() -> None:
+    decoy = "<think>Maybe\n```python\ndef add_all(xs):\n    return 0\n```\nno.</think>"
+    ext = extract_code(f"{decoy}\n```python\n{FULL}```", EP)
+    assert ext.source == "content" and passes(f"{decoy}\n```python\n{FULL}```")
+    only = extract_code(f"<think>```python\n{FULL}```</think>", EP)
+    assert only.source == "reasoning" and only.method == "fence_entry_point"
+    sep = extract_code("", EP, reasoning=f"```python\n{FULL}```")
+    assert sep.source == "reasoning" and sep.code is not None
+
+
+@pytest.mark.parametrize("response", ["", "   ", "I cannot help with that.",
+                                      "The function should add the numbers together."])
+def test_no_code_is_no_extraction(response: str) -> None:
+    ext = extract_code(response, EP)
+    assert ext.code is None and ext.method == "none"
+
+
+def test_extraction_is_linear_on_hostile_input() -> None:
+    # Many unclosed fences, many defs: each scan is line by line.
+    hostile = ("```python\n" * 20000) + ("def add_all(\n" * 20000) + ("<think>" * 20000)
+    t = time.process_time()
+    extract_code(hostile, EP)
+    program_for(PROMPT, hostile, TEST, EP)
+    # a bound on CPU work, not on wall time: generous enough for any machine, far below what
+    # a quadratic scan of 560 KB would need
+    assert time.process_time() - t < 20
+
+
+@pytest.mark.parametrize(("rc", "stopped", "stderr", "reason", "exc"), [
+    (0, None, "", "passed", None),
+    (1, None, "Traceback (most recent call last):\n  File \"<stdin>\", line 9\nAssertionError\n",
+     "assertion", "AssertionError"),
+    (1, None, "  File \"<stdin>\", line 3\n    def f(:\n          ^\nSyntaxError: invalid syntax\n",
+     "syntax_error", "SyntaxError"),
+    (1, None, "IndentationError: unexpected indent\n", "syntax_error", "IndentationError"),
+    (1, None, "Traceback:\nMemoryError\n", "memory", "MemoryError"),
+    (1, None, "Traceback:\nNameError: name 'x' is not defined\n", "exception", "NameError"),
+    (-9, "timeout", "", "timeout", None),
+    (137, "memory", "", "memory", None),
+    (-9, None, "", "killed", None),
+    (3, None, "", "exit_status", None),
+    (0, "output_limit", "", "output_limit", None),  # stopped by a limit never passes
+])
+def test_run_outcomes_are_classified(rc: int, stopped: str | None, stderr: str, reason: str,
+                                     exc: str | None) -> None:
+    v = judge_run(rc, stopped, stderr)
+    assert v.reason == reason and v.exception == exc and v.passed == (reason == "passed")
+
+
+def test_real_failures_are_classified_from_real_runs() -> None:
+    wrong = program_for(PROMPT, "    return 0", TEST, EP)
+    broken = program_for(PROMPT, "    return sum(xs", TEST, EP)
+    raising = program_for(PROMPT, "    return undefined_name", TEST, EP)
+    for program, reason in ((wrong, "assertion"), (broken, "syntax_error"), (raising, "exception")):
+        p = run(program)
+        assert judge_run(p.returncode, None, p.stderr).reason == reason, p.stderr
