@@ -21,21 +21,21 @@ from typing import Any
 import pytest
 
 pytest.importorskip("boto3", reason="the ecs_fargate sandbox needs boto3 (nel[test])")
-import boto3  # noqa: E402
+import boto3
 
-from nel_resources.config.benchmarks import SandboxConfig  # noqa: E402
-from nel_resources.processes import ManagedProcess  # noqa: E402
-from nel_resources.sandboxes import exec_server  # noqa: E402
-from nel_resources.sandboxes.base import SandboxError, SandboxSpec  # noqa: E402
-from nel_resources.sandboxes.ecs_fargate import (  # noqa: E402
+from nel_resources.config.benchmarks import SandboxConfig
+from nel_resources.processes import ManagedProcess
+from nel_resources.sandboxes import exec_server
+from nel_resources.sandboxes.base import SandboxError, SandboxSpec
+from nel_resources.sandboxes.ecs_fargate import (
     EcsFargateSandboxFactory,
     ExecClient,
     has_aws_credentials,
     refusal,
     ssh_argv,
 )
-from tests.support.realcomponents import require_real_component  # noqa: E402
-from tests.support.waiting import PROCESS_START_S, wait_for  # noqa: E402
+from tests.support.realcomponents import require_real_component
+from tests.support.waiting import PROCESS_START_S, wait_for
 
 REGION = "us-east-1"
 
@@ -201,7 +201,7 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     key, why = refusal(cfg) or ("", "")
     assert key == "type" and why.startswith("no AWS credentials here")
-    with pytest.raises(SandboxError, match="^ecs_fargate sandbox, key type: no AWS credentials"):
+    with pytest.raises(SandboxError, match=r"^ecs_fargate sandbox, key type: no AWS credentials"):
         EcsFargateSandboxFactory(cfg)
     # a profile in the shared files counts, named or default
     (tmp_path / "config").write_text("[profile eval]\ncredential_process = /bin/true\n")
