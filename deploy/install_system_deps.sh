@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System packages the real-component tests need (Debian): headless Chromium for the
-# Dagster UI and HTML report tests, pdflatex to compile the LaTeX report fragment.
+# Dagster UI and HTML report tests, pdflatex to compile the LaTeX report fragment, bubblewrap
+# for the `local` code sandbox.
 # Idempotent; needs root (or passwordless sudo).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -13,6 +13,8 @@ from nel_resources.sandboxes.base import (
     VolumeMount,
     running,
 )
+from nel_resources.sandboxes.factory import SANDBOX_TYPES, make_factory
+from nel_resources.sandboxes.limits import Limits
 
-__all__ = ["ExecResult", "Sandbox", "SandboxError", "SandboxFactory", "SandboxSpec", "StopReason",
-           "VolumeMount", "running"]
+__all__ = ["SANDBOX_TYPES", "ExecResult", "Limits", "Sandbox", "SandboxError", "SandboxFactory",
+           "SandboxSpec", "StopReason", "VolumeMount", "make_factory", "running"]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
+from benchmarks.errors import NelError
+
 #: Why a command did not run to its own end: the wall-clock timeout, a resource limit
 #: (memory, processes, CPU time, file size), or its output passing the cap.
 StopReason = Literal["timeout", "memory", "pids", "cpu_time", "file_size", "output_limit", "killed"]
@@ -104,8 +106,9 @@ class SandboxFactory(Protocol):
         """Release what the factory keeps between sandboxes (warm containers, clients)."""
 
 
-class SandboxError(Exception):
-    """The sandbox itself failed (could not start, engine gone): not the program's fault."""
+class SandboxError(NelError):
+    """The sandbox itself failed (could not start, engine gone) or cannot be made as
+    configured: not the program's fault. The message is one line saying what to fix."""
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,51 @@
+"""`make_factory`: a `sandboxes:` / `sandbox:` config block -> the factory of its type.
+
+Each type's module is imported only when a config uses it (Docker's client, boto3 and
+friends cost nothing to a run that needs no sandbox). A new type is one line in
+`SANDBOX_TYPES`: the dotted path of a `build(cfg, limits) -> SandboxFactory` function.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nel_resources.sandboxes.base import SandboxError, SandboxFactory
+from nel_resources.sandboxes.limits import Limits
+
+if TYPE_CHECKING:
+    from nel_resources.config import SandboxConfig
+
+#: sandbox type -> "module:function" building its factory from the config block.
+SANDBOX_TYPES: dict[str, str] = {
+    "local": "nel_resources.sandboxes.local:build",
+    "docker": "nel_resources.sandboxes.docker:build",
+}
+
+Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]
+
+
+def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> SandboxFactory:
+    """The factory for `cfg`'s type, configured from the block.
+
+    Args:
+        cfg: one sandbox block (its `memory`, `timeout`, `concurrency`, ...).
+        limits: the resource limits to start from instead of the defaults (the block's
+            own `memory` still applies on top).
+
+    Raises:
+        SandboxError: the type is `none`, or has no implementation on this version of nel,
+            or cannot run on this machine (the message says what to change).
+    """
+    if cfg.type == "none":
+        raise SandboxError("this benchmark runs code and needs a sandbox, but its sandbox type "
+                           "is `none`: configure one (e.g. `sandbox: {type: local}` or "
+                           "`{type: docker, image: ...}`)")
+    target = SANDBOX_TYPES.get(cfg.type)
+    if target is None:
+        raise SandboxError(f"the `{cfg.type}` sandbox type is not available in this version of "
+                           f"nel (available: {', '.join(sorted(SANDBOX_TYPES))})")
+    module, func = target.split(":")
+    build: Builder = getattr(importlib.import_module(module), func)
+    return build(cfg, limits)

@@ -1,0 +1,341 @@
+"""The `local` sandbox: model-written code on this machine, inside bubblewrap.
+
+Each sandbox is one host temp directory, bound read-write at `spec.workdir`; every command
+runs in fresh user, PID, network, IPC and UTS namespaces (`bwrap --unshare-all`), so it
+sees no network (not even the host's 127.0.0.1), no host process, and no host file but
+the read-only system directories a program needs (`/usr` and the Python installation).
+The environment is built from scratch: nothing of nel's (API keys included) is passed on.
+Resource limits are rlimits set *inside* the namespaces (so the process count is counted
+per sandbox, not per host user): address space, CPU seconds, processes, file size, open
+files, no core files. When the command ends, is killed at its timeout or passes the output
+cap, bubblewrap's PID 1 dies and the kernel kills everything left in the namespace, so no
+background process outlives a command. Run as root, nel also drops each sandbox to its
+own unprivileged host uid (one per concurrency slot) before bubblewrap starts.
+
+Needs the `bwrap` binary (Debian package `bubblewrap`, installed by
+`deploy/install_system_deps.sh`). No Dagster here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
+from nel_resources.sandboxes.capture import capture
+from nel_resources.sandboxes.limits import Limits, stop_reason
+from nel_resources.sandboxes.slots import SlotPool
+
+if TYPE_CHECKING:
+    from nel_resources.config import SandboxConfig
+
+#: Host uids for sandboxes when nel runs as root: per process and slot, far above any
+#: real account (uids up to 2**31 are valid; 1000 slots per nel process).
+_UID_BASE = 1_000_000_000
+_SLOTS_PER_PROCESS = 1000
+
+
+@dataclass(frozen=True)
+class HostPython:
+    """The interpreter `python3` means inside the sandbox, and what must be bound for it."""
+
+    bin_dir: str
+    binds: tuple[str, ...] = ()
+
+
+@cache
+def host_python() -> HostPython:
+    """The host's python3: Debian's `/usr/bin/python3` when present (bound with `/usr`),
+    else the interpreter `python3` on PATH resolves to (a pyenv shim is followed to the
+    real installation, whose prefix is bound read-only)."""
+    if os.access("/usr/bin/python3", os.X_OK):
+        return HostPython("/usr/bin")
+    exe = shutil.which("python3")
+    if exe is None:
+        raise SandboxError("the local sandbox found no python3 on this machine")
+    out = subprocess.run([exe, "-c", "import sys; print(sys.executable); print(sys.base_prefix)"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        raise SandboxError(f"the local sandbox could not locate python3's installation: "
+                           f"{out.stderr.strip()[-300:]}")
+    real, prefix = (os.path.realpath(p) for p in lines)
+    binds = () if prefix.startswith("/usr/") else (prefix,)
+    return HostPython(os.path.dirname(real), binds)
+
+
+@cache
+def bwrap_path() -> str:
+    """The bubblewrap binary, or a one-line error saying how to install it."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxError("the local sandbox needs bubblewrap (`bwrap`): install the Debian "
+                           "package `bubblewrap` (`make system-deps` does)")
+    return found
+
+
+def _check_reachable(path: Path, uid: int) -> None:
+    """Refuse a volume the sandbox's own (unprivileged) uid cannot reach on the host:
+    bubblewrap resolves it as that uid, so every parent must be searchable by others."""
+    if not path.exists():
+        raise SandboxError(f"sandbox volume {path} does not exist")
+    for parent in [path.resolve(), *path.resolve().parents]:
+        st = parent.stat()
+        if st.st_uid != uid and not st.st_mode & 0o001:
+            raise SandboxError(f"sandbox volume {path} is not reachable by the sandbox's "
+                               f"user: {parent} is not searchable by others (chmod o+x it, "
+                               "or put the volume under the system temp directory)")
+
+
+@dataclass
+class LocalSandboxFactory:
+    """Makes `local` sandboxes; at most `concurrency` are alive at once."""
+
+    limits: Limits = field(default_factory=Limits)
+    concurrency_: int = 4
+    #: upper bound of any single command's wall-clock time, seconds
+    max_timeout: float = 1800.0
+    #: environment every command sees (the config's `container_env`), under `spec.env`
+    base_env: dict[str, str] = field(default_factory=dict)
+    #: where the per-sandbox host directories are made (default: the system temp dir)
+    root: Path | None = None
+
+    def __post_init__(self) -> None:
+        bwrap_path()
+        if self.concurrency_ > _SLOTS_PER_PROCESS:
+            raise SandboxError(f"a local sandbox allows at most {_SLOTS_PER_PROCESS} "
+                               f"concurrent sandboxes, got concurrency {self.concurrency_}")
+        self._slots = SlotPool(self.concurrency_)
+        self._python = host_python()
+        self._drop_to_uid = os.geteuid() == 0
+
+    @property
+    def concurrency(self) -> int:
+        """How many sandboxes may be alive at once."""
+        return self.concurrency_
+
+    @property
+    def in_use(self) -> int:
+        """Sandboxes alive right now."""
+        return self._slots.in_use
+
+    def create(self, spec: SandboxSpec) -> LocalSandbox:
+        """A new, not yet started sandbox (`spec.image` is ignored: nothing to pull here)."""
+        return LocalSandbox(self, spec)
+
+    async def aclose(self) -> None:
+        """Nothing is kept between sandboxes."""
+
+    def _uid(self, slot: int) -> int:
+        return _UID_BASE + (os.getpid() % 1_000_000) * _SLOTS_PER_PROCESS + slot
+
+
+class LocalSandbox:
+    """One host directory and the commands run against it (see the module docstring)."""
+
+    def __init__(self, factory: LocalSandboxFactory, spec: SandboxSpec) -> None:
+        self._f = factory
+        self._spec = spec
+        self._slot: int | None = None
+        self._dir: Path | None = None
+        self._running: set[asyncio.subprocess.Process] = set()
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """What this sandbox was made for."""
+        return self._spec
+
+    @property
+    def host_workdir(self) -> Path | None:
+        """The host directory behind `spec.workdir` while the sandbox is alive."""
+        return self._dir
+
+    async def start(self) -> None:
+        """Take a concurrency slot, make the workdir and write `spec.files` into it."""
+        if self._slot is not None:
+            raise SandboxError("this sandbox was already started")
+        self._slot = await self._f._slots.acquire()
+        try:
+            self._dir = Path(tempfile.mkdtemp(prefix="nel-sandbox-", dir=self._f.root))
+            if self._f._drop_to_uid:
+                uid = self._f._uid(self._slot)
+                os.chown(self._dir, uid, uid)
+                for vol in self._spec.volumes:
+                    _check_reachable(Path(vol.host_path), uid)
+            for rel, content in self._spec.files.items():
+                self._write(rel, content.encode())
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def exec(self, command: str | list[str], timeout_sec: float = 180, *,
+                   cwd: str | None = None, env: dict[str, str] | None = None,
+                   stdin: bytes | None = None, output_limit: int = 1 << 20) -> ExecResult:
+        """Run `command` in fresh namespaces with the limits; never raises for what it does."""
+        if self._dir is None or self._slot is None:
+            raise SandboxError("the sandbox is not started")
+        argv = self._argv(command, cwd)
+        timeout = min(float(timeout_sec), self._f.max_timeout)
+        began = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=self._env(env), cwd="/", start_new_session=True,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        self._running.add(proc)
+        try:
+            got = await capture(proc, stdin=stdin, timeout=timeout, output_limit=output_limit,
+                                kill=lambda: self._kill(proc))
+        finally:
+            self._running.discard(proc)
+        stopped: StopReason | None
+        if got.timed_out:
+            stopped, code = "timeout", -1
+        elif got.over_cap:
+            stopped, code = "output_limit", -1
+        else:
+            code = got.return_code if got.return_code is not None else -1
+            stopped = stop_reason(code, got.stderr)
+        return ExecResult(got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
+                          code, stopped=stopped, truncated=got.over_cap,
+                          duration_s=time.monotonic() - began)
+
+    async def upload(self, local_path: Path, remote_path: str) -> None:
+        """Copy a host file into the sandbox (a path under the workdir or a volume)."""
+        self._write(remote_path, Path(local_path).read_bytes())
+
+    async def download(self, remote_path: str, local_path: Path) -> None:
+        """Copy a file out of the sandbox; a symlink that leads outside it is refused."""
+        src = self._host_path(remote_path)
+        if not src.is_file():
+            raise SandboxError(f"no file {remote_path!r} in the sandbox")
+        local_path = Path(local_path)
+        local_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f, open(local_path, "wb") as out:
+            shutil.copyfileobj(f, out)
+
+    async def stop(self) -> None:
+        """Kill what still runs, remove the workdir, free the slot. Idempotent."""
+        for proc in list(self._running):
+            await self._kill(proc)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        if self._slot is not None:
+            slot, self._slot = self._slot, None
+            self._f._slots.release(slot)
+
+    # -- internals ---------------------------------------------------------------------
+
+    async def _kill(self, proc: asyncio.subprocess.Process) -> None:
+        # bwrap leads its own session; it dies here and takes the namespace with it
+        # (--die-with-parent on its PID 1, whose death kills every process inside).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        path = dict.fromkeys([self._f._python.bin_dir, "/usr/local/bin", "/usr/bin", "/bin"])
+        env = {"PATH": ":".join(path),
+               "HOME": self._spec.workdir, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        return {**env, **self._f.base_env, **self._spec.env, **(extra or {})}
+
+    def _argv(self, command: str | list[str], cwd: str | None) -> list[str]:
+        assert self._dir is not None and self._slot is not None
+        lim = self._f.limits
+        spec = self._spec
+        argv: list[str] = []
+        if self._f._drop_to_uid:
+            uid = self._f._uid(self._slot)
+            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                     "--inh-caps=-all", "--"]
+        argv += [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user",
+                 "--disable-userns", "--new-session", "--hostname", "sandbox",
+                 "--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+            host = Path("/") / top
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{top}"]
+        argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        for path in self._f._python.binds:
+            argv += ["--ro-bind", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(lim.scratch_bytes), "--tmpfs", "/tmp",
+                 "--bind", str(self._dir), spec.workdir]
+        for vol in spec.volumes:
+            argv += ["--ro-bind" if vol.readonly else "--bind", vol.host_path, vol.container_path]
+        argv += ["--chdir", self._inside_path(cwd) if cwd else spec.workdir, "--"]
+        # The limits are set inside the namespaces: RLIMIT_NPROC then counts this
+        # sandbox's processes only, and bubblewrap itself runs unconstrained.
+        argv += ["/usr/bin/prlimit", f"--as={lim.memory_bytes}",
+                 f"--cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}",
+                 f"--nproc={lim.max_processes}", f"--fsize={lim.max_file_bytes}",
+                 f"--nofile={lim.max_open_files}", "--core=0", "--"]
+        if isinstance(command, str):
+            argv += ["/bin/sh", "-c", command]
+        else:
+            argv += list(command)
+        return argv
+
+    def _inside_path(self, path: str) -> str:
+        p = PurePosixPath(path)
+        return str(p if p.is_absolute() else PurePosixPath(self._spec.workdir) / p)
+
+    def _host_path(self, remote: str) -> Path:
+        """The host path behind a sandbox path, refusing anything outside the workdir and
+        the volumes (`..`, or a symlink the program planted that points out)."""
+        if self._dir is None:
+            raise SandboxError("the sandbox is not started")
+        inside = PurePosixPath(os.path.normpath(self._inside_path(remote)))
+        roots = [(PurePosixPath(self._spec.workdir), self._dir)]
+        roots += [(PurePosixPath(v.container_path), Path(v.host_path)) for v in self._spec.volumes]
+        for root_in, root_host in roots:
+            if inside == root_in or root_in in inside.parents:
+                host = root_host / inside.relative_to(root_in)
+                real_root = root_host.resolve()
+                real = host.resolve()
+                if real != real_root and real_root not in real.parents:
+                    raise SandboxError(f"{remote!r} leads outside the sandbox")
+                return host
+        raise SandboxError(f"{remote!r} is outside the sandbox's workdir {self._spec.workdir} "
+                           "and volumes")
+
+    def _write(self, remote: str, data: bytes) -> None:
+        host = self._host_path(remote)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if self._f._drop_to_uid and self._slot is not None and self._dir is not None \
+                and host.is_relative_to(self._dir):
+            uid = self._f._uid(self._slot)
+            for p in [host, *host.parents]:
+                if p == self._dir:
+                    break
+                os.chown(p, uid, uid)
+
+
+def build(cfg: SandboxConfig, limits: Limits | None = None) -> LocalSandboxFactory:
+    """A `local` factory from its config block: `memory` (address space per process),
+    `timeout` (the most any one command may run), `concurrency`, `container_env`."""
+    if cfg.image or cfg.image_template:
+        key = "image" if cfg.image else "image_template"
+        raise SandboxError(f"a `local` sandbox runs on this machine and has no image: remove "
+                           f"`{key}` or use `type: docker`")
+    return LocalSandboxFactory(limits=Limits.from_config(cfg.memory, base=limits),
+                               concurrency_=cfg.concurrency, max_timeout=cfg.timeout,
+                               base_env=dict(cfg.container_env))
