@@ -25,6 +25,7 @@ from pathlib import Path
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes._capped import run_capped
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
 _CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -176,3 +177,11 @@ class ApptainerSandboxFactory:
 
     async def aclose(self) -> None:
         """Nothing is kept between sandboxes."""
+
+
+def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:
+    """An `apptainer` factory from its config block (the `make_factory` entry point);
+    `limits` supplies `--memory` when the block sets no `memory`."""
+    if cfg.memory is None and limits is not None:
+        cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
+    return ApptainerSandboxFactory(cfg)

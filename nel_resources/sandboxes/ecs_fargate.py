@@ -45,6 +45,7 @@ from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.processes import _restore_default_signals
 from nel_resources.sandboxes import exec_server
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
 DEFAULT_EXEC_PORT = 19542
@@ -89,37 +90,53 @@ def has_aws_credentials(env: Mapping[str, str] | None = None) -> bool:
     return False
 
 
-def refusal(cfg: SandboxConfig) -> tuple[str, str] | None:
-    """(key, why) when this block cannot run from here, before any request; else None."""
+@dataclass(frozen=True)
+class Refusal:
+    """Why a block cannot run: `key` to name, and whether nel lacks the feature (`unbuilt`)
+    or this machine lacks what it needs."""
+
+    key: str
+    why: str
+    instead: str = ""
+    unbuilt: bool = False
+
+
+def refusal(cfg: SandboxConfig) -> Refusal | None:
+    """Why this block cannot run from here (checked before any request), or None."""
     for key, what in UNBUILT_KEYS.items():
         if getattr(cfg, key) is not None:
-            return key, f"{what} (`{key}`) is not built yet in nel's ecs_fargate sandbox"
+            return Refusal(key, f"{what} in ecs_fargate sandboxes", f"remove `{key}`", True)
     if cfg.ssm_project != "harbor":
-        return "ssm_project", "SSM infrastructure discovery is not built yet in nel"
+        return Refusal("ssm_project", "SSM infrastructure discovery", "remove `ssm_project`",
+                       True)
     if not cfg.cluster:
-        return "cluster", ("an ecs_fargate sandbox needs `cluster` (discovering it from SSM "
-                           "parameters is not built yet in nel)")
+        return Refusal("region" if cfg.region else "cluster",
+                       "finding the ECS cluster, subnets and roles in SSM parameters (an "
+                       "ecs_fargate sandbox without `cluster`)",
+                       "give `cluster`, `subnets`, `execution_role_arn` and `ssh_sidecar`", True)
     if not cfg.subnets:
-        return "subnets", "an ecs_fargate sandbox needs `subnets` for its tasks"
+        return Refusal("subnets", "an ecs_fargate sandbox needs `subnets` for its tasks")
     if not cfg.execution_role_arn:
-        return "execution_role_arn", "an ecs_fargate sandbox needs `execution_role_arn`"
+        return Refusal("execution_role_arn", "an ecs_fargate sandbox needs `execution_role_arn`")
     sidecar = cfg.ssh_sidecar or {}
     unknown = sorted(set(sidecar) - _SIDECAR_KEYS)
     if unknown:
-        return "ssh_sidecar", f"unknown ssh_sidecar key {unknown[0]!r} (known: {sorted(_SIDECAR_KEYS)})"
+        return Refusal("ssh_sidecar", f"unknown ssh_sidecar key {unknown[0]!r} "
+                       f"(known: {', '.join(sorted(_SIDECAR_KEYS))})")
     if not (sidecar.get("public_key_secret_arn") and sidecar.get("private_key_secret_arn")):
-        return "ssh_sidecar", ("nel runs commands in a Fargate task through its SSH sidecar: "
-                               "give ssh_sidecar.public_key_secret_arn and private_key_secret_arn")
+        return Refusal("ssh_sidecar", "nel runs commands in a Fargate task through its SSH "
+                       "sidecar: give ssh_sidecar.public_key_secret_arn and "
+                       "private_key_secret_arn")
     if "exec_server_port" in sidecar and sidecar["exec_server_port"] is None:
-        return "ssh_sidecar", ("the agent-server mode (exec_server_port: null) is not built yet "
-                               "in nel; remove exec_server_port")
+        return Refusal("ssh_sidecar", "the agent-server mode (exec_server_port: null)",
+                       "remove `exec_server_port`", True)
     try:
         import boto3  # noqa: F401
     except ImportError:
-        return "type", "the ecs_fargate sandbox needs boto3 (pip install boto3)"
+        return Refusal("type", "the ecs_fargate sandbox needs boto3 (pip install 'nel[aws]')")
     if not has_aws_credentials():
-        return "type", ("no AWS credentials here (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                        "AWS_PROFILE or ~/.aws/credentials)")
+        return Refusal("type", "no AWS credentials here (set AWS_ACCESS_KEY_ID and "
+                       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)")
     return None
 
 
@@ -153,7 +170,8 @@ class EcsSettings:
     def from_config(cls, cfg: SandboxConfig) -> EcsSettings:
         why = refusal(cfg)
         if why:
-            raise SandboxError(f"ecs_fargate sandbox, key {why[0]}: {why[1]}")
+            tail = " is not supported yet in nel" if why.unbuilt else ""
+            raise SandboxError(f"ecs_fargate sandbox, key {why.key}: {why.why}{tail}")
         sc = cfg.ssh_sidecar or {}
         return cls(cluster=str(cfg.cluster), subnets=list(cfg.subnets),
                    execution_role_arn=str(cfg.execution_role_arn),
@@ -527,5 +545,22 @@ class EcsFargateSandboxFactory:
         await asyncio.to_thread(self.control.close)
 
 
-__all__ = ["EcsFargateSandbox", "EcsFargateSandboxFactory", "EcsSettings", "EcsTaskControl",
-           "ExecClient", "has_aws_credentials", "refusal", "ssh_argv", "task_definition"]
+__all__ = [
+    "EcsFargateSandbox",
+    "EcsFargateSandboxFactory",
+    "EcsSettings",
+    "EcsTaskControl",
+    "ExecClient",
+    "Refusal",
+    "build",
+    "has_aws_credentials",
+    "refusal",
+    "ssh_argv",
+    "task_definition",
+]
+
+
+def build(cfg: SandboxConfig, limits: Limits | None = None) -> EcsFargateSandboxFactory:
+    """An `ecs_fargate` factory from its config block (the `make_factory` entry point).
+    The task's size is the block's `cpu` / `memory`; `limits` does not apply to Fargate."""
+    return EcsFargateSandboxFactory(cfg)

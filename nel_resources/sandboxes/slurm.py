@@ -35,6 +35,7 @@ from nel_resources.config.deployment import NodePool
 from nel_resources.sandboxes._capped import run_capped
 from nel_resources.sandboxes._reaper import REAPER_SOURCE
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.limits import Limits
 
 #: PATH inside a bare (no image) step: the environment is cleared, so it must be given.
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -335,3 +336,15 @@ class SlurmSandboxFactory:
 
     async def aclose(self) -> None:
         """Nothing is kept between sandboxes: each one cancels its own allocation."""
+
+
+def build(cfg: SandboxConfig, limits: Limits | None = None) -> SlurmSandboxFactory:
+    """A `slurm` factory from its config block (the `make_factory` entry point).
+
+    SLURM enforces what it is asked for (`--mem`, `--cpus-per-task`, `--time`) as far as the
+    cluster's cgroup setup does; `limits` supplies `--mem` when the block sets no `memory`.
+    A `node_pool` needs the cluster's pools: build `SlurmSandboxFactory` with `node_pools`.
+    """
+    if cfg.memory is None and limits is not None:
+        cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
+    return SlurmSandboxFactory(cfg)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nel_resources.config import ConfigError, check_supported, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes.apptainer import (
     ApptainerSandbox,
@@ -80,3 +81,16 @@ def test_without_the_binary_the_factory_refuses_in_one_line() -> None:
     with pytest.raises(SandboxError) as err:
         ApptainerSandboxFactory(SandboxConfig(type="apptainer", image="a.sif"))
     assert str(err.value) == f"apptainer sandbox: {reason}"
+
+
+@pytest.mark.skipif(shutil.which("apptainer") is not None, reason="apptainer is installed here")
+def test_a_config_with_an_apptainer_sandbox_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("services:\n  model: {type: api, url: 'http://127.0.0.1:9/v1/chat/completions', "
+                    "model: m}\nbenchmarks:\n  - name: gsm8k\n    sandbox:\n"
+                    "      type: apptainer\n      image: /images/py.sif\n")
+    with pytest.raises(ConfigError) as err:
+        check_supported(load_config(path))
+    assert str(err.value) == (
+        f"{path}:6: key benchmarks.0.sandbox.type: apptainer sandbox cannot run here: "
+        "apptainer is not installed on this machine (no `apptainer` on PATH)")

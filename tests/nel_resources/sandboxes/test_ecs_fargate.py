@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("boto3", reason="the ecs_fargate sandbox needs boto3 (nel[test])")
 import boto3
 
+from nel_resources.config import ConfigError, check_supported, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.processes import ManagedProcess
 from nel_resources.sandboxes import exec_server
@@ -38,6 +39,26 @@ from tests.support.realcomponents import require_real_component
 from tests.support.waiting import PROCESS_START_S, wait_for
 
 REGION = "us-east-1"
+ECS_CONFIG = """\
+services:
+  model: {{type: api, url: "http://127.0.0.1:9/v1/chat/completions", model: m}}
+benchmarks:
+  - name: gsm8k
+    sandbox: box
+sandboxes:
+  box:
+    type: ecs_fargate
+    image: python:3.12-slim
+    region: us-east-1
+    cluster: nel-sandboxes
+    subnets: [{subnet}]
+    execution_role_arn: arn:aws:iam::123456789012:role/nel-exec
+    ssh_sidecar:
+      public_key_secret_arn: {pub}
+      private_key_secret_arn: {priv}
+    cpu: "1024"
+    memory: "2048"
+"""
 
 
 def _port_from_log(proc: ManagedProcess, pattern: str) -> int:
@@ -189,20 +210,35 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
                                     tmp_path: Path) -> None:
     cfg = _config(aws)
     assert refusal(cfg) is None
-    assert refusal(_config(aws, s3_bucket="b")) == (
-        "s3_bucket", "large uploads through S3 (`s3_bucket`) is not built yet in nel's "
-        "ecs_fargate sandbox")
-    assert refusal(_config(aws, cluster=None))[0] == "cluster"  # type: ignore[index]
-    assert refusal(_config(aws, ssh_sidecar=None))[0] == "ssh_sidecar"  # type: ignore[index]
+    s3 = refusal(_config(aws, s3_bucket="b"))
+    assert s3 is not None and (s3.key, s3.unbuilt) == ("s3_bucket", True)
+    assert (refusal(_config(aws, cluster=None)) or s3).key == "region"
+    assert (refusal(_config(aws, ssh_sidecar=None)) or s3).key == "ssh_sidecar"
+    # in a config: one line naming the key, before any request
+    path = tmp_path / "ecs.yaml"
+    path.write_text(ECS_CONFIG.format(**aws))
+    check_supported(load_config(path))
+    path.write_text(ECS_CONFIG.format(**aws) + "    s3_bucket: my-bucket\n")
+    with pytest.raises(ConfigError) as err:
+        check_supported(load_config(path))
+    assert str(err.value) == (
+        f"{path}:19: key sandboxes.box.s3_bucket: large uploads through S3 in ecs_fargate "
+        "sandboxes is not supported yet in nel; remove `s3_bucket`")
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "creds"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    key, why = refusal(cfg) or ("", "")
-    assert key == "type" and why.startswith("no AWS credentials here")
+    none = refusal(cfg)
+    assert none is not None and none.key == "type" and not none.unbuilt
+    assert none.why.startswith("no AWS credentials here")
     with pytest.raises(SandboxError, match=r"^ecs_fargate sandbox, key type: no AWS credentials"):
         EcsFargateSandboxFactory(cfg)
+    path.write_text(ECS_CONFIG.format(**aws))
+    with pytest.raises(ConfigError) as err:
+        check_supported(load_config(path))
+    assert str(err.value) == (
+        f"{path}:8: key sandboxes.box.type: ecs_fargate sandbox cannot run here: {none.why}")
     # a profile in the shared files counts, named or default
     (tmp_path / "config").write_text("[profile eval]\ncredential_process = /bin/true\n")
     assert not has_aws_credentials()

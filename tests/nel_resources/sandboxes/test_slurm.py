@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from nel_resources.config import check_supported, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.config.deployment import NodePool
+from nel_resources.sandboxes import make_factory
 from nel_resources.sandboxes.base import SandboxError, SandboxSpec, VolumeMount, running
 from nel_resources.sandboxes.slurm import (
     SlurmSandbox,
@@ -202,3 +204,17 @@ def test_memory_sizes_read_as_slurm_reads_them() -> None:
         parse_memory_mb("lots")
     with pytest.raises(SandboxError, match="node_pool 'gpu'"):
         SlurmSettings.from_config(SandboxConfig(type="slurm", node_pool="gpu"), node_pools={})
+
+
+def test_a_config_with_a_slurm_sandbox_is_accepted_and_builds_through_make_factory(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("services:\n  model: {type: api, url: 'http://127.0.0.1:9/v1/chat/completions', "
+                    "model: m}\nbenchmarks:\n  - name: gsm8k\n    sandbox: hpc\nsandboxes:\n"
+                    "  hpc: {type: slurm, cpus: 1, memory: 512m, concurrency: 9, "
+                    "slots_per_node: 3}\n")
+    cfg = load_config(path)
+    check_supported(cfg)  # SLURM runs here: nothing refused
+    factory = make_factory(cfg.sandboxes["hpc"])
+    assert isinstance(factory, SlurmSandboxFactory) and factory.concurrency == 3
+    assert factory.settings.memory_mb == 512 and factory.settings.cpus == 1
