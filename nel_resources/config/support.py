@@ -167,6 +167,9 @@ def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, .
     why: no SLURM client, no apptainer binary, no AWS credentials, a bad class_path)."""
     from nel_resources.sandboxes.base import SandboxError
 
+    if sb.type in ("slurm", "apptainer", "ecs_fargate") and sb.image_template:
+        raise _Refusal((*at, "image_template"), f"an image per problem (`image_template`) in "
+                       f"{sb.type} sandboxes", "give one `image`")
     if sb.type == "slurm":
         from nel_resources.sandboxes.slurm import unavailable_reason
         why, key = unavailable_reason(), "type"

@@ -182,6 +182,9 @@ class ApptainerSandboxFactory:
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:
     """An `apptainer` factory from its config block (the `make_factory` entry point);
     `limits` supplies `--memory` when the block sets no `memory`."""
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "apptainer sandbox yet: give one `image`")
     if cfg.memory is None and limits is not None:
         cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
     return ApptainerSandboxFactory(cfg)

@@ -563,4 +563,7 @@ __all__ = [
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> EcsFargateSandboxFactory:
     """An `ecs_fargate` factory from its config block (the `make_factory` entry point).
     The task's size is the block's `cpu` / `memory`; `limits` does not apply to Fargate."""
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "ecs_fargate sandbox yet: give one `image`")
     return EcsFargateSandboxFactory(cfg)

@@ -345,6 +345,9 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> SlurmSandboxFacto
     cluster's cgroup setup does; `limits` supplies `--mem` when the block sets no `memory`.
     A `node_pool` needs the cluster's pools: build `SlurmSandboxFactory` with `node_pools`.
     """
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "slurm sandbox yet: give one `image`")
     if cfg.memory is None and limits is not None:
         cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
     return SlurmSandboxFactory(cfg)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nel_resources.config import check_supported, load_config
+from nel_resources.config import ConfigError, check_supported, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.config.deployment import NodePool
 from nel_resources.sandboxes import make_factory
@@ -218,3 +218,13 @@ def test_a_config_with_a_slurm_sandbox_is_accepted_and_builds_through_make_facto
     factory = make_factory(cfg.sandboxes["hpc"])
     assert isinstance(factory, SlurmSandboxFactory) and factory.concurrency == 3
     assert factory.settings.memory_mb == 512 and factory.settings.cpus == 1
+    # an image per problem is not built for slurm: refused in one line, not ignored
+    path.write_text(path.read_text().replace("sandbox: hpc", "sandbox: hpc2")
+                    + "  hpc2: {type: slurm, image_template: 'img:{name}'}\n")
+    with pytest.raises(ConfigError) as err:
+        check_supported(load_config(path))
+    assert str(err.value) == (
+        f"{path}:8: key sandboxes.hpc2.image_template: an image per problem (`image_template`) "
+        "in slurm sandboxes is not supported yet in nel; give one `image`")
+    with pytest.raises(SandboxError, match="image_template"):
+        make_factory(SandboxConfig(type="slurm", image_template="img:{name}"))
