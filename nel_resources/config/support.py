@@ -172,7 +172,7 @@ def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, .
                        f"{sb.type} sandboxes", "give one `image`")
     if sb.type == "slurm":
         from nel_resources.sandboxes.slurm import unavailable_reason
-        why, key = unavailable_reason(), "type"
+        why, key = unavailable_reason(sb.image), "type"
     elif sb.type == "apptainer":
         from nel_resources.sandboxes.apptainer import unavailable_reason
         why, key = unavailable_reason(), "type"

@@ -12,6 +12,14 @@ With an image (`image:` or the spec's), steps run in a Pyxis/Enroot container: t
 mounted at `spec.workdir`, `--container-name` keeps one container filesystem for all steps of
 the sandbox (stateful solve/verify). Pyxis is a plugin of the cluster's `srun`; where it is
 missing the sandbox says so when it starts instead of running the program on the bare node.
+
+Without an image a step runs on the bare node inside bubblewrap, as the `local` sandbox does
+on this machine (and with its helpers): the workdir bound at `spec.workdir`, no network, no
+host process and no host file but read-only system directories, rlimits (address space from
+`memory`, CPU time, processes, file size) set inside the namespaces, an unprivileged uid of its
+own when nel runs as root; the command's PID namespace dies with it, so nothing it started
+outlives the step. `bwrap` must be installed on the nodes (this machine: `make system-deps`).
+`_reaper` is the fallback wrapper for `SlurmSettings(isolate=False)`.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import math
 import os
 import re
@@ -35,7 +44,8 @@ from nel_resources.config.deployment import NodePool
 from nel_resources.sandboxes._capped import run_capped
 from nel_resources.sandboxes._reaper import REAPER_SOURCE
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
-from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.limits import Limits, stop_reason
+from nel_resources.sandboxes.local import bwrap_path, host_python
 
 #: PATH inside a bare (no image) step: the environment is cleared, so it must be given.
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,6 +91,10 @@ class SlurmSettings:
     env: dict[str, str] = field(default_factory=dict)
     #: where sandbox workdirs are made: must be a filesystem the nodes share with nel
     shared_dir: Path | None = None
+    #: rlimits of a bare-node step (memory: the block's `memory` when set)
+    limits: Limits = field(default_factory=Limits)
+    #: bare-node steps run inside bubblewrap (needs `bwrap` on the nodes)
+    isolate: bool = True
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig, *, node_pools: Mapping[str, NodePool] | None = None,
@@ -90,17 +104,24 @@ class SlurmSettings:
             pool = (node_pools or {}).get(cfg.node_pool)
             if pool is None:
                 raise SandboxError(f"node_pool {cfg.node_pool!r} is not in cluster.node_pools")
+        memory_mb = parse_memory_mb(cfg.memory)
+        limits = Limits() if memory_mb is None else Limits(**{**Limits().__dict__,
+                                                              "memory_bytes": memory_mb << 20})
         return cls(partition=pool.partition if pool else None, gres=pool.gres if pool else None,
-                   cpus=cfg.cpus, memory_mb=parse_memory_mb(cfg.memory), lifetime_s=cfg.timeout,
-                   image=cfg.image, env=dict(cfg.container_env), shared_dir=shared_dir)
+                   cpus=cfg.cpus, memory_mb=memory_mb, lifetime_s=cfg.timeout,
+                   image=cfg.image, env=dict(cfg.container_env), shared_dir=shared_dir,
+                   limits=limits)
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(image: str | None = None) -> str | None:
     """Why `slurm` sandboxes cannot run from this machine, or None when they can."""
     missing = [b for b in ("salloc", "srun", "scancel", "squeue") if shutil.which(b) is None]
     if missing:
         return (f"the SLURM client commands are not installed here ({', '.join(missing)} not on "
                 "PATH): run nel on a SLURM submit host")
+    if not image and shutil.which("bwrap") is None:
+        return ("without an `image` its steps run on the bare node inside bubblewrap, which "
+                "is not installed (Debian package `bubblewrap`; `make system-deps`)")
     return None
 
 
@@ -126,6 +147,8 @@ class SlurmSandbox:
         self.job_id: str | None = None
         self._steps = 0
         self._stopped = False
+        #: the unprivileged uid bare-node steps run as (when nel runs as root)
+        self._uid: int | None = None
 
     @property
     def spec(self) -> SandboxSpec:
@@ -174,6 +197,10 @@ class SlurmSandbox:
                      "--no-container-mount-home"]
             # The image's own environment (its PATH) stays; only ours is added.
             argv += ["/usr/bin/env", *(f"{k}={v}" for k, v in variables.items())]
+        elif self._s.isolate:
+            argv.append(f"--chdir={self._host_dir}")
+            argv += ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in self._bare_env(variables))]
+            argv += self._bwrap_argv(self._in_sandbox(cwd) if cwd else self._spec.workdir)
         else:
             argv.append(f"--chdir={self._on_host(cwd) if cwd else self._host_dir}")
             argv += ["/usr/bin/env", "-i", f"PATH={BARE_PATH}", f"HOME={self._host_dir}",
@@ -181,6 +208,43 @@ class SlurmSandbox:
                      # the program's daemonized leftovers die with the step (see _reaper)
                      "python3", "-I", "-S", "-c", REAPER_SOURCE]
         argv += ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        return argv
+
+    def _bare_env(self, variables: Mapping[str, str]) -> list[tuple[str, str]]:
+        path = dict.fromkeys([host_python().bin_dir, "/usr/local/bin", "/usr/bin", "/bin"])
+        base = {"PATH": ":".join(path), "HOME": self._spec.workdir, "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        return list({**base, **variables}.items())
+
+    def _bwrap_argv(self, chdir: str) -> list[str]:
+        """Bubblewrap around a bare-node step: no network, no host process, no host file but
+        the read-only system directories and the workdir; rlimits set inside the namespaces;
+        its PID namespace dies with the command, taking every leftover with it."""
+        assert self._host_dir is not None
+        lim, argv = self._s.limits, []
+        if self._uid is not None:
+            argv += ["setpriv", f"--reuid={self._uid}", f"--regid={self._uid}",
+                     "--clear-groups", "--inh-caps=-all", "--"]
+        argv += [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user",
+                 "--disable-userns", "--new-session", "--hostname", "sandbox",
+                 "--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+            host = Path("/") / top
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{top}"]
+        argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        for path in host_python().binds:
+            argv += ["--ro-bind", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(lim.scratch_bytes),
+                 "--tmpfs", "/tmp", "--bind", str(self._host_dir), self._spec.workdir]
+        for v in self._spec.volumes:
+            argv += ["--ro-bind" if v.readonly else "--bind", v.host_path, v.container_path]
+        argv += ["--chdir", chdir, "--", "/usr/bin/prlimit", f"--as={lim.memory_bytes}",
+                 f"--cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}", f"--nproc={lim.max_processes}",
+                 f"--fsize={lim.max_file_bytes}", f"--nofile={lim.max_open_files}", "--core=0",
+                 "--"]
         return argv
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -193,10 +257,18 @@ class SlurmSandbox:
         base = self._s.shared_dir or Path(tempfile.gettempdir())
         base.mkdir(parents=True, exist_ok=True)
         self._host_dir = Path(tempfile.mkdtemp(prefix=f"{self._name}-", dir=base))
+        if not self._image and self._s.isolate and os.geteuid() == 0:
+            self._uid = _next_uid()
+            os.chown(self._host_dir, self._uid, self._uid)
+            # bubblewrap resolves the workdir as that uid: every parent must let it through
+            for parent in self._host_dir.parents:
+                if not parent.stat().st_mode & 0o001:
+                    shutil.rmtree(self._host_dir, ignore_errors=True)
+                    raise SandboxError(f"the slurm sandbox's directory {parent} is not "
+                                       "searchable by others: chmod o+x it or use another "
+                                       "shared directory")
         for rel, content in self._spec.files.items():
-            target = self._on_host(rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            self._write(rel, content.encode())
         await self._allocate()
 
     async def _allocate(self) -> None:
@@ -233,12 +305,14 @@ class SlurmSandbox:
         res = await run_capped(argv, timeout_sec=timeout_sec, output_limit=output_limit,
                                stdin=stdin, stop_remote=lambda: self._cancel_step(step_name))
         stderr_lines = res.stderr.splitlines(keepends=True)
+        stderr = "".join(x for x in stderr_lines if not _SRUN_NOISE.match(x))
         stopped = res.stopped
         if stopped is None and any(_TIME_LIMIT.search(x) for x in stderr_lines):
             stopped = "timeout"
         elif stopped is None and any(_OOM.search(x) for x in stderr_lines if "slurmstepd" in x):
             stopped = "memory"
-        stderr = "".join(x for x in stderr_lines if not _SRUN_NOISE.match(x))
+        elif stopped is None:  # a limit set inside the step (rlimits)
+            stopped = stop_reason(res.return_code, stderr.encode())
         return ExecResult(stdout=res.stdout, stderr=stderr, return_code=res.return_code,
                           stopped=stopped, truncated=res.truncated, duration_s=res.duration_s)
 
@@ -256,9 +330,21 @@ class SlurmSandbox:
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
         """Copy into the workdir on the shared filesystem (no shell, no command line)."""
-        target = self._on_host(remote_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, local_path, target)
+        data = await asyncio.to_thread(local_path.read_bytes)
+        await asyncio.to_thread(self._write, remote_path, data)
+
+    def _write(self, remote: str, data: bytes) -> None:
+        host = self._on_host(remote)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        # O_NOFOLLOW: a symlink the program planted must not redirect nel's write
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if self._uid is not None and self._host_dir is not None:
+            for p in [host, *host.parents]:
+                if p == self._host_dir:
+                    break
+                os.chown(p, self._uid, self._uid)
 
     async def download(self, remote_path: str, local_path: Path) -> None:
         """Copy out of the workdir on the shared filesystem."""
@@ -297,11 +383,26 @@ class SlurmSandbox:
         return p
 
     def _on_host(self, path: str) -> Path:
+        """The host path behind a sandbox path; a symlink leading out of the workdir (one the
+        program planted) is refused."""
         assert self._host_dir is not None
-        return self._host_dir / self._relative(path)
+        host = self._host_dir / self._relative(path)
+        real_root, real = self._host_dir.resolve(), host.resolve()
+        if real != real_root and real_root not in real.parents:
+            raise SandboxError(f"{path!r} leads outside the sandbox's workdir")
+        return host
 
     def _in_sandbox(self, path: str) -> str:
         return str(Path(self._spec.workdir) / self._relative(path))
+
+
+_UID_BASE = 2_000_000_000  # above the local sandbox's range; below 2**31
+_uid_counter = itertools.count()
+
+
+def _next_uid() -> int:
+    """A host uid no account uses, one per sandbox (so RLIMIT_NPROC counts per sandbox)."""
+    return _UID_BASE + (os.getpid() % 100_000) * 1000 + next(_uid_counter) % 1000
 
 
 async def _run(argv: list[str]) -> str:
@@ -318,7 +419,7 @@ class SlurmSandboxFactory:
 
     def __init__(self, cfg: SandboxConfig, *, node_pools: Mapping[str, NodePool] | None = None,
                  shared_dir: Path | None = None) -> None:
-        reason = unavailable_reason()
+        reason = unavailable_reason(cfg.image)
         if reason:
             raise SandboxError(f"slurm sandbox: {reason}")
         self.settings = SlurmSettings.from_config(cfg, node_pools=node_pools,

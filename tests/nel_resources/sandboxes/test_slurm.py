@@ -4,6 +4,7 @@ allocations, steps, limits, cleanup; and the Pyxis command lines, which cannot r
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -38,10 +39,12 @@ def slurm_conf() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def factory(tmp_path_factory: pytest.TempPathFactory) -> SlurmSandboxFactory:
+def factory() -> SlurmSandboxFactory:
+    # workdirs in the system temp directory: the node is this machine, and the sandbox's own
+    # uid must be able to reach them (pytest's temp dirs are private to root)
     cfg = SandboxConfig(type="slurm", cpus=1, memory="256m", timeout=300, concurrency=8,
                         slots_per_node=2, container_env={"FROM_CONFIG": "c"})
-    return SlurmSandboxFactory(cfg, shared_dir=tmp_path_factory.mktemp("slurm-shared"))
+    return SlurmSandboxFactory(cfg)
 
 
 def _slurm(*argv: str) -> str:
@@ -51,6 +54,11 @@ def _slurm(*argv: str) -> str:
 def _procs_with(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def _procs_of_uid(uid: int) -> list[str]:
+    out = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True)
+    return out.stdout.split()
 
 
 def test_a_step_runs_in_the_sandbox_allocation_with_a_clean_environment(
@@ -70,18 +78,27 @@ def test_a_step_runs_in_the_sandbox_allocation_with_a_clean_environment(
             assert state == "RUNNING"
             r = await sb.exec("python3 prog.py; cat sub/data.txt; echo; "
                               "echo spec=$FROM_SPEC cfg=$FROM_CONFIG key=${NEL_TEST_SECRET_KEY:-none}; "
-                              "cat /proc/$PPID/comm /proc/$(ps -o ppid= -p $PPID | tr -d ' ')/comm; "
-                              "echo to-stderr >&2; exit 7")
+                              "pwd; echo to-stderr >&2; exit 7")
             assert r.return_code == 7 and r.stopped is None and not r.ok
-            lines = r.stdout.splitlines()
-            assert lines[:3] == ["from the file", "42", "spec=s cfg=c key=none"]
-            # bash runs under our reaper (python3) which runs under SLURM's step daemon
-            assert lines[3:5] == ["python3", "slurmstepd"]
+            assert r.stdout.splitlines() == ["from the file", "42", "spec=s cfg=c key=none",
+                                             "/workspace"]
             assert r.stderr == "to-stderr\n"  # srun's own "task 0: Exited" line is dropped
-            ok = await sb.exec(["python3", "-c", "import os; print(os.getcwd())"])
-            assert ok.ok and ok.stdout.strip() == str(sb.host_dir)
+            ok = await sb.exec(["python3", "-c", "import os; print(os.getcwd())"], cwd="sub")
+            assert ok.ok and ok.stdout.strip() == "/workspace/sub"
             fed = await sb.exec("wc -c", stdin=b"12345")
             assert fed.stdout.strip() == "5"
+            # the command is a step of the sandbox's job while it runs
+            held = asyncio.ensure_future(sb.exec("while [ ! -e go ]; do sleep 0.05; done; "
+                                                 "echo released", timeout_sec=120))
+            steps = await asyncio.to_thread(
+                wait_for, lambda: [x for x in _slurm("squeue", "-h", "-s", "-j", str(sb.job_id),
+                                                     "-o", "%i %j").splitlines()
+                                   if x.split()[1].endswith("-s4")],
+                timeout=60, what="the fourth step to show in squeue")
+            assert steps[0].startswith(f"{sb.job_id}.")
+            assert sb.host_dir is not None
+            (sb.host_dir / "go").write_text("")
+            assert (await held).stdout == "released\n"
         assert _slurm("squeue", "-h", "-j", sb.job_id, "-o", "%T").strip() in ("", "CANCELLED")
         assert sb.host_dir is not None and not sb.host_dir.exists()
 
@@ -228,3 +245,59 @@ def test_a_config_with_a_slurm_sandbox_is_accepted_and_builds_through_make_facto
         "in slurm sandboxes is not supported yet in nel; give one `image`")
     with pytest.raises(SandboxError, match="image_template"):
         make_factory(SandboxConfig(type="slurm", image_template="img:{name}"))
+
+
+def test_escape_drills_on_a_bare_node_step(factory: SlurmSandboxFactory, tmp_path: Path) -> None:
+    """Untrusted code in a bare-node step (bubblewrap inside the srun step) is contained, and
+    the sandbox keeps working after each drill."""
+    host_secret = tmp_path / "host-secret.txt"
+    host_secret.write_text("host only")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    marker = f"nel-drill-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with running(factory.create(SandboxSpec())) as sb:
+            assert isinstance(sb, SlurmSandbox)
+            net = await sb.exec(["python3", "-c", "import socket; socket.create_connection("
+                                 f"('127.0.0.1', {port}), timeout=5); print('connected')"])
+            assert net.return_code != 0 and "connected" not in net.stdout
+            read = await sb.exec(f"cat {host_secret}")
+            assert read.return_code != 0 and "host only" not in read.stdout
+            write = await sb.exec("echo x > /usr/nel-escape")
+            assert write.return_code != 0 and "Read-only file system" in write.stderr
+            # elsewhere it writes into its own private root, never the host's
+            await sb.exec("echo y > /etc/nel-escape; echo z > /workspace/../nel-escape")
+            assert not any(Path(d, "nel-escape").exists() for d in ("/usr", "/etc", "/"))
+            assert sb.host_dir is not None and not (sb.host_dir.parent / "nel-escape").exists()
+            hog = await sb.exec(["python3", "-c", "b = bytearray(2 << 30); print(len(b))"])
+            assert hog.stopped == "memory" and not hog.ok  # 256m of address space
+            bomb = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
+                                 timeout_sec=60)
+            # the process limit refuses the forks (or the timeout ends it) ...
+            assert "fork: retry: Resource temporarily unavailable" in bomb.stderr \
+                or bomb.stopped == "timeout"
+            # ... and none of the sandbox's processes outlives the command
+            assert sb._uid is not None
+            wait_for(lambda: not _procs_of_uid(sb._uid or -1), timeout=60,
+                     what="the fork bomb's processes to be gone")
+            kill = await sb.exec(f"(exec -a {marker} sleep 300 &); kill -9 $PPID; kill -9 1; "
+                                 "echo after")
+            assert isinstance(kill.return_code, int)
+            wait_for(lambda: not _procs_with(marker), timeout=60, what=f"{marker} to die")
+            # a symlink the program plants does not lead nel's file moves out of the workdir
+            await sb.exec(f"ln -s {host_secret} planted")
+            with pytest.raises(SandboxError, match="leads outside"):
+                await sb.download("planted", tmp_path / "stolen")
+            with pytest.raises(SandboxError, match="leads outside"):
+                await sb.upload(host_secret, "planted")
+            still = await sb.exec("echo alive")
+            assert still.ok and still.stdout == "alive\n"
+
+    try:
+        asyncio.run(go())
+    finally:
+        listener.close()
+    assert host_secret.read_text() == "host only"
