@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from nel_resources.config._base import ConfigError, field_defaults
-from nel_resources.config.benchmarks import BenchmarkConfig, ScoringMetric
+from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig, ScoringMetric
 from nel_resources.config.deployment import ClusterConfig
 from nel_resources.config.model import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES, ServiceConfig
@@ -48,8 +48,6 @@ _BENCH_UNBUILT = {
     "max_system_retries": "max_system_retries (nel retries per request: services.<n>.max_retries)",
     "instruction_template": "instruction templates", "verifier": "separate verifier services",
 }
-# Sandbox types nel runs (the others are refused until they land).
-_SANDBOX_BUILT = ("none", "local", "docker")
 _JUDGE_UNBUILT = ("rubric", "rubric_file", "system_prompt", "max_score", "swap_check",
                   "reference_free", "temperature", "timeout", "max_retries")
 _CLUSTER_LOCAL_UNBUILT = {"gpus": "GPU selection", "max_memory": "memory limits",
@@ -130,6 +128,8 @@ def _check_services(cfg: NelConfig) -> None:
         if sb.node_pool is not None:
             raise _Refusal(("sandboxes", name, "node_pool"), "node pools",
                            "remove `node_pool`")
+        if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
+            _check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
 
 
 def _check_benchmarks(cfg: NelConfig) -> None:
@@ -145,14 +145,53 @@ def _check_benchmarks(cfg: NelConfig) -> None:
         if b.solver.image_detail != "auto":
             raise _Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
                            "remove `image_detail`")
-        if b.sandbox is not None and b.sandbox.type not in _SANDBOX_BUILT:
-            raise _Refusal((*at, "sandbox"), f"sandbox execution ({b.sandbox.type} sandbox)",
-                           "use `type: local` or `type: docker`")
+        if b.sandbox is not None and b.sandbox not in cfg.sandboxes.values():  # inline block
+            _check_sandbox_runs_here(cfg, b.sandbox, (*at, "sandbox"))
         for key, what in _BENCH_UNBUILT.items():
             if _changed(b, key, _BENCH_DEFAULTS):
                 raise _Refusal((*at, key), what, f"remove `{key}`")
         for j, m in enumerate(b.scoring.metrics if b.scoring else []):
             _check_metric(m, (*at, "scoring", "metrics", j))
+
+
+# Sandbox types that run where their tool does; refused (with the reason) where it does not.
+_HPC_SANDBOXES = ("slurm", "apptainer", "ecs_fargate", "custom")
+
+
+def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, ...]) -> None:
+    """One line, before any request, when a sandbox's tool is missing here (the message says
+    why: no SLURM client, no apptainer binary, no AWS credentials, a bad class_path)."""
+    from nel_resources.sandboxes.base import SandboxError
+
+    if sb.type in ("slurm", "apptainer", "ecs_fargate") and sb.image_template:
+        raise _Refusal((*at, "image_template"), f"an image per problem (`image_template`) in "
+                       f"{sb.type} sandboxes", "give one `image`")
+    if sb.type == "slurm":
+        from nel_resources.sandboxes.slurm import unavailable_reason
+        why, key = unavailable_reason(sb.image), "type"
+    elif sb.type == "apptainer":
+        from nel_resources.sandboxes.apptainer import unavailable_reason
+        why, key = unavailable_reason(), "type"
+    elif sb.type == "ecs_fargate":
+        from nel_resources.sandboxes.ecs_fargate import refusal
+        r = refusal(sb)
+        if r is not None and r.unbuilt:
+            raise _Refusal((*at, r.key), r.why, r.instead)
+        why, key = (r.why, r.key) if r else (None, "type")
+    elif sb.type == "custom":
+        from nel_resources.sandboxes.custom import check_class
+        try:
+            check_class(str(sb.class_path))
+            why, key = None, "class_path"
+        except SandboxError as e:
+            why, key = str(e), "class_path"
+    else:
+        return
+    if why:
+        path = (*at, key)
+        line = cfg.line_of(*path)
+        raise ConfigError(f"{cfg._where}:{line or '?'}: key {'.'.join(map(str, path))}: "
+                          f"{sb.type} sandbox cannot run here: {why}")
 
 
 def _check_name(name: str, at: tuple[Any, ...]) -> None:

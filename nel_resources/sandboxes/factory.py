@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 SANDBOX_TYPES: dict[str, str] = {
     "local": "nel_resources.sandboxes.local:build",
     "docker": "nel_resources.sandboxes.docker:build",
+    "slurm": "nel_resources.sandboxes.slurm:build",
+    "apptainer": "nel_resources.sandboxes.apptainer:build",
+    "ecs_fargate": "nel_resources.sandboxes.ecs_fargate:build",
+    "custom": "nel_resources.sandboxes.custom:build",
 }
 
 Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]

@@ -41,7 +41,7 @@ REFUSED_KEY = {
     "15_slurm_gsm8k_vllm": "cluster.type", "15a_slurm_gsm8k_vllm_sharded": "cluster.type",
     "15c_slurm_gsm8k_dynamo": "cluster.type", "15d_slurm_gsm8k_dynamo_disagg": "cluster.type",
     "16_slurm_swebench_harbor": "cluster.type", "16a_slurm_swebench_harbor_apptainer": "cluster.type",
-    "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox",
+    "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
     "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "cluster.type",
     "20a_slurm_gym_runtime_apptainer": "cluster.type",
     "21_tool_calling_gym": "benchmarks.0.solver.type",

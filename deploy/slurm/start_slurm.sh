@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Start (installing it first if needed) a single-node SLURM cluster on this machine:
+# munged + slurmctld + slurmd from Debian's packages (Slurm 22.05), no systemd, no cgroups.
+# Used by the `slurm` sandbox tests and by the SLURM launcher; idempotent: when the cluster
+# already answers it only re-checks and returns (well under a second).
+#
+# Prints `export SLURM_CONF=...` on stdout (eval it); /etc/slurm/slurm.conf also points at it
+# so plain `srun`/`sbatch` find the cluster.
+# Env:
+#   NEL_SLURM_DIR        config, state and logs (default /var/lib/nel-slurm)
+#   NEL_SLURM_NO_INSTALL=1  never run apt-get (the packages must be there)
+#   NEL_SLURM_ACCOUNTING=1  also run a private MariaDB (127.0.0.1:3307) and slurmdbd
+#                        (127.0.0.1:6819) so that `sacct` answers
+# Needs root.
+set -euo pipefail
+
+D=${NEL_SLURM_DIR:-/var/lib/nel-slurm}
+ACCT=${NEL_SLURM_ACCOUNTING:-0}
+export SLURM_CONF="$D/slurm.conf"
+say() { echo "[nel slurm] $*" >&2; }
+alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+apt_install() {
+  # Another checkout's set-up may hold the dpkg lock: wait for it rather than fail.
+  local apt=(apt-get -o DPkg::Lock::Timeout=600 -y -q --no-install-recommends)
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$@" >/dev/null 2>&1 \
+    || { apt-get -o DPkg::Lock::Timeout=600 -q update >/dev/null \
+         && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$@" >/dev/null; }
+}
+node_ready() { sinfo -h -N -o '%t' 2>/dev/null | grep -Eq '^(idle|mix|alloc)'; }
+
+# 1. packages
+if [[ "${NEL_SLURM_NO_INSTALL:-0}" != 1 ]]; then
+  if ! { command -v slurmctld && command -v slurmd && command -v srun && command -v munged; } >/dev/null 2>&1; then
+    say "installing slurmctld slurmd slurm-client munge"
+    apt_install slurmctld slurmd slurm-client munge
+  fi
+  if [[ "$ACCT" == 1 ]] && ! { command -v slurmdbd && command -v mariadbd; } >/dev/null 2>&1; then
+    say "installing slurmdbd mariadb-server"
+    apt_install slurmdbd mariadb-server
+  fi
+fi
+
+# 2. the fast path: already up with the wanted accounting setting
+if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP && node_ready \
+   && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; }; then
+  say "already up"; echo "export SLURM_CONF=$SLURM_CONF"; exit 0
+fi
+
+# 3. munge (authentication between the daemons and the client commands)
+mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
+chown munge:munge /run/munge /var/log/munge /var/lib/munge
+chmod 0755 /run/munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+  mungekey --create --keyfile=/etc/munge/munge.key 2>/dev/null \
+    || dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
+fi
+chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  say "starting munged"
+  setsid runuser -u munge -- /usr/sbin/munged --force </dev/null
+  for _ in $(seq 100); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+munge -n | unmunge >/dev/null
+
+# 4. accounting (optional): a private MariaDB and slurmdbd, bound to 127.0.0.1 only
+mkdir -p "$D"/{ctld,spool,log,run}
+ACCT_LINES="AccountingStorageType=accounting_storage/none"
+if [[ "$ACCT" == 1 ]]; then
+  ACCT_LINES=$'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\nAccountingStoragePort=6819'
+  SOCK="$D/run/mysqld.sock"
+  if ! alive "$D/run/mysqld.pid"; then
+    [[ -d "$D/mysql/mysql" ]] || mariadb-install-db --no-defaults --user=root --datadir="$D/mysql" \
+      --skip-test-db >"$D/log/mysql-install.log" 2>&1
+    say "starting MariaDB on 127.0.0.1:3307"
+    setsid nohup mariadbd --no-defaults --user=root --datadir="$D/mysql" --bind-address=127.0.0.1 \
+      --port=3307 --socket="$SOCK" --pid-file="$D/run/mysqld.pid" --log-error="$D/log/mysqld.log" \
+      --innodb-buffer-pool-size=128M >/dev/null 2>&1 </dev/null &
+    for _ in $(seq 150); do mariadb --no-defaults -S "$SOCK" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
+  mariadb --no-defaults -S "$SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
+    CREATE DATABASE IF NOT EXISTS slurm_acct_db; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  (umask 077; cat > "$D/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=3307
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+PidFile=$D/run/slurmdbd.pid
+LogFile=$D/log/slurmdbd.log
+CONF
+  )
+  if ! alive "$D/run/slurmdbd.pid"; then
+    say "starting slurmdbd"
+    setsid slurmdbd </dev/null   # reads slurmdbd.conf next to $SLURM_CONF; daemonizes
+    for _ in $(seq 150); do (exec 3<>/dev/tcp/127.0.0.1/6819) 2>/dev/null && break; sleep 0.1; done
+  fi
+fi
+
+# 5. slurm.conf: one node (this machine at 127.0.0.1) in one default partition `debug`
+HOST=$(hostname -s)
+read -r CPUS MEM < <(slurmd -C | awk '/NodeName/{for(i=1;i<=NF;i++){split($i,a,"=");v[a[1]]=a[2]}; print v["CPUs"], v["RealMemory"]}')
+MEM=$(( MEM > 1024 ? MEM - 512 : MEM ))
+cat > "$SLURM_CONF.new" <<CONF
+ClusterName=nelcluster
+SlurmctldHost=${HOST}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=5
+${ACCT_LINES}
+JobCompType=jobcomp/filetxt
+JobCompLoc=$D/log/jobcomp.txt
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MinJobAge=300
+KillWait=5
+SlurmctldTimeout=30
+SlurmdTimeout=30
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$D/ctld
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+CONF
+CHANGED=0; cmp -s "$SLURM_CONF.new" "$SLURM_CONF" || CHANGED=1
+mv "$SLURM_CONF.new" "$SLURM_CONF"
+mkdir -p /etc/slurm
+if [[ ! -e /etc/slurm/slurm.conf || -L /etc/slurm/slurm.conf ]]; then ln -sfn "$SLURM_CONF" /etc/slurm/slurm.conf; fi
+if [[ "$ACCT" == 1 ]] && [[ ! -e /etc/slurm/slurmdbd.conf || -L /etc/slurm/slurmdbd.conf ]]; then
+  ln -sfn "$D/slurmdbd.conf" /etc/slurm/slurmdbd.conf
+fi
+
+# 6. daemons (a changed config, e.g. accounting switched on, restarts them)
+if [[ "$CHANGED" == 1 ]]; then
+  for p in slurmd slurmctld; do
+    if alive "$D/run/$p.pid"; then pid=$(cat "$D/run/$p.pid"); kill "$pid"
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; fi
+  done
+fi
+if ! alive "$D/run/slurmctld.pid"; then
+  say "starting slurmctld"
+  setsid slurmctld -f "$SLURM_CONF" </dev/null      # daemonizes, writes its pid file
+fi
+for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+if ! alive "$D/run/slurmd.pid"; then
+  say "starting slurmd"
+  setsid slurmd -f "$SLURM_CONF" -N "$HOST" </dev/null
+fi
+for _ in $(seq 150); do
+  node_ready && break
+  st=$(sinfo -h -N -o '%t' 2>/dev/null | head -1)
+  [[ "$st" =~ ^(down|drain) ]] && scontrol update nodename="$HOST" state=resume 2>/dev/null || true
+  sleep 0.2
+done
+node_ready || { say "node not ready:"; sinfo -N -l >&2; tail -20 "$D/log/slurmd.log" "$D/log/slurmctld.log" >&2; exit 1; }
+say "up: $(sinfo -h -N -o '%N %t %c CPUs %m MB')"
+echo "export SLURM_CONF=$SLURM_CONF"
