@@ -304,7 +304,8 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
      "cluster type 'slurm'"),
     ("cluster:\n  type: docker\n", "cluster.type", "cluster type 'docker'"),
     ("cluster:\n  type: local\n  gpus: [0]\n", "cluster.gpus", "cluster.gpus"),
-    ("    sandbox:\n      type: docker\n", "benchmarks.0.sandbox", "sandbox execution"),
+    ("    sandbox:\n      type: ecs_fargate\n      region: us-east-1\n", "benchmarks.0.sandbox.region",
+     "finding the ECS cluster"),
     ("    scoring:\n      metrics:\n        - {type: sandbox, name: run}\n",
      "benchmarks.0.scoring.metrics.0.type", "'sandbox' metrics"),
     ("    scoring:\n      metrics:\n        - {type: judge, name: j, service: model, rubric: r,"
@@ -445,10 +446,10 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
 def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:
     """One shard of a distributed run re-reads the config with its shard count: the refusal
     still names the file and the key's line (it read `<config>:?` before)."""
-    path = FIXTURES / "examples" / "06_humaneval_docker.yaml"
+    path = FIXTURES / "examples" / "18_humaneval_ecs.yaml"
     p = run_nel("eval", "run", str(path), "--dry-run", "-o", str(tmp_path / "out"),
                 env={"NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
     assert p.returncode == 2, p.stdout + p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key benchmarks\.0\.sandbox: ", line)
-    assert m and "sandbox:" in _yaml_line(path, int(m.group(1))), line
+    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key benchmarks\.0\.sandbox\.region: ", line)
+    assert m and "region:" in _yaml_line(path, int(m.group(1))), line
