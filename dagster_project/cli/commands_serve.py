@@ -164,7 +164,8 @@ def _positive_seconds(text: str) -> float:
 def _export_path(target: str, name: str) -> Path:
     """NeMo Evaluator's `--export-data DIR` writes DIR/<name>.jsonl; a .jsonl path is the file."""
     path = Path(target).expanduser()
-    return path if path.suffix == ".jsonl" else path / f"{name}.jsonl"
+    # an existing directory is a directory whatever its name ends with
+    return path if path.suffix == ".jsonl" and not path.is_dir() else path / f"{name}.jsonl"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,7 +15,6 @@ import re
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,7 +183,8 @@ def test_health_and_size(client: Any) -> None:
     assert health["status"] == "ok"
     assert health["benchmark"] == TOY_NAME
     assert health["dataset_size"] == TOY_SIZE
-    assert health["protocol"] == "nemo-evaluator/0.3"
+    # NeMo Evaluator 0.3.0's strings: "evaluator", or "gym" with --gym-compat
+    assert health["protocol"] == "evaluator"
     assert client.get("/dataset_size").json() == {"size": TOY_SIZE}
 
 
@@ -212,11 +212,17 @@ def test_seed_non_integer_is_422(client: Any, idx: Any) -> None:
 
 
 def test_seed_missing_idx(client: Any, gym_client: Any) -> None:
-    assert_client_error(client.post("/seed_session", json={}), 422, "idx")
-    # NeMo Gym agents start a session by posting the dataset row, without idx.
+    first = client.post("/seed_session", json={"idx": 0}).json()
+    # As NeMo Evaluator: idx defaults to 0, with an empty object, no body at all, or the
+    # dataset row NeMo Gym's agent posts to start a session.
+    assert client.post("/seed_session", json={}).json() == first
+    assert client.post("/seed_session").json() == first
+    assert client.post("/seed_session", json=gym_row(1)).json() == first
+    # --gym-compat answers Gym's empty BaseSeedSessionResponse instead.
     resp = gym_client.post("/seed_session", json=gym_row(1))
     assert resp.status_code == 200 and resp.json() == {}
-    assert gym_client.get("/health").json()["protocol"] == "nemo-gym"
+    assert gym_client.post("/seed_session").json() == {}
+    assert gym_client.get("/health").json()["protocol"] == "gym"
 
 
 # ----------------------------------------------------------------------------- verify forms
@@ -441,7 +447,7 @@ def test_export_data(tmp_path: Path) -> None:
     assert all(r["eval_type"] == TOY_NAME for r in rows)
     assert rows[3]["metadata"] == {"idx": 3, "parity": 1}
     assert len({r["uuid"] for r in rows}) == 5
-    uuid.UUID(rows[0]["uuid"])
+    assert rows[2]["uuid"] == f"{TOY_NAME}-2"  # NeMo Evaluator's form
     # Deterministic: a second export yields the same ids.
     again = tmp_path / "again.jsonl"
     args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(again), "--export-only"])
@@ -531,7 +537,7 @@ def test_real_process_routes(served: int) -> None:
             "status": "ok",
             "benchmark": TOY_NAME,
             "dataset_size": TOY_SIZE,
-            "protocol": "nemo-gym",
+            "protocol": "gym",
             "version": "3",
             "gym_compat": True,
         }
