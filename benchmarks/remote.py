@@ -41,7 +41,14 @@ from benchmarks.errors import NelError
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["GymEnvironment", "RemoteEnvironmentError", "load_gym_rows", "parse_gym_query", "parse_gym_url"]
+__all__ = [
+    "GymEnvironment",
+    "RemoteEnvironmentError",
+    "check_gym_benchmark",
+    "load_gym_rows",
+    "parse_gym_query",
+    "parse_gym_url",
+]
 
 # Statuses worth retrying: overload and server-side failures. Any other 4xx is the
 # request's fault and would fail the same way again.
@@ -126,6 +133,20 @@ def parse_gym_query(url: str) -> tuple[str, dict[str, str]]:
     if options.get("data") == "":
         raise NelError(f"data= in {url!r} names no file (expected data=ROWS.jsonl)")
     return base, options
+
+
+def check_gym_benchmark(name: str, params: Mapping[str, Any] | None = None) -> None:
+    """Check a `gym://` benchmark before a run: its query, its parameters, its rows file.
+
+    Sends no request (the server may not be up yet); only reads the data file.
+
+    Raises:
+        NelError: one line naming what to fix.
+    """
+    try:
+        GymEnvironment(name, **dict(params or {}))
+    except TypeError as exc:
+        raise NelError(f"{name}: {exc}") from None
 
 
 def _content_text(content: Any) -> str:

@@ -449,3 +449,17 @@ def test_native_verify_sends_the_expected_answer(tmp_path: Path, toy_port: int) 
             await env.close()
 
     assert asyncio.run(run()) == (1.0, 1.0)
+
+
+def test_eval_run_refuses_a_bad_gym_query_before_writing(tmp_path: Path) -> None:
+    from tests.support.cli import run_nel
+
+    out = tmp_path / "out"
+    proc = run_nel("eval", "run", "-b", "gym://127.0.0.1:1?protocl=native", "-m", "2",
+                   "--model-url", "http://127.0.0.1:1/v1", "-o", str(out), "--no-progress")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: unknown query parameter 'protocl' in 'gym://127.0.0.1:1?protocl=native': "
+        "gym:// takes protocol=evaluator|native and data=ROWS.jsonl"
+    )
+    assert not out.exists()
