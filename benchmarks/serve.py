@@ -172,7 +172,7 @@ def _json_response(obj: Any, status: int = 200) -> Response:
 def _require_json(request: Request) -> None:
     """Refuse a declared content type other than JSON (415); none at all is accepted."""
     ctype = request.headers.get("content-type")
-    if ctype is None:
+    if ctype is None or not ctype.strip():  # an empty header declares nothing either
         return
     media = ctype.split(";", 1)[0].strip().lower()
     if media != "application/json" and not (

@@ -62,6 +62,20 @@ def _numeric_fields(item: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _rollout_info(item: Mapping[str, Any], task: int) -> dict[str, Any]:
+    """Gym's per-rollout record: its id, indices, reward and numbers (bools as 0/1)."""
+    rollout = item.get(ROLLOUT_INDEX_KEY, 0)
+    info: dict[str, Any] = {"rollout_id": f"{task}:{rollout}", TASK_INDEX_KEY: task,
+                            ROLLOUT_INDEX_KEY: rollout, "reward": item["reward"]}
+    response = item.get("response")
+    usage = response.get("usage") if isinstance(response, dict) else None
+    for source in (usage if isinstance(usage, dict) else {}, item):
+        for key, value in source.items():
+            if key not in _SKIP and key != "reward" and isinstance(value, int | float):
+                info[key] = int(value) if isinstance(value, bool) else value
+    return info
+
+
 def _describe(values: np.ndarray) -> dict[str, float]:
     """Gym's five baseline statistics of one column (NaNs dropped; empty -> nothing)."""
     values = values[~np.isnan(values)]
@@ -157,9 +171,11 @@ def aggregate_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
             reward
         ):
             raise AggregateInputError(f"{field}.reward", "required, a finite number")
+        for key in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY):
+            index = item.get(key, 0)
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise AggregateInputError(f"{field}.{key}", "expected an integer")
         task = item.get(TASK_INDEX_KEY, 0)
-        if isinstance(task, bool) or not isinstance(task, int):
-            raise AggregateInputError(f"{field}.{TASK_INDEX_KEY}", "expected an integer")
         task_ids.append(task)
         numeric.append(_numeric_fields(item))
     ids = np.array(task_ids)
@@ -170,7 +186,14 @@ def aggregate_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
         task = int(ids[members[0]])
         group: dict[str, Any] = {TASK_INDEX_KEY: task}
         group.update(_flat(_columns([numeric[j] for j in members])))
-        group["num_rollouts"] = int(members.size)
+        # Gym's bookkeeping keys: every rollout posted is one that arrived, and `sample` is
+        # the placeholder row Gym's own /aggregate_metrics builds for its single agent.
+        group["sample"] = {"agent_ref": {"name": "agent"}}
+        group["num_rollouts"] = group["expected_num_rollouts"] = int(members.size)
+        group["missing_num_rollouts"] = 0
+        group["reward_profile_completion_pct"] = 100.0
+        infos = [_rollout_info(responses[j], task) for j in members]
+        group["rollout_infos"] = sorted(infos, key=lambda r: r[ROLLOUT_INDEX_KEY])
         groups.append(group)
     columns = _columns(numeric)
     agent = _flat(columns)

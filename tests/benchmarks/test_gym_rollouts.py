@@ -349,3 +349,37 @@ def test_gym_native_client_against_a_nemo_gym_resources_server(
     assert [r[2] for r in rows] == gym_stack.mcqa_answers
     assert [r[1] for r in rows] == [float(a == g) for a, g in zip(gym_stack.mcqa_answers, gold,
                                                                    strict=True)]
+
+
+GYM_AGGREGATE = """\
+import json, sys
+from nemo_gym.reward_profile import compute_aggregate_metrics
+print(json.dumps(compute_aggregate_metrics(json.load(sys.stdin)).model_dump()))
+"""
+
+
+def test_aggregate_metrics_has_gyms_keys_and_values() -> None:
+    """nel serve's /aggregate_metrics against NeMo Gym's own computation of the same input."""
+    from benchmarks.serve_metrics import aggregate_metrics
+    from tests.benchmarks.test_serve import _verify_responses
+
+    venv = peer_gym_venv()
+    responses = _verify_responses()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", GYM_AGGREGATE],
+                          input=json.dumps(responses), capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gym = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = aggregate_metrics({"verify_responses": responses})
+    assert set(gym) == set(ours)
+    for key, value in gym["agent_metrics"].items():
+        assert ours["agent_metrics"][key] == pytest.approx(value), key
+    assert ours["key_metrics"] == {k: v for k, v in ours["agent_metrics"].items()
+                                   if k.startswith("mean/")}
+    assert set(gym["key_metrics"]) <= set(ours["key_metrics"])
+    assert len(ours["group_level_metrics"]) == len(gym["group_level_metrics"])
+    for mine, theirs in zip(ours["group_level_metrics"], gym["group_level_metrics"], strict=True):
+        for key, value in theirs.items():
+            assert key in mine, key
+            assert mine[key] == (pytest.approx(value) if isinstance(value, float) else value), key

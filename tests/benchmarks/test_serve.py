@@ -586,3 +586,55 @@ def test_real_process_unknown_benchmark_one_line_error() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: unknown benchmark 'nel_test_toy_arth'")
     assert TOY_NAME in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- aggregate
+
+
+def _verify_responses() -> list[dict[str, Any]]:
+    """Three tasks x two rollouts, as ng_collect_rollouts posts them (response stripped)."""
+    rewards = {0: (1.0, 1.0), 1: (1.0, 0.0), 2: (0.0, 0.0)}
+    return [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": rw, "solved": rw == 1.0,
+             "extracted_answer": "x", "response": {"usage": {"output_tokens": 10 + t}}}
+            for t, pair in rewards.items() for r, rw in enumerate(pair)]
+
+
+def test_aggregate_metrics(client: Any) -> None:
+    out = client.post("/aggregate_metrics", json={"verify_responses": _verify_responses()})
+    assert out.status_code == 200
+    body = out.json()
+    agent = body["agent_metrics"]
+    assert agent["mean/reward"] == pytest.approx(0.5) and agent["max/reward"] == 1.0
+    assert agent["median/reward"] == 0.5 and agent["std/reward"] == pytest.approx(0.5477, abs=1e-4)
+    assert agent["mean/solved"] == pytest.approx(0.5)  # booleans count as 0/1, as in Gym
+    assert agent["mean/output_tokens"] == pytest.approx(11.0)  # from response.usage
+    # error bars over tasks (per-task means 1, .5, 0), not over the six rollouts
+    assert agent["stderr/reward"] == pytest.approx(0.5 / 3**0.5)
+    assert agent["pass@1/reward"] == pytest.approx(0.5)
+    assert agent["pass@2/reward"] == pytest.approx(2 / 3)
+    assert agent["n_tasks"] == 3 and agent["n_rollouts"] == 6
+    assert body["key_metrics"] == {k: v for k, v in agent.items() if k.startswith("mean/")}
+    groups = body["group_level_metrics"]
+    assert [g["_ng_task_index"] for g in groups] == [0, 1, 2]
+    assert [g["mean/reward"] for g in groups] == [1.0, 0.5, 0.0]
+    assert all(g["num_rollouts"] == 2 for g in groups)
+    empty = client.post("/aggregate_metrics", json={"verify_responses": []}).json()
+    assert empty == {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "verify_responses"),
+        ({"verify_responses": {"a": 1}}, "verify_responses"),
+        ({"verify_responses": [3]}, "verify_responses[0]"),
+        ({"verify_responses": [{"reward": "1"}]}, "verify_responses[0].reward"),
+        ({"verify_responses": [{"reward": True}]}, "verify_responses[0].reward"),
+        ({"verify_responses": [{"reward": 1, "_ng_task_index": "a"}]},
+         "verify_responses[0]._ng_task_index"),
+        ({"verify_responses": [{"reward": 1, "_ng_rollout_index": None}]},
+         "verify_responses[0]._ng_rollout_index"),
+    ],
+)
+def test_aggregate_metrics_bad_input_is_422(client: Any, body: dict[str, Any], field: str) -> None:
+    assert_client_error(client.post("/aggregate_metrics", json=body), 422, field)
