@@ -19,8 +19,9 @@ work unchanged:
     `BaseVerifyResponse` is) with `reward`, `extracted_answer`, `scoring_details`,
     `metadata` and `expected_answer` added at the top level.
 
-With `gym_compat=True`, `/seed_session` also accepts NeMo Gym's session-start body (the
-dataset row, no `idx`) and answers `{}` like Gym's `BaseSeedSessionResponse`.
+With `gym_compat=True`, `/health` reports the `gym` protocol and a `/seed_session` body
+without `idx` (NeMo Gym's session start: the dataset row) is answered `{}` like Gym's
+`BaseSeedSessionResponse`.
 
 Bad input never earns a reward: a malformed body is a 422 naming the field, an idx out of
 range is a 400, an oversized body is a 413, and a scorer that raises gives a 422 with the
@@ -470,8 +471,8 @@ def generate_app(
 
     Args:
         env: The environment to serve.
-        gym_compat: Also accept NeMo Gym's session-start body on `/seed_session` (no
-            `idx`; answered with `{}`) and report the Gym protocol in `/health`.
+        gym_compat: Answer a `/seed_session` body without `idx` (NeMo Gym's session start)
+            with `{}` instead of problem 0, and report the `gym` protocol in `/health`.
         data_export_dir: Also write the dataset as Gym JSONL to `<dir>/<name>.jsonl`
             first (NeMo Evaluator's argument; `nel serve --export-data` is the CLI's).
         max_body_bytes: Bodies larger than this are refused with 413.
