@@ -65,9 +65,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _match(prompt: str) -> str:
-    """A substring that picks one prompt out: the tail of its longest line (the question)."""
-    return max(prompt.splitlines(), key=len)[-80:]
+def _matches(prompts: list[str]) -> list[str]:
+    """Per prompt, a substring no other prompt has: the tail of its longest own line.
+
+    (Instructions shared by every prompt must not be the key, or one answer fits all.)
+    """
+    out = []
+    for i, prompt in enumerate(prompts):
+        others = "\n".join(p for j, p in enumerate(prompts) if j != i)
+        own = [line.strip()[-80:] for line in prompt.splitlines() if line.strip()]
+        unique = [tail for tail in own if tail not in others]
+        assert unique, f"prompt {i} has no line of its own"
+        out.append(max(unique, key=len))
+    return out
 
 
 def _session_members(sid: int) -> list[int]:
@@ -121,19 +131,19 @@ def _answers(gold: list[str], prompts: list[str], mcqa: list[dict[str, Any]]) ->
         list[dict[str, str]], list[str]]:
     """Reference-server answers: a mix of right and wrong, so equal rewards mean something."""
     rows = []
-    for i, (g, p) in enumerate(zip(gold, prompts, strict=True)):
+    for i, (g, key) in enumerate(zip(gold, _matches(prompts), strict=True)):
         if i % 3 == 0:
-            rows.append({"match": _match(p), "content": f"Adding it up.\n#### {g}"})
+            rows.append({"match": key, "content": f"Adding it up.\n#### {g}"})
         elif i % 3 == 1:
-            rows.append({"match": _match(p), "content": f"#### {int(float(g)) + 1}"})
+            rows.append({"match": key, "content": f"#### {int(float(g)) + 1}"})
         # i % 3 == 2: the server's default answer ("The answer is 42.")
     letters = []
-    for i, row in enumerate(mcqa):
+    contents = [row["responses_create_params"]["input"][0]["content"] for row in mcqa]
+    for i, (row, key) in enumerate(zip(mcqa, _matches(contents), strict=True)):
         gold_letter = row["expected_answer"]
         letter = gold_letter if i % 2 == 0 else ("A" if gold_letter != "A" else "B")
         letters.append(letter)
-        content = row["responses_create_params"]["input"][0]["content"]
-        rows.append({"match": _match(content), "content": f"Thinking done. \\boxed{{{letter}}}"})
+        rows.append({"match": key, "content": f"Thinking done. \\boxed{{{letter}}}"})
     return rows, letters
 
 
@@ -309,7 +319,10 @@ def test_ng_collect_rollouts_against_nel_serve_equals_direct_run(
     assert collected.eval_run.returncode == 0, collected.eval_run.stderr[-3000:]
     direct = _direct_rewards(collected.eval_out, "gsm8k")
     assert sorted(direct) == list(range(N))
-    assert set(direct.values()) == {0.0, 1.0}  # a mix, so equality below means something
+    # the answers were chosen per item: right, off by one, the default "42"
+    designed = {i: float(i % 3 == 0 or (i % 3 == 2 and gym_stack.gsm8k_gold[i] == "42"))
+                for i in range(N)}
+    assert direct == designed  # a mix, so the equality below means something
     for agent in AGENTS:
         got = {int(r["uuid"].rpartition("-")[2]): float(r["reward"])
                for r in rollouts if r["agent_ref"]["name"] == agent}
