@@ -638,3 +638,30 @@ def test_aggregate_metrics(client: Any) -> None:
 )
 def test_aggregate_metrics_bad_input_is_422(client: Any, body: dict[str, Any], field: str) -> None:
     assert_client_error(client.post("/aggregate_metrics", json=body), 422, field)
+
+
+def test_export_into_a_directory_named_like_a_file_and_no_temp_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.serve as serve_module
+
+    odd = tmp_path / "runs.jsonl"
+    odd.mkdir()  # an existing directory is a directory, whatever its name
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(odd),
+                                     "--max-problems", "2", "--export-only"])
+    assert args.func(args) == 0
+    assert len((odd / f"{TOY_NAME}.jsonl").read_text().splitlines()) == 2
+
+    # the disk fills up after the first row: no partial file, no temp file left behind
+    real_dumps, calls = serve_module.dumps, []
+
+    def failing_dumps(obj: Any) -> bytes:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real_dumps(obj)
+
+    monkeypatch.setattr(serve_module, "dumps", failing_dumps)
+    target = tmp_path / "out" / "rows.jsonl"
+    with pytest.raises(OSError, match="No space left"):
+        serve_module.export_data(ToyArithmetic(3), target)
+    assert list(target.parent.iterdir()) == []
