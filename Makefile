@@ -19,6 +19,10 @@ STAMP := $(VENV)/.nel-installed
 # the same invocations through both tools (pyenv's shim needs the version named).
 PEER_VENV ?= .venv-peers/nemo-evaluator
 PEER_NEMO := $(PEER_VENV)/bin/nel
+# The real NeMo Gym, for its agent and ng_collect_rollouts against `nel serve` (tests
+# symlink its per-server venvs to this one, so Gym installs nothing at run time).
+PEER_GYM_VENV ?= .venv-peers/nemo-gym
+PEER_GYM := $(PEER_GYM_VENV)/bin/ng_run
 PY312 ?= env PYENV_VERSION=3.12.1 python3.12
 
 .PHONY: setup system-deps peers run test test-fast lint bench clean
@@ -40,7 +44,12 @@ $(PEER_NEMO):
 	$(PEER_VENV)/bin/pip install -q --upgrade pip
 	$(PEER_VENV)/bin/pip install -q 'nemo-evaluator[stats]==0.3.0'  # [stats]: scipy, else its compare is always INCONCLUSIVE
 
-peers: $(PEER_NEMO)
+$(PEER_GYM):
+	$(PY312) -m venv $(PEER_GYM_VENV)
+	$(PEER_GYM_VENV)/bin/pip install -q --upgrade pip
+	$(PEER_GYM_VENV)/bin/pip install -q 'nemo-gym==0.4.0'
+
+peers: $(PEER_NEMO) $(PEER_GYM)
 
 system-deps:
 	bash deploy/install_system_deps.sh

@@ -1,23 +1,37 @@
 """`gym://host:port`: an EvalEnvironment whose problems and scorer live behind HTTP.
 
-Speaks the protocol `nel serve` serves (NeMo Evaluator 0.3.0's): `/dataset_size`,
-`/seed_session`, `/verify`, and `/health` when the server has it. nel still calls the model
-itself, so trajectories, tokens and latency are captured as for a local benchmark.
+Two protocols, as in NeMo Evaluator 0.3.0 (`gym://host:port?protocol=...&data=...`):
 
-Unlike NeMo Evaluator 0.3.0's client, `verify` sends the expected answer and the item
-metadata with the response: a server cannot score correctly without them.
+- `evaluator` (the default): the protocol `nel serve` serves: `/dataset_size`,
+  `/seed_session`, `/verify`, and `/health` when the server has it.
+- `native`: a NeMo Gym resources server, which holds no data: the problems are the rows of
+  a Gym JSONL file (`data=rows.jsonl`: `responses_create_params`, `expected_answer`,
+  `verifier_metadata`, any other per-item fields), and `/verify` gets Gym's body: the
+  whole row, `responses_create_params`, and the answer wrapped as a Responses-API object.
+
+`data=` also works with `evaluator` (problems from the file, scoring by the server). Any
+other query parameter is refused in one line. nel still calls the model itself, so
+trajectories, tokens and latency are captured as for a local benchmark.
+
+Unlike NeMo Evaluator 0.3.0's client, `verify` always sends the expected answer (in the
+evaluator form with the item metadata; in the native form as the row's `expected_answer`):
+its native client drops `expected_answer` from every row it forwards, and its response
+envelope lacks fields NeMo Gym validates, so real Gym servers cannot score its requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
@@ -27,12 +41,27 @@ from benchmarks.errors import NelError
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["GymEnvironment", "RemoteEnvironmentError", "parse_gym_url"]
+__all__ = [
+    "GymEnvironment",
+    "RemoteEnvironmentError",
+    "check_gym_benchmark",
+    "load_gym_rows",
+    "parse_gym_query",
+    "parse_gym_url",
+]
 
 # Statuses worth retrying: overload and server-side failures. Any other 4xx is the
 # request's fault and would fail the same way again.
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _SEED_FIELDS = ("prompt", "expected_answer", "metadata", "messages", "system", "sandbox_spec")
+PROTOCOLS = ("evaluator", "native")
+_QUERY_KEYS = ("protocol", "data")
+# The seed metadata key that carries a data row's index from seed() to verify().
+ROW_KEY = "gym_row"
+# Row fields never copied into seed metadata: the bulky request, the answer (it has its own
+# field), and names that would collide with verify()'s own parameters.
+_NOT_METADATA = frozenset({"responses_create_params", "expected_answer", "response",
+                           "expected", "reasoning", "self", ROW_KEY})
 
 
 class RemoteEnvironmentError(NelError):
@@ -78,6 +107,147 @@ def parse_gym_url(url: str) -> tuple[str, str, int]:
     return f"{http_scheme}://{netloc}{parts.path.rstrip('/')}", host, port
 
 
+def parse_gym_query(url: str) -> tuple[str, dict[str, str]]:
+    """Split `gym://host:port?protocol=native&data=rows.jsonl` into (URL, query options).
+
+    Raises:
+        NelError: for a query parameter other than `protocol` and `data`, one given twice,
+            or a protocol other than `evaluator` / `native`.
+    """
+    base, sep, query = url.partition("?")
+    options: dict[str, str] = {}
+    if not sep:
+        return base, options
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in _QUERY_KEYS:
+            raise NelError(
+                f"unknown query parameter {key!r} in {url!r}: gym:// takes "
+                "protocol=evaluator|native and data=ROWS.jsonl"
+            )
+        if key in options:
+            raise NelError(f"query parameter {key!r} given twice in {url!r}")
+        options[key] = value
+    protocol = options.get("protocol")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise NelError(f"protocol={protocol!r} in {url!r}: expected evaluator or native")
+    if options.get("data") == "":
+        raise NelError(f"data= in {url!r} names no file (expected data=ROWS.jsonl)")
+    return base, options
+
+
+def check_gym_benchmark(name: str, params: Mapping[str, Any] | None = None) -> None:
+    """Check a `gym://` benchmark before a run: its query, its parameters, its rows file.
+
+    Sends no request (the server may not be up yet); only reads the data file.
+
+    Raises:
+        NelError: one line naming what to fix.
+    """
+    try:
+        GymEnvironment(name, **dict(params or {}))
+    except TypeError as exc:
+        raise NelError(f"{name}: {exc}") from None
+
+
+def _content_text(content: Any) -> str:
+    """The text of a Responses-API message `content` (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) for part in content
+            if isinstance(part, dict) and part.get("type", "input_text")
+            in ("input_text", "output_text", "text")
+        )
+    return ""
+
+
+def load_gym_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a NeMo Gym JSONL file, checked for what nel can run.
+
+    Each row needs `responses_create_params.input` (a string or a list of messages).
+    Rows that declare tools are refused: they need a Gym agent to run the tool calls, and
+    nel sends one prompt and scores one answer.
+
+    Raises:
+        NelError: naming the file and line, for a missing file, a line that is not a JSON
+            object, a row without input, or a row with tools.
+    """
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise NelError(f"gym data {file}: cannot read it ({exc.strerror or exc})") from None
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"gym data {file}:{number}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise NelError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise NelError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        rcp = row.get("responses_create_params")
+        if not isinstance(rcp, dict) or not isinstance(rcp.get("input"), str | list):
+            raise NelError(f"{where}: needs responses_create_params.input (a string or messages)")
+        if rcp.get("tools"):
+            raise NelError(
+                f"{where}: the row declares tools, which need a NeMo Gym agent to run; "
+                "nel sends one prompt per row"
+            )
+        rows.append(row)
+    if not rows:
+        raise NelError(f"gym data {file}: no rows")
+    return rows
+
+
+def _row_seed(row: Mapping[str, Any], idx: int) -> SeedResult:
+    """A data row as a problem: its input messages, expected answer and scalar fields."""
+    raw = row["responses_create_params"]["input"]
+    messages: list[dict[str, Any]] = []
+    for item in [{"role": "user", "content": raw}] if isinstance(raw, str) else raw:
+        # function-call items and the like are tool traffic, not prompt text
+        if isinstance(item, dict) and "role" in item and item.get("type", "message") == "message":
+            role = "system" if item["role"] == "developer" else str(item["role"])
+            messages.append({"role": role, "content": _content_text(item.get("content"))})
+    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    expected = row.get("expected_answer")
+    verifier = row.get("verifier_metadata")
+    if expected is None and isinstance(verifier, dict):
+        expected = verifier.get("expected_answer")
+    metadata: dict[str, Any] = {
+        k: v for k, v in row.items()
+        if k not in _NOT_METADATA and (v is None or isinstance(v, str | int | float | bool))
+    }
+    metadata[ROW_KEY] = idx
+    return SeedResult(
+        prompt=prompt,
+        expected_answer="" if expected is None else str(expected),
+        metadata=metadata,
+        messages=messages or None,
+    )
+
+
+def _gym_response(text: str, reasoning: str | None) -> dict[str, Any]:
+    """An answer as the Responses-API object NeMo Gym's `NeMoGymResponse` validates."""
+    output: list[dict[str, Any]] = []
+    if reasoning:
+        output.append({"id": "rs_nel", "type": "reasoning",
+                       "summary": [{"type": "summary_text", "text": reasoning}]})
+    output.append({
+        "id": "msg_nel", "type": "message", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+    return {
+        "id": "resp_nel", "object": "response", "created_at": int(time.time()),
+        "model": "nel", "status": "completed", "output": output,
+        # required by OpenAI's Response type, which Gym servers validate the body against
+        "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+    }
+
+
 def _detail(raw: bytes) -> str:
     """The server's error message, short, from a JSON or text error body."""
     try:
@@ -115,6 +285,10 @@ class GymEnvironment(EvalEnvironment):
         max_connections: Size of the keep-alive connection pool.
         name: Override the environment name (default `gym_<host>_<port>`).
         headers: Extra headers sent with every request (e.g. an auth token).
+        protocol: `evaluator` (default) or `native` (a NeMo Gym resources server); also
+            `?protocol=` in the URL.
+        data: A NeMo Gym JSONL file whose rows are the problems (required for `native`);
+            also `?data=` in the URL.
     """
 
     version = "1"
@@ -130,9 +304,27 @@ class GymEnvironment(EvalEnvironment):
         max_connections: int = 256,
         name: str | None = None,
         headers: dict[str, str] | None = None,
+        protocol: str | None = None,
+        data: str | Path | None = None,
     ):
         self.url = url
-        self.base_url, self.host, self.port = parse_gym_url(url)
+        address, options = parse_gym_query(url)
+        for key, given in (("protocol", protocol), ("data", data)):
+            if given is not None and key in options and str(given) != options[key]:
+                raise NelError(f"{key} is given twice for {url!r}: {given!r} and {options[key]!r}")
+        self.gym_protocol = str(protocol or options.get("protocol") or "evaluator")
+        if self.gym_protocol not in PROTOCOLS:
+            raise NelError(f"protocol={self.gym_protocol!r}: expected evaluator or native")
+        data = data if data is not None else options.get("data")
+        if self.gym_protocol == "native" and data is None:
+            raise NelError(
+                f"{url!r}: protocol=native needs data=ROWS.jsonl (NeMo Gym resources "
+                "servers hold no problems)"
+            )
+        # Read the rows now: a bad file is one line before any request is sent.
+        self.data_path = None if data is None else Path(data).expanduser().resolve()
+        self._rows = None if self.data_path is None else load_gym_rows(self.data_path)
+        self.base_url, self.host, self.port = parse_gym_url(address)
         safe_host = "".join(c if c.isalnum() else "_" for c in self.host)
         # A stable name from the address: results are keyed by it before prepare() runs.
         self.name = name or f"gym_{safe_host}_{self.port}"
@@ -145,7 +337,7 @@ class GymEnvironment(EvalEnvironment):
         self.remote_benchmark: str | None = None
         self.remote_version: str | None = None
         self.protocol: str | None = None
-        self._size: int | None = None
+        self._size: int | None = None if self._rows is None else len(self._rows)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -222,8 +414,11 @@ class GymEnvironment(EvalEnvironment):
         return self._size
 
     def fingerprint(self) -> str:
-        """Address, remote benchmark name and version, and dataset size."""
+        """Address, remote benchmark name and version, and dataset size (or data file hash)."""
         size = len(self)
+        if self.data_path is not None:
+            digest = hashlib.sha256(self.data_path.read_bytes()).hexdigest()[:16]
+            return f"gym:{self.base_url}:{self.gym_protocol}:{digest}:{size}"
         return (
             f"gym:{self.base_url}:{self.remote_benchmark or '?'}:"
             f"{self.remote_version or '?'}:{size}"
@@ -295,7 +490,11 @@ class GymEnvironment(EvalEnvironment):
     # ------------------------------------------------------------------ environment API
 
     async def seed(self, idx: int) -> SeedResult:
-        """Problem `idx` from the server's `/seed_session`."""
+        """Problem `idx`: row `idx` of the data file, else the server's `/seed_session`."""
+        if self._rows is not None:
+            if not 0 <= idx < len(self._rows):
+                raise IndexError(idx)
+            return _row_seed(self._rows[idx], idx)
         body = await self._request("POST", "/seed_session", {"idx": idx})
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             raise RemoteEnvironmentError(
@@ -308,12 +507,49 @@ class GymEnvironment(EvalEnvironment):
         return SeedResult(**fields)
 
     async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
-        """Score through the server's `/verify`, sending response, expected and metadata."""
+        """Score through the server's `/verify`, always sending the expected answer.
+
+        Evaluator protocol: `{response, expected, metadata}`. Native protocol: the item's
+        data row with `expected_answer` set to `expected`, and the answer as a
+        Responses-API object (with the reasoning, when the model gave it separately).
+        """
+        row_idx = metadata.pop(ROW_KEY, None)
+        if self.gym_protocol == "native":
+            return await self._verify_native(response, expected, row_idx, metadata)
         body = await self._request(
             "POST",
             "/verify",
             {"response": response, "expected": expected, "metadata": metadata},
         )
+        return self._verdict(body)
+
+    async def _verify_native(
+        self, response: str, expected: str, row_idx: Any, metadata: dict[str, Any]
+    ) -> VerifyResult:
+        assert self._rows is not None  # native always has data (checked in __init__)
+        if isinstance(row_idx, bool) or not isinstance(row_idx, int) or not (
+            0 <= row_idx < len(self._rows)
+        ):
+            raise RemoteEnvironmentError(
+                f"verify needs the {ROW_KEY!r} index its seed gave, got {row_idx!r}"
+            )
+        row = self._rows[row_idx]
+        reasoning = metadata.get("reasoning")
+        body = {
+            **row,
+            "expected_answer": expected,
+            "response": _gym_response(response, reasoning if isinstance(reasoning, str) else None),
+        }
+        reply = await self._request("POST", "/verify", body)
+        verdict = self._verdict(reply)
+        # What the server added (its own scoring fields), not the row it echoed back.
+        verdict.scoring_details = {
+            k: v for k, v in reply.items()
+            if k not in body and k not in ("reward", "extracted_answer", "metadata")
+        }
+        return verdict
+
+    def _verdict(self, body: Any) -> VerifyResult:
         if not isinstance(body, dict) or "reward" not in body:
             raise RemoteEnvironmentError(f"{self.base_url}/verify answered without a reward")
         try:

@@ -5,18 +5,23 @@ work unchanged:
 
 - `GET /health` -> `{status, benchmark, dataset_size, protocol, version, gym_compat}`
 - `GET /dataset_size` -> `{size}`
-- `POST /seed_session {idx}` -> `SeedResult.to_dict()`
+- `POST /seed_session {idx}` -> `SeedResult.to_dict()`; no idx (or no body at all, or the
+  dataset row a NeMo Gym agent sends) means idx 0, as in NeMo Evaluator
+- `POST /aggregate_metrics {verify_responses}` -> NeMo Gym's `AggregateMetrics`
+  (`benchmarks.serve_metrics`), which `ng_collect_rollouts` calls after the rollouts
 - `POST /verify` in two forms:
   * evaluator form `{response: str, expected, metadata}` -> `VerifyResult.to_dict()`;
-  * Gym form, recognised by `responses_create_params` in the body or a `response` that is an
-    object: the response is a Responses-API object (`output[].content[].text`), an OpenAI
+  * Gym form, recognised by `responses_create_params` in the body, a `response` that is an
+    object, or no `expected` key (NeMo Evaluator's rule): the response is a Responses-API object (`output[].content[].text`), an OpenAI
     chat completion (`choices[0].message.content`, plus `reasoning_content`) or a string;
-    the expected answer comes from `expected_answer` / `expected` or the body's `metadata`.
-    The reply is the request body echoed back (as NeMo Gym's `BaseVerifyResponse` is) with
-    `reward`, `extracted_answer`, `scoring_details` and `metadata` added at the top level.
+    the expected answer comes from `expected_answer` / `expected`, the body's `metadata` or
+    its `verifier_metadata`. The reply is the request body echoed back (as NeMo Gym's
+    `BaseVerifyResponse` is) with `reward`, `extracted_answer`, `scoring_details`,
+    `metadata` and `expected_answer` added at the top level.
 
-With `gym_compat=True`, `/seed_session` also accepts NeMo Gym's session-start body (the
-dataset row, no `idx`) and answers `{}` like Gym's `BaseSeedSessionResponse`.
+With `gym_compat=True`, `/health` reports the `gym` protocol and a `/seed_session` body
+without `idx` (NeMo Gym's session start: the dataset row) is answered `{}` like Gym's
+`BaseSeedSessionResponse`.
 
 Bad input never earns a reward: a malformed body is a 422 naming the field, an idx out of
 range is a 400, an oversized body is a 413, and a scorer that raises gives a 422 with the
@@ -33,7 +38,6 @@ import json
 import logging
 import math
 import os
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +70,7 @@ __all__ = [
 log = logging.getLogger("nel.serve")
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
+AGGREGATE_MAX_BODY_BYTES = 64_000_000
 # A body must arrive completely within this (a client sending it byte by byte is cut off).
 DEFAULT_BODY_TIMEOUT = 30.0
 # Scoring one response may take this long before the request is answered 422.
@@ -74,8 +79,9 @@ ENV_VERIFY_TIMEOUT = "NEL_SERVE_VERIFY_TIMEOUT"
 ENV_READ_TIMEOUT = "NEL_SERVE_HEAD_TIMEOUT"  # also read by serve_limits' protocol
 # Scoring threads alive at once (abandoned overruns included).
 SCORING_THREADS = 8
-PROTOCOL_EVALUATOR = "nemo-evaluator/0.3"
-PROTOCOL_GYM = "nemo-gym"
+# The `protocol` strings NeMo Evaluator 0.3.0's `/health` reports, byte for byte.
+PROTOCOL_EVALUATOR = "evaluator"
+PROTOCOL_GYM = "gym"
 
 # Environment variables through which `serve(workers=N)` tells each uvicorn worker process
 # what to build: workers are fresh interpreters and rebuild the environment by name.
@@ -167,7 +173,7 @@ def _json_response(obj: Any, status: int = 200) -> Response:
 def _require_json(request: Request) -> None:
     """Refuse a declared content type other than JSON (415); none at all is accepted."""
     ctype = request.headers.get("content-type")
-    if ctype is None:
+    if ctype is None or not ctype.strip():  # an empty header declares nothing either
         return
     media = ctype.split(";", 1)[0].strip().lower()
     if media != "application/json" and not (
@@ -182,9 +188,17 @@ def _require_json(request: Request) -> None:
 
 
 async def _read_json_object(
-    request: Request, limit: int, timeout: float = DEFAULT_BODY_TIMEOUT
+    request: Request,
+    limit: int,
+    timeout: float = DEFAULT_BODY_TIMEOUT,
+    *,
+    allow_empty: bool = False,
 ) -> dict[str, Any]:
-    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object."""
+    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object.
+
+    With `allow_empty`, a body-less request reads as `{}` (NeMo Evaluator's `/seed_session`
+    takes one); otherwise an empty body is a 422.
+    """
     _require_json(request)
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -219,6 +233,8 @@ async def _read_json_object(
         ) from None
     raw = b"".join(chunks)
     if not raw.strip():
+        if allow_empty:
+            return {}
         raise ApiError(422, "invalid_request", "body: empty; a JSON object is required", "body")
     data = _loads(raw)
     if not isinstance(data, dict):
@@ -349,13 +365,19 @@ def _as_answer(value: Any, field: str) -> str:
 
 
 def _find_expected(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:
-    for source, where in ((body, ""), (metadata, "metadata.")):
+    sources: list[tuple[Mapping[str, Any], str]] = [(body, ""), (metadata, "metadata.")]
+    # NeMo Gym rows keep per-item verifier inputs in `verifier_metadata`.
+    verifier = body.get("verifier_metadata")
+    if isinstance(verifier, dict):
+        sources.append((verifier, "verifier_metadata."))
+    for source, where in sources:
         for key in ("expected", "expected_answer"):
             if source.get(key) is not None:
                 return _as_answer(source[key], f"{where}{key}")
     raise _invalid(
         "expected",
-        "required (send `expected` or `expected_answer`, or put it in `metadata`)",
+        "required (send `expected` or `expected_answer`, or put it in `metadata` or "
+        "`verifier_metadata`)",
     )
 
 
@@ -449,8 +471,8 @@ def generate_app(
 
     Args:
         env: The environment to serve.
-        gym_compat: Also accept NeMo Gym's session-start body on `/seed_session` (no
-            `idx`; answered with `{}`) and report the Gym protocol in `/health`.
+        gym_compat: Answer a `/seed_session` body without `idx` (NeMo Gym's session start)
+            with `{}` instead of problem 0, and report the `gym` protocol in `/health`.
         data_export_dir: Also write the dataset as Gym JSONL to `<dir>/<name>.jsonl`
             first (NeMo Evaluator's argument; `nel serve --export-data` is the CLI's).
         max_body_bytes: Bodies larger than this are refused with 413.
@@ -478,6 +500,9 @@ def generate_app(
     if data_export_dir is not None:
         export_data(env, Path(data_export_dir).expanduser() / f"{name}.jsonl", benchmark=name)
     protocol = PROTOCOL_GYM if gym_compat else PROTOCOL_EVALUATOR
+    # /aggregate_metrics receives every rollout of a run at once (stripped of the model
+    # responses), so it gets a larger allowance than one rollout's body.
+    aggregate_body_bytes = max(max_body_bytes, AGGREGATE_MAX_BODY_BYTES)
     health = dumps(
         {
             "status": "ok",
@@ -509,14 +534,14 @@ def generate_app(
         return Response(size_body, headers=_JSON_HEADERS)
 
     async def post_seed_session(request: Request) -> Response:
-        body = await _read_json_object(request, max_body_bytes, body_timeout)
-        if "idx" not in body:
-            if gym_compat:
-                # NeMo Gym agents post the dataset row to start a session; our sessions
-                # are stateless, so there is nothing to set up.
-                return Response(b"{}", headers=_JSON_HEADERS)
-            raise _invalid("idx", "required (an integer index into the dataset)")
-        idx = body["idx"]
+        body = await _read_json_object(request, max_body_bytes, body_timeout, allow_empty=True)
+        if "idx" not in body and gym_compat:
+            # NeMo Gym agents post the dataset row to start a session; our sessions are
+            # stateless, so there is nothing to set up: Gym's BaseSeedSessionResponse is {}.
+            return Response(b"{}", headers=_JSON_HEADERS)
+        # NeMo Evaluator's request model defaults idx to 0, so a body-less call (or the
+        # dataset row a Gym agent sends, which has no idx) is answered with problem 0.
+        idx = body.get("idx", 0)
         if isinstance(idx, float) and idx.is_integer() and abs(idx) >= 2**63:
             # orjson turns integers beyond 64 bits into floats; they are out of range.
             raise ApiError(
@@ -541,7 +566,13 @@ def generate_app(
         if "response" not in body:
             raise _invalid("response", "required")
         response = body["response"]
-        gym_form = "responses_create_params" in body or isinstance(response, dict)
+        # NeMo Evaluator's rule: a body without `expected` is the Gym form. A Responses-API
+        # object or `responses_create_params` is the Gym form whatever else is there.
+        gym_form = (
+            "expected" not in body
+            or "responses_create_params" in body
+            or isinstance(response, dict)
+        )
         if gym_form and "responses_create_params" in body:
             rcp = body["responses_create_params"]
             if not isinstance(rcp, dict):
@@ -587,9 +618,23 @@ def generate_app(
         echoed = dict(body)
         echoed.update(verdict)
         echoed["metadata"] = {**metadata, **result.metadata}
+        # NeMo Evaluator's Gym-form reply always names the answer it scored against.
+        echoed.setdefault("expected_answer", expected)
         return _json_response(echoed)
 
+    async def post_aggregate_metrics(request: Request) -> Response:
+        from benchmarks.serve_metrics import AggregateInputError, aggregate_metrics
+
+        body = await _read_json_object(request, aggregate_body_bytes, body_timeout)
+        try:
+            # numpy over every rollout of a run: off the event loop, like scoring.
+            summary = await asyncio.to_thread(aggregate_metrics, body)
+        except AggregateInputError as exc:
+            raise _invalid(exc.field, str(exc).partition(": ")[2]) from None
+        return _json_response(summary)
+
     app.add_route("/health", get_health, methods=["GET"])
+    app.add_route("/aggregate_metrics", post_aggregate_metrics, methods=["POST"])
     app.add_route("/dataset_size", get_dataset_size, methods=["GET"])
     app.add_route("/seed_session", post_seed_session, methods=["POST"])
     app.add_route("/verify", post_verify, methods=["POST"])
@@ -730,8 +775,9 @@ def serve(
 
 
 def _row_uuid(benchmark: str, idx: int) -> str:
-    # Deterministic so a re-export yields the same ids and rollouts can be joined back.
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"nel://{benchmark}/{idx}"))
+    # NeMo Evaluator's form (`<benchmark>-<idx>`): deterministic, so a re-export yields the
+    # same ids, and rollouts join back to their item by it in either tool's pipelines.
+    return f"{benchmark}-{idx}"
 
 
 def _input_messages(seed: SeedResult) -> list[dict[str, Any]]:
@@ -791,10 +837,16 @@ def export_data(
     rows = asyncio.run(run())
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise NelError(f"--export-data: {target} is a directory; name a .jsonl file or a directory")
     tmp = target.with_name(f".{target.name}.tmp")
-    with tmp.open("wb") as fh:
-        for row in rows:
-            fh.write(dumps(row))
-            fh.write(b"\n")
-    tmp.replace(target)
+    try:
+        with tmp.open("wb") as fh:
+            for row in rows:
+                fh.write(dumps(row))
+                fh.write(b"\n")
+        tmp.replace(target)
+    finally:
+        # a failed write (disk full, permissions) must not leave the temp file behind
+        tmp.unlink(missing_ok=True)
     return len(rows)

@@ -284,6 +284,10 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
             load_module(bench.module)
         if not bench.name.startswith("gym://"):
             get_factory(bench.name)
+        else:
+            from benchmarks.remote import check_gym_benchmark
+
+            check_gym_benchmark(bench.name, bench.params)  # its query and rows file
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.

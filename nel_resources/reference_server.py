@@ -711,8 +711,11 @@ class ReferenceApp:
             "id": self._next_id("resp"), "object": "response", "created_at": int(time.time()),
             "model": model, "status": "completed" if finish == "stop" else "incomplete",
             "output": output,
+            # Fields OpenAI's Response type requires (NeMo Gym validates replies against it).
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
             "usage": {"input_tokens": prompt_tokens, "output_tokens": c_tokens,
                       "total_tokens": prompt_tokens + c_tokens,
+                      "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": r_tokens}},
         }))
 

@@ -62,8 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve a benchmark over HTTP (seed/verify) for RL training",
         description=(
             "Serve a benchmark with the NeMo Evaluator 0.3.0 protocol (GET /health, "
-            "GET /dataset_size, POST /seed_session, POST /verify), so NeMo Gym agents and "
-            "ng_collect_rollouts can use it; or export it as Gym JSONL with --export-data."
+            "GET /dataset_size, POST /seed_session, POST /verify) and NeMo Gym's "
+            "POST /aggregate_metrics, so NeMo Gym agents and ng_collect_rollouts can use it; "
+            "or export it as Gym JSONL with --export-data."
         ),
     )
     p.add_argument(
@@ -89,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--gym-compat",
         action="store_true",
-        help="accept NeMo Gym's session-start body on /seed_session (no idx)",
+        help="NeMo Gym mode: /health reports protocol 'gym', and /seed_session without idx "
+        "answers Gym's empty session {} (by default it is problem 0, as NeMo Evaluator)",
     )
     p.add_argument(
         "--export-data",
@@ -164,7 +166,8 @@ def _positive_seconds(text: str) -> float:
 def _export_path(target: str, name: str) -> Path:
     """NeMo Evaluator's `--export-data DIR` writes DIR/<name>.jsonl; a .jsonl path is the file."""
     path = Path(target).expanduser()
-    return path if path.suffix == ".jsonl" else path / f"{name}.jsonl"
+    # an existing directory is a directory whatever its name ends with
+    return path if path.suffix == ".jsonl" and not path.is_dir() else path / f"{name}.jsonl"
 
 
 def _run(args: argparse.Namespace) -> int:

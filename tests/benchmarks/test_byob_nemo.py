@@ -367,7 +367,7 @@ def test_generate_app_serves_gym_compat_over_http(tmp_path: Path) -> None:
     try:
         base = f"http://127.0.0.1:{port}"
         _, _, health = http_json("GET", f"{base}/health")
-        assert health["benchmark"] == "nemo_style_capitals" and health["protocol"] == "nemo-gym"
+        assert health["benchmark"] == "nemo_style_capitals" and health["protocol"] == "gym"
         assert health["gym_compat"] is True
         # NeMo Gym starts a session with the dataset row (no idx): accepted, answered {}.
         status, _, started = http_json("POST", f"{base}/seed_session", {"country": "Peru"})

@@ -340,3 +340,126 @@ def test_gsm8k_round_trip_matches_direct() -> None:
     direct = asyncio.run(collect(get_benchmark("gsm8k")))
     assert remote == direct
     assert sum(r[3] for r in remote) >= n  # the gold answers score
+
+
+# ----------------------------------------------------------------------------- query mode
+
+
+def _write_rows(path: Path, n: int) -> Path:
+    """The toy benchmark's problems as NeMo Gym rows (what `nel serve --export-data` writes)."""
+    from benchmarks.serve import export_data
+
+    export_data(ToyArithmetic(n), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("?protocl=native", "unknown query parameter 'protocl'"),
+        ("?protocol=grpc", "expected evaluator or native"),
+        ("?protocol=native", "protocol=native needs data=ROWS.jsonl"),
+        ("?data=", "names no file"),
+        ("?protocol=native&protocol=native&data=x", "given twice"),
+    ],
+)
+def test_gym_query_refused_in_one_line(query: str, message: str) -> None:
+    from benchmarks.errors import NelError
+
+    with pytest.raises(NelError, match=message) as info:
+        GymEnvironment(f"gym://127.0.0.1:1{query}")
+    assert "\n" not in str(info.value)
+
+
+def test_gym_data_file_problems_named_by_line(tmp_path: Path) -> None:
+    from benchmarks.errors import NelError
+
+    bad = tmp_path / "bad.jsonl"
+    cases = {
+        '{"responses_create_params": {"input": "hi"}}\n[1]\n': "bad.jsonl:2: expected a JSON object",
+        '{"x": 1}\n': "bad.jsonl:1: needs responses_create_params.input",
+        '{"responses_create_params": {"input": "hi", "tools": [{"type": "function"}]}}\n':
+            "bad.jsonl:1: the row declares tools",
+        "\n": "no rows",
+        "{nope\n": "bad.jsonl:1: not JSON",
+    }
+    for text, message in cases.items():
+        bad.write_text(text)
+        with pytest.raises(NelError, match=message):
+            GymEnvironment(f"gym://127.0.0.1:1?protocol=native&data={bad}")
+    with pytest.raises(NelError, match="cannot read it"):
+        GymEnvironment(f"gym://127.0.0.1:1?data={tmp_path / 'missing.jsonl'}")
+
+
+def test_gym_data_rows_seed_like_the_benchmark(tmp_path: Path) -> None:
+    rows = _write_rows(tmp_path / "rows.jsonl", 4)
+    env = get_benchmark(f"gym://127.0.0.1:1?protocol=native&data={rows}")
+    assert isinstance(env, GymEnvironment) and len(env) == 4  # no request: the file says
+    for idx in range(4):
+        got, want = asyncio.run(env.seed(idx)), asyncio.run(ToyArithmetic(4).seed(idx))
+        assert (got.prompt, got.expected_answer) == (want.prompt, want.expected_answer)
+        assert got.messages is not None and got.messages[-1] == {"role": "user", "content": want.prompt}
+        # the system prompt travels as the first message
+        assert (got.messages[0]["role"] == "system") == (want.system is not None)
+        assert got.metadata["gym_row"] == idx and got.metadata["uuid"] == f"{TOY_NAME}-{idx}"
+    # the same settings as keyword parameters (a config's `params`) build the same thing
+    same = GymEnvironment("gym://127.0.0.1:1", protocol="native", data=str(rows))
+    assert same.fingerprint() == env.fingerprint()
+
+
+@pytest.mark.parametrize("protocol", ["native", "evaluator"])
+def test_gym_data_rows_verify_equals_direct(tmp_path: Path, toy_port: int, protocol: str) -> None:
+    """Rows from a file, scoring by the server: `nel serve` takes both /verify forms."""
+    rows = _write_rows(tmp_path / "rows.jsonl", TOY_SIZE)
+
+    async def run() -> list[Any]:
+        env = GymEnvironment(f"gym://127.0.0.1:{toy_port}?protocol={protocol}&data={rows}")
+        try:
+            await env.prepare()
+            out = []
+            for idx in range(len(env)):
+                seed = await env.seed(idx)
+                for template in RESPONSES:
+                    response = template.format(a=seed.expected_answer, w="-1")
+                    v = await env.verify(response, seed.expected_answer, **seed.metadata)
+                    out.append((idx, template, v.reward, v.extracted_answer))
+            return out
+        finally:
+            await env.close()
+
+    direct = [(i, t, v["reward"], v["extracted_answer"])
+              for i, t, _, v in asyncio.run(_verdicts(ToyArithmetic(), TOY_SIZE))]
+    assert asyncio.run(run()) == direct
+
+
+def test_native_verify_sends_the_expected_answer(tmp_path: Path, toy_port: int) -> None:
+    """The row's answer is what the caller says it is (NeMo Evaluator's client drops it)."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"responses_create_params": {"input": "What is 2 + 2?"}, "expected_answer": "5"}\n')
+
+    async def run() -> tuple[float, float]:
+        env = GymEnvironment(f"gym://127.0.0.1:{toy_port}?protocol=native&data={rows}")
+        try:
+            seed = await env.seed(0)
+            assert seed.expected_answer == "5"
+            wrong_row = await env.verify("4", "4", **seed.metadata)
+            from_row = await env.verify("5", seed.expected_answer, **seed.metadata)
+            return wrong_row.reward, from_row.reward
+        finally:
+            await env.close()
+
+    assert asyncio.run(run()) == (1.0, 1.0)
+
+
+def test_eval_run_refuses_a_bad_gym_query_before_writing(tmp_path: Path) -> None:
+    from tests.support.cli import run_nel
+
+    out = tmp_path / "out"
+    proc = run_nel("eval", "run", "-b", "gym://127.0.0.1:1?protocl=native", "-m", "2",
+                   "--model-url", "http://127.0.0.1:1/v1", "-o", str(out), "--no-progress")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: unknown query parameter 'protocl' in 'gym://127.0.0.1:1?protocl=native': "
+        "gym:// takes protocol=evaluator|native and data=ROWS.jsonl"
+    )
+    assert not out.exists()

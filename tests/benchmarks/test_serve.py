@@ -15,7 +15,6 @@ import re
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,7 +183,8 @@ def test_health_and_size(client: Any) -> None:
     assert health["status"] == "ok"
     assert health["benchmark"] == TOY_NAME
     assert health["dataset_size"] == TOY_SIZE
-    assert health["protocol"] == "nemo-evaluator/0.3"
+    # NeMo Evaluator 0.3.0's strings: "evaluator", or "gym" with --gym-compat
+    assert health["protocol"] == "evaluator"
     assert client.get("/dataset_size").json() == {"size": TOY_SIZE}
 
 
@@ -212,11 +212,17 @@ def test_seed_non_integer_is_422(client: Any, idx: Any) -> None:
 
 
 def test_seed_missing_idx(client: Any, gym_client: Any) -> None:
-    assert_client_error(client.post("/seed_session", json={}), 422, "idx")
-    # NeMo Gym agents start a session by posting the dataset row, without idx.
+    first = client.post("/seed_session", json={"idx": 0}).json()
+    # As NeMo Evaluator: idx defaults to 0, with an empty object, no body at all, or the
+    # dataset row NeMo Gym's agent posts to start a session.
+    assert client.post("/seed_session", json={}).json() == first
+    assert client.post("/seed_session").json() == first
+    assert client.post("/seed_session", json=gym_row(1)).json() == first
+    # --gym-compat answers Gym's empty BaseSeedSessionResponse instead.
     resp = gym_client.post("/seed_session", json=gym_row(1))
     assert resp.status_code == 200 and resp.json() == {}
-    assert gym_client.get("/health").json()["protocol"] == "nemo-gym"
+    assert gym_client.post("/seed_session").json() == {}
+    assert gym_client.get("/health").json()["protocol"] == "gym"
 
 
 # ----------------------------------------------------------------------------- verify forms
@@ -441,7 +447,7 @@ def test_export_data(tmp_path: Path) -> None:
     assert all(r["eval_type"] == TOY_NAME for r in rows)
     assert rows[3]["metadata"] == {"idx": 3, "parity": 1}
     assert len({r["uuid"] for r in rows}) == 5
-    uuid.UUID(rows[0]["uuid"])
+    assert rows[2]["uuid"] == f"{TOY_NAME}-2"  # NeMo Evaluator's form
     # Deterministic: a second export yields the same ids.
     again = tmp_path / "again.jsonl"
     args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(again), "--export-only"])
@@ -531,7 +537,7 @@ def test_real_process_routes(served: int) -> None:
             "status": "ok",
             "benchmark": TOY_NAME,
             "dataset_size": TOY_SIZE,
-            "protocol": "nemo-gym",
+            "protocol": "gym",
             "version": "3",
             "gym_compat": True,
         }
@@ -580,3 +586,82 @@ def test_real_process_unknown_benchmark_one_line_error() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: unknown benchmark 'nel_test_toy_arth'")
     assert TOY_NAME in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- aggregate
+
+
+def _verify_responses() -> list[dict[str, Any]]:
+    """Three tasks x two rollouts, as ng_collect_rollouts posts them (response stripped)."""
+    rewards = {0: (1.0, 1.0), 1: (1.0, 0.0), 2: (0.0, 0.0)}
+    return [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": rw, "solved": rw == 1.0,
+             "extracted_answer": "x", "response": {"usage": {"output_tokens": 10 + t}}}
+            for t, pair in rewards.items() for r, rw in enumerate(pair)]
+
+
+def test_aggregate_metrics(client: Any) -> None:
+    out = client.post("/aggregate_metrics", json={"verify_responses": _verify_responses()})
+    assert out.status_code == 200
+    body = out.json()
+    agent = body["agent_metrics"]
+    assert agent["mean/reward"] == pytest.approx(0.5) and agent["max/reward"] == 1.0
+    assert agent["median/reward"] == 0.5 and agent["std/reward"] == pytest.approx(0.5477, abs=1e-4)
+    assert agent["mean/solved"] == pytest.approx(0.5)  # booleans count as 0/1, as in Gym
+    assert agent["mean/output_tokens"] == pytest.approx(11.0)  # from response.usage
+    # error bars over tasks (per-task means 1, .5, 0), not over the six rollouts
+    assert agent["stderr/reward"] == pytest.approx(0.5 / 3**0.5)
+    assert agent["pass@1/reward"] == pytest.approx(0.5)
+    assert agent["pass@2/reward"] == pytest.approx(2 / 3)
+    assert agent["n_tasks"] == 3 and agent["n_rollouts"] == 6
+    assert body["key_metrics"] == {k: v for k, v in agent.items() if k.startswith("mean/")}
+    groups = body["group_level_metrics"]
+    assert [g["_ng_task_index"] for g in groups] == [0, 1, 2]
+    assert [g["mean/reward"] for g in groups] == [1.0, 0.5, 0.0]
+    assert all(g["num_rollouts"] == 2 for g in groups)
+    empty = client.post("/aggregate_metrics", json={"verify_responses": []}).json()
+    assert empty == {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "verify_responses"),
+        ({"verify_responses": {"a": 1}}, "verify_responses"),
+        ({"verify_responses": [3]}, "verify_responses[0]"),
+        ({"verify_responses": [{"reward": "1"}]}, "verify_responses[0].reward"),
+        ({"verify_responses": [{"reward": True}]}, "verify_responses[0].reward"),
+        ({"verify_responses": [{"reward": 1, "_ng_task_index": "a"}]},
+         "verify_responses[0]._ng_task_index"),
+        ({"verify_responses": [{"reward": 1, "_ng_rollout_index": None}]},
+         "verify_responses[0]._ng_rollout_index"),
+    ],
+)
+def test_aggregate_metrics_bad_input_is_422(client: Any, body: dict[str, Any], field: str) -> None:
+    assert_client_error(client.post("/aggregate_metrics", json=body), 422, field)
+
+
+def test_export_into_a_directory_named_like_a_file_and_no_temp_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.serve as serve_module
+
+    odd = tmp_path / "runs.jsonl"
+    odd.mkdir()  # an existing directory is a directory, whatever its name
+    args = _cli_parser().parse_args(["serve", "-b", TOY_NAME, "--export-data", str(odd),
+                                     "--max-problems", "2", "--export-only"])
+    assert args.func(args) == 0
+    assert len((odd / f"{TOY_NAME}.jsonl").read_text().splitlines()) == 2
+
+    # the disk fills up after the first row: no partial file, no temp file left behind
+    real_dumps, calls = serve_module.dumps, []
+
+    def failing_dumps(obj: Any) -> bytes:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real_dumps(obj)
+
+    monkeypatch.setattr(serve_module, "dumps", failing_dumps)
+    target = tmp_path / "out" / "rows.jsonl"
+    with pytest.raises(OSError, match="No space left"):
+        serve_module.export_data(ToyArithmetic(3), target)
+    assert list(target.parent.iterdir()) == []

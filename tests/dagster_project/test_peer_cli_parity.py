@@ -332,5 +332,5 @@ def test_serve_flags_alike(peer_runs: Fixture, tmp_path: Path, port_flag: str) -
         rows = (tmp_path / f"{tool}-export" / f"{BENCH}.jsonl").read_text().splitlines()
         assert len(rows) == N, tool
     assert health["peer"]["dataset_size"] == health["nel"]["dataset_size"] == N
-    # both in Gym mode; the label differs ("gym" there, "nemo-gym" here: issue 8 owns /health)
-    assert health["peer"]["protocol"] == "gym" and "gym" in health["nel"]["protocol"]
+    # both in Gym mode, with the same protocol label
+    assert health["peer"]["protocol"] == health["nel"]["protocol"] == "gym"

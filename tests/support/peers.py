@@ -32,3 +32,16 @@ def run_peer_nemo(*args: str, cwd: Path | None = None, env: dict[str, str] | Non
     full.update(env or {})
     return subprocess.run([str(peer_nemo_bin()), *args], capture_output=True, text=True,
                           cwd=cwd or REPO_ROOT, env=full, timeout=timeout, start_new_session=True)
+
+
+# `make peers` installs NeMo Gym here; NEL_PEER_GYM names another venv that has it.
+DEFAULT_PEER_GYM = REPO_ROOT / ".venv-peers" / "nemo-gym"
+
+
+def peer_gym_venv() -> Path:
+    """The Python 3.12 venv holding the real NeMo Gym (`ng_run`, `ng_collect_rollouts`, its
+    servers); skips locally, fails in CI if absent."""
+    path = Path(os.environ.get("NEL_PEER_GYM") or DEFAULT_PEER_GYM)
+    if not (path / "bin" / "ng_run").is_file():
+        require_real_component(f"NeMo Gym is not installed in {path} (run `make peers`)")
+    return path
