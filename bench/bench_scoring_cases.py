@@ -57,7 +57,7 @@ for c in cases:
     t0 = time.perf_counter()
     got = judge(c)
     print(json.dumps({"id": c["id"], "benchmark": c["benchmark"], "pattern": c["pattern"],
-                      "expected": c["correct"], "got": got,
+                      "split": c.get("split", "dev"), "expected": c["correct"], "got": got,
                       "seconds": time.perf_counter() - t0}), flush=True)
 """
 
@@ -83,7 +83,7 @@ def _table(name: str, rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         by_bench[r["benchmark"]].append(r)
     lines = []
-    for bench in sorted(by_bench) + ["ALL"]:
+    for bench in [*sorted(by_bench), "ALL"]:
         rs = rows if bench == "ALL" else by_bench[bench]
         agree = sum(r["got"] == r["expected"] for r in rs)
         fp = sum(r["got"] and not r["expected"] for r in rs)
@@ -128,18 +128,22 @@ def main() -> None:
                 results[name].append(_run(cmd, root))
         wall = time.monotonic() - t0
 
-    math_of = {name: [r for r in results[name][0] if r["benchmark"] in MATH] for name in results}
     print(f"scoring case set: {CASES.relative_to(REPO)}; before = {args.before_ref}; "
-          f"{args.rounds} alternating rounds, {wall:.0f} s\n")
-    print("| scorer      | benchmark | cases | agree   | FP  | FN  |")
-    print("|-------------|-----------|-------|---------|-----|-----|")
-    for name in ("before", "after"):
-        print("\n".join(_table(name, results[name][0])))
-    print("\nmath cases only:\n")
-    print("| scorer      | benchmark | cases | agree   | FP  | FN  |")
-    print("|-------------|-----------|-------|---------|-----|-----|")
-    for name in ("before", "after", "math-verify"):
-        print(_table(name, math_of[name])[0])
+          f"{args.rounds} alternating rounds, {wall:.0f} s")
+    head = ("| scorer      | benchmark | cases | agree   | FP  | FN  |\n"
+            "|-------------|-----------|-------|---------|-----|-----|")
+    for split in ("all", "heldout"):
+        def pick(rows: list[dict[str, Any]], split: str = split) -> list[dict[str, Any]]:
+            return [r for r in rows if split == "all" or r.get("split") == split]
+
+        label = "all cases" if split == "all" else "held-out cases (written after the fixes)"
+        print(f"\n{label}:\n\n{head}")
+        for name in ("before", "after"):
+            print("\n".join(_table(name, pick(results[name][0]))))
+        print(f"\n{label}, math only:\n\n{head}")
+        for name in ("before", "after", "math-verify"):
+            rows = [r for r in pick(results[name][0]) if r["benchmark"] in MATH]
+            print(_table(name, rows)[0])
     print("\nper-answer scoring time (median over rounds per answer), ms:\n")
     print("| scorer                   | cases | mean     | p95      |")
     print("|--------------------------|-------|----------|----------|")

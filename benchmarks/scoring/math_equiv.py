@@ -280,7 +280,8 @@ def _named_values(s: str) -> str:
 _BOUND = r"(-?[^<>=\\]+|-?\\infty|-?\\frac\{[^{}]*\}\{[^{}]*\}|-?\\sqrt\{[^{}]*\})"
 _LT = r"(<|\\leq|\\lt)"
 _GT = r"(>|\\geq|\\gt)"
-_CHAIN_RE = re.compile(rf"^{_BOUND}{_LT}{_VAR}{_LT}{_BOUND}$")
+# (`\\leq x` keeps the space that separates a command from a letter.)
+_CHAIN_RE = re.compile(rf"^{_BOUND}{_LT} ?{_VAR}{_LT}{_BOUND}$")
 _UPPER_RE = re.compile(rf"^{_VAR}{_LT}{_BOUND}$")
 _LOWER_RE = re.compile(rf"^{_VAR}{_GT}{_BOUND}$")
 

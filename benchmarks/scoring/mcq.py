@@ -155,6 +155,21 @@ def _option_letter(seg: str, options: Sequence[str] | None, letters: str) -> str
     return hits.pop() if len(hits) == 1 else None
 
 
+def _option_named(sentence: str, options: Sequence[str] | None, letters: str) -> str | None:
+    """The letter of the one option whose text a short reply names ("The organelle is the
+    Golgi apparatus."); None when it names none or several. Options shorter than four
+    characters (`4`, `yes`) only count as a whole answer, never inside a sentence."""
+    if not options:
+        return None
+    said = f" {normalize_text(sentence)} "
+    hits = {
+        letter
+        for letter, option in zip(letters, options, strict=False)
+        if len(opt := normalize_text(str(option))) >= 4 and f" {opt} " in said
+    }
+    return hits.pop() if len(hits) == 1 else None
+
+
 def _from_answer_segment(
     seg: str, pats: _Patterns, options: Sequence[str] | None = None
 ) -> tuple[str, int, str] | None:
@@ -253,6 +268,7 @@ def mcq_extract(
                 return Extraction(letter, "option_text", m.start(1))
         if len(lines) == 1 and len(lines[0]) <= 200:
             letter = _option_letter(lines[0].rstrip("."), options, pats.letters)
+            letter = letter or _option_named(lines[0], options, pats.letters)
             if letter:
                 return Extraction(letter, "option_text", 0)
 

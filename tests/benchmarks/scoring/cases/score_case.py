@@ -4,7 +4,11 @@ Used by the parametrized case test and by `bench/bench_scoring_cases.py`, which 
 file in a subprocess against an older checkout of the scorers (so it must only use the
 scorer signatures that every version has; extra keyword options are ignored by old
 scorers, which accept `**opts`). Run as a script it prints one JSON line per case:
-`{"id", "benchmark", "pattern", "expected", "got", "seconds"}`.
+`{"id", "benchmark", "pattern", "split", "expected", "got", "seconds"}`.
+
+The cases of split `dev` were written first and the scorers fixed against them; those of
+split `heldout` were written after the fixes, and scored before any further change (the
+bench reports both).
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ def main() -> None:
         got = verdict(case, score(case))
         dt = time.perf_counter() - t0
         print(json.dumps({"id": case["id"], "benchmark": case["benchmark"],
-                          "pattern": case["pattern"], "expected": case["correct"],
+                          "pattern": case["pattern"], "split": case.get("split", "dev"),
+                          "expected": case["correct"],
                           "got": got, "seconds": dt}))
 
 
