@@ -390,6 +390,8 @@ def last_box_group(text: str) -> list[tuple[str, int]]:
     for prev in reversed(boxes[:-1]):
         prev_end = prev[1] + len(prev[0]) + 1
         head = group[0][1]
+        if head - prev_end > _MAX_JOIN + 16:
+            break
         between = text[prev_end:head]
         box_at = max(between.rfind("\\boxed"), between.rfind("\\fbox"))
         if box_at < 0 or box_at > _MAX_JOIN:

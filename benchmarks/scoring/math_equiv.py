@@ -98,7 +98,7 @@ def _after_marker(text: str, pos: int) -> str | None:
 
 _BOLD_RE = re.compile(r"\*\*([^*\n]{1,80})\*\*")
 # A plain-text tuple or interval in the last lines: "the point is (3, π/2)."
-_PLAIN_TUPLE_RE = re.compile(r"[(\[][^()\[\]\n$]{1,80},[^()\[\]\n$]{1,80}[)\]]")
+_PLAIN_TUPLE_RE = re.compile(r"[(\[][^()\[\]\n$,]{1,80},[^()\[\]\n$]{1,80}[)\]]")
 _APPROX_BEFORE_RE = re.compile(
     r"(?:approximately|approx\.?|about|roughly|\\approx|≈)\s*\$*\s*$", re.IGNORECASE
 )

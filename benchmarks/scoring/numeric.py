@@ -239,8 +239,16 @@ _LEAD_CLAUSE_RE = re.compile(
 _SEG_BOLD_RE = re.compile(r"\*\*([^*\n]{1,60})\*\*")
 
 
+_HEDGE_WORD_RE = re.compile(_HEDGE_WORDS, re.IGNORECASE)
+
+
 def _hedged(seg: str) -> bool:
     """Whether a marker's segment offers two different numbers as alternatives."""
+    # The alternatives sit in the segment's first sentence; the word test skips the regex
+    # (and its backtracking over long digit runs) for almost every reply.
+    seg = seg[:300]
+    if not _HEDGE_WORD_RE.search(seg):
+        return False
     for m in _HEDGE_RE.finditer(seg):
         a, b = parse_number(m.group("a")), parse_number(m.group("b"))
         if a is not None and b is not None and a != b:
@@ -279,6 +287,15 @@ def _from_segment(seg: str, method: str, offset: int, *, first: bool = True) -> 
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
 _BOLD_NUM_RE = re.compile(
     r"\*\*\s*((?:[-−]\s?)?[$€£]?\s?[\d.,/]*\d%?(?:\s+[^\W\d_]+){0,2})\s*[.!]?\s*\*\*"
+)
+
+
+# What may stand between "the answer is" and its number for it to override an earlier
+# marker: markup, a currency sign, or one adverb ("is actually 540").
+_RESTATED_RE = re.compile(
+    r"[\s*_$:=(\\{]*(?:(?:actually|really|indeed|therefore|then|now|exactly|just|still|"
+    r"in\s+fact|boxed)\b[\s*_$:=(\\{]*)?[$€£]?\s*[-−]?",
+    re.IGNORECASE,
 )
 
 
@@ -327,6 +344,11 @@ def extract_number(text: str, language: str | None = None) -> Extraction | None:
         finals.append(ext)
     for seg, off in reversed(answer_is_segments(text)):
         ext = _from_segment(seg, "answer_is", off)
+        if ext and finals and not _RESTATED_RE.fullmatch(text[off : max(off, ext.start)]):
+            # After an explicit marker, "the answer is" only overrides it when the number
+            # follows at once ("so the correct answer is 540"), not in a later remark
+            # ("the answer is reasonable since 9 eggs...").
+            continue
         if ext:
             finals.append(ext)
             break
