@@ -335,14 +335,18 @@ def cut_run_on(text: str) -> tuple[str, bool]:
     Returns:
         (text, cut): the text before the continuation, and whether anything was cut.
     """
-    if not text:
+    # Most replies have no such header: one scan finds that out. Markers are looked for
+    # only before the last header, so the work stays a few linear scans.
+    headers = last_matches(_RUN_ON_RE, text, limit=1)
+    if not headers:
         return text, False
+    head_limit = headers[-1].start()
     starts = [
         m.start()
         for m in (
-            _FIRST_MARKER_RE.search(text),
-            _PREFIX_RE.search(text),
-            _ANSWER_IS_RE.search(text),
+            _FIRST_MARKER_RE.search(text, 0, head_limit),
+            _PREFIX_RE.search(text, 0, head_limit),
+            _ANSWER_IS_RE.search(text, 0, head_limit),
         )
         if m is not None
     ]
@@ -354,8 +358,7 @@ def cut_run_on(text: str) -> tuple[str, bool]:
         starts.append(head_at + len(head))
     if not starts:
         return text, False
-    start = min(starts)
-    m = _RUN_ON_RE.search(text, start)
+    m = _RUN_ON_RE.search(text, min(starts))
     if m is None or not text[: m.start()].strip():
         return text, False
     return text[: m.start()], True
