@@ -125,4 +125,5 @@ class MGSM(DatasetEnvironment):
     async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
         from benchmarks.scoring import numeric_match
 
-        return numeric_match(response, expected, reasoning=metadata.get("reasoning"))
+        return numeric_match(response, expected, reasoning=metadata.get("reasoning"),
+                             language=metadata.get("language"))

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks._types import VerifyResult
-from benchmarks.scoring.extract import Extraction, strip_markdown
+from benchmarks.scoring.extract import MAX_SEGMENT, Extraction, strip_markdown
 from benchmarks.scoring.reasoning import extract_with_fallback
+from benchmarks.scoring.text import answer_is_sentence
 
 __all__ = ["drop_em", "drop_f1", "f1_score", "fuzzy_match", "normalize_span"]
 
@@ -142,14 +143,29 @@ def drop_em(
     return max((_em(prediction_spans, g) for g in gold_spans_list), default=0.0)
 
 
+_BOLD_RE = re.compile(r"\*\*([^*\n]{1,80})\*\*")
+
+
 def _answer_text(text: str) -> Extraction | None:
+    """The answer span of a reply: its `Answer:` line, the sentence after "the answer is",
+    its last bolded phrase, a short last line after the explanation, else all of it."""
     hits = list(re.finditer(r"(?:\*\*)?answer\s*(?:\*\*)?\s*[:：]", text, re.IGNORECASE))
     if hits:
         seg = text[hits[-1].end() :].strip().split("\n", 1)[0]
         seg = strip_markdown(seg).strip()
         if seg:
             return Extraction(seg, "answer_line", hits[-1].end())
+    said = answer_is_sentence(text)
+    if said:
+        return said
+    bolds = list(_BOLD_RE.finditer(text[-MAX_SEGMENT:]))
+    if bolds:
+        start = max(len(text) - MAX_SEGMENT, 0) + bolds[-1].start(1)
+        return Extraction(bolds[-1].group(1).strip(), "bold_answer", start)
     plain = strip_markdown(text).strip()
+    lines = [ln.strip() for ln in plain[-MAX_SEGMENT:].splitlines() if ln.strip()]
+    if len(lines) > 1 and len(lines[-1].split()) <= 8:
+        return Extraction(lines[-1].rstrip("."), "last_line", len(plain) - len(lines[-1]))
     return Extraction(plain, "full_text", 0) if plain else None
 
 
@@ -166,7 +182,8 @@ def fuzzy_match(
 
     Args:
         response: The model's reply; the answer is after the last `Answer:` if present,
-            else the whole reply.
+            else after "the answer is", else its last bolded phrase, else a short last
+            line, else the whole reply.
         expected: The gold answer: a string, or a list of alternative gold answers (each a
             string or a list of spans).
         reasoning: Separate reasoning text, used only when the reply is empty.
@@ -178,10 +195,13 @@ def fuzzy_match(
         reward = best F1; details hold `f1`, `em` and the normalised spans.
     """
     golds: list[str | Sequence[str]] = [expected] if isinstance(expected, str) else list(expected)
+    notes: dict[str, Any] = {}
     ext, source, _, _ = extract_with_fallback(
-        response, reasoning, _answer_text, use_reasoning=use_reasoning
+        response, reasoning, _answer_text, use_reasoning=use_reasoning, details=notes
     )
-    details: dict[str, Any] = {"method": ext.method, "source": source, "f1": 0.0, "em": 0.0}
+    details: dict[str, Any] = {
+        "method": ext.method, "source": source, "f1": 0.0, "em": 0.0, **notes
+    }
     if ext.answer is None:
         details["normalized_pred"] = None
         return VerifyResult(0.0, None, details)

@@ -20,7 +20,9 @@ __all__ = [
     "ForwardSearch",
     "answer_is_segments",
     "answer_line_segments",
+    "cut_run_on",
     "find_boxed",
+    "last_box_group",
     "last_boxed",
     "math_spans",
     "strip_markdown",
@@ -102,14 +104,29 @@ ANSWER_IS_PHRASES: tuple[str, ...] = (
     r"答えは",
 )
 
+# Chinese, Japanese and Korean write no space between words: a marker right after such a
+# character (`所以答案是 7`) is still a marker, while one glued to a Latin or Cyrillic letter
+# is part of another word.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef\u3000-\u303f"
+_NOT_AFTER_WORD = rf"(?<![^\W{_CJK}])"
+
+# The first letters every marker can start with: a one-character look-ahead that rejects
+# almost every position before the alternatives are tried (a 4x cheaper scan).
+_PREFIX_FIRST = "".join(sorted({p[0] for p in ANSWER_PREFIXES}))
+_ANSWER_IS_FIRST = "tfcrbaldeо答"
+
 _PREFIX_RE = re.compile(
-    r"(?:^|(?<=[\s*#>_(\[]))(?:"
+    rf"(?=[{_PREFIX_FIRST}])(?:^|(?<=[\s*#>_(\[{_CJK}]))(?:"
     + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in ANSWER_PREFIXES)
     + r")\s*(?:\*\*|__)?\s*[:：]",
     re.IGNORECASE | re.MULTILINE,
 )
 _ANSWER_IS_RE = re.compile(
-    r"(?<![\w])(?:" + "|".join(ANSWER_IS_PHRASES) + r")\s*[:：]?",
+    rf"(?=[{_ANSWER_IS_FIRST}])"
+    + _NOT_AFTER_WORD
+    + r"(?:"
+    + "|".join(ANSWER_IS_PHRASES)
+    + r")\s*[:：]?",
     re.IGNORECASE,
 )
 
@@ -264,7 +281,8 @@ class ForwardSearch:
         return self._hit
 
 
-_SPAN_OPEN_RE = re.compile(r"\$|\\[(\[]")
+# `\$` is a dollar sign inside math (`$\$32,\!348$`), never a delimiter.
+_SPAN_OPEN_RE = re.compile(r"(?<!\\)\$|\\[(\[]")
 # (closing delimiter, length of the opening one) per kind of span.
 _SPAN_KINDS: dict[str, tuple[str, int]] = {
     "$$": ("$$", 2),
@@ -282,7 +300,7 @@ def math_spans(text: str) -> list[tuple[str, int]]:
     unclosed opener.
     """
     closers = {
-        close: ForwardSearch(re.compile(re.escape(close)), text)
+        close: ForwardSearch(re.compile(r"(?<!\\)" + re.escape(close)), text)
         for close, _ in _SPAN_KINDS.values()
     }
     out: list[tuple[str, int]] = []
@@ -303,3 +321,95 @@ def math_spans(text: str) -> list[tuple[str, int]]:
                 break
         else:
             pos = p + 1
+
+
+# A base model asked in a few-shot format does not stop after its answer: it writes the
+# next `Question:` of the pattern, often with that question's answer. The header is looked
+# for only after the first answer marker (or after a short reply: the prompt itself ended
+# in `Answer:`), so a chat model that restates the question first keeps its text.
+_RUN_ON_RE = re.compile(
+    r"\n[ \t]*(?:\*\*)?(?:question|q|problem|problème|frage|pregunta|domanda|pergunta|"
+    r"вопрос|问题|問題|질문)(?:\s*\d+)?(?:\*\*)?\s*[:：.]",
+    re.IGNORECASE,
+)
+_FIRST_MARKER_RE = re.compile(r"####|\\boxed|\\fbox")
+
+
+def cut_run_on(text: str) -> tuple[str, bool]:
+    """Cut a completion where it runs on into the next few-shot `Question:`.
+
+    Args:
+        text: The answer part of a response.
+
+    Returns:
+        (text, cut): the text before the continuation, and whether anything was cut.
+    """
+    # Most replies have no such header: one scan finds that out. Markers are looked for
+    # only before the last header, so the work stays a few linear scans.
+    headers = last_matches(_RUN_ON_RE, text, limit=1)
+    if not headers:
+        return text, False
+    head_limit = headers[-1].start()
+    starts = [
+        m.start()
+        for m in (
+            _FIRST_MARKER_RE.search(text, 0, head_limit),
+            _PREFIX_RE.search(text, 0, head_limit),
+            _ANSWER_IS_RE.search(text, 0, head_limit),
+        )
+        if m is not None
+    ]
+    # A first line that is only a short answer (` B`, ` 42.`) ends the completion too.
+    head_at = len(text) - len(text.lstrip())
+    head_end = text.find("\n", head_at)
+    head = text[head_at : head_end if head_end >= 0 else len(text)].rstrip()
+    if head and len(head) <= 20 and not head.endswith((":", "：")):
+        starts.append(head_at + len(head))
+    if not starts:
+        return text, False
+    m = _RUN_ON_RE.search(text, min(starts))
+    if m is None or not text[: m.start()].strip():
+        return text, False
+    return text[: m.start()], True
+
+
+# What may sit between two boxes that together state one answer: `$x = \boxed{2}$ and
+# $x = \boxed{-3}$`, `\boxed{3}, \boxed{4}`, `\boxed{B} or \boxed{D}`.
+_BOX_JOIN_RE = re.compile(
+    r"[\s$,;]*(?:(?:and|or|\\text\s*\{\s*(?:and|or)\s*\}|\\q?quad)[\s$,;]*)?"
+    r"(?:\\?[a-zA-Z]+(?:_\{?\w+\}?)?\s*=\s*)?[\s$]*"
+)
+_MAX_JOIN = 40
+
+
+def last_box_group(text: str) -> list[tuple[str, int]]:
+    """The last box of `text` with the boxes joined to it, in order.
+
+    Boxes count as one statement when only connectors stand between them (`and`, `or`, a
+    comma, `x =`, `$`), so one box per root reads as the list of roots, and `\\boxed{3} or
+    \\boxed{4}` as an answer that commits to two values (wrong against a single gold).
+
+    Args:
+        text: The text to search.
+
+    Returns:
+        (content, offset) pairs (see `find_boxed`); empty when `text` has no box.
+    """
+    boxes = [b for b in find_boxed(text)[-MAX_MARKERS:] if b[0].strip()]
+    if not boxes:
+        return []
+    group = [boxes[-1]]
+    for prev in reversed(boxes[:-1]):
+        prev_end = prev[1] + len(prev[0]) + 1
+        head = group[0][1]
+        if head - prev_end > _MAX_JOIN + 16:
+            break
+        between = text[prev_end:head]
+        box_at = max(between.rfind("\\boxed"), between.rfind("\\fbox"))
+        if box_at < 0 or box_at > _MAX_JOIN:
+            break
+        joiner = between[:box_at]
+        if _BOX_JOIN_RE.fullmatch(joiner) is None:
+            break
+        group.insert(0, prev)
+    return group

@@ -40,7 +40,9 @@ from benchmarks._types import VerifyResult
 from benchmarks.scoring.extract import (
     MAX_SEGMENT,
     Extraction,
+    answer_is_segments,
     find_boxed,
+    last_box_group,
     last_matches,
     math_spans,
 )
@@ -70,17 +72,48 @@ _ANSWER_COLON_RE = re.compile(
 MAX_MATH_ANSWER = 1000
 
 
+# An exact answer followed by its decimal value: the exact one is the answer.
+_APPROX_RE = re.compile(
+    r",?\s*\(?\s*(?:approximately|approx\.?|about|roughly|or\s+about|which\s+is\s+about)\b"
+    r"|\s*(?:\\approx|≈)",
+    re.IGNORECASE,
+)
+
+
 def _after_marker(text: str, pos: int) -> str | None:
     """The answer right after a marker: a `$...$` span if one starts there, else the line."""
     rest = text[pos : pos + MAX_SEGMENT]
     spans = math_spans(rest)
-    if spans and spans[0][1] == 0:
+    if spans and not rest[: spans[0][1]].strip(" *:"):
         return spans[0][0].strip()
     line = rest.split("\n", 1)[0]
     # Minerva's few-shot format ends "The final answer is $x$. I hope it is correct."
     line = re.split(r"\.\s+I hope|\s+I hope", line, maxsplit=1)[0]
+    approx = _APPROX_RE.search(line)
+    if approx and line[: approx.start()].strip():
+        line = line[: approx.start()]
     line = line.strip().rstrip(".").strip()
     return line or None
+
+
+_BOLD_RE = re.compile(r"\*\*([^*\n]{1,80})\*\*")
+# A plain-text tuple or interval in the last lines: "the point is (3, π/2)."
+_PLAIN_TUPLE_RE = re.compile(r"[(\[][^()\[\]\n$,]{1,80},[^()\[\]\n$]{1,80}[)\]]")
+_APPROX_BEFORE_RE = re.compile(
+    r"(?:approximately|approx\.?|about|roughly|\\approx|≈)\s*\$*\s*$", re.IGNORECASE
+)
+
+
+def _boxed_answer(text: str) -> Extraction | None:
+    """The last box, or the boxes stated together with it (one per root) as a list."""
+    group = last_box_group(text)
+    if not group:
+        return None
+    contents: list[str] = []
+    for content, _ in group:
+        if content.strip() not in contents:
+            contents.append(content.strip())
+    return Extraction(", ".join(contents), "boxed", group[0][1])
 
 
 def extract_math_answer(text: str) -> Extraction | None:
@@ -93,22 +126,34 @@ def extract_math_answer(text: str) -> Extraction | None:
 
     Returns:
         The raw LaTeX of the answer with the rule that found it (`boxed`, `answer_is`,
-        `answer_line`, `last_latex`, `last_number`), or None.
+        `answer_line`, `last_latex`, `bold_answer`, `plain_tuple`, `last_number`), or
+        None. Boxes stated together (`x = \\boxed{2}` and `x = \\boxed{-3}`) are one
+        answer, their list; a decimal approximation after an exact value is skipped.
     """
     if not text:
         return None
-    boxes = [(c, o) for c, o in find_boxed(text) if c.strip()]
-    if boxes:
-        content, off = boxes[-1]
-        return Extraction(content.strip(), "boxed", off)
+    boxed = _boxed_answer(text)
+    if boxed:
+        return boxed
+    markers: list[tuple[int, str]] = []
     for regex, method in ((_FINAL_IS_RE, "answer_is"), (_ANSWER_COLON_RE, "answer_line")):
-        for m in reversed(last_matches(regex, text)):
-            ans = _after_marker(text, m.end())
-            if ans:
-                return Extraction(ans, method, m.end())
+        markers += [(m.end(), method) for m in last_matches(regex, text)]
+    markers += [(off, "answer_is") for _, off in answer_is_segments(text)]
+    for pos, method in sorted(markers, reverse=True):
+        ans = _after_marker(text, pos)
+        if ans:
+            return Extraction(ans, method, pos)
     for inner, start in reversed(math_spans(text)):
-        if inner.strip():
+        if inner.strip() and not _APPROX_BEFORE_RE.search(text[max(0, start - 40) : start]):
             return Extraction(inner.strip(), "last_latex", start)
+    tail = text[-MAX_SEGMENT:]
+    base = len(text) - len(tail)
+    bolds = list(_BOLD_RE.finditer(tail))
+    if bolds:
+        return Extraction(bolds[-1].group(1).strip(), "bold_answer", base + bolds[-1].start(1))
+    tuples = list(_PLAIN_TUPLE_RE.finditer(tail))
+    if tuples:
+        return Extraction(tuples[-1].group(0), "plain_tuple", base + tuples[-1].start())
     nums = [m for m in _NUM_RE.finditer(text) if m.group("int") or m.group("dec")]
     if nums:
         return Extraction(nums[-1].group(0).strip(), "last_number", nums[-1].start())
@@ -194,6 +239,70 @@ def _strip_text_commands(s: str) -> str:
     return _TEXT_CMD_RE.sub(r"\1", s)
 
 
+_UNICODE_MATH = {"π": "\\pi ", "×": "\\times ", "·": "\\cdot ", "≤": "\\leq ",
+                 "≥": "\\geq ", "∞": "\\infty ", "−": "-", "\\langle": "(", "\\rangle": ")"}
+_UNICODE_MATH_RE = re.compile("|".join(re.escape(k) for k in _UNICODE_MATH))
+_SQRT_SIGN_RE = re.compile(r"√\s*(\d+|[a-zA-Z]|\\pi|\{[^{}]*\}|\([^()]*\))")
+
+
+def _plain_math(s: str) -> str:
+    """Plain-text math as LaTeX: `π/2` -> `\\pi/2`, `2√2` -> `2\\sqrt{2}`; and an exact
+    value followed by its approximation (`\\frac{14}{3} \\approx 4.67`) -> the exact one."""
+    approx = _APPROX_RE.search(s)
+    if approx and s[: approx.start()].strip():
+        s = s[: approx.start()]
+    if "√" in s:
+        s = _SQRT_SIGN_RE.sub(lambda m: "\\sqrt{" + m.group(1).strip("{}()") + "}", s)
+    return _UNICODE_MATH_RE.sub(lambda m: _UNICODE_MATH[m.group(0)], s)
+
+
+_VAR = r"(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?\w+\}?)?"
+_VAR_TUPLE_EQ_RE = re.compile(rf"^\(({_VAR}(?:,{_VAR})+)\)=(\(.*\))$")
+_VAR_VALUE_RE = re.compile(rf"^({_VAR})=([^=]+)$")
+
+
+def _named_values(s: str) -> str:
+    """`(p,q,r)=(6,31,-1)` -> `(6,31,-1)`; `a=1,b=2` -> `(1,2)`; `x=2,x=-3` -> `2,-3`."""
+    m = _VAR_TUPLE_EQ_RE.match(s)
+    if m:
+        return m.group(2)
+    if s.count("=") < 2:
+        return s
+    parts = _split_top(s, ",")
+    pairs = [_VAR_VALUE_RE.match(p) for p in parts]
+    if not all(pairs):
+        return s
+    names = [p.group(1) for p in pairs if p]
+    values = ",".join(p.group(2) for p in pairs if p)
+    return values if len(set(names)) == 1 else f"({values})"
+
+
+_BOUND = r"(-?[^<>=\\]+|-?\\infty|-?\\frac\{[^{}]*\}\{[^{}]*\}|-?\\sqrt\{[^{}]*\})"
+_LT = r"(<|\\leq|\\lt)"
+_GT = r"(>|\\geq|\\gt)"
+# (`\\leq x` keeps the space that separates a command from a letter.)
+_CHAIN_RE = re.compile(rf"^{_BOUND}{_LT} ?{_VAR}{_LT}{_BOUND}$")
+_UPPER_RE = re.compile(rf"^{_VAR}{_LT}{_BOUND}$")
+_LOWER_RE = re.compile(rf"^{_VAR}{_GT}{_BOUND}$")
+
+
+def _inequality_as_interval(s: str) -> str:
+    """`3<\\lambda\\leq4` -> `(3,4]`, `x<2` -> `(-\\infty,2)`, `x\\geq5` -> `[5,\\infty)`."""
+    if "<" not in s and ">" not in s and "\\l" not in s and "\\g" not in s:
+        return s
+    m = _CHAIN_RE.match(s)
+    if m:
+        lo, op1, op2, hi = m.group(1), m.group(2), m.group(3), m.group(4)
+        return ("[" if op1 == "\\leq" else "(") + f"{lo},{hi}" + ("]" if op2 == "\\leq" else ")")
+    m = _UPPER_RE.match(s)
+    if m:
+        return f"(-\\infty,{m.group(2)}" + ("]" if m.group(1) == "\\leq" else ")")
+    m = _LOWER_RE.match(s)
+    if m:
+        return ("[" if m.group(1) == "\\geq" else "(") + f"{m.group(2)},\\infty)"
+    return s
+
+
 _THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _SIMPLE_VAR_EQ_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-zA-Z]\))?=(?!.*=)(.+)$")
 _MIXED_RE = re.compile(r"^(-?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$")
@@ -221,7 +330,8 @@ def normalize_math(answer: str) -> str:
     boxed = find_boxed(s)
     if boxed and s.startswith(("\\boxed", "\\fbox")):
         s = boxed[-1][0]
-    s = s.replace("\n", " ").strip().strip("$").strip()
+    s = s.replace("\n", " ").replace("**", "").strip().strip("$").strip()
+    s = _plain_math(s)
     if (s.startswith("\\(") and s.endswith("\\)")) or (s.startswith("\\[") and s.endswith("\\]")):
         s = s[2:-2]
     s = re.sub(r"(?<!\\)\\[!,;:> ]|\\q?quad\b|~", " ", s)
@@ -245,9 +355,11 @@ def normalize_math(answer: str) -> str:
     s = re.sub(r"([_^])\{(\w)\}", r"\1\2", s)
     s = s.rstrip(".").rstrip("\\").rstrip(".")
     s = re.sub(r"^[a-zA-Z]\\in", "", s)
+    s = _named_values(s)
     m = _SIMPLE_VAR_EQ_RE.match(s)
     if m:
         s = m.group(1)
+    s = _inequality_as_interval(s)
     if _THOUSANDS_RE.match(s):
         s = s.replace(",", "")
     m = re.fullmatch(r"(-?)(\d+)/(\d+)", s)
@@ -421,6 +533,14 @@ _TEXTY_RE = re.compile(r"^(?:[A-Za-z][a-z]+|[A-Z]|\d+_\{?\d+\}?)$")
 _TOO_BIG_RE = re.compile(r"\^\{?-?\d{4,}|\^\{[^{}]*\^\{?\d{2,}|\d{60,}|!\s*!|\d{4,}!")
 
 
+_DECIMAL_RE = re.compile(r"-?\d*\.\d+")
+
+
+def _is_decimal(s: str) -> bool:
+    """Whether `s` is a decimal literal (`4.67`): an approximation unless exactly equal."""
+    return _DECIMAL_RE.fullmatch(s) is not None
+
+
 def _atoms_equal(a: str, b: str, budget: _Budget) -> bool:
     a, b = normalize_math(a), normalize_math(b)
     if a == b:
@@ -438,6 +558,10 @@ def _atoms_equal(a: str, b: str, budget: _Budget) -> bool:
     na, nb = parse_number(a), parse_number(b)
     if na is not None and nb is not None:
         budget.hows.add("numeric")
+        if _is_decimal(a) and not _is_decimal(b):
+            # A predicted `0.3333333` is an approximation of `\frac{1}{3}`, not the answer
+            # (an exact answer to a decimal gold is still compared within tolerance).
+            return na == nb
         return numbers_close(na, nb)
     if len(a) > 400 or len(b) > 400 or _TOO_BIG_RE.search(a) or _TOO_BIG_RE.search(b):
         budget.hows.add("too_complex")
@@ -455,7 +579,22 @@ def _atoms_equal(a: str, b: str, budget: _Budget) -> bool:
     return equal
 
 
+def _as_vector(node: _Node) -> _Node:
+    """A one-column or one-row matrix as the tuple it writes (`pmatrix` vs `(1, 2, 3)`)."""
+    if node.kind != "matrix" or not node.items:
+        return node
+    if all(len(r) == 1 for r in node.items):
+        cells = tuple(r[0] for r in node.items)
+    elif len(node.items) == 1:
+        cells = tuple(node.items[0])
+    else:
+        return node
+    return _Node("ordered", brackets="()", items=cells) if len(cells) > 1 else node
+
+
 def _nodes_equal(x: _Node, y: _Node, budget: _Budget) -> bool:
+    if x.kind != y.kind and "matrix" in (x.kind, y.kind):
+        x, y = _as_vector(x), _as_vector(y)
     if x.kind != y.kind:
         return False
     if x.kind == "atom":
@@ -652,7 +791,9 @@ def _at_random_points(
 
 
 def _sympy_equal(a: str, b: str) -> tuple[bool, str]:
-    """Compare two normalised answers with sympy. May be slow: call under a time limit."""
+    """Compare a normalised prediction `a` with a normalised gold `b` using sympy.
+
+    May be slow: call under a time limit."""
     import sympy
 
     try:
@@ -673,6 +814,11 @@ def _sympy_equal(a: str, b: str) -> tuple[bool, str]:
     if not isinstance(x, sympy.Expr) or not isinstance(y, sympy.Expr):
         return False, "unparsed"
     free = sorted(x.free_symbols | y.free_symbols, key=str)
+    if not free and _is_decimal(a) and not _is_decimal(b):
+        # A predicted decimal against an exact gold (`6366.2` vs `\frac{20000}{\pi}`): equal
+        # only when the decimal is the exact value, never because it is close.
+        diff = sympy.N(y, 50) - sympy.Rational(a)
+        return bool(abs(complex(diff)) < 1e-40), "sympy_exact"
     if not free:
         return _close(sympy.N(x, 30), sympy.N(y, 30)), "sympy_numeric"
     # Random-point test first: cheap, and a non-identity almost surely differs at one of a

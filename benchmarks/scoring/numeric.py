@@ -10,6 +10,15 @@ final stated answer is the answer):
 5. `bold_answer`  `**$42**` (a bolded number with at most two words after it)
 6. `last_number`  the last number anywhere
 
+Rules 1-4 are markers of a final answer, and among them the one stated *last* wins, so a
+model that corrects itself after `#### 180` (`... so the correct answer is 540`) is read
+at its word. A marker that commits to two different numbers (`either 64 or 56`,
+`\\boxed{40} or \\boxed{45}`) is `hedged`: wrong, whatever the gold.
+
+With the item's `language`, numbers are read the way that language writes them
+(`70.000` in German and `70 000` in French or Russian are seventy thousand; `2,5` is two
+and a half); `7万` (Chinese and Japanese) is 70,000 in every language.
+
 Numbers keep their thousands separators together (`1,234` is one number, never `1` and
 `234`), accept `$`, `%`, `-`, decimals and simple fractions, and are compared exactly as
 rationals with a relative tolerance.
@@ -26,12 +35,11 @@ from typing import Any
 
 from benchmarks._types import VerifyResult
 from benchmarks.scoring.extract import (
-    MAX_MARKERS,
     MAX_SEGMENT,
     Extraction,
     answer_is_segments,
     answer_line_segments,
-    find_boxed,
+    last_box_group,
     last_matches,
     strip_markdown,
 )
@@ -40,6 +48,7 @@ from benchmarks.scoring.reasoning import extract_with_fallback
 __all__ = [
     "extract_number",
     "format_number",
+    "localize_numbers",
     "numbers_close",
     "numeric_match",
     "parse_gold_number",
@@ -57,6 +66,7 @@ _NUM_RE = re.compile(
     (?<!\w)(?<!\d\.)(?!(?<=\d,)\d{3}(?!\d))
     (?P<int>\d{1,3}(?:(?P<sep>[,\u00a0\u202f])\d{3})(?:(?P=sep)\d{3})*(?!\d)|\d+|(?=\.\d))
     (?P<dec>\.\d+)?
+    (?:(?P<wan>[万萬億亿])(?P<wrest>\d{1,4}(?!\d))?)?
     (?:/(?P<den>\d+)(?![\d.]))?
     (?P<pct>\s?(?:%|percent\b))?
     """,
@@ -101,6 +111,10 @@ def _value(m: re.Match[str]) -> Fraction | None:
         raw_int = raw_int.replace(sep, "")
     try:
         val = Fraction(_ascii_digits(raw_int + (m.group("dec") or "")))
+        wan = m.group("wan")
+        if wan:
+            unit = 10**4 if wan in "万萬" else 10**8
+            val = val * unit + Fraction(_ascii_digits(m.group("wrest") or "0"))
         den = m.group("den")
         if den is not None:
             d = Fraction(_ascii_digits(den))
@@ -110,6 +124,41 @@ def _value(m: re.Match[str]) -> Fraction | None:
     except (ValueError, ZeroDivisionError):
         return None
     return -val if m.group("sign") else val
+
+
+# Languages whose numbers use a decimal comma, and the thousands mark each uses. The MGSM
+# prompts themselves write `80.000` (German) and `80 000` (French, Spanish, Russian).
+_DOT_THOUSANDS = frozenset({"de", "id", "it", "pt", "nl", "tr", "da"})
+_SPACE_THOUSANDS = frozenset({"fr", "es", "ru", "pl", "cs", "uk", "sv", "nb", "fi"})
+_DOT_GROUPS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:\.\d{3})+(?![\d.]|,\d)")
+_SPACE_GROUPS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?![\d])")
+_DECIMAL_COMMA_RE = re.compile(r"(?<=\d),(?=\d)")
+
+
+def localize_numbers(text: str, language: str | None) -> str:
+    """Rewrite `language`'s number format into the one `_NUM_RE` reads, keeping offsets.
+
+    German `70.000` becomes `70,000`, French `70 000` becomes `70\u00a0000`, and a decimal
+    comma (`2,5`) a decimal point. Every change is one character for one, so offsets into
+    the result are offsets into `text`.
+
+    Args:
+        text: Any text.
+        language: An ISO 639-1 code (`de`, `fr`, ...) or None (English conventions).
+
+    Returns:
+        The rewritten text (`text` itself for other languages).
+    """
+    lang = (language or "").lower()[:2]
+    if lang in _DOT_THOUSANDS:
+        text = _DECIMAL_COMMA_RE.sub(".", _DOT_GROUPS_RE.sub(
+            lambda m: m.group(0).replace(".", "\x00"), text))
+        return text.replace("\x00", ",")
+    if lang in _SPACE_THOUSANDS:
+        text = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"\s", "\u00a0", m.group(0)), text)
+        # `12,5` is a decimal, `1,500` stays ambiguous and keeps its English reading.
+        return re.sub(r"(?<=\d),(?=\d{1,2}(?!\d)|\d{4,})", ".", text)
+    return text
 
 
 def _numbers(text: str) -> list[tuple[Fraction, re.Match[str]]]:
@@ -171,14 +220,63 @@ def numbers_close(a: Fraction | float, b: Fraction | float, rel_tol: float = 1e-
     return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=0.0)
 
 
+# "either 64 or 56", "12 or maybe 13", "70 ou 56": two numbers offered as alternatives.
+_HEDGE_WORDS = r"(?:or|oder|ou|o|или|либо|au|或|或者|还是|または|か)"
+_HEDGE_RE = re.compile(
+    r"(?P<a>\d(?:[\d.,]*\d)?)(?:\s*[^\W\d_]+){0,2}\s*,?\s*(?<![A-Za-z\u00c0-\u024f\u0400-\u04ff])"
+    + _HEDGE_WORDS
+    + r"(?![^\W\d_])\s*(?:maybe|perhaps|possibly|probably|even|else|vielleicht|peut-être)?\s*"
+    r"[$€£]?(?P<b>\d(?:[\d.,]*\d)?)",
+    re.IGNORECASE,
+)
+# A leading adverbial clause ("In 4 weeks, ...", "After 3 years, ...") holds a number of
+# the question, not the answer.
+_LEAD_CLAUSE_RE = re.compile(
+    r"^\s*(?:in|after|for|over|within|on|by|at|during|en|dans|après|pour|nach|für|"
+    r"через|за|tras|durante)\s(?:[^,\n]{0,60},|\s*\d[\d.,]*\s+[^\W\d_]+)\s*",
+    re.IGNORECASE,
+)
+_SEG_BOLD_RE = re.compile(r"\*\*([^*\n]{1,60})\*\*")
+
+
+_HEDGE_WORD_RE = re.compile(_HEDGE_WORDS, re.IGNORECASE)
+
+
+def _hedged(seg: str) -> bool:
+    """Whether a marker's segment offers two different numbers as alternatives."""
+    # The alternatives sit in the segment's first sentence; the word test skips the regex
+    # (and its backtracking over long digit runs) for almost every reply.
+    seg = seg[:300]
+    if not _HEDGE_WORD_RE.search(seg):
+        return False
+    for m in _HEDGE_RE.finditer(seg):
+        a, b = parse_number(m.group("a")), parse_number(m.group("b"))
+        if a is not None and b is not None and a != b:
+            return True
+    return False
+
+
 def _from_segment(seg: str, method: str, offset: int, *, first: bool = True) -> Extraction | None:
-    """The number a marker points at: in its first sentence, after the last `=`."""
-    seg = _delatex(strip_markdown(seg[:MAX_SEGMENT]))
-    seg = re.split(r"(?<=[^\d\s])[.!?。](?:\s|$)|[.!?。](?=\s+[A-Z])|\n", seg, maxsplit=1)[0]
+    """The number a marker points at: in its first sentence, after the last `=`; a bolded
+    number of the sentence beats the others, and a leading clause's number never counts."""
+    # The marker may leave the closing `**` of `**Answer:**` at the segment's start.
+    raw = re.sub(r"^\s*(?:\*\*|__)", "", seg[:MAX_SEGMENT])
+    raw = re.split(r"(?<=[^\d\s*])[.!?。](?:\s|$)|[.!?。](?=\s+[A-Z])|\n", raw, maxsplit=1)[0]
+    bold = [b for b in _SEG_BOLD_RE.finditer(raw) if _numbers(_delatex(b.group(1)))]
+    seg = _delatex(strip_markdown(raw))
+    if _hedged(seg):
+        return Extraction(seg.strip(), "hedged", offset)
+    if bold:
+        value, m = _numbers(_delatex(bold[-1].group(1)))[0]
+        return Extraction(format_number(value), method, offset + bold[-1].start(1) + m.start())
     cut = max(seg.rfind("="), seg.rfind("≈"))
     base = 0
     if cut >= 0 and _numbers(seg[cut + 1 :]):
         base = cut + 1
+    else:
+        lead = _LEAD_CLAUSE_RE.match(seg)
+        if lead and _numbers(seg[lead.end() :]):
+            base = lead.end()
     nums = _numbers(seg[base:])
     if not nums:
         return None
@@ -192,34 +290,70 @@ _BOLD_NUM_RE = re.compile(
 )
 
 
-def extract_number(text: str) -> Extraction | None:
+# What may stand between "the answer is" and its number for it to override an earlier
+# marker: markup, a currency sign, or one adverb ("is actually 540").
+_RESTATED_RE = re.compile(
+    r"[\s*_$:=(\\{]*(?:(?:actually|really|indeed|therefore|then|now|exactly|just|still|"
+    r"in\s+fact|boxed)\b[\s*_$:=(\\{]*)?[$€£]?\s*[-−]?",
+    re.IGNORECASE,
+)
+
+
+def _box_group_number(text: str) -> Extraction | None:
+    """The number of the last group of boxes; several different ones are a hedge."""
+    group = last_box_group(text)
+    found = [e for c, o in group if (e := _from_segment(c, "boxed", o))]
+    if not found:
+        return None
+    if any(e.method == "hedged" for e in found) or len({e.answer for e in found}) > 1:
+        start = group[0][1]
+        return Extraction(" | ".join(c for c, _ in group), "hedged", start)
+    return found[-1]
+
+
+def extract_number(text: str, language: str | None = None) -> Extraction | None:
     """Find the final numeric answer in a response.
 
     Args:
         text: The answer part of a response (reasoning already split off).
+        language: The ISO 639-1 code of the language the reply is written in, when known:
+            numbers are then read in its format (see `localize_numbers`).
 
     Returns:
         The answer as canonical number text (`1234.5`, `0.75`, `-3`) with the rule that
-        found it, or None when the text holds no number.
+        found it (`hedged` when the final statement offers two different numbers), or None
+        when the text holds no number.
     """
     if not text:
         return None
+    text = localize_numbers(text, language)
+    # The last marker of each kind that points at a number; the latest of them wins.
+    finals: list[Extraction] = []
     for m in reversed(last_matches(_HASH_RE, text)):
         ext = _from_segment(m.group(1), "hash_marker", m.start(1))
         if ext:
-            return ext
+            finals.append(ext)
+            break
     for seg, off in reversed(answer_line_segments(text)):
         ext = _from_segment(seg, "answer_line", off)
         if ext:
-            return ext
-    for content, off in reversed(find_boxed(text)[-MAX_MARKERS:]):
-        ext = _from_segment(content, "boxed", off)
-        if ext:
-            return ext
+            finals.append(ext)
+            break
+    ext = _box_group_number(text)
+    if ext:
+        finals.append(ext)
     for seg, off in reversed(answer_is_segments(text)):
         ext = _from_segment(seg, "answer_is", off)
+        if ext and finals and not _RESTATED_RE.fullmatch(text[off : max(off, ext.start)]):
+            # After an explicit marker, "the answer is" only overrides it when the number
+            # follows at once ("so the correct answer is 540"), not in a later remark
+            # ("the answer is reasonable since 9 eggs...").
+            continue
         if ext:
-            return ext
+            finals.append(ext)
+            break
+    if finals:
+        return max(finals, key=lambda e: e.start)
     for m in reversed(last_matches(_BOLD_NUM_RE, text)):
         ext = _from_segment(m.group(1), "bold_answer", m.start(1))
         if ext:
@@ -266,6 +400,7 @@ def numeric_match(
     reasoning: str | None = None,
     rel_tol: float = 1e-6,
     use_reasoning: bool = True,
+    language: str | None = None,
     **_opts: Any,
 ) -> VerifyResult:
     """Score a numeric answer (GSM8K / MGSM style).
@@ -276,23 +411,33 @@ def numeric_match(
         reasoning: Separate reasoning text; searched only if the reply has no number.
         rel_tol: Relative tolerance of the comparison.
         use_reasoning: Set False to never take the answer from the reasoning.
+        language: The reply's language (ISO 639-1), for its number format (MGSM).
 
     Returns:
         reward 1.0 when the extracted number equals the gold within `rel_tol`, else 0.0;
-        details hold `method`, `source`, `normalized_pred` and `normalized_gold`.
+        details hold `method`, `source`, `normalized_pred`, `normalized_gold` and the
+        decisions of `extract_with_fallback`.
     """
     gold = parse_gold_number(expected)
+    notes: dict[str, Any] = {}
     ext, source, _, _ = extract_with_fallback(
-        response, reasoning, extract_number, use_reasoning=use_reasoning
+        response,
+        reasoning,
+        lambda t: extract_number(t, language),
+        use_reasoning=use_reasoning,
+        details=notes,
     )
     details: dict[str, Any] = {
         "method": ext.method,
         "source": source,
         "normalized_pred": None,
         "normalized_gold": format_number(gold),
+        **notes,
     }
-    if not ext or ext.answer is None:
-        return VerifyResult(0.0, None, details)
+    if language:
+        details["language"] = language
+    if not ext or ext.answer is None or ext.method == "hedged":
+        return VerifyResult(0.0, ext.answer, details)
     pred = parse_number(ext.answer)
     details["normalized_pred"] = ext.answer
     ok = pred is not None and numbers_close(pred, gold, rel_tol)

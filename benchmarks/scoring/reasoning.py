@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
-from benchmarks.scoring.extract import NO_EXTRACTION, Extraction, ForwardSearch
+from benchmarks.scoring.extract import NO_EXTRACTION, Extraction, ForwardSearch, cut_run_on
 
-__all__ = ["extract_with_fallback", "split_reasoning"]
+__all__ = ["FINAL_METHODS", "extract_with_fallback", "split_reasoning"]
+
+# Rules that find an answer the model stated as final. Thinking that stops mid-way (the
+# generation hit its token limit inside `<think>`) is full of numbers and letters that are
+# not answers: from the reasoning, only these rules may take one.
+FINAL_METHODS = frozenset({"hash_marker", "answer_line", "boxed", "answer_is", "hedged"})
 
 _TAGS = "think|thinking|reasoning"
 _OPEN_TAG_RE = re.compile(rf"<({_TAGS})>", re.IGNORECASE)
@@ -67,6 +73,7 @@ def extract_with_fallback(
     extractor: Callable[[str], Extraction | None],
     *,
     use_reasoning: bool = True,
+    details: dict[str, Any] | None = None,
 ) -> tuple[Extraction, str, str, str | None]:
     """Run `extractor` on the answer part, and on the reasoning only if that finds nothing.
 
@@ -75,20 +82,32 @@ def extract_with_fallback(
         reasoning: Separate reasoning text, if the provider returned one.
         extractor: Returns an `Extraction` (or None / an empty one when nothing is found).
         use_reasoning: Set False to never take an answer from the reasoning.
+        details: When given, receives the decisions made: `run_on_cut` (the answer ran on
+            into a next few-shot question and was cut there) and `reasoning_decision`
+            (`unused`, `final_answer` when the reasoning stated one, or `no_final_answer`
+            when it held only a `<method>` guess, which is not taken).
 
     Returns:
         (extraction, source, answer_text, reasoning_text) where source is `content` or
         `reasoning`; a failed extraction is `NO_EXTRACTION` with source `content`.
     """
     answer_text, reasoning_text = split_reasoning(response, reasoning)
+    answer_text, cut = cut_run_on(answer_text)
+    notes: dict[str, Any] = details if details is not None else {}
+    if cut:
+        notes["run_on_cut"] = True
+    notes["reasoning_decision"] = "unused"
     if answer_text:
         ext = extractor(answer_text)
         if ext:
             return ext, "content", answer_text, reasoning_text
     if use_reasoning and reasoning_text:
         ext = extractor(reasoning_text)
-        if ext:
+        if ext and ext.method in FINAL_METHODS:
+            notes["reasoning_decision"] = "final_answer"
             return ext, "reasoning", answer_text, reasoning_text
+        if ext:
+            notes["reasoning_decision"] = f"no_final_answer:{ext.method}"
     return NO_EXTRACTION, "content", answer_text, reasoning_text
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks._types import VerifyResult
-from benchmarks.scoring.extract import Extraction, strip_markdown
+from benchmarks.scoring.extract import Extraction, answer_is_segments, strip_markdown
 from benchmarks.scoring.reasoning import extract_with_fallback
 
-__all__ = ["answer_line", "exact_match", "normalize_text", "triviaqa_match"]
+__all__ = ["answer_is_sentence", "answer_line", "exact_match", "normalize_text", "triviaqa_match"]
 
 _ARTICLES_RE = re.compile(r"\b(?:a|an|the)\b")
 _WS_RE = re.compile(r"\s+")
@@ -156,6 +156,51 @@ def answer_line(
     return VerifyResult(1.0 if ok else 0.0, ext.answer, details)
 
 
+def answer_is_sentence(text: str) -> Extraction | None:
+    """The rest of the sentence after the last "the answer is" (`answer_is`), or None."""
+    for seg, off in reversed(answer_is_segments(text)):
+        sentence = re.split(r"(?<=[^\d\s])[.!?。](?:\s|$)", seg, maxsplit=1)[0]
+        sentence = strip_markdown(sentence).strip().rstrip(".").strip()
+        if sentence:
+            return Extraction(sentence, "answer_is", off)
+    return None
+
+
+# A line that only opens the conversation ("Great question!", "Sure, here's the answer:").
+_FILLER_RE = re.compile(
+    r"^(?:(?:sure|great|good|okay|ok|hmm+|well|certainly|of\s+course|absolutely|interesting|"
+    r"let\s+me|let's|here'?s|here\s+is|that'?s\s+a|what\s+a|nice|fun)\b.*|.*[:!?])$",
+    re.IGNORECASE,
+)
+
+
+def _first_answer_line(text: str) -> Extraction | None:
+    """The first line that is not an opening pleasantry (`first_line`)."""
+    lines = [
+        (ln, i) for i, ln in _line_starts(text) if strip_markdown(ln).strip()
+    ][:32]
+    if not lines:
+        return None
+    for ln, i in lines[:-1]:
+        if not _FILLER_RE.match(strip_markdown(ln).strip()):
+            return Extraction(strip_markdown(ln).strip(), "first_line", i)
+    ln, i = lines[-1] if len(lines) > 1 else lines[0]
+    return Extraction(strip_markdown(ln).strip(), "first_line", i)
+
+
+def _line_starts(text: str) -> list[tuple[int, str]]:
+    out = []
+    pos = 0
+    for ln in text[:20_000].split("\n"):
+        out.append((pos, ln))
+        pos += len(ln) + 1
+    return out
+
+
+# "Either Skylab or Salyut 1", "Sydney or Canberra": an answer offering alternatives.
+_HEDGE_TEXT_RE = re.compile(r"\b(?:or|either|and/or)\b", re.IGNORECASE)
+
+
 def _contains_tokens(haystack: str, needle: str) -> bool:
     """Whether `needle` occurs in `haystack` on token boundaries (both normalised)."""
     return bool(needle) and f" {needle} " in f" {haystack} "
@@ -173,8 +218,10 @@ def triviaqa_match(
 ) -> VerifyResult:
     """Score a short factual answer against a list of acceptable aliases (TriviaQA).
 
-    The answer is the text after the last `prefix` if there is one, else the first line of
-    the reply. It matches when its normalised form equals an alias's, or (with
+    The answer is the text after the last `prefix` if there is one, else the sentence after
+    "the answer is", else the first line of the reply that is not an opening pleasantry
+    ("Great question!"). An answer offering alternatives ("Sydney or Canberra") is
+    `hedged` and never credited by containment. It matches when its normalised form equals an alias's, or (with
     `allow_contains`) contains an alias as whole tokens: "It was Paris, France" matches
     "Paris".
 
@@ -194,15 +241,11 @@ def triviaqa_match(
     after_prefix = _answer_after(prefix)
 
     def extract(text: str) -> Extraction | None:
-        ext = after_prefix(text)
-        if ext:
-            return ext
-        first = next((ln for ln in text.splitlines() if strip_markdown(ln).strip()), "")
-        first = strip_markdown(first).strip()
-        return Extraction(first, "first_line", 0) if first else None
+        return after_prefix(text) or answer_is_sentence(text) or _first_answer_line(text)
 
+    notes: dict[str, Any] = {}
     ext, source, _, _ = extract_with_fallback(
-        response, reasoning, extract, use_reasoning=use_reasoning
+        response, reasoning, extract, use_reasoning=use_reasoning, details=notes
     )
     pred = normalize_text(ext.answer) if ext.answer is not None else ""
     golds = [g for g in (normalize_text(a) for a in alias_list) if g]
@@ -219,6 +262,12 @@ def triviaqa_match(
                 if _contains_tokens(pred, g):
                     match, matched = "contains", g
                     break
+        if match == "contains" and matched is not None:
+            # Containment credits an answer that names the alias among others: an answer
+            # offering alternatives ("Either Skylab or Salyut 1") commits to none of them.
+            said = ext.answer or ""
+            if _HEDGE_TEXT_RE.search(said) and not _HEDGE_TEXT_RE.search(matched):
+                match, matched = "hedged", None
     details = {
         "method": ext.method,
         "source": source,
@@ -226,5 +275,6 @@ def triviaqa_match(
         "normalized_gold": golds,
         "match": match,
         "matched_alias": matched,
+        **notes,
     }
-    return VerifyResult(1.0 if match else 0.0, ext.answer, details)
+    return VerifyResult(1.0 if match in ("exact", "contains") else 0.0, ext.answer, details)

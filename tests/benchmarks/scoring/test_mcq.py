@@ -36,7 +36,7 @@ CASES = [
     ("B) 42 kg", "B", "bare_letter"),
     ("After weighing everything.\n\nD", "D", "bare_letter"),
     ("**C**", "C", "bold_answer"),
-    ("So we pick **B) the second law**.", "B", "bold_answer"),
+    ("So we pick **B) the second law**.", "B", "answer_is"),  # "we pick B" states the choice
     ("Options (A) and (C) both look right, but (C) is more precise.", "C", "paren_letter"),
     # Final stated answer wins over earlier ones.
     ("Answer: A\n\nWait, re-checking the units... Answer: D", "D", "answer_line"),
@@ -72,7 +72,7 @@ def test_mcq_extract(response: str, letter: str | None, method: str) -> None:
         ("The answer is (J).", "J"),
         ("Answer: I", "I"),
         ("the answer is I.", "I"),
-        ("Answer: I believe it is G", None),
+        ("Answer: I believe it is G", "G"),  # issue 16: "I think it's C" is C
         ("I'm fairly sure. Answer: H", "H"),
     ],
 )

@@ -51,9 +51,19 @@ def test_answer_only_in_reasoning_is_used_and_recorded() -> None:
     assert r.reward == 1.0
     assert r.scoring_details["source"] == "reasoning"
     assert r.scoring_details["method"] == "hash_marker"
-    # Unclosed <think>: the number is only in the reasoning part.
-    r = numeric_match("<think>so she earns $18 per day", "18")
+    assert r.scoring_details["reasoning_decision"] == "final_answer"
+    # Unclosed <think> that states a final answer: credited from the reasoning.
+    r = numeric_match("<think>so she earns $18 per day, so the answer is 18", "18")
     assert (r.reward, r.scoring_details["source"]) == (1.0, "reasoning")
+
+
+def test_truncated_reasoning_without_a_final_answer_gets_no_credit() -> None:
+    # The generation stopped mid-thought (issue 16, pattern 4): its last number is not an
+    # answer, and the decision is recorded.
+    r = numeric_match("<think>so she earns $18 per day", "18")
+    assert r.reward == 0.0
+    assert r.scoring_details["method"] == "none"
+    assert r.scoring_details["reasoning_decision"] == "no_final_answer:last_number"
 
 
 def test_reasoning_fallback_can_be_disabled() -> None:

@@ -1,0 +1,1 @@
+"""The scoring case set: real-style model answers with known truth (see `cases.jsonl`)."""
