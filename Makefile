@@ -18,11 +18,9 @@ STAMP := $(VENV)/.nel-installed
 # The real NeMo Evaluator 0.3.0, in its own Python 3.12 venv: the compatibility tests run
 # the same invocations through both tools (pyenv's shim needs the version named).
 PEER_VENV ?= .venv-peers/nemo-evaluator
-PEER_NEMO := $(PEER_VENV)/bin/nel
 # The real NeMo Gym, for its agent and ng_collect_rollouts against `nel serve` (tests
 # symlink its per-server venvs to this one, so Gym installs nothing at run time).
 PEER_GYM_VENV ?= .venv-peers/nemo-gym
-PEER_GYM := $(PEER_GYM_VENV)/bin/ng_run
 PY312 ?= env PYENV_VERSION=3.12.1 python3.12
 
 .PHONY: setup system-deps peers run test test-fast lint bench clean
@@ -39,17 +37,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
-$(PEER_NEMO):
-	$(PY312) -m venv $(PEER_VENV)
-	$(PEER_VENV)/bin/pip install -q --upgrade pip
-	$(PEER_VENV)/bin/pip install -q 'nemo-evaluator[stats]==0.3.0'  # [stats]: scipy, else its compare is always INCONCLUSIVE
-
-$(PEER_GYM):
-	$(PY312) -m venv $(PEER_GYM_VENV)
-	$(PEER_GYM_VENV)/bin/pip install -q --upgrade pip
-	$(PEER_GYM_VENV)/bin/pip install -q 'nemo-gym==0.4.0'
-
-peers: $(PEER_NEMO) $(PEER_GYM)
+# Built once per machine under PEER_HOME and linked here (deploy/peers/install_peer.sh; a
+# second call only checks the venv's stamp, so a new pin here gets a new venv).
+peers:
+	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-evaluator-0.3.0-stats \
+	  'nemo-evaluator[stats]==0.3.0' $(PEER_VENV)  # [stats]: scipy, else its compare is always INCONCLUSIVE
+	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-gym-0.4.0 'nemo-gym==0.4.0' $(PEER_GYM_VENV)
 
 system-deps:
 	bash deploy/install_system_deps.sh
