@@ -196,15 +196,28 @@ def trajectory_row(row: dict[str, Any]) -> dict[str, Any]:
         out["model_error"] = row.get("error")
     if row.get("system"):
         out["system_prompt"] = row["system"]
-    msgs = row.get("messages")
     out.update({
-        "sample_id": row.get("sample_id"), "messages": orjson.Fragment(msgs) if msgs else None,
+        "sample_id": row.get("sample_id"), "messages": orjson.Fragment(_messages(row)),
         "finish_reason": row.get("finish_reason"), "error": row.get("error"),
         "usage": {"prompt_tokens": row.get("prompt_tokens"), "completion_tokens": row.get("completion_tokens"),
                   "reasoning_tokens": row.get("reasoning_tokens")},
         "attempts": row.get("attempts"),
     })
     return out
+
+
+def _messages(row: dict[str, Any]) -> str:
+    """nel's `messages`: the request's messages plus the answer turn, as JSON text (spliced,
+    not parsed: the stored messages are already JSON)."""
+    msgs = row.get("messages") or "[]"
+    if row.get("error") is not None:
+        return msgs
+    turn: dict[str, Any] = {"role": "assistant", "content": row.get("response")}
+    if row.get("reasoning"):
+        turn["reasoning_content"] = row["reasoning"]
+    head = msgs.rstrip()[:-1].rstrip()
+    sep = "" if head.endswith("[") else ","
+    return f"{head}{sep}{orjson.dumps(turn).decode()}]"
 
 
 def runtime_block(rows: list[dict[str, Any]], nel_runtime: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +318,35 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
     return out
 
 
+def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, Any]:
+    """`scores.breakdowns`: the mean reward per value of every scoring-details field that
+    every row has as a short string or a bool, with 2 to `max_groups` distinct values (0.3.0's
+    rule); `{field: [{group, n, mean_reward, ci_lower, ci_upper}]}` over scored rows."""
+    fields: dict[str, list[tuple[str, float]]] = {}
+    n = 0
+    for r in rows:
+        if r.get("reward") is None or not r.get("details"):
+            return {}  # a failed or detail-less row: no field is in every row
+        n += 1
+        for k, v in orjson.loads(r["details"]).items():
+            if isinstance(v, bool) or (isinstance(v, str) and len(v) < 100):
+                fields.setdefault(k, []).append((str(v), float(r["reward"])))
+    out: dict[str, Any] = {}
+    for name, pairs in fields.items():
+        groups: dict[str, list[float]] = {}
+        for val, reward in pairs:
+            groups.setdefault(val, []).append(reward)
+        if len(pairs) != n or not 2 <= len(groups) <= max_groups:
+            continue
+        out[name] = []
+        for val in sorted(groups):
+            ci = stats.mean_ci(np.asarray(groups[val]))
+            out[name].append({"group": val, "n": len(groups[val]), "mean_reward": round(float(ci["mean"]), 4),
+                              "ci_lower": round(float(ci["ci_low"] if ci["ci_low"] is not None else ci["mean"]), 4),
+                              "ci_upper": round(float(ci["ci_high"] if ci["ci_high"] is not None else ci["mean"]), 4)})
+    return out
+
+
 def summary_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """0.3.0's `scores.summary` over the scored rewards."""
     arr = np.asarray([r["reward"] for r in rows if r.get("reward") is not None], dtype=float)
@@ -356,6 +398,8 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
     scores: dict[str, Any] = headline_scores(rows, score, n_repeats)
     scores["summary"] = summary_block(rows)
+    if groups := breakdowns(rows):
+        scores["breakdowns"] = groups
     scores["runtime"] = runtime_block(rows, bundle["runtime"])
     failures = failure_block(rows, bundle["failures"])
     scores["failures"] = {k: failures[k] for k in FAILURE_KEYS}

@@ -290,7 +290,9 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
                 raise NelError(f"{results}:{line_no}: invalid JSON: {exc.msg}") from None
             key = _item_key(r, line_no)
             keys.append(str(key))
-            scores.append(_score(_first(r, _SCORE_FIELDS)))
+            # nel's files give a failed request reward 0.0 (0.3.0's tools need a number) and
+            # say it failed in `error`: it is no wrong answer
+            scores.append(math.nan if r.get("error") is not None else _score(_first(r, _SCORE_FIELDS)))
             cats.append(r.get("category"))
             clus.append(r.get("cluster"))
             usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
