@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.errors import NelError
-from nel_assets.engine import stats
+from nel_assets.engine import nemo_format, stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
 from nel_assets.engine.outcome import benchmark_outcome, worst
 from nel_resources.store import ResultStore, write_json_atomic
@@ -491,6 +491,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         comp["items_to_detect_delta"] = (items_to_detect(comp, comp["delta"])
                                          if comp.get("delta") else None)
         comp["outcome"], comp["outcome_reason"] = benchmark_outcome(comp)
+        comp.update(nemo_format.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     return {
@@ -528,7 +529,8 @@ def write_regression(path: str | Path | Mapping[str, Any],
     p = Path(path).expanduser()
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"
-    write_json_atomic(p, dict(doc))
+    # NeMo Evaluator's top-level keys too, where its `compare -o` writes them
+    write_json_atomic(p, {**doc, **nemo_format.single_report_keys(dict(doc))})
     return p
 
 

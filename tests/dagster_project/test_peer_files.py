@@ -118,8 +118,10 @@ def test_peer_eval_report_reads_nel_directories(runs: Runs) -> None:
 def test_peer_compare_reads_nel_output_both_ways(runs: Runs, form: str) -> None:
     peer_file, peer = _bundle(runs.peer / BENCH)
     nel_file, nel = _bundle(runs.nel / BENCH)
-    base, cand = (runs.peer, runs.nel) if form == "dirs" else (peer_file, nel_file)
-    for b, c, b_doc, c_doc in ((base, cand, peer, nel), (cand, base, nel, peer)):
+    # both ways for directories; a nel bundle file as the candidate
+    pairs = [(runs.peer, runs.nel, peer, nel), (runs.nel, runs.peer, nel, peer)] if form == "dirs" else [
+        (peer_file, nel_file, peer, nel)]
+    for b, c, b_doc, c_doc in pairs:
         doc = json.loads(peer_ok("compare", str(b), str(c), "--format", "json", "--no-report", cwd=runs.root))
         deltas = doc["score_deltas"]
         for metric in ("pass@1", "pass@2"):
@@ -145,3 +147,25 @@ def test_peer_gate_reads_nel_output_both_ways(runs: Runs) -> None:
         assert row["benchmark"] == BENCH and row["status"] == "INSUFFICIENT_EVIDENCE"
         assert row["baseline_score"] == row["candidate_score"] == _value(nel) and row["n_paired"] == 4
         assert doc["missing"] == []
+
+
+def test_nels_regression_json_carries_the_peers_delta_keys(runs: Runs) -> None:
+    """`regression.json`: per benchmark, nel writes 0.3.0's `score_deltas` (with `ci_overlap`)
+    and `runtime_deltas` next to its paired analysis; the score deltas agree with 0.3.0's own."""
+    peer_ok("compare", str(runs.peer), str(runs.nel), "-o", str(runs.root / "peer-reg.json"), "--no-report",
+            "--format", "json", cwd=runs.root)
+    p = run_nel("compare", str(runs.peer), str(runs.nel), "-o", str(runs.root / "nel-reg"), "--no-report",
+                "--format", "json", cwd=runs.root)
+    assert p.returncode == 0, p.stderr
+    # one benchmark: 0.3.0 writes its report at the top level; nel too, and under `benchmarks`
+    theirs = json.loads((runs.root / "peer-reg.json").read_text())
+    doc = json.loads((runs.root / "nel-reg" / "regression.json").read_text())
+    for ours in (doc, doc["benchmarks"][BENCH]):
+        assert set(theirs["score_deltas"]) >= set(ours["score_deltas"]) == {"pass@1"}
+        for key in ("baseline", "candidate", "delta", "relative_pct", "ci_overlap"):
+            assert ours["score_deltas"]["pass@1"][key] == theirs["score_deltas"]["pass@1"][key], key
+        assert isinstance(ours["runtime_deltas"], dict) and ours["runtime_deltas"]
+        assert all(set(d) == {"baseline", "candidate", "delta"} for d in ours["runtime_deltas"].values())
+    assert {k for k in theirs if k not in ("flip_report", "mcnemar", "test_used", "test_reason")} <= set(doc)
+    assert doc["verdict"] == theirs["verdict"] == "PASS" and doc["report_version"] == theirs["report_version"]
+    assert {"run_id", "config"} <= set(doc["baseline"]) and {"run_id", "config"} <= set(doc["candidate"])
