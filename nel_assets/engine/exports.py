@@ -64,9 +64,11 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         "runtime_stats": out_dir / "runtime_stats.json",
         "failure_analysis": out_dir / "failure_analysis.json",
     }
-    _write_jsonl(paths["results"], [nf.result_row(r) for r in rows])
-    _write_jsonl(paths["trajectories"], [nf.trajectory_row(r) for r in rows])
-    write_json_atomic(paths["runtime_stats"], nf.runtime_block(rows, bundle["runtime"]))
+    trajs = [nf.atif(r) for r in rows]  # one ATIF document per step, in both files
+    _write_jsonl(paths["results"], [nf.result_row(r, t) for r, t in zip(rows, trajs, strict=True)])
+    _write_jsonl(paths["trajectories"], [nf.trajectory_row(r, t) for r, t in zip(rows, trajs, strict=True)])
+    runtime = nf.runtime_block(rows, bundle["runtime"])
+    write_json_atomic(paths["runtime_stats"], runtime)
     if has_failures(table):
         write_json_atomic(paths["failure_analysis"], nf.failure_block(rows, bundle["failures"]))
     else:
@@ -75,7 +77,7 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         paths["failure_analysis"].unlink(missing_ok=True)
         del paths["failure_analysis"]
     # The bundle last: a reader that finds it finds the files it describes.
-    write_json_atomic(paths["eval"], nf.bundle_document(rows, bundle, config, nel_config))
+    write_json_atomic(paths["eval"], nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime))
     # Old files go only once the new ones are in place: a crash above leaves the previous
     # complete set, never a gap. Temp files of a writer that died are swept too. 0.3.0's
     # tools skip a folder holding two bundles, so there is only ever one.

@@ -15,6 +15,7 @@ error, not a wrong answer; intervals are nel's), and the README says so.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -78,7 +79,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def _r(x: Any, nd: int = 2) -> float:
-    return 0.0 if x is None or (isinstance(x, float) and np.isnan(x)) else round(float(x), nd)
+    return 0.0 if x is None or x != x else round(float(x), nd)  # x != x: NaN
 
 
 def _short_hash(text: str) -> str:
@@ -134,13 +135,17 @@ def _details(row: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     return orjson.Fragment(raw), None
 
 
-def result_row(row: dict[str, Any]) -> dict[str, Any]:
+_UNSET: Any = object()
+
+
+def result_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
     """One `results.jsonl` line: 0.3.0's keys, then nel's.
 
     A failed request has `reward` 0.0 here (0.3.0's `eval merge` and `compare` call
     `float(reward)`) and is marked as 0.3.0 marks its own infrastructure failures
     (`scoring_details.error_category = "infra_error"`); nel's `error` and `failure_category`
-    keys say what failed, and nel's scores leave it out.
+    keys say what failed, and nel's scores leave it out. `traj` is the row's `atif()` when
+    the caller has it already.
     """
     details, parsed = _details(row)
     scorer_rewards = {k: v.get("reward", 0.0) for k, v in (parsed or {}).items()
@@ -154,19 +159,24 @@ def result_row(row: dict[str, Any]) -> dict[str, Any]:
         "metadata": orjson.Fragment(row["metadata"]) if row.get("metadata") else {},
         "tokens": _tokens(row), "latency_ms": _r(row.get("model_ms")),
     }
-    traj = atif(row)
+    traj = atif(row) if traj is _UNSET else traj
     if traj is not None:
         out["trajectory"] = traj
     out.update({k: row.get(k) for k in NEL_RESULT_KEYS})
     return out
 
 
-def trajectory_row(row: dict[str, Any]) -> dict[str, Any]:
-    """One `trajectories.jsonl` line: 0.3.0's step record, then nel's keys."""
+def trajectory_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
+    """One `trajectories.jsonl` line: 0.3.0's step record, then nel's keys (`traj` as in
+    `result_row`)."""
     details, _ = _details(row)
     failed = row.get("error") is not None
+    if traj is _UNSET:
+        traj = atif(row)
+    # the step id is the ATIF session id's head: both stable, derived from run and step
+    sid = traj[0]["session_id"] if traj else _short_hash(f"{row.get('run_id')}:{row.get('sample_id')}")
     out: dict[str, Any] = {
-        "step_id": _short_hash(f"{row.get('run_id')}:{row.get('sample_id')}")[:12],
+        "step_id": sid[:12],
         "problem_idx": row["problem_idx"], "repeat": row["repeat"],
         "timestamp": row.get("timestamp"), "prompt": row.get("prompt") or "",
         "expected_answer": row.get("expected"),
@@ -175,7 +185,8 @@ def trajectory_row(row: dict[str, Any]) -> dict[str, Any]:
         "scoring_method": "infra_error" if failed else (row.get("method") or ""),
         "scoring_details": details,
         "seed_metadata": orjson.Fragment(row["metadata"]) if row.get("metadata") else {},
-        "timing": {f"{k}_ms": _r(row.get(f"{k}_ms")) for k in ("seed", "model", "verify", "total")},
+        "timing": {"seed_ms": _r(row.get("seed_ms")), "model_ms": _r(row.get("model_ms")),
+                   "verify_ms": _r(row.get("verify_ms")), "total_ms": _r(row.get("total_ms"))},
         "failure_category": row.get("failure_category"),
         "retries": max(0, int(row.get("attempts") or 1) - 1),
     }
@@ -191,7 +202,7 @@ def trajectory_row(row: dict[str, Any]) -> dict[str, Any]:
             "request_hash": _short_hash(f"{prompt}|{system}|{row.get('model_id') or ''}"),
             "response_hash": _short_hash(content),
         }
-        out["trajectory"] = atif(row)
+        out["trajectory"] = traj
     else:
         out["model_error"] = row.get("error")
     if row.get("system"):
@@ -279,7 +290,7 @@ def _ci(entry: dict[str, Any] | None) -> dict[str, Any]:
 def _bootstrap(values: np.ndarray) -> dict[str, Any]:
     if values.size == 0:
         return {}
-    b = stats.bootstrap_ci(np.mean, values, n_resamples=2000, seed=0)
+    b = stats.bootstrap_ci(np.mean, values, n_resamples=1000, seed=0)
     return {"bootstrap_ci_lower": round(float(b["ci_low"]), 4), "bootstrap_ci_upper": round(float(b["ci_high"]), 4)}
 
 
@@ -390,9 +401,11 @@ def run_config(benchmark: str, *, model_id: str | None, base_url: str | None, re
 
 
 def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, Any],
-                    config: dict[str, Any], nel_config: dict[str, Any] | None = None) -> dict[str, Any]:
+                    config: dict[str, Any], nel_config: dict[str, Any] | None = None, *,
+                    runtime: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `eval-<ts>-<bench>.json` document: 0.3.0's bundle with nel's keys added
-    (`model`, `model_id`, `metrics`, `per_category`, `bundle` = nel's own bundle, `nel_config`)."""
+    (`model`, `model_id`, `metrics`, `per_category`, `bundle` = nel's own bundle, `nel_config`).
+    `runtime` is `runtime_block`'s result when the caller has it already."""
     rows = table.to_pylist() if isinstance(table, pa.Table) else table
     score = bundle["score"]
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
@@ -400,7 +413,7 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     scores["summary"] = summary_block(rows)
     if groups := breakdowns(rows):
         scores["breakdowns"] = groups
-    scores["runtime"] = runtime_block(rows, bundle["runtime"])
+    scores["runtime"] = runtime if runtime is not None else runtime_block(rows, bundle["runtime"])
     failures = failure_block(rows, bundle["failures"])
     scores["failures"] = {k: failures[k] for k in FAILURE_KEYS}
     for k, v in scores["failures"]["categories"].items():
@@ -434,7 +447,10 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     }
 
 
+@functools.cache
 def _nel_version() -> str:
+    # Cached: a metadata lookup scans the installed distributions (milliseconds), and every
+    # trajectory line names the version.
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -10,8 +10,9 @@ Three sources are understood:
 * a **nel bundle file** (``<out>/<bench>/bundle/model=<m>/bundle.json``): the store it sits
   in provides the per-item rows.
 * **NeMo Evaluator 0.3.0 files**: an ``eval-*.json`` with a ``results.jsonl`` next to it (a
-  file, its directory, or a tree of such directories, one per benchmark). nel's own exports
-  have the same shape, so ``<out>/<bench>/exports/<model>/`` loads too.
+  file, its directory, or a tree of such directories, one per benchmark). nel writes the
+  same files (``<out>/<bench>/``, or ``<out>/<bench>/models/<model>/`` with several models),
+  so those load too.
 
 ``compare_runs`` pairs two runs benchmark by benchmark and ``write_regression`` writes the
 ``regression.json`` artifact. No Dagster import here.
