@@ -175,18 +175,20 @@ def _to_verify(result: Any) -> VerifyResult:
     if isinstance(result, int | float):
         return VerifyResult(float(result), None, {"method": "byob"})
     if isinstance(result, dict):
+        # The scorer's whole dict stays the scoring details, as NeMo Evaluator records it
+        # (its reports group results by such fields, e.g. `correct`).
         details = dict(result)
         # NeMo Evaluator's precedence: `correct`, then `reward` (then nel's `score`).
         if "correct" in details:
-            reward = float(details.pop("correct"))
+            reward = float(details["correct"])
         elif "reward" in details:
-            reward = float(details.pop("reward"))
+            reward = float(details["reward"])
         elif "score" in details:
-            reward = float(details.pop("score"))
+            reward = float(details["score"])
         else:
             raise NelError("a BYOB scorer's dict must hold `correct`, `reward` or `score` "
                            f"(it held {', '.join(map(repr, details)) or 'nothing'})")
-        extracted = details.pop("extracted", None)
+        extracted = details.get("extracted")
         details.setdefault("method", "byob")
         return VerifyResult(reward, None if extracted is None else str(extracted), details)
     raise NelError(f"a BYOB scorer returned {type(result).__name__}; return a bool, a number, "

@@ -322,7 +322,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
             False discards stored results and journals and recomputes everything.
         progress: show a progress bar.
         shard_only: (shard, total) when this process is one shard of a distributed run;
-            bundles are then left to `nel eval merge`.
+            it bundles its own shard (as NeMo Evaluator's shard processes do) and leaves the
+            whole benchmark's bundle to `nel eval merge`.
 
     Raises:
         NelError: the config or output location cannot work at all (nothing ran).
@@ -412,6 +413,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         gates = _stored_gates(resolved, store, _failed_models(failures))
     summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
                          failures=failures, log_path=log_path)
+    _write_run_reports(cfg.output.report, store, summary)
     summary.checkpoint_path = _write_checkpoint(summary, started)
     run_registry.finished(summary.exit_status, len(summary.failures))
     return summary
@@ -470,7 +472,11 @@ def _write_checkpoint(summary: RunSummary, started: float) -> Path | None:
     for oc in summary.benchmarks:
         for m, b in sorted(oc.bundles.items()):
             s = b.get("score") or {}
-            completed.append({"name": oc.benchmark, "model": m, "bundle_path": str(
+            # `bundle_path` is the benchmark's folder, as NeMo Evaluator records it (its
+            # --resume reads the eval-*.json there); nel's own bundle file is `nel_bundle_path`.
+            completed.append({"name": oc.benchmark, "model": m,
+                              "bundle_path": oc.exports.get(m) or str(summary.output_dir / oc.benchmark),
+                              "nel_bundle_path": str(
                                   summary.output_dir / oc.benchmark / "bundle" / f"model={m}" / "bundle.json"),
                               "score": s.get("mean"),
                               "n_samples": s.get("n_samples"), "n_failed_samples": s.get("n_failed_samples")})
@@ -486,6 +492,25 @@ def _write_checkpoint(summary: RunSummary, started: float) -> Path | None:
         summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {_os_reason(exc)}", "run"))
         return None
     return path
+
+
+def _write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> None:
+    """`<out>/report.<ext>` per `output.report` format over every bundle in the output
+    directory, as NeMo Evaluator writes them after a run; a write error is one more failure."""
+    from nel_assets.engine.reports import EXTENSIONS, collect, render
+    from nel_resources.store import write_text_atomic
+
+    if not formats:
+        return
+    bundles, details = collect(store, with_samples="html" in formats)
+    if not bundles:
+        return
+    for fmt in formats:
+        path = summary.output_dir / f"report.{EXTENSIONS[fmt]}"
+        try:
+            write_text_atomic(path, render(fmt, bundles, details=details))
+        except OSError as exc:
+            summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {_os_reason(exc)}", "run"))
 
 
 def _missing_comparisons(resolved: ResolvedConfig, store: Any) -> bool:
@@ -647,19 +672,20 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             oc.requests_sent += _metadata_int(r, "requests_sent")
                     finally:
                         ev.set_progress_hook(None)
-                if shard_only is None:
-                    changed = {m for m, _ in oc.shards_run}
-                    for m in models:
-                        issues = artifact_issues.get((bench.name, m))
-                        if m not in failed and (m in changed or issues):
-                            try:
-                                run(jobs_of(bench)["bundle"], m, f"{bench.name} {m} bundle")
-                            except _StepFailed as exc:
-                                fail(bench.name, m, exc.reason, "bundle")
-                                continue
-                            rebuilt.add(m)
-                            if issues and m not in changed:
-                                oc.artifacts_rebuilt[m] = issues
+                # A shard process writes its shard's bundle and files too: NeMo Evaluator's
+                # `eval merge` reads each shard_<i>/<bench>/ as its own shard processes leave it.
+                changed = {m for m, _ in oc.shards_run}
+                for m in models:
+                    issues = artifact_issues.get((bench.name, m))
+                    if m not in failed and (m in changed or issues):
+                        try:
+                            run(jobs_of(bench)["bundle"], m, f"{bench.name} {m} bundle")
+                        except _StepFailed as exc:
+                            fail(bench.name, m, exc.reason, "bundle")
+                            continue
+                        rebuilt.add(m)
+                        if issues and m not in changed:
+                            oc.artifacts_rebuilt[m] = issues
                 pending.pop(0)
             if shard_only is None and resolved.comparison.baseline:
                 n_runs += _compare(resolved, defs, instance, store, rebuilt, gates, failures, log_path)

@@ -93,6 +93,20 @@ class ResultStore:
         return self.bench_dir(bench) / "report" / f"model={model}"
 
     def export_dir(self, bench: str, model: str) -> Path:
+        """Where (benchmark, model)'s NeMo Evaluator 0.3.0 files go (`eval-*.json`,
+        `results.jsonl`, ...).
+
+        0.3.0 keeps one model's files per benchmark folder, `<out>/<bench>/`, and its tools
+        find them there; so does nel when the benchmark has one model in this store. With
+        several models each gets `<out>/<bench>/models/<model>/<bench>/`, itself a 0.3.0
+        output directory (`<out>/<bench>/models/<model>`) that its tools read.
+        """
+        if self.models(bench) in ([], [model]):
+            return self.bench_dir(bench)
+        return self.bench_dir(bench) / "models" / model / asset_name(bench)
+
+    def legacy_export_dir(self, bench: str, model: str) -> Path:
+        """Where nel wrote its exports before it wrote 0.3.0's layout (swept on rebuild)."""
         return self.bench_dir(bench) / "exports" / model
 
     # ------------------------------------------------------------------ shards

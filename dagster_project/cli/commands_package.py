@@ -187,7 +187,8 @@ def _cmd_cache_sqsh(args: argparse.Namespace) -> int:
 
 def _bundle_paths(paths: list[str]) -> list[Path]:
     """eval-*.json bundles in the given files and directories (nel's output dirs keep them
-    under <bench>/exports/<model>/, so directories are searched at any depth)."""
+    in <bench>/, or <bench>/models/<model>/<bench>/ with several models, so directories are
+    searched at any depth)."""
     found: list[Path] = []
     for text in paths:
         p = Path(text)

@@ -112,8 +112,9 @@ def _dir_of_run_id(args: argparse.Namespace) -> str | None:
 
 
 def _bundle_file(path: Path) -> dict[str, Any]:
-    """A bundle from a file: nel's bundle.json, or an eval-*.json export inside a nel output
-    directory (<out>/<benchmark>/exports/<model>/eval-*.json: its bundle.json is read)."""
+    """A bundle from a file: nel's bundle.json, or an eval-*.json nel wrote (NeMo Evaluator's
+    bundle with nel's own under `bundle`; older nel: <out>/<bench>/exports/<model>/eval-*.json,
+    whose bundle.json is read)."""
     import json
 
     from benchmarks.errors import NelError
@@ -124,6 +125,8 @@ def _bundle_file(path: Path) -> dict[str, Any]:
         raise NelError(f"{path}: not a readable bundle JSON file: {exc}") from None
     if isinstance(doc, dict) and "score" in doc and "benchmark" in doc:
         return doc
+    if isinstance(doc, dict) and isinstance(doc.get("bundle"), dict) and "score" in doc["bundle"]:
+        return doc["bundle"]
     if path.name.startswith("eval-") and path.parent.parent.name == "exports":
         bundle = path.parents[2] / "bundle" / f"model={path.parent.name}" / "bundle.json"
         if bundle.is_file():

@@ -18,6 +18,7 @@ import orjson
 from benchmarks import EvalEnvironment, get_benchmark
 from benchmarks.errors import NelError
 from benchmarks.plugins import load_module
+from nel_assets.engine import nemo_format as nf
 from nel_assets.engine.artifacts import (
     json_problem,
     jsonl_problem,
@@ -26,7 +27,7 @@ from nel_assets.engine.artifacts import (
     text_problem,
 )
 from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
-from nel_assets.engine.exports import write_exports
+from nel_assets.engine.exports import eval_file_name, write_exports
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.report import render_markdown
 from nel_assets.engine.sandboxing import FactoryOpener
@@ -312,6 +313,23 @@ def _shard_versions(store: ResultStore, bench_name: str, model: str) -> dict[str
     return {str(s): str(rec.get("data_version")) for s, rec in store.shard_records(bench_name, model).items()}
 
 
+def _nemo_config(run: RunSpec | None, bench_name: str, bundle: dict[str, Any],
+                 shuffle: dict[str, Any] | None) -> dict[str, Any]:
+    """The bundle's `config` as NeMo Evaluator 0.3.0 writes it (its `eval merge` reads
+    `repeats` and `benchmark` there)."""
+    repeats = int(bundle["score"].get("n_repeats") or 1)
+    if run is None:
+        return nf.run_config(bench_name, model_id=bundle.get("model_id"), base_url=None,
+                             repeats=repeats, max_problems=None, shuffle=shuffle)
+    cfg = run.service.config
+    gen = cfg.generation
+    return nf.run_config(bench_name, model_id=run.model_id, base_url=cfg.url, repeats=run.repeats,
+                         max_problems=run.selection.max_problems, shuffle=shuffle,
+                         generation={"temperature": gen.temperature, "max_tokens": gen.max_tokens,
+                                     "top_p": gen.top_p, "seed": gen.seed},
+                         system_prompt=run.system_prompt)
+
+
 def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
                        model: str, *, config_json: str | None = None
                        ) -> tuple[dict[str, Any], dict[str, Path]]:
@@ -345,12 +363,13 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
         extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
     write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
-    eval_id = export_eval_id(bench_name, model, bundle["run_ids"])
     summary = json.loads(config_json) if config_json is not None else {}
     if shuffle:
         summary.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
-    paths = write_exports(store.export_dir(bench_name, model), table, bundle,
-                          eval_id=eval_id, config_summary=summary)
+    edir = store.export_dir(bench_name, model)
+    paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
+                          nel_config=summary,
+                          sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
     return bundle, paths
 
@@ -386,12 +405,14 @@ def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[s
     ]
     edir = store.export_dir(bench_name, model)
     if bundle is not None:
-        ev = edir / f"eval-{export_eval_id(bench_name, model, list(bundle.get('run_ids') or []))}.json"
-        checks.append((ev, json_problem(ev, require=("metrics",))))
+        ev = edir / eval_file_name(bundle)
+        checks.append((ev, json_problem(ev, require=nf.BUNDLE_KEYS)))
+        if (bundle.get("failures") or {}).get("categories"):
+            checks.append((edir / "failure_analysis.json", json_problem(edir / "failure_analysis.json",
+                                                                         require=nf.FAILURE_KEYS)))
     n_rows = sum(int(r.get("n_rows") or 0) for r in records.values())
     for name in ("results.jsonl", "trajectories.jsonl"):
         checks.append((edir / name, jsonl_problem(edir / name, n_rows)))
-    for name in ("runtime_stats.json", "failure_analysis.json"):
-        checks.append((edir / name, json_problem(edir / name)))
+    checks.append((edir / "runtime_stats.json", json_problem(edir / "runtime_stats.json")))
     problems += [f"{path}: {why}" for path, why in checks if why is not None]
     return problems

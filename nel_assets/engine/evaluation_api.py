@@ -24,8 +24,8 @@ from typing import Any
 
 from benchmarks._types import EvalEnvironment
 from benchmarks.errors import NelError
+from nel_assets.engine import nemo_format as nf
 from nel_assets.engine.bundle import build_bundle
-from nel_assets.engine.evaluate import export_eval_id
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.loop import ShardSpec, run_shard
 from nel_assets.engine.progress import NoOpProgress, ProgressTracker
@@ -132,6 +132,8 @@ def write_all(bundle: dict[str, Any], output_dir: str | Path) -> dict[str, Path]
     if table is None:
         raise NelError("write_all: the bundle has no rows (pass the dict run_evaluation returned)")
     public = {k: v for k, v in bundle.items() if not k.startswith("_")}
-    eval_id = export_eval_id(public["benchmark"], public["model"], list(public.get("run_ids") or []))
-    return write_exports(Path(output_dir).expanduser(), table, public, eval_id=eval_id,
-                         config_summary=public.get("config") or {})
+    given = dict(public.get("config") or {})
+    config = {**nf.run_config(public["benchmark"], model_id=public.get("model_id"), base_url=None,
+                              repeats=int(public["score"].get("n_repeats") or 1), max_problems=None,
+                              shuffle=None), **given}
+    return write_exports(Path(output_dir).expanduser(), table, public, config=config, nel_config=given)

@@ -1,5 +1,6 @@
-"""Seed-compatible files written from the store: `eval-<id>.json`, `results.jsonl`,
-`trajectories.jsonl`, `runtime_stats.json`, `failure_analysis.json`.
+"""NeMo Evaluator 0.3.0's result files, written from the store: `eval-<ts>-<bench>.json`,
+`results.jsonl`, `trajectories.jsonl`, `runtime_stats.json` and, when some step failed,
+`failure_analysis.json` (names, keys and shapes in `nemo_format.py`).
 
 Each file is written to a temp name and renamed into place, so a crash leaves either the old
 file or the new one, never a torn one (`artifacts.py` checks them on every run)."""
@@ -13,11 +14,10 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from nel_assets.engine import nemo_format as nf
 from nel_resources.store import write_json_atomic
 
-_RESULT_KEYS = ("sample_id", "problem_idx", "repeat", "shard", "category", "expected",
-                "response", "extracted", "method", "reward", "failure_category", "error",
-                "finish_reason", "model_ms", "total_ms", "prompt_tokens", "completion_tokens")
+ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -29,66 +29,63 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def eval_file_name(bundle: dict[str, Any]) -> str:
+    """`eval-<ts>-<bench>.json` of a nel bundle (its `created_at` is the timestamp)."""
+    return f"{nf.run_id(bundle['benchmark'], float(bundle['created_at']))}.json"
+
+
+def has_failures(table: pa.Table) -> bool:
+    """Whether any step has a failure category (0.3.0 writes failure_analysis.json then)."""
+    return "failure_category" in table.column_names and table.column("failure_category").null_count < table.num_rows
+
+
 def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
-                  eval_id: str, config_summary: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write the seed-compatible files for one (benchmark, model); returns their paths."""
+                  config: dict[str, Any], nel_config: dict[str, Any] | None = None,
+                  sweep: tuple[Path, ...] = ()) -> dict[str, Path]:
+    """Write 0.3.0's files for one (benchmark, model) into `out_dir`; returns their paths.
+
+    Args:
+        out_dir: the benchmark's 0.3.0 folder (`ResultStore.export_dir`).
+        table: every stored row of (benchmark, model).
+        bundle: nel's bundle of those rows (`build_bundle`).
+        config: the bundle's `config` in 0.3.0's shape (`nemo_format.run_config`).
+        nel_config: nel's resolved config without secrets (kept as `nel_config`).
+        sweep: folders whose 0.3.0 files go once the new ones are in place: nel's older
+            `exports/<model>/`, or `<out>/<bench>/` when the benchmark gained a second
+            model (0.3.0's `eval report`/`eval merge` search a directory tree for
+            `eval-*.json` and `results.jsonl` and would count a stale copy).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = table.to_pylist()
-    results = [{k: r.get(k) for k in _RESULT_KEYS} for r in rows]
-    # The stored JSON columns (messages, details, metadata) are spliced in as orjson
-    # Fragments instead of being parsed and re-serialised: the exports of a 40k-sample run
-    # took over a second in json.loads alone.
-    trajectories = []
-    for r in rows:
-        msgs = r.get("messages") or "[]"
-        if r.get("error") is None:
-            turn: dict[str, Any] = {"role": "assistant", "content": r.get("response")}
-            if r.get("reasoning"):
-                turn["reasoning_content"] = r["reasoning"]
-            head = msgs.rstrip()[:-1].rstrip()
-            sep = "" if head.endswith("[") else ","
-            msgs = f"{head}{sep}{orjson.dumps(turn).decode()}]"
-        trajectories.append({
-            "sample_id": r["sample_id"], "problem_idx": r["problem_idx"], "repeat": r["repeat"],
-            "messages": orjson.Fragment(msgs), "expected": r.get("expected"),
-            "reward": r.get("reward"), "extracted": r.get("extracted"),
-            "scoring_details": orjson.Fragment(r["details"]) if r.get("details") else None,
-            "metadata": orjson.Fragment(r["metadata"]) if r.get("metadata") else None,
-            "finish_reason": r.get("finish_reason"), "error": r.get("error"),
-            "timing_ms": {k: r.get(f"{k}_ms") for k in ("seed", "model", "verify", "total")},
-            "usage": {"prompt_tokens": r.get("prompt_tokens"),
-                      "completion_tokens": r.get("completion_tokens"),
-                      "reasoning_tokens": r.get("reasoning_tokens")},
-            "attempts": r.get("attempts"),
-        })
     paths = {
-        "eval": out_dir / f"eval-{eval_id}.json",
+        "eval": out_dir / eval_file_name(bundle),
         "results": out_dir / "results.jsonl",
         "trajectories": out_dir / "trajectories.jsonl",
         "runtime_stats": out_dir / "runtime_stats.json",
         "failure_analysis": out_dir / "failure_analysis.json",
     }
-    score = bundle["score"]
-    write_json_atomic(paths["eval"], {
-        "eval_id": eval_id,
-        "benchmark": bundle["benchmark"],
-        "model": bundle["model"],
-        "model_id": bundle.get("model_id"),
-        "metrics": {"score": score.get("mean"), "se": score.get("se"),
-                    "ci_95": [score.get("ci_low"), score.get("ci_high")],
-                    "pass_at_k": score.get("pass_at_k"), "n_items": score.get("n_items"),
-                    "n_samples": score.get("n_samples"), "n_repeats": score.get("n_repeats")},
-        "per_category": bundle.get("per_category"),
-        "bundle": bundle,
-        "config": config_summary or {},
-    })
-    _write_jsonl(paths["results"], results)
-    _write_jsonl(paths["trajectories"], trajectories)
-    write_json_atomic(paths["runtime_stats"], bundle["runtime"])
-    write_json_atomic(paths["failure_analysis"], bundle["failures"])
+    trajs = [nf.atif(r) for r in rows]  # one ATIF document per step, in both files
+    _write_jsonl(paths["results"], [nf.result_row(r, t) for r, t in zip(rows, trajs, strict=True)])
+    _write_jsonl(paths["trajectories"], [nf.trajectory_row(r, t) for r, t in zip(rows, trajs, strict=True)])
+    runtime = nf.runtime_block(rows, bundle["runtime"])
+    write_json_atomic(paths["runtime_stats"], runtime)
+    if has_failures(table):
+        write_json_atomic(paths["failure_analysis"], nf.failure_block(rows, bundle["failures"]))
+    else:
+        # 0.3.0 writes it only when a step failed; a stale one from an earlier run would
+        # report failures this run does not have.
+        paths["failure_analysis"].unlink(missing_ok=True)
+        del paths["failure_analysis"]
+    # The bundle last: a reader that finds it finds the files it describes.
+    write_json_atomic(paths["eval"], nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime))
     # Old files go only once the new ones are in place: a crash above leaves the previous
-    # complete set, never a gap. Temp files of a writer that died are swept too.
+    # complete set, never a gap. Temp files of a writer that died are swept too. 0.3.0's
+    # tools skip a folder holding two bundles, so there is only ever one.
     for old in [*out_dir.glob("eval-*.json"), *out_dir.glob(".*.tmp*")]:
         if old != paths["eval"]:
             old.unlink(missing_ok=True)
+    for d in sweep:
+        if d != out_dir and d.is_dir():
+            for old in [*d.glob("eval-*.json"), *(d / n for n in ARTIFACT_NAMES)]:
+                old.unlink(missing_ok=True)
     return paths

@@ -191,7 +191,9 @@ def _nel_row(r: Mapping[str, Any], *, benchmark: str, model: str, model_id: str 
     prompt = _text(r.get("prompt"))
     messages = ([{"role": "system", "content": system}] if system else []) + \
         ([{"role": "user", "content": prompt}] if prompt is not None else [])
-    reward = r.get("reward")
+    # nel's own files give a failed request reward 0.0 (what the peer's readers expect) and
+    # an `error`: in nel's rows a failed sample has no reward, so it is not scored as wrong.
+    reward = None if r.get("error") else r.get("reward")
     return {
         "run_id": run_id, "benchmark": benchmark, "model": model, "model_id": model_id,
         "shard": shard, "problem_idx": pid, "repeat": rep, "sample_id": f"{pid}:{rep}",

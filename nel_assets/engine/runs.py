@@ -11,8 +11,9 @@ Three sources are understood:
   in provides the per-item rows.
 * **NeMo Evaluator 0.3.0 files**: an ``eval-*.json`` with a ``results.jsonl`` next to it (a
   file, its directory, a run directory, or a sharded run's ``shard_<N>/`` layout), read and
-  checked by ``nemo_results``. nel's own exports load the same way
-  (``<out>/<bench>/exports/<model>/``), and so do eval JSONs of other harnesses' field names.
+  checked by ``nemo_results``. nel's own exports load the same way (``<out>/<bench>/``, or
+  ``<out>/<bench>/models/<model>/`` with several models), and so do eval JSONs of other
+  harnesses' field names.
 
 ``compare_runs`` pairs two runs benchmark by benchmark and ``write_regression`` writes the
 ``regression.json`` artifact. No Dagster import here.
@@ -34,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.errors import NelError
-from nel_assets.engine import stats
+from nel_assets.engine import nemo_format, stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
 from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import benchmark_outcome, worst
@@ -292,7 +293,9 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
                 raise NelError(f"{results}:{line_no}: invalid JSON: {exc.msg}") from None
             key = _item_key(r, line_no)
             keys.append(str(key))
-            scores.append(_score(_first(r, _SCORE_FIELDS)))
+            # nel's files give a failed request reward 0.0 (0.3.0's tools need a number) and
+            # say it failed in `error`: it is no wrong answer
+            scores.append(math.nan if r.get("error") is not None else _score(_first(r, _SCORE_FIELDS)))
             cats.append(r.get("category"))
             clus.append(r.get("cluster"))
             usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
@@ -525,6 +528,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         comp["items_to_detect_delta"] = (items_to_detect(comp, comp["delta"])
                                          if comp.get("delta") else None)
         comp["outcome"], comp["outcome_reason"] = benchmark_outcome(comp)
+        comp.update(nemo_format.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     return {
@@ -562,7 +566,8 @@ def write_regression(path: str | Path | Mapping[str, Any],
     p = Path(path).expanduser()
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"
-    write_json_atomic(p, dict(doc))
+    # NeMo Evaluator's top-level keys too, where its `compare -o` writes them
+    write_json_atomic(p, {**doc, **nemo_format.single_report_keys(dict(doc))})
     return p
 
 

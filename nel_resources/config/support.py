@@ -224,10 +224,6 @@ def _check_output(cfg: NelConfig) -> None:
     if out.export_config:
         raise _Refusal(("output", "export_config"), "exporter settings",
                        "remove `export_config`")
-    for i, fmt in enumerate(out.report):
-        if fmt != "markdown":
-            raise _Refusal(("output", "report", i), f"{fmt!r} reports",
-                           "use `report: [markdown]`")
     if out.timestamped:
         raise _Refusal(("output", "timestamped"), "timestamped output directories",
                        "remove `timestamped` (nel keeps one directory so reruns only evaluate "

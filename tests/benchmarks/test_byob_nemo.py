@@ -144,7 +144,7 @@ def test_a_seed_fn_system_prompt_is_sent_once(tmp_path: Path, reference_server, 
 
 
 def _nel_rewards(out: Path, bench: str) -> dict[int, float]:
-    (results,) = out.glob(f"{bench}/exports/*/results.jsonl")
+    results = out / bench / "results.jsonl"  # NeMo Evaluator's layout, as the peer's
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     return {r["problem_idx"]: r["reward"] for r in rows}
 

@@ -165,12 +165,13 @@ def test_gate_decisions_and_exit_codes(runs: Path, tmp_path: Path) -> None:
 
 def test_bundle_files_and_nemo_exports_load_like_dirs(runs: Path) -> None:
     bundle = runs / "gsm8k" / "bundle" / "model=base" / "bundle.json"
-    exports = runs / "gsm8k" / "exports" / "cand3"  # eval-*.json + results.jsonl
+    # several models: each has a NeMo Evaluator output dir, <bench>/models/<model>/<bench>/
+    exports = runs / "gsm8k" / "models" / "cand3"  # eval-*.json + results.jsonl
     doc = json.loads(nel_ok("compare", str(bundle), str(exports), "--format", "json", "--no-report", "--no-strict"))
     c = doc["benchmarks"]["gsm8k"]
     assert doc["candidate"]["kind"] == "nemo" and doc["baseline"]["kind"] == "bundle"
     assert c["n_paired"] == N_ITEMS and c["delta"] == pytest.approx(-40 / N_ITEMS)
-    evals = list(exports.glob("eval-*.json"))
+    evals = list(exports.rglob("eval-*.json"))
     doc2 = json.loads(nel_ok("compare", str(evals[0]), str(bundle), "--format", "json", "--no-report"))
     assert doc2["benchmarks"]["gsm8k"]["delta"] == pytest.approx(40 / N_ITEMS)
 

@@ -52,8 +52,9 @@ def test_run_writes_store_bundle_exports_and_reruns_nothing(
     assert all(r["method"] == "hash_marker" for r in rows)
     assert sum(r["reward"] for r in rows) == len(right)
 
-    # seed-compatible exports
+    # NeMo Evaluator's files, in its layout (<out>/<bench>/)
     exp = Path(res["exports"])
+    assert exp == out / "gsm8k"
     evals = list(exp.glob("eval-*.json"))
     assert len(evals) == 1
     ev = json.loads(evals[0].read_text())
@@ -65,8 +66,8 @@ def test_run_writes_store_bundle_exports_and_reruns_nothing(
     assert traj[0]["messages"][0]["role"] == "user"
     rt = json.loads((exp / "runtime_stats.json").read_text())
     assert rt["latency_ms"]["p50"] > 0 and rt["finish_reasons"] == {"stop": n}
-    fa = json.loads((exp / "failure_analysis.json").read_text())
-    assert fa["n_failed_requests"] == 0
+    # as NeMo Evaluator, failure_analysis.json only when some step failed
+    assert (exp / "failure_analysis.json").exists() == any(r["failure_category"] for r in rows)
 
     # DuckDB straight over the Parquet files
     con = duckdb.connect()

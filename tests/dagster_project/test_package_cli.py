@@ -163,8 +163,8 @@ def test_cache_sqsh_without_enroot_says_what_to_install(tmp_path: Path) -> None:
 
 def test_export_refuses_each_known_exporter(tmp_path: Path) -> None:
     runs = tmp_path / "run"
-    (runs / "gsm8k" / "exports" / "m").mkdir(parents=True)
-    (runs / "gsm8k" / "exports" / "m" / "eval-abc.json").write_text("{}")
+    (runs / "gsm8k").mkdir(parents=True)
+    (runs / "gsm8k" / "eval-20260101T000000Z-gsm8k.json").write_text("{}")
     for dest in ("inspect", "mlflow", "wandb"):
         p = run_nel("export", str(runs), "--dest", dest)
         assert p.returncode == 2 and p.stderr == f"error: exporter {dest} is not supported yet in nel\n"

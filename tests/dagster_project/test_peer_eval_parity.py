@@ -144,7 +144,7 @@ def test_sharded_run_merge_and_reports_in_both_tools(
     assert _nel_ids(nel_out) == merged_peer and len(merged_peer) == 6
     # `report FILE`: one bundle JSON as the argument, in each tool's own merged output
     peer_bundle = sorted((peer_out / "gsm8k_local").glob("eval-*.json"))[-1]  # one per merge
-    (nel_bundle,) = (nel_out / "gsm8k" / "exports" / "ref").glob("eval-*.json")
+    (nel_bundle,) = (nel_out / "gsm8k").glob("eval-*.json")
     peer = run_peer_nemo("report", str(peer_bundle), "-f", "markdown", cwd=tmp_path, unset=UNSET)
     nel = run_nel("report", str(nel_bundle), "-f", "markdown", cwd=tmp_path, unset=UNSET)
     assert (peer.returncode, nel.returncode) == (0, 0), peer.stderr[-1500:] + nel.stderr[-1500:]

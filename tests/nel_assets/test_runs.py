@@ -32,7 +32,8 @@ def test_store_bundle_and_nemo_sources_agree(tmp_path: Path) -> None:
     base = load_run(tmp_path, model="a")
     assert base.kind == "nel" and base.model_id == "a-id" and base.benchmarks["gsm8k"].n_items == 50
     cand_bundle = load_run(tmp_path / "gsm8k" / "bundle" / "model=b" / "bundle.json")
-    cand_nemo = load_run(tmp_path / "gsm8k" / "exports" / "b")
+    # two models: each has a NeMo Evaluator output dir of its own, <bench>/models/<model>
+    cand_nemo = load_run(tmp_path / "gsm8k" / "models" / "b")
     assert cand_bundle.kind == "bundle" and cand_nemo.kind == "nemo"
     d1 = compare_runs(base, cand_bundle)["benchmarks"]["gsm8k"]
     d2 = compare_runs(base, cand_nemo)["benchmarks"]["gsm8k"]

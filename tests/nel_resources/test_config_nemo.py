@@ -312,7 +312,6 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
      " allow_self_judge: true}\n", "benchmarks.0.scoring.metrics.0.rubric", "judge option"),
     ("    verifier: model\n", "benchmarks.0.verifier", "separate verifier services"),
     ("    context_window: 4096\n", "benchmarks.0.context_window", "context-window limits"),
-    ("output:\n  report: [markdown, html]\n", "output.report.1", "'html' reports"),
     ("output:\n  timestamped: true\n", "output.timestamped", "timestamped output"),
 ])
 def test_unbuilt_features_are_refused_on_their_key(tmp_path: Path, yaml_tail: str, key: str,
