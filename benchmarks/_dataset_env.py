@@ -56,6 +56,19 @@ class DatasetEnvironment(EvalEnvironment):
             raise IndexError(f"{self.name}: index {idx} out of range 0..{len(self.rows) - 1}")
         return self.build_seed(self.rows[idx], idx)
 
+    def option_texts(self, metadata: dict[str, Any], expected: str, column: str,
+                     answer_column: str = "answer") -> list[str] | None:
+        """The option texts of the item `metadata["idx"]` points at (its `column`), so a
+        multiple-choice answer may name an option by its text; None when the metadata does
+        not point at this item (another dataset, a remote caller: its gold differs)."""
+        idx = metadata.get("idx")
+        if not isinstance(idx, int) or not 0 <= idx < len(self.rows):
+            return None
+        row = self.rows[idx]
+        if str(row[answer_column]).strip() != str(expected).strip():
+            return None
+        return [str(o) for o in row[column]]
+
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         """Turn one data row into a SeedResult."""
         raise NotImplementedError

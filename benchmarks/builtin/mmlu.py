@@ -150,15 +150,4 @@ class MMLU(DatasetEnvironment):
 
         return multichoice_regex(response, expected, letters=LETTERS,
                                  reasoning=metadata.get("reasoning"),
-                                 options=self._options(metadata, expected))
-
-    def _options(self, metadata: dict[str, Any], expected: str) -> list[str] | None:
-        """The item's option texts, so an answer may name an option by its text; None when
-        the metadata does not point at this item (another dataset, a remote caller)."""
-        idx = metadata.get("idx")
-        if not isinstance(idx, int) or not 0 <= idx < len(self.rows):
-            return None
-        row = self.rows[idx]
-        if str(row["answer"]).strip() != str(expected).strip():
-            return None
-        return [str(o) for o in row["choices"]]
+                                 options=self.option_texts(metadata, expected, "choices"))

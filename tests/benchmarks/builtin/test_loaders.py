@@ -206,3 +206,20 @@ def test_missing_data_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             get_benchmark(name)
         msg = str(ei.value)
         assert "\n" not in msg and name in msg and str(tmp_path / "empty" / name) in msg, msg
+
+
+@pytest.mark.parametrize(("name", "column"), [("mmlu", "choices"), ("mmlu_pro", "options"),
+                                              ("gpqa", "options")])
+def test_an_answer_naming_the_option_text_is_read_as_its_letter(name: str, column: str) -> None:
+    """The built-ins hand the item's option texts to the scorer (found through the seed's
+    `idx`), so `Answer: <text of an option>` scores as that option's letter."""
+    env = get_benchmark(name)
+    s = seed(env, 3)
+    options = [str(o) for o in env.rows[3][column]]
+    right = options[ord(s.expected_answer) - ord("A")]
+    wrong = next(o for o in options if o != right and o not in right and right not in o)
+    assert verify(env, f"Answer: {right}", s).reward == 1.0
+    assert verify(env, f"Answer: {wrong}", s).reward == 0.0
+    # metadata that points at another item (its gold differs) gives the scorer no options
+    other = next(i for i, r in enumerate(env.rows) if str(r["answer"]) != s.expected_answer)
+    assert env.option_texts({"idx": other}, s.expected_answer, column) is None
