@@ -135,18 +135,37 @@ def parse_gym_query(url: str) -> tuple[str, dict[str, str]]:
     return base, options
 
 
-def check_gym_benchmark(name: str, params: Mapping[str, Any] | None = None) -> None:
+def check_gym_benchmark(name: str, params: Mapping[str, Any] | None = None) -> list[str]:
     """Check a `gym://` benchmark before a run: its query, its parameters, its rows file.
 
     Sends no request (the server may not be up yet); only reads the data file.
+
+    Returns:
+        The generation settings the rows carry in `responses_create_params` (temperature,
+        max_output_tokens, ...), which nel does not apply per row: the caller warns.
 
     Raises:
         NelError: one line naming what to fix.
     """
     try:
-        GymEnvironment(name, **dict(params or {}))
+        env = GymEnvironment(name, **dict(params or {}))
     except TypeError as exc:
         raise NelError(f"{name}: {exc}") from None
+    return row_generation_keys(env._rows or [])
+
+
+# `responses_create_params` keys that are the prompt (or tools, which are refused); any
+# other key is a generation setting.
+_ROW_PROMPT_KEYS = frozenset({"input", "instructions", "tools"})
+
+
+def row_generation_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The generation settings (keys of `responses_create_params` other than the prompt)
+    that any row sets: nel sends the service's own settings instead of these."""
+    keys: set[str] = set()
+    for row in rows:
+        keys.update(k for k in row["responses_create_params"] if k not in _ROW_PROMPT_KEYS)
+    return sorted(keys)
 
 
 def _content_text(content: Any) -> str:
@@ -212,6 +231,10 @@ def _row_seed(row: Mapping[str, Any], idx: int) -> SeedResult:
         if isinstance(item, dict) and "role" in item and item.get("type", "message") == "message":
             role = "system" if item["role"] == "developer" else str(item["role"])
             messages.append({"role": role, "content": _content_text(item.get("content"))})
+    instructions = row["responses_create_params"].get("instructions")
+    if isinstance(instructions, str) and instructions:
+        # the Responses API's system prompt
+        messages.insert(0, {"role": "system", "content": instructions})
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     expected = row.get("expected_answer")
     verifier = row.get("verifier_metadata")

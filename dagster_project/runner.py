@@ -287,7 +287,11 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
         else:
             from benchmarks.remote import check_gym_benchmark
 
-            check_gym_benchmark(bench.name, bench.params)  # its query and rows file
+            ignored = check_gym_benchmark(bench.name, bench.params)  # its query and rows file
+            if ignored:
+                print(f"warning: {bench.name}: the rows set {', '.join(ignored)} in "
+                      "responses_create_params; nel sends the service's generation settings "
+                      "to every row instead", file=sys.stderr)
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.

@@ -463,3 +463,33 @@ def test_eval_run_refuses_a_bad_gym_query_before_writing(tmp_path: Path) -> None
         "gym:// takes protocol=evaluator|native and data=ROWS.jsonl"
     )
     assert not out.exists()
+
+
+def test_row_instructions_are_the_system_prompt_and_row_settings_are_named(tmp_path: Path) -> None:
+    """A Responses-API row's `instructions` reach the model as its system message; settings
+    nel does not apply per row (temperature, max_output_tokens) are warned about by name."""
+    import json
+
+    from benchmarks.remote import check_gym_benchmark
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"responses_create_params": {"input": "2+2?", "instructions": "Answer tersely.",
+                                     "temperature": 0.7}, "expected_answer": "4"},
+        {"responses_create_params": {"input": "3+3?", "max_output_tokens": 64}, "expected_answer": "6"},
+    ]))
+    name = f"gym://127.0.0.1:1?protocol=native&data={rows}"
+    first = asyncio.run(GymEnvironment(name).seed(0))
+    assert first.messages == [{"role": "system", "content": "Answer tersely."},
+                              {"role": "user", "content": "2+2?"}]
+    assert check_gym_benchmark(name) == ["max_output_tokens", "temperature"]
+
+    from tests.support.cli import run_nel
+
+    out = tmp_path / "out"
+    proc = run_nel("eval", "run", "-b", name, "-m", "2", "--model-url", "http://127.0.0.1:1/v1",
+                   "-o", str(out), "--no-progress", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert (f"warning: {name}: the rows set max_output_tokens, temperature in "
+            "responses_create_params; nel sends the service's generation settings to every row "
+            "instead") in proc.stderr
