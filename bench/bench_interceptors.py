@@ -34,7 +34,7 @@ CHAIN = [
 ]
 
 
-async def _round(url: str, chain: bool, n: int, concurrency: int) -> float:
+async def _round(url: str, chain: bool, n: int, concurrency: int) -> tuple[float, float]:
     svc = ServiceConfig.model_validate({"type": "api", "url": url, "model": "tiny",
                                         "max_concurrent": concurrency,
                                         "interceptors": CHAIN if chain else []})
@@ -45,9 +45,9 @@ async def _round(url: str, chain: bool, n: int, concurrency: int) -> float:
         async def worker() -> None:
             for i in it:
                 await client.generate(body=body, repeat=0, session_id=str(i))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return n / (time.perf_counter() - t0)
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
 
 
 def main() -> None:
@@ -62,14 +62,21 @@ def main() -> None:
     proc, url = start_reference_server()
     try:
         res: dict[str, list[float]] = {"direct": [], "chain": []}
+        cpu: dict[str, list[float]] = {"direct": [], "chain": []}
         for r in range(a.rounds):
             order = ("direct", "chain") if r % 2 == 0 else ("chain", "direct")
             for mode in order:
-                rps = asyncio.run(_round(url, mode == "chain", a.requests, a.concurrency))
+                rps, us = asyncio.run(_round(url, mode == "chain", a.requests, a.concurrency))
                 res[mode].append(rps)
-                print(f"round {r} {mode:6s} {rps:8.0f} req/s", flush=True)
+                cpu[mode].append(us)
+                print(f"round {r} {mode:6s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
         d, c = statistics.median(res["direct"]), statistics.median(res["chain"])
+        dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
         print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, ratio chain/direct {c / d:.3f}")
+        # The client's own CPU per request: what the chain costs, whatever else the
+        # machine is running (throughput on a shared 2-core machine moves with its load).
+        print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
+              f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
     finally:
         proc.stop()
 

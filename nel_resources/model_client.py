@@ -15,6 +15,7 @@ written to the wire (neither transport resends anything behind the client's back
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import random
@@ -407,8 +408,7 @@ class ModelClient:
     async def _generate_chained(self, messages: list[dict[str, Any]] | None, prompt: str | None,
                                 overrides: dict[str, Any] | None, body: bytes | None,
                                 repeat: int | None, session_id: str | None) -> ModelResponse:
-        from nel_resources.proxy import InterceptorError, ProxyRequest, RequestContext
-
+        InterceptorError, ProxyRequest, RequestContext = _chain_types()
         assert self.chain is not None
         # A fresh copy per request: interceptors edit bodies in place, and the loop shares
         # one encoded body between a problem's repeats.
@@ -630,6 +630,14 @@ class NemoModelClient(ModelClient):
             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             timeout=timeout, max_concurrent=max_concurrent, **nel_options,
         )
+
+
+@functools.cache
+def _chain_types() -> tuple[Any, Any, Any]:
+    """The chain's request types, imported once on first use (plain runs never load them)."""
+    from nel_resources.proxy.types import InterceptorError, ProxyRequest, RequestContext
+
+    return InterceptorError, ProxyRequest, RequestContext
 
 
 def client_for_service(service: ServiceConfig, base_url: str | None = None, *,

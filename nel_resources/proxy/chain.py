@@ -42,6 +42,7 @@ class Chain:
             lk.impl.on_request for lk in self.links if hasattr(lk.impl, "on_request"))
         self._on_response: tuple[Callable[[ProxyResponse], Awaitable[ProxyResponse]], ...] = tuple(
             lk.impl.on_response for lk in reversed(self.links) if hasattr(lk.impl, "on_response"))
+        self._send = endpoint.send
         self._on_chunk = tuple(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
 
     @property
@@ -59,8 +60,15 @@ class Chain:
 
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
-        out = await self._request_stage(req)
-        resp = out if isinstance(out, ProxyResponse) else await self.endpoint.send(out)
+        # The request stage inlined (not `_request_stage`): one coroutine less per request.
+        for hook in self._on_request:
+            out = await hook(req)
+            if isinstance(out, ProxyResponse):
+                resp = out
+                break
+            req = out
+        else:
+            resp = await self._send(req)
         for hook in self._on_response:
             resp = await hook(resp)
         return resp

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
@@ -28,9 +29,10 @@ class LogTokens:
             self.prompt += pt if isinstance(pt, int) else 0
             self.completion += ct if isinstance(ct, int) else 0
             self.total += tt if isinstance(tt, int) else 0
-            self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
-                          body.get("model"), pt, ct, tt, resp.latency_ms,
-                          " (cached)" if resp.cached else "")
+            if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
+                self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
+                              body.get("model"), pt, ct, tt, resp.latency_ms,
+                              " (cached)" if resp.cached else "")
         return resp
 
     def stats(self) -> dict[str, Any]:

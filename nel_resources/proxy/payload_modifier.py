@@ -7,7 +7,10 @@ Removal and renaming apply at every depth (a key inside `extra_body` or a messag
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+import orjson
 
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.fields import FieldSpec
@@ -26,19 +29,39 @@ AFFECTS_ANSWERS = True
 _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "transfer-encoding"})
 
 
-def _remove(obj: Any, keys: frozenset[str]) -> Any:
+def _remove(obj: Any, keys: frozenset[str]) -> None:
+    """Drop `keys` from every mapping under `obj`, in place.
+
+    In place and only into containers: rebuilding every dict and visiting every string
+    was a tenth of a request's client-side cost at high concurrency.
+    """
     if isinstance(obj, dict):
-        return {k: _remove(v, keys) for k, v in obj.items() if k not in keys}
-    if isinstance(obj, list):
-        return [_remove(v, keys) for v in obj]
-    return obj
+        if not keys.isdisjoint(obj):
+            for k in keys.intersection(obj):
+                del obj[k]
+        for v in obj.values():
+            if isinstance(v, dict | list):
+                _remove(v, keys)
+    elif isinstance(obj, list):
+        for v in obj:
+            if isinstance(v, dict | list):
+                _remove(v, keys)
 
 
-def _rename(obj: Any, names: dict[str, str]) -> Any:
+def _rename(obj: Any, names: dict[str, str], keys: frozenset[str]) -> Any:
+    """`obj` with keys renamed at every depth; a mapping without such a key keeps its
+    identity and order, one with such a key is rebuilt in its original order."""
     if isinstance(obj, dict):
-        return {names.get(k, k): _rename(v, names) for k, v in obj.items()}
+        if not keys.isdisjoint(obj):
+            obj = {names.get(k, k): v for k, v in obj.items()}
+        for k, v in obj.items():
+            if isinstance(v, dict | list):
+                obj[k] = _rename(v, names, keys)
+        return obj
     if isinstance(obj, list):
-        return [_rename(v, names) for v in obj]
+        for i, v in enumerate(obj):
+            if isinstance(v, dict | list):
+                obj[i] = _rename(v, names, keys)
     return obj
 
 
@@ -50,7 +73,9 @@ def _merge(into: dict[str, Any], add: dict[str, Any]) -> None:
             _merge(cur, v)
             into[k] = cur
         else:
-            into[k] = v
+            # A copy of a container: later stages edit bodies in place and must not
+            # change the configured value for the next request.
+            into[k] = copy.deepcopy(v) if isinstance(v, dict | list) else v
 
 
 class PayloadModifier:
@@ -59,6 +84,8 @@ class PayloadModifier:
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.remove = frozenset(cfg["params_to_remove"] or ())
         self.rename = dict(cfg["params_to_rename"] or {})
+        self.rename_keys = frozenset(self.rename)
+        self._needles = tuple(orjson.dumps(k) + b":" for k in self.remove | self.rename_keys)
         self.add = dict(cfg["params_to_add"] or {})
         self.h_add = {k: v for k, v in (cfg["headers_to_add"] or {}).items()
                       if k.lower() not in _HOP_BY_HOP}
@@ -66,11 +93,25 @@ class PayloadModifier:
         self.h_rename = {k.lower(): v for k, v in (cfg["headers_to_rename"] or {}).items()
                          if v.lower() not in _HOP_BY_HOP}
 
+    def _mentions(self, body: dict[str, Any]) -> bool:
+        """Whether any key to remove or rename occurs in the body at any depth.
+
+        One C-speed serialisation and substring search instead of a Python walk: a key
+        can occur only where its JSON-encoded name followed by `:` does (a string value
+        that quotes it costs a needless walk, never a missed key).
+        """
+        try:
+            data = orjson.dumps(body)
+        except TypeError:  # a value an earlier stage put in that JSON cannot hold: walk
+            return True
+        return any(n in data for n in self._needles)
+
     async def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        if self.remove:
-            req.body = _remove(req.body, self.remove)
-        if self.rename:
-            req.body = _rename(req.body, self.rename)
+        if self._needles and self._mentions(req.body):
+            if self.remove:
+                _remove(req.body, self.remove)
+            if self.rename:
+                req.body = _rename(req.body, self.rename, self.rename_keys)
         if self.add:
             _merge(req.body, self.add)
         if self.h_remove or self.h_rename or self.h_add:

@@ -10,6 +10,7 @@ to the last user message (`position`).
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
@@ -52,6 +53,7 @@ class TurnCounter:
         self.interval = cfg["interval"]
         self.turns: dict[str, int] = {}
         self.refused = 0
+        self.log = proxy_logger()
 
     def _notice(self, n: int) -> str | None:
         assert self.max_turns is not None
@@ -72,9 +74,9 @@ class TurnCounter:
         if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
             self.turns.pop(next(iter(self.turns)))
         self.turns[key] = n
-        if n == 1 or n % self.every == 0:
-            proxy_logger().debug("session %s turn %d%s", key, n,
-                                 f"/{self.max_turns}" if self.max_turns else "")
+        if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug("session %s turn %d%s", key, n,
+                           f"/{self.max_turns}" if self.max_turns else "")
         if self.max_turns is None:
             return req
         if n > self.max_turns:
