@@ -311,6 +311,19 @@ class ModelClient:
             await self._session.close()
             self._session = None
 
+    @property
+    def base_headers(self) -> dict[str, str]:
+        """The headers every request carries (content type, the key, the service's own)."""
+        return dict(self._headers)
+
+    def redact_text(self, text: str) -> str:
+        """`text` with this client's secrets masked."""
+        return self._redact.text(text)
+
+    def redact_bytes(self, raw: bytes) -> bytes:
+        """`raw` with this client's secrets masked."""
+        return self._redact.bytes(raw) if self._redact else raw
+
     # ------------------------------------------------------------------ preflight
     async def check(self) -> None:
         """Fail fast when the endpoint is unreachable or rejects the key.
