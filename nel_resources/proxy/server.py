@@ -233,7 +233,12 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
+                       "pick another --port, or 0 for a free one") from None
     sock = site._server.sockets[0]  # type: ignore[union-attr]
     bound = sock.getsockname()[1]
     print(f"http://127.0.0.1:{bound}/v1", file=out, flush=True)
