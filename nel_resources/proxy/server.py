@@ -27,23 +27,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from aiohttp import web
 
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import AuthError, ModelClient, ModelError, client_for_service
 from nel_resources.proxy.chain import Chain
 from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
+from nel_resources.proxy.http_server import Headers, Reply, start_server
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
 
 if TYPE_CHECKING:
@@ -52,21 +51,22 @@ if TYPE_CHECKING:
 # API paths an agent may call through the chain (below /v1).
 CHAIN_PATHS = frozenset({"/chat/completions", "/completions", "/responses"})
 _SESSION = re.compile(r"^/s/([A-Za-z0-9_-]{1,128})(/.*)$")
-_JSON = "application/json"
-# An agent's bodies can hold long conversations; anything bigger is refused with 413.
-MAX_BODY = 64 * 1024 * 1024
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error",
-           code: str | None = None) -> web.Response:
+           code: str | None = None) -> Reply:
     err: dict[str, Any] = {"message": message, "type": kind}
     if code:
         err["code"] = code
-    return web.Response(status=status, body=orjson.dumps({"error": err}), content_type=_JSON)
+    return Reply(status, orjson.dumps({"error": err}))
+
+
+_NOT_SERVED = ("the proxy serves /v1/chat/completions, /v1/completions, /v1/responses and "
+               "/v1/models")
 
 
 class ProxyServer:
-    """The chain of one service behind an aiohttp application.
+    """The chain of one service as an HTTP handler (see `http_server.py`).
 
     Args:
         client: the service's client (`client_for_service`); its chain runs every request,
@@ -81,59 +81,52 @@ class ProxyServer:
         endpoint = self.chain.endpoint
         self.endpoint: ClientEndpoint | None = endpoint if isinstance(endpoint, ClientEndpoint) else None
         self.requests_in = 0
-        self.app = web.Application(client_max_size=MAX_BODY)
-        self.app.router.add_get("/health", self._health)
-        self.app.router.add_get("/stats", self._stats)
-        self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self.app.on_startup.append(self._open)
-        self.app.on_cleanup.append(self._close)
 
-    async def _open(self, app: web.Application) -> None:
+    async def open(self) -> None:
+        """Open the upstream connections."""
         await self.client.open()
 
-    async def _close(self, app: web.Application) -> None:
+    async def close(self) -> None:
+        """Close upstream connections and the chain (the cache is flushed to disk)."""
         if self.endpoint is not None:
             await self.endpoint.close()
-        await self.client.close()  # closes the chain too: the cache is flushed to disk
+        await self.client.close()
 
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(body=b'{"status":"ok"}', content_type=_JSON)
-
-    async def _stats(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps({
-            "requests": self.requests_in, "upstream_requests": self.client.requests_sent,
-            "interceptors": self.chain.names, "stats": self.chain.stats()}), content_type=_JSON)
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        path, session = request.path, None
+    async def handle(self, method: bytes, path: str, headers: Headers, body: bytes
+                     ) -> Reply | AsyncIterator[bytes]:
+        """One HTTP request: a whole reply, or the pieces of an event stream."""
+        if path == "/health":
+            return Reply(200, b'{"status":"ok"}')
+        if path == "/stats":
+            return Reply(200, orjson.dumps({
+                "requests": self.requests_in, "upstream_requests": self.client.requests_sent,
+                "interceptors": self.chain.names, "stats": self.chain.stats()}))
+        session = None
         m = _SESSION.match(path)
         if m:
             session, path = m.group(1), m.group(2)
         if not path.startswith("/v1/"):
-            return _error(404, f"unknown path {request.path}: the proxy serves /v1/chat/completions, "
-                          "/v1/completions, /v1/responses and /v1/models")
+            return _error(404, f"unknown path {path}: {_NOT_SERVED}")
         sub = path[3:]
         if sub == "/models":
-            if request.method != "GET":
+            if method != b"GET":
                 return _error(405, "use GET for /v1/models")
             return await self._models()
         if sub not in CHAIN_PATHS:
-            return _error(404, f"unknown path {path}: the proxy serves /v1/chat/completions, "
-                          "/v1/completions, /v1/responses and /v1/models")
-        if request.method != "POST":
+            return _error(404, f"unknown path {path}: {_NOT_SERVED}")
+        if method != b"POST":
             return _error(405, f"use POST for {path}")
-        return await self._through_chain(request, sub, session)
+        return await self._through_chain(body, headers, sub, session)
 
-    async def _models(self) -> web.Response:
+    async def _models(self) -> Reply:
         try:
             status, _, raw = await self.client._send("GET", "/models", b"", min(self.client.timeout, 30))
         except (TimeoutError, OSError) as exc:
             return _error(502, f"upstream unreachable: {type(exc).__name__}: {exc}", "upstream_error")
-        return web.Response(status=status, body=self.client.redact_bytes(raw), content_type=_JSON)
+        return Reply(status, self.client.redact_bytes(raw))
 
-    async def _through_chain(self, request: web.Request, sub: str, session: str | None
-                             ) -> web.StreamResponse:
-        raw = await request.read()
+    async def _through_chain(self, raw: bytes, headers: Headers, sub: str, session: str | None
+                             ) -> Reply | AsyncIterator[bytes]:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -141,19 +134,18 @@ class ProxyServer:
         if not isinstance(body, dict):
             return _error(400, f"the body must be a JSON object, not a {type(body).__name__}")
         repeat: int | None = None
-        rep = request.headers.get("X-Nel-Repeat")
+        rep = headers(b"x-nel-repeat")
         if rep is not None:
             if not rep.isdigit():
-                return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep!r}")
+                return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep.decode(errors='replace')!r}")
             repeat = int(rep)
         if self.client.model and "model" not in body:
             body["model"] = self.client.model
         self.requests_in += 1
-        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat),
-                           bool(body.get("stream")))
+        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")))
         try:
             if req.stream:
-                return await self._stream(request, req)
+                return await self._stream(req)
             resp = await self.chain.run(req)
         except InterceptorError as exc:
             return self._refused(exc)
@@ -164,44 +156,42 @@ class ProxyServer:
         return self._answer(resp)
 
     @staticmethod
-    def _refused(exc: InterceptorError) -> web.Response:
+    def _refused(exc: InterceptorError) -> Reply:
         if exc.interceptor == "turn_counter":
             return _error(429, str(exc), code="session_budget_exhausted")
         return _error(400, str(exc), "interceptor_error")
 
     @staticmethod
-    def _answer(resp: ProxyResponse) -> web.Response:
+    def _answer(resp: ProxyResponse) -> Reply:
         if isinstance(resp.body, dict):
-            return web.Response(status=resp.status, body=orjson.dumps(resp.body), content_type=_JSON)
+            return Reply(resp.status, orjson.dumps(resp.body))
         text = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body)
         return _error(resp.status, text, "upstream_error")
 
-    async def _stream(self, request: web.Request, req: ProxyRequest) -> web.StreamResponse:
+    async def _stream(self, req: ProxyRequest) -> Reply | AsyncIterator[bytes]:
         chunks = self.chain.stream(req)
         try:
             # The first chunk before the headers: an upstream refusal keeps its status.
             first = await anext(chunks, None)
         except UpstreamStreamError as exc:
+            await chunks.aclose()
             return _error(exc.status, exc.text, "upstream_error")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
+        return self._events(first, chunks)
+
+    @staticmethod
+    async def _events(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]
+                      ) -> AsyncIterator[bytes]:
         try:
             if first is not None:
-                await resp.write(b"data: " + orjson.dumps(first) + b"\n\n")
+                yield b"data: " + orjson.dumps(first) + b"\n\n"
                 async for chunk in chunks:
-                    await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
-        except (UpstreamStreamError, ModelError, OSError, TimeoutError) as exc:
-            # Headers are out: the error goes as a last event, as OpenAI's API does.
-            err = {"error": {"message": str(exc), "type": "upstream_error"}}
-            with contextlib.suppress(ConnectionError):
-                await resp.write(b"data: " + orjson.dumps(err) + b"\n\n")
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        except (UpstreamStreamError, ModelError, InterceptorError, OSError, TimeoutError) as exc:
+            # The status line is out: the error goes as a last event, as OpenAI's API does.
+            yield b"data: " + orjson.dumps({"error": {"message": str(exc), "type": "upstream_error"}}) + b"\n\n"
         finally:
-            await chunks.aclose()
-        with contextlib.suppress(ConnectionError):
-            await resp.write_eof()
-        return resp
+            await chunks.aclose()  # type: ignore[attr-defined]
 
 
 def pick_service(config_path: str, service: str | None) -> tuple[str, ServiceConfig]:
@@ -230,17 +220,14 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
     Prints `http://127.0.0.1:PORT/v1` once listening (and writes the port to `port_file`).
     """
     server = ProxyServer(client_for_service(service))
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
+    await server.open()
     try:
-        await site.start()
+        listener = await start_server(server.handle, port)
     except OSError as exc:
-        await runner.cleanup()
+        await server.close()
         raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
                        "pick another --port, or 0 for a free one") from None
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    bound = sock.getsockname()[1]
+    bound = listener.sockets[0].getsockname()[1]
     print(f"http://127.0.0.1:{bound}/v1", file=out, flush=True)
     if port_file is not None:
         tmp = port_file.with_suffix(".tmp")
@@ -253,7 +240,8 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        listener.close()
+        await server.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

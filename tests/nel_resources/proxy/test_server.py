@@ -5,10 +5,12 @@ requests get 4xx, and the Dagster resource's process ends with its run."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dagster as dg
 import orjson
@@ -194,6 +196,23 @@ def test_malformed_requests_get_4xx(proxied: Proxied, method: str, path: str, ra
                              headers=headers)
     assert got == status, data
     assert data["error"]["message"]
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"NOT-HTTP\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+])
+def test_malformed_http_gets_4xx_and_a_closed_connection(proxied: Proxied, raw: bytes,
+                                                         status: int) -> None:
+    parts = urlsplit(proxied.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while chunk := sock.recv(65536):  # the proxy closes after the answer
+            data += chunk
+    assert data.startswith(f"HTTP/1.1 {status} ".encode()), data
+    assert b'"error"' in data
 
 
 def test_resource_process_ends_with_its_run(proxied: Proxied, monkeypatch: pytest.MonkeyPatch
