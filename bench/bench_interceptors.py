@@ -85,7 +85,7 @@ def _start_proxy(url: str, tmp: Path) -> tuple[object, str]:
         "services": {"m": {"type": "api", "url": url, "model": "tiny", "max_concurrent": 64,
                            "interceptors": CHAIN}},
         "benchmarks": [{"name": "gsm8k"}]}))
-    return start_proxy(cfg, "m")
+    return start_proxy(cfg, "m", log_level="WARNING")  # log_tokens quiet, as in-process
 
 
 def main() -> None:

@@ -264,6 +264,9 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise NelError(f"--port must be 0..65535, not {args.port}")
     _, svc = pick_service(args.config, args.service)
+    import logging
+
+    logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
     try:
         import uvloop
     except ImportError:
@@ -275,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
 
 def start_proxy(config_path: str | os.PathLike[str], service: str | None = None, *,
                 timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
-                env: dict[str, str] | None = None) -> tuple[ManagedProcess, str]:
+                env: dict[str, str] | None = None, log_level: str = "INFO"
+                ) -> tuple[ManagedProcess, str]:
     """Start the proxy for a service as a child process (its own session); wait until it
     answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
 
@@ -291,7 +295,7 @@ def start_proxy(config_path: str | os.PathLike[str], service: str | None = None,
     workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
     port_file = workdir / "port"
     argv = [sys.executable, "-m", "nel_resources.proxy.server", "-c", str(config_path),
-            "--port-file", str(port_file)]
+            "--port-file", str(port_file), "--log-level", log_level]
     if service:
         argv += ["--service", service]
     proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
