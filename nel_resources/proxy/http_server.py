@@ -166,10 +166,16 @@ class HttpConnection(asyncio.Protocol):
                             b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
                             + (b"Connection: keep-alive\r\n\r\n" if keep_alive
                                else b"Connection: close\r\n\r\n"))
-            async for piece in result:
-                if self._closed:
-                    return
-                transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            try:
+                async for piece in result:
+                    if self._closed:
+                        return
+                    transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            except Exception:  # a failing chunk hook: the stream is cut, the client sees it
+                LOG.exception("proxy stream failed")
+                transport.close()
+                self._closed = True
+                return
             transport.write(b"0\r\n\r\n")
         if not keep_alive:
             transport.close()

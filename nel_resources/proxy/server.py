@@ -10,7 +10,7 @@ Routes (on 127.0.0.1 only):
   `"stream": true` is streamed back as server-sent events, each chunk through the
   interceptors' chunk hooks;
 - `GET /v1/models`: passed through to the upstream;
-- a `/s/<hex id>` prefix on those paths names the agent session (as NeMo Evaluator's
+- a `/s/<session id>` prefix on those paths names the agent session (as NeMo Evaluator's
   proxy does; `turn_counter` counts per session); the `X-Nel-Repeat` header gives the
   sample's repeat index (the cache keeps repeats apart by it);
 - `GET /health`, `GET /stats` (requests in, requests sent upstream, interceptor counters).
@@ -20,7 +20,7 @@ Malformed requests get 4xx with one line saying what is wrong; a spent turn budg
 the retries gets 502.
 
 Run it as `nel proxy --service NAME -c config.yaml [--port 0]`, or through
-`ProxyResource` (nel_resources/resources.py), which starts it for a run and stops it after.
+`InterceptorProxy` (nel_resources/resources.py), which starts it for a run and stops it after.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m nel_resources.proxy.server -c CONFIG [--service NAME] [--port N]`
-    (what `nel proxy` runs; `ProxyResource` starts this, without the CLI's imports)."""
+    (what `nel proxy` runs; `InterceptorProxy` starts this, without the CLI's imports)."""
     from dagster_project.cli.commands_proxy import _add
 
     p = argparse.ArgumentParser(prog="nel proxy", description=__doc__.splitlines()[0])
