@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -79,6 +80,12 @@ async def _latency_p50(url: str, n: int) -> float:
         return statistics.median(out)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _start_proxy(url: str, tmp: Path) -> tuple[object, str]:
     cfg = tmp / "proxy.yaml"
     cfg.write_text(yaml.safe_dump({
@@ -104,11 +111,15 @@ def main() -> None:
         modes = ("direct", "chain", "proxy")
         res: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
+        proxy_cpu: list[float] = []
         for r in range(a.rounds):
             order = modes if r % 2 == 0 else modes[::-1]
             for mode in order:
                 target = proxy_url if mode == "proxy" else url
+                p0 = _cpu_seconds(proxy.pid)  # type: ignore[attr-defined]
                 rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
+                if mode == "proxy":
+                    proxy_cpu.append((_cpu_seconds(proxy.pid) - p0) / a.requests * 1e6)  # type: ignore[attr-defined]
                 res[mode].append(rps)
                 cpu[mode].append(us)
                 print(f"round {r} {mode:6s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
@@ -120,6 +131,8 @@ def main() -> None:
         # machine is running (throughput on a shared 2-core machine moves with its load).
         print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
               f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
+        print(f"proxy process cpu per request: {statistics.median(proxy_cpu):.1f} us "
+              "(its own core time; the client's above is extra)")
         lat: dict[str, list[float]] = {"direct": [], "proxy": []}
         for r in range(a.rounds):
             for mode in (("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")):
