@@ -15,12 +15,13 @@ written to the wire (neither transport resends anything behind the client's back
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -31,6 +32,9 @@ from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
 from nel_resources.redact import Redactor, client_secrets
+
+if TYPE_CHECKING:
+    from nel_resources.proxy import Chain
 
 # What a broken exchange raises on either transport: aiohttp's errors (reset, EOF or an
 # incomplete chunked read mid-body, malformed HTTP), and OSError, which covers the raw
@@ -51,6 +55,10 @@ class ModelError(Exception):
         self.category = category
         self.status = status
         self.attempts = attempts
+
+
+class ChainStopError(NelError):
+    """An interceptor stopped the run (`raise_client_errors` on a 4xx)."""
 
 
 class AuthError(NelError):
@@ -90,6 +98,7 @@ class ModelResponse:
     model: str | None = None
     raw: dict[str, Any] | None = field(default=None, repr=False)
     total_tokens: int | None = None
+    cached: bool = False
 
     @property
     def raw_response(self) -> dict[str, Any]:
@@ -203,6 +212,7 @@ class ModelClient:
         stop: list[str] | None = None,
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
+        retry_on_status: list[int] | None = None,
     ) -> None:
         if not (isinstance(timeout, int | float) and timeout > 0):
             raise NelError(f"ModelClient: timeout must be a positive number of seconds, not {timeout!r}")
@@ -255,6 +265,10 @@ class ModelClient:
         self._raw_headers = b"".join(
             f"{k}: {v}\r\n".encode("latin-1") for k, v in self._headers.items())
         self._pool: RawHTTPPool | None = None
+        # Statuses retried with backoff: 429 and 5xx unless a chain's endpoint names them.
+        self._retry_status = frozenset(retry_on_status) if retry_on_status is not None else None
+        # The service's interceptor chain (nel_resources/proxy), run around every request.
+        self.chain: Chain | None = None
 
     async def __aenter__(self) -> ModelClient:
         await self.open()
@@ -286,7 +300,9 @@ class ModelClient:
             )
 
     async def close(self) -> None:
-        """Close the session (and stop the concurrency window's timer)."""
+        """Close the session and the chain (and stop the concurrency window's timer)."""
+        if self.chain is not None:
+            await self.chain.close()
         self._limit.close()
         if self._pool is not None:
             await self._pool.close()
@@ -294,6 +310,19 @@ class ModelClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def base_headers(self) -> dict[str, str]:
+        """The headers every request carries (content type, the key, the service's own)."""
+        return dict(self._headers)
+
+    def redact_text(self, text: str) -> str:
+        """`text` with this client's secrets masked."""
+        return self._redact.text(text)
+
+    def redact_bytes(self, raw: bytes) -> bytes:
+        """`raw` with this client's secrets masked."""
+        return self._redact.bytes(raw) if self._redact else raw
 
     # ------------------------------------------------------------------ preflight
     async def check(self) -> None:
@@ -317,16 +346,20 @@ class ModelClient:
             )
 
     async def _send(self, method: str, subpath: str, data: bytes,
-                    timeout: float) -> tuple[int, Any, bytes]:
+                    timeout: float, headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
         """One HTTP exchange on the chosen transport: (status, headers, body)."""
         if self._pool is not None:
+            raw_headers = self._raw_headers
+            if headers:
+                merged = {**self._headers, **headers}
+                raw_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in merged.items())
             async with asyncio.timeout(timeout):
                 r = await self._pool.request(method, urlsplit(self.base_url).path + subpath,
-                                             self._raw_headers, data)
+                                             raw_headers, data)
             return r.status, r.headers, r.body
         assert self._session is not None
         async with self._session.request(
-            method, self.base_url + subpath, data=data or None,
+            method, self.base_url + subpath, data=data or None, headers=headers or None,
             timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
         ) as resp:
             return resp.status, resp.headers, await resp.read()
@@ -364,19 +397,68 @@ class ModelClient:
     async def generate(self, messages: list[dict[str, Any]] | None = None,
                        prompt: str | None = None,
                        overrides: dict[str, Any] | None = None, *,
-                       body: bytes | None = None) -> ModelResponse:
+                       body: bytes | None = None, repeat: int | None = None,
+                       session_id: str | None = None) -> ModelResponse:
         """One model call with retries; raises ModelError (per sample) or AuthError (run).
 
         `body` is a pre-encoded request (from `encode`); otherwise it is built here.
+        `repeat` and `session_id` reach the interceptor chain (the cache keeps repeats
+        apart; `turn_counter` counts turns per session); without a chain they are unused.
         """
         if self._auth_failed is not None:
             raise self._auth_failed
         if self._session is None and self._pool is None:
             await self.open()
+        if self.chain is not None:
+            return await self._generate_chained(messages, prompt, overrides, body, repeat, session_id)
         data = body if body is not None else self.encode(messages, prompt, overrides)
-        subpath = self._url[len(self.base_url):]
-        attempt = 0
         t0 = time.perf_counter()
+        status, obj, attempts = await self._post(data, self._url[len(self.base_url):], None)
+        if status != 200:
+            raise ModelError(f"HTTP {status}: {obj}", "error", status, attempts)
+        return self._from_obj(obj, (time.perf_counter() - t0) * 1000.0, attempts)
+
+    async def _generate_chained(self, messages: list[dict[str, Any]] | None, prompt: str | None,
+                                overrides: dict[str, Any] | None, body: bytes | None,
+                                repeat: int | None, session_id: str | None) -> ModelResponse:
+        InterceptorError, ProxyRequest, RequestContext = _chain_types()
+        assert self.chain is not None
+        # A fresh copy per request: interceptors edit bodies in place, and the loop shares
+        # one encoded body between a problem's repeats.
+        payload = orjson.loads(body if body is not None else self.encode(messages, prompt, overrides))
+        req = ProxyRequest(payload, {}, self._url[len(self.base_url):],
+                           RequestContext(session_id, repeat))
+        try:
+            resp = await self.chain.run(req)
+        except InterceptorError as exc:
+            if exc.fatal:
+                raise ChainStopError(self._redact.text(str(exc))) from None
+            raise ModelError(self._redact.text(str(exc)), "interceptor", None, 0) from None
+        if resp.status != 200 or not isinstance(resp.body, dict):
+            text = resp.body if isinstance(resp.body, str | bytes) else orjson.dumps(resp.body)
+            if isinstance(text, bytes):
+                text = text.decode("utf-8", "replace")
+            raise ModelError(f"HTTP {resp.status}: {self._redact.text(text)[:300]}", "error",
+                             resp.status, resp.attempts)
+        out = self._from_obj(resp.body, resp.latency_ms, resp.attempts)
+        out.cached = resp.cached
+        return out
+
+    async def exchange(self, body: dict[str, Any], path: str, headers: dict[str, str] | None
+                       ) -> tuple[int, dict[str, Any] | bytes, int, float]:
+        """One request of the chain's endpoint: (status, parsed body or error text, attempts,
+        latency in ms). Retryable failures are retried here; a 4xx comes back as an answer."""
+        t0 = time.perf_counter()
+        status, obj, attempts = await self._post(orjson.dumps(body), path, headers)
+        if status != 200:
+            obj = obj.encode() if isinstance(obj, str) else obj
+        return status, obj, attempts, (time.perf_counter() - t0) * 1000.0
+
+    async def _post(self, data: bytes, subpath: str, headers: dict[str, str] | None
+                    ) -> tuple[int, Any, int]:
+        """POST with retries: (200, parsed body, attempts), or (status, redacted error text,
+        attempts) for a 4xx that retrying cannot fix. Raises ModelError after the last retry."""
+        attempt = 0
         while True:
             attempt += 1
             status: int | None = None
@@ -386,7 +468,8 @@ class ModelClient:
             await self._limit.acquire(retry=attempt > 1)
             try:
                 self.requests_sent += 1
-                status, headers, raw = await self._send("POST", subpath, data, self.timeout)
+                status, resp_headers, raw = await self._send("POST", subpath, data, self.timeout,
+                                                             headers)
             except TimeoutError:
                 # First: TimeoutError is an OSError, and aiohttp's read timeouts are
                 # connection errors too.
@@ -398,11 +481,11 @@ class ModelClient:
                 self._limit.record(throttled=status == 429)
                 if status == 200:
                     try:
-                        return self._parse(raw, (time.perf_counter() - t0) * 1000.0, attempt)
+                        return 200, self._load(raw), attempt
                     except _BadBody as exc:  # cut short on the way: as retryable as a reset
                         category, message = "error", str(exc)
                 else:
-                    retry_after = _retry_after(headers)
+                    retry_after = _retry_after(resp_headers)
                     # Redact before cutting, so no prefix of a key survives at the cut.
                     text = self._redact.text(raw.decode("utf-8", "replace"))[:300].strip()
                     if status in (401, 403):
@@ -411,12 +494,14 @@ class ModelClient:
                             f"(HTTP {status}: {text}); check the API key"
                         )
                         raise self._auth_failed
+                    retryable = (status in self._retry_status if self._retry_status is not None
+                                 else status == 429 or status >= 500)
+                    if not retryable:  # the request itself is wrong, retrying cannot help
+                        return status, text, attempt
                     if status == 429:
                         category, message = "rate_limit", f"HTTP 429: {text}"
-                    elif status >= 500:
+                    else:
                         category, message = "error", f"HTTP {status}: {text}"
-                    else:  # other 4xx: the request itself is wrong, retrying cannot help
-                        raise ModelError(f"HTTP {status}: {text}", "error", status, attempt)
             finally:
                 self._limit.release()
             if attempt > self.max_retries:
@@ -468,7 +553,7 @@ class ModelClient:
         """How many times 429s shrank the concurrency."""
         return self._limit.cuts
 
-    def _parse(self, raw: bytes, latency_ms: float, attempts: int) -> ModelResponse:
+    def _load(self, raw: bytes) -> dict[str, Any]:
         if self._redact:
             raw = self._redact.bytes(raw)
         try:
@@ -478,6 +563,9 @@ class ModelClient:
                            f"({len(raw)} bytes): {exc}") from None
         if not isinstance(obj, dict):
             raise _BadBody(f"HTTP 200 with a JSON {type(obj).__name__} instead of an object")
+        return obj
+
+    def _from_obj(self, obj: dict[str, Any], latency_ms: float, attempts: int) -> ModelResponse:
         usage = obj.get("usage") or {}
         details = usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
         if self.protocol == "responses":
@@ -557,23 +645,67 @@ class NemoModelClient(ModelClient):
         )
 
 
+@functools.cache
+def _chain_types() -> tuple[Any, Any, Any]:
+    """The chain's request types, imported once on first use (plain runs never load them)."""
+    from nel_resources.proxy.types import InterceptorError, ProxyRequest, RequestContext
+
+    return InterceptorError, ProxyRequest, RequestContext
+
+
 def client_for_service(service: ServiceConfig, base_url: str | None = None, *,
                        timeout: float | None = None) -> ModelClient:
     """A client for a configured service (a launched service passes its own URL).
 
     `timeout` (seconds per attempt) overrides the service's, e.g. a benchmark's `timeout`.
+    A service with `interceptors:` / `proxy:` gets its chain, run in-process around the
+    client's transport; the `proxy:` settings and an `endpoint` entry tune the transport.
     """
     url = base_url or service.url
     if not url:
         raise NelError("the service has no url: set `url:` (or use a launched service type)")
-    return ModelClient(
-        url, model=service.model, protocol=service.protocol, api_key=service.resolved_api_key(),
-        generation=service.generation.to_request(),
-        timeout=service.timeout if timeout is None else timeout,
-        connect_timeout=service.connect_timeout, max_concurrent=service.max_concurrent,
-        max_retries=service.max_retries, retry_backoff=service.retry_backoff,
-        headers=service.resolved_headers(), transport=service.transport,
+    specs = service_interceptors(service)
+    proxy = service.proxy
+    ep: dict[str, Any] = {}
+    if proxy is not None:
+        given = proxy.model_fields_set
+        ep = {k: getattr(proxy, k) for k in ("request_timeout", "max_retries", "retry_on_status",
+                                              "extra_body", "extra_headers") if k in given}
+        if "max_concurrent_upstream" in given:
+            ep["max_concurrent"] = proxy.max_concurrent_upstream
+    if specs:
+        from nel_resources.proxy import endpoint_settings
+
+        ep.update(endpoint_settings(specs))
+    headers = service.resolved_headers()
+    api_key = ep.get("api_key") or service.resolved_api_key()
+    # A benchmark's own `timeout` wins, then the proxy's `request_timeout`, then the service's.
+    per_attempt = timeout if timeout is not None else ep.get("request_timeout", service.timeout)
+    client = ModelClient(
+        ep.get("upstream_url") or url, model=service.model, protocol=service.protocol,
+        api_key=api_key, generation=service.generation.to_request(),
+        timeout=per_attempt,
+        connect_timeout=service.connect_timeout,
+        max_concurrent=min(service.max_concurrent, ep.get("max_concurrent", service.max_concurrent)),
+        max_retries=ep.get("max_retries", service.max_retries), retry_backoff=service.retry_backoff,
+        headers=headers, transport=service.transport, retry_on_status=ep.get("retry_on_status"),
     )
+    verbose = service.proxy_verbose or bool(proxy is not None and proxy.verbose)
+    if specs or verbose or ep.get("extra_body") or ep.get("extra_headers"):
+        from nel_resources.proxy import Chain, ChainEnv, chain_links
+        from nel_resources.proxy.endpoint import ClientEndpoint
+
+        env = ChainEnv(service=service.model or "model",
+                       redactor=Redactor(client_secrets(api_key, {**headers, **ep.get("extra_headers", {})})))
+        client.chain = Chain(chain_links(specs, env, verbose=verbose),
+                             ClientEndpoint(client, ep.get("extra_body"), ep.get("extra_headers")))
+    return client
+
+
+def service_interceptors(service: ServiceConfig) -> list[tuple[str, dict[str, Any]]]:
+    """The service's chain as (name, config) pairs: `interceptors:`, then `proxy.interceptors`."""
+    items = [*service.interceptors, *(service.proxy.interceptors if service.proxy else ())]
+    return [(i.name, dict(i.config)) for i in items]
 
 
 def _responses_finish(obj: dict[str, Any]) -> str | None:

@@ -120,6 +120,9 @@ class ServerConfig:
     # Every request fails with this status, its error body echoing the request's headers
     # (as some gateways do): tests check that nel redacts the echoed secrets.
     echo_headers_status: int | None = None
+    # Keep the last N request bodies (parsed) in /stats as `bodies`: tests check what an
+    # interceptor chain really sent.
+    record_bodies: int = 0
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -318,6 +321,7 @@ class ReferenceApp:
         self.system_count = 0
         self.last_system: str | None = None
         self.last_request: Any = None
+        self.bodies: list[Any] = []
         self.attempts: dict[str, int] = {}
         self.rate_limited_first = 0
         # Requests in flight when each of the --status-429-first refusals arrived: shows
@@ -344,6 +348,7 @@ class ReferenceApp:
             "models": self.models,
             "system_messages": {"count": self.system_count, "last": self.last_system},
             "last_request": self.last_request,
+            "bodies": self.bodies,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "barrier": self.barrier_state,
@@ -464,6 +469,9 @@ class ReferenceApp:
         if not isinstance(req, dict):
             return _error(400, "request body must be a JSON object")
         self.last_request = req
+        if self.config.record_bodies > 0:
+            self.bodies.append(req)
+            del self.bodies[:-self.config.record_bodies]
         try:
             if responses:
                 result = self._responses(req)
@@ -1119,6 +1127,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-always-status", type=int, help="every completion returns this status")
     p.add_argument("--echo-headers-status", type=int,
                    help="every request fails with this status, echoing its headers in the body")
+    p.add_argument("--record-bodies", type=int, default=d.record_bodies,
+                   help="keep the last N request bodies in /stats (`bodies`)")
     return p
 
 

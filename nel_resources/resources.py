@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
@@ -109,3 +110,41 @@ class SandboxResource(dg.ConfigurableResource):
             yield factory
         finally:
             await factory.aclose()
+
+
+class InterceptorProxy(dg.ConfigurableResource):
+    """The standalone interceptor proxy of one service, for the length of a run.
+
+    For agents nel does not drive itself: an asset points the agent at `url()` and all its
+    model traffic passes the service's chain. The proxy process starts when a run's
+    execution sets the resource up and is stopped when the run's execution ends (the
+    process group is signalled, so nothing outlives the run). It reads the config file
+    itself, so keys stay out of Dagster config.
+    """
+
+    config_path: str
+    service: str | None = None
+    startup_timeout: float = 60.0
+    _proc: Any = PrivateAttr(default=None)
+    _url: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        from nel_resources.proxy.server import start_proxy
+
+        self._proc, self._url = start_proxy(self.config_path, self.service,
+                                            timeout=self.startup_timeout)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._proc is not None:
+            self._proc.stop()
+            self._proc = None
+
+    def url(self) -> str:
+        """The proxy's base URL (`http://127.0.0.1:PORT/v1`)."""
+        if self._url is None:
+            raise RuntimeError("the proxy runs only inside a run's execution")
+        return self._url
+
+    def pid(self) -> int | None:
+        """The proxy process's id while it runs."""
+        return None if self._proc is None else self._proc.pid

@@ -281,8 +281,12 @@ def evaluate_shard(
                                        on_progress=on_progress)
             finally:
                 await env.close()  # remote (gym://) environments hold an HTTP session
+            if client.chain is not None:
+                await client.chain.close()  # commit cache writes before the stats are read
+                chain_stats.update(client.chain.stats())
             return rows, client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
 
+    chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
     rows, sent, prior, fp, idx_range = asyncio.run(go())
     table = rows_to_table(rows)
     data_version = hashlib.sha256(
@@ -296,12 +300,22 @@ def evaluate_shard(
         "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
-        "shuffle": selection,
+        "shuffle": selection, **({"interceptors": chain_stats} if chain_stats else {}),
     })
     store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
     return ShardOutcome(path, len(rows), data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
+
+
+def _interceptor_stats(store: ResultStore, bench_name: str, model: str) -> dict[str, Any]:
+    """The shards' interceptor counters, summed (cache hits, misses, saved tokens, ...)."""
+    out: dict[str, Any] = {}
+    for rec in store.shard_records(bench_name, model).values():
+        for k, v in (rec.get("interceptors") or {}).items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "mean_latency_ms":
+                out[k] = out.get(k, 0) + v
+    return out
 
 
 def export_eval_id(bench_name: str, model: str, run_ids: list[str]) -> str:
@@ -362,6 +376,9 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     if shuffle:
         extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
+    chain = _interceptor_stats(store, bench_name, model)
+    if chain:  # runtime_stats.json is written from bundle["runtime"]
+        bundle["runtime"]["interceptors"] = chain
     write_text_atomic(store.report_dir(bench_name, model) / "report.md", render_markdown([bundle]))
     summary = json.loads(config_json) if config_json is not None else {}
     if shuffle:

@@ -190,7 +190,7 @@ async def run_shard(
         }
         t_model = time.perf_counter()
         try:
-            resp = await client.generate(body=bodies[idx])
+            resp = await client.generate(body=bodies[idx], repeat=rep, session_id=row["sample_id"])
         except ModelError as exc:
             now = time.perf_counter()
             row.update(reward=None, error=str(exc)[:1000], failure_category=exc.category,

@@ -53,10 +53,24 @@ class GenerationParams(_Strict):
 
 
 class InterceptorConfig(_Strict):
-    """One interceptor of a service's adapter proxy (`{name, config}`)."""
+    """One interceptor of a service's adapter proxy (`{name, config}`).
+
+    The name and every field are checked here (nel_resources/proxy/registry.py), so a bad
+    chain fails at load time with the field's line, before any request.
+    """
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_fields(self) -> InterceptorConfig:
+        from nel_resources.proxy import InterceptorConfigError, validate
+
+        try:
+            validate(self.name, self.config)
+        except InterceptorConfigError as exc:
+            raise key_error(f"config.{exc.field}" if exc.field else "name", str(exc)) from None
+        return self
 
 
 class ProxyConfig(_Strict):
@@ -247,6 +261,14 @@ class ServiceConfig(_Strict):
             for k, v in self.headers.items()
         }
 
+    def _answer_chain(self) -> list[dict[str, Any]]:
+        """The interceptors that can change answers (observers like `caching` or `logging`
+        are left out: adding one must not rerun finished shards)."""
+        from nel_resources.proxy import affects_answers
+
+        items = [*self.interceptors, *(self.proxy.interceptors if self.proxy else ())]
+        return [{"name": i.name, "config": i.config} for i in items if affects_answers(i.name)]
+
     def settings_fingerprint(self) -> str:
         """Hash of what changes this service's answers (not its URL or key)."""
         payload = {
@@ -256,4 +278,7 @@ class ServiceConfig(_Strict):
             "system_prompt": self.system_prompt,
             "model_path": self.model_path,
         }
+        chain = self._answer_chain()
+        if chain:  # only when set, so fingerprints of chain-less services stay as they were
+            payload["interceptors"] = chain
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

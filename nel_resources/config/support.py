@@ -107,13 +107,6 @@ def _check_services(cfg: NelConfig) -> None:
         if svc.type == "gym" and not svc.url:
             raise _Refusal(at, "a gym service nel starts itself (no `url`)",
                            "start the gym server yourself and give its `url`")
-        if svc.proxy is not None:
-            raise _Refusal((*at, "proxy"), "the adapter proxy", "remove `proxy:`")
-        if svc.interceptors:
-            raise _Refusal((*at, "interceptors"), "interceptors", "remove `interceptors:`")
-        if svc.proxy_verbose:
-            raise _Refusal((*at, "proxy_verbose"), "the adapter proxy",
-                           "remove `proxy_verbose`")
         if svc.node_pool is not None:
             raise _Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
                            "remove `node_pool`")

@@ -1,0 +1,150 @@
+"""Throughput of nel's client direct, through the in-process interceptor chain, and through
+the standalone proxy process.
+
+Against the instant reference server, at concurrency 64, alternating rounds in one command:
+`direct` (no chain), `chain` (every cheap interceptor on in-process: drop_params,
+system_message, payload_modifier, modify_tools, turn_counter, reasoning, response_stats,
+log_tokens with its logger quiet, progress_tracking without a webhook) and `proxy` (the
+same chain in a `nel proxy` process; the client sends to it without a chain). Prints
+requests/s and the client's CPU per request for each round, the medians and the ratios to
+direct; then the proxy's added latency: p50 of one request at a time through the proxy
+minus direct, over `--latency-requests` requests, alternating rounds.
+
+Cores: the client, the proxy and the reference server are three single-threaded processes,
+not pinned; the OS shares this machine's 2 cores between them (and whatever else runs).
+
+    python bench/bench_interceptors.py --requests 3000 --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from nel_resources.config import ServiceConfig
+from nel_resources.model_client import client_for_service
+from nel_resources.proxy.server import start_proxy
+from nel_resources.reference_server import start_reference_server
+
+CHAIN = [
+    {"name": "drop_params", "config": {"params": ["junk"]}},
+    {"name": "system_message", "config": {"system_message": "Be brief."}},
+    {"name": "payload_modifier", "config": {"params_to_rename": {"old": "new"}}},
+    {"name": "modify_tools", "config": {"strip_properties": ["x"]}},
+    {"name": "turn_counter", "config": {"max_turns": 1000000}},
+    {"name": "reasoning"},
+    {"name": "response_stats", "config": {"every": 1000000}},
+    {"name": "log_tokens"},
+    {"name": "progress_tracking", "config": {"every": 1000000}},
+]
+
+
+def _service(url: str, chain: bool, concurrency: int) -> ServiceConfig:
+    return ServiceConfig.model_validate({"type": "api", "url": url, "model": "tiny",
+                                         "max_concurrent": concurrency,
+                                         "interceptors": CHAIN if chain else []})
+
+
+async def _round(url: str, chain: bool, n: int, concurrency: int) -> tuple[float, float]:
+    async with client_for_service(_service(url, chain, concurrency)) as client:
+        body = client.encode([{"role": "user", "content": "What is 2+2?"}], None)
+        it = iter(range(n))
+
+        async def worker() -> None:
+            for i in it:
+                await client.generate(body=body, repeat=0, session_id=str(i))
+        t0, c0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
+
+
+async def _latency_p50(url: str, n: int) -> float:
+    """Median milliseconds of one request at a time (nothing queued behind it)."""
+    async with client_for_service(_service(url, False, 1)) as client:
+        body = client.encode([{"role": "user", "content": "What is 2+2?"}], None)
+        for _ in range(20):  # warm the connection
+            await client.generate(body=body)
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await client.generate(body=body)
+            out.append((time.perf_counter() - t0) * 1000.0)
+        return statistics.median(out)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start_proxy(url: str, tmp: Path) -> tuple[object, str]:
+    cfg = tmp / "proxy.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "services": {"m": {"type": "api", "url": url, "model": "tiny", "max_concurrent": 64,
+                           "interceptors": CHAIN}},
+        "benchmarks": [{"name": "gsm8k"}]}))
+    return start_proxy(cfg, "m", log_level="WARNING")  # log_tokens quiet, as in-process
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=4000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--latency-requests", type=int, default=500)
+    a = p.parse_args()
+    logging.getLogger("nel.proxy").setLevel(logging.WARNING)
+    logging.getLogger("nel.proxy").addHandler(logging.NullHandler())
+    logging.getLogger("nel.proxy").propagate = False
+    proc, url = start_reference_server()
+    proxy, proxy_url = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
+    try:
+        modes = ("direct", "chain", "proxy")
+        res: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}
+        proxy_cpu: list[float] = []
+        for r in range(a.rounds):
+            order = modes if r % 2 == 0 else modes[::-1]
+            for mode in order:
+                target = proxy_url if mode == "proxy" else url
+                p0 = _cpu_seconds(proxy.pid)  # type: ignore[attr-defined]
+                rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
+                if mode == "proxy":
+                    proxy_cpu.append((_cpu_seconds(proxy.pid) - p0) / a.requests * 1e6)  # type: ignore[attr-defined]
+                res[mode].append(rps)
+                cpu[mode].append(us)
+                print(f"round {r} {mode:6s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
+        d, c, x = (statistics.median(res[m]) for m in modes)
+        dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
+        print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
+              f"ratio chain/direct {c / d:.3f}, proxy/direct {x / d:.3f}")
+        # The client's own CPU per request: what the chain costs, whatever else the
+        # machine is running (throughput on a shared 2-core machine moves with its load).
+        print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
+              f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
+        print(f"proxy process cpu per request: {statistics.median(proxy_cpu):.1f} us "
+              "(its own core time; the client's above is extra)")
+        lat: dict[str, list[float]] = {"direct": [], "proxy": []}
+        for r in range(a.rounds):
+            for mode in (("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")):
+                target = proxy_url if mode == "proxy" else url
+                lat[mode].append(asyncio.run(_latency_p50(target, a.latency_requests)))
+        ld, lp = statistics.median(lat["direct"]), statistics.median(lat["proxy"])
+        print(f"latency p50 one at a time: direct {ld:.3f} ms, proxy {lp:.3f} ms, "
+              f"proxy adds {lp - ld:.3f} ms")
+    finally:
+        proxy.stop()  # type: ignore[attr-defined]
+        proc.stop()
+
+
+if __name__ == "__main__":
+    main()

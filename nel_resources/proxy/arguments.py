@@ -1,0 +1,17 @@
+"""The proxy's command-line arguments, shared by `nel proxy` and
+`python -m nel_resources.proxy.server` (argparse only: cheap to import)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the proxy's options to `p`."""
+    p.add_argument("-c", "--config", required=True, help="the nel / NeMo Evaluator config YAML")
+    p.add_argument("--service", help="the service whose chain to serve (default: the only one)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
+    p.add_argument("--port-file", type=Path, help="also write the bound port to this file")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="level of the interceptors' log lines on stderr (default INFO)")

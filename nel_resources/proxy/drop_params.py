@@ -1,0 +1,31 @@
+"""`drop_params`: remove top-level fields from every request body (e.g. `max_tokens` for a
+server that rejects it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyRequest
+
+FIELDS = {"params": FieldSpec("list[str]")}
+AFFECTS_ANSWERS = True
+
+
+class DropParams:
+    """Pops the named fields from the body."""
+
+    def __init__(self, params: list[str]) -> None:
+        self.params = tuple(params)
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        body = req.body
+        for p in self.params:
+            body.pop(p, None)
+        return req
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> DropParams:
+    """The interceptor from its checked config."""
+    return DropParams(cfg["params"])

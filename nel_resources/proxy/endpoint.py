@@ -1,0 +1,102 @@
+"""`endpoint`: the last link of the chain, which sends the request to the model.
+
+In-process it is nel's `ModelClient` itself (its pooled keep-alive transport, bounded
+concurrency, retries with backoff and jitter): the chain adds no hop. Its config fields are
+NeMo Evaluator's; a service's `proxy:` block gives the same settings, and an explicit
+`endpoint` entry in the chain wins over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyRequest, ProxyResponse
+
+if TYPE_CHECKING:
+    from nel_resources.model_client import ModelClient
+
+FIELDS = {
+    "upstream_url": FieldSpec("str", None, nullable=True),
+    "api_key": FieldSpec("str", None, nullable=True),
+    "extra_body": FieldSpec("dict", None, nullable=True),
+    "extra_headers": FieldSpec("dict[str,str]", None, nullable=True),
+    "request_timeout": FieldSpec("float", None, minimum=0.001, nullable=True),
+    "max_retries": FieldSpec("int", None, minimum=0, nullable=True),
+    "retry_on_status": FieldSpec("list[int]", None, nullable=True),
+    "max_concurrent": FieldSpec("int", None, minimum=1, nullable=True),
+    "model_traffic_store_id": FieldSpec("str", None, nullable=True),
+}
+AFFECTS_ANSWERS = False
+
+
+class UpstreamStreamError(Exception):
+    """The upstream refused a streamed request (its status and redacted text)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+        self.status = status
+        self.text = text
+
+
+class ClientEndpoint:
+    """Sends through a `ModelClient` (one exchange with its retries)."""
+
+    def __init__(self, client: ModelClient, extra_body: dict[str, Any] | None = None,
+                 extra_headers: dict[str, str] | None = None) -> None:
+        self.client = client
+        self.extra_body = dict(extra_body or {})
+        self.extra_headers = dict(extra_headers or {})
+        self._session: Any = None  # aiohttp.ClientSession for streams, made on first use
+
+    async def send(self, req: ProxyRequest) -> ProxyResponse:
+        if self.extra_body:
+            req.body.update(self.extra_body)
+        headers = {**self.extra_headers, **req.headers} if self.extra_headers else req.headers
+        status, body, attempts, latency_ms = await self.client.exchange(req.body, req.path, headers)
+        return ProxyResponse(status, body, latency_ms, attempts, req.ctx)
+
+    async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
+        """Send a streamed request; yield each server-sent `data:` object as it arrives.
+
+        One attempt, no retry: chunks already passed on cannot be taken back. Streams go
+        over aiohttp (the raw pool reads whole bodies); its session opens on first use.
+        """
+        import aiohttp
+
+        client = self.client
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                headers=client.base_headers, cookie_jar=aiohttp.DummyCookieJar(),
+                connector=aiohttp.TCPConnector(limit=client.max_concurrent))
+        if self.extra_body:
+            req.body.update(self.extra_body)
+        req.body["stream"] = True
+        headers = {**self.extra_headers, **req.headers}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=client.connect_timeout,
+                                        sock_read=client.timeout)
+        client.requests_sent += 1
+        async with self._session.post(client.base_url + req.path, data=orjson.dumps(req.body),
+                                      headers=headers or None, timeout=timeout) as resp:
+            if resp.status != 200:
+                text = client.redact_text((await resp.read()).decode("utf-8", "replace"))
+                raise UpstreamStreamError(resp.status, text[:300].strip())
+            async for line in resp.content:
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue  # comments, event names, keep-alive blank lines
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                obj = orjson.loads(client.redact_bytes(data))
+                if isinstance(obj, dict):
+                    yield obj
+
+    async def close(self) -> None:
+        """Close the streaming session (the client closes its own)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

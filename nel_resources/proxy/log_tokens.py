@@ -1,0 +1,46 @@
+"""`log_tokens`: one log line of token usage per answer, and run totals in the stats."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv, proxy_logger
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyResponse
+
+FIELDS: dict[str, FieldSpec] = {}
+AFFECTS_ANSWERS = False
+
+
+class LogTokens:
+    """Logs and sums `usage`."""
+
+    def __init__(self) -> None:
+        self.log = proxy_logger()
+        self.prompt = self.completion = self.total = 0
+
+    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        body = resp.body
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if isinstance(usage, dict):
+            pt, ct, tt = (usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                          usage.get("total_tokens"))
+            self.prompt += pt if isinstance(pt, int) else 0
+            self.completion += ct if isinstance(ct, int) else 0
+            self.total += tt if isinstance(tt, int) else 0
+            if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
+                self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
+                              body.get("model"), pt, ct, tt, resp.latency_ms,
+                              " (cached)" if resp.cached else "")
+        return resp
+
+    def stats(self) -> dict[str, Any]:
+        """Token totals of the answers seen."""
+        return {"logged_prompt_tokens": self.prompt, "logged_completion_tokens": self.completion,
+                "logged_total_tokens": self.total}
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> LogTokens:
+    """The interceptor (it has no config)."""
+    return LogTokens()

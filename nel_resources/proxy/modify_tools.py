@@ -1,0 +1,48 @@
+"""`modify_tools`: strip or add properties in the JSON schema of every tool's parameters."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyRequest
+
+FIELDS = {"strip_properties": FieldSpec("list[str]", None, nullable=True),
+          "add_properties": FieldSpec("dict[str,dict]", None, nullable=True)}
+AFFECTS_ANSWERS = True
+
+
+class ModifyTools:
+    """Rewrites `tools[*].function.parameters.properties` (and `required`)."""
+
+    def __init__(self, strip: list[str], add: dict[str, dict[str, Any]]) -> None:
+        self.strip = tuple(strip)
+        self.add = add
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        tools = req.body.get("tools")
+        if not isinstance(tools, list):
+            return req
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            params = fn.get("parameters")
+            props = params.get("properties") if isinstance(params, dict) else None
+            if not isinstance(props, dict):
+                continue
+            required = params.get("required")
+            for name in self.strip:
+                props.pop(name, None)
+                if isinstance(required, list) and name in required:
+                    required.remove(name)
+            for name, schema in self.add.items():
+                props.setdefault(name, copy.deepcopy(schema))
+        return req
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> ModifyTools:
+    """The interceptor from its checked config."""
+    return ModifyTools(cfg["strip_properties"] or [], cfg["add_properties"] or {})

@@ -1,0 +1,127 @@
+"""`payload_modifier`: remove, rename and add fields of the request body, and headers.
+
+Removal and renaming apply at every depth (a key inside `extra_body` or a message too);
+`params_to_add` merges into the body, mapping into mapping, so adding
+`{chat_template_kwargs: {thinking: true}}` keeps the body's other template kwargs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyRequest
+
+FIELDS = {
+    "params_to_remove": FieldSpec("list[str]", None, nullable=True),
+    "params_to_add": FieldSpec("dict", None, nullable=True),
+    "params_to_rename": FieldSpec("dict[str,str]", None, nullable=True),
+    "headers_to_add": FieldSpec("dict[str,str]", None, nullable=True),
+    "headers_to_remove": FieldSpec("list[str]", None, nullable=True),
+    "headers_to_rename": FieldSpec("dict[str,str]", None, nullable=True),
+}
+AFFECTS_ANSWERS = True
+# Headers the transport owns: changing them would break the HTTP framing.
+_HOP_BY_HOP = frozenset({"host", "content-length", "connection", "transfer-encoding"})
+
+
+def _remove(obj: Any, keys: frozenset[str]) -> None:
+    """Drop `keys` from every mapping under `obj`, in place.
+
+    In place and only into containers: rebuilding every dict and visiting every string
+    was a tenth of a request's client-side cost at high concurrency.
+    """
+    if isinstance(obj, dict):
+        if not keys.isdisjoint(obj):
+            for k in keys.intersection(obj):
+                del obj[k]
+        for v in obj.values():
+            if isinstance(v, dict | list):
+                _remove(v, keys)
+    elif isinstance(obj, list):
+        for v in obj:
+            if isinstance(v, dict | list):
+                _remove(v, keys)
+
+
+def _rename(obj: Any, names: dict[str, str], keys: frozenset[str]) -> Any:
+    """`obj` with keys renamed at every depth; a mapping without such a key keeps its
+    identity and order, one with such a key is rebuilt in its original order."""
+    if isinstance(obj, dict):
+        if not keys.isdisjoint(obj):
+            obj = {names.get(k, k): v for k, v in obj.items()}
+        for k, v in obj.items():
+            if isinstance(v, dict | list):
+                obj[k] = _rename(v, names, keys)
+        return obj
+    if isinstance(obj, list):
+        for i, v in enumerate(obj):
+            if isinstance(v, dict | list):
+                obj[i] = _rename(v, names, keys)
+    return obj
+
+
+def _merge(into: dict[str, Any], add: dict[str, Any]) -> None:
+    for k, v in add.items():
+        cur = into.get(k)
+        if isinstance(v, dict) and isinstance(cur, dict):
+            cur = dict(cur)
+            _merge(cur, v)
+            into[k] = cur
+        else:
+            # A copy of a container: later stages edit bodies in place and must not
+            # change the configured value for the next request.
+            into[k] = copy.deepcopy(v) if isinstance(v, dict | list) else v
+
+
+class PayloadModifier:
+    """Edits the body and headers of each request."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.remove = frozenset(cfg["params_to_remove"] or ())
+        self.rename = dict(cfg["params_to_rename"] or {})
+        self.rename_keys = frozenset(self.rename)
+        self._needles = tuple(orjson.dumps(k) + b":" for k in self.remove | self.rename_keys)
+        self.add = dict(cfg["params_to_add"] or {})
+        self.h_add = {k: v for k, v in (cfg["headers_to_add"] or {}).items()
+                      if k.lower() not in _HOP_BY_HOP}
+        self.h_remove = {h.lower() for h in cfg["headers_to_remove"] or ()}
+        self.h_rename = {k.lower(): v for k, v in (cfg["headers_to_rename"] or {}).items()
+                         if v.lower() not in _HOP_BY_HOP}
+
+    def _mentions(self, body: dict[str, Any]) -> bool:
+        """Whether any key to remove or rename occurs in the body at any depth.
+
+        One C-speed serialisation and substring search instead of a Python walk: a key
+        can occur only where its JSON-encoded name followed by `:` does (a string value
+        that quotes it costs a needless walk, never a missed key).
+        """
+        try:
+            data = orjson.dumps(body)
+        except TypeError:  # a value an earlier stage put in that JSON cannot hold: walk
+            return True
+        return any(n in data for n in self._needles)
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        if self._needles and self._mentions(req.body):
+            if self.remove:
+                _remove(req.body, self.remove)
+            if self.rename:
+                req.body = _rename(req.body, self.rename, self.rename_keys)
+        if self.add:
+            _merge(req.body, self.add)
+        if self.h_remove or self.h_rename or self.h_add:
+            headers = {self.h_rename.get(k.lower(), k): v for k, v in req.headers.items()
+                       if k.lower() not in self.h_remove}
+            headers.update(self.h_add)
+            req.headers = headers
+        return req
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> PayloadModifier:
+    """The interceptor from its checked config."""
+    return PayloadModifier(cfg)

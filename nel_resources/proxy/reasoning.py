@@ -1,0 +1,74 @@
+"""`reasoning`: move a leading `<think>...</think>` block (or a `reasoning` field) into the
+message's `reasoning_content`, so the answer text is the answer only.
+
+An unclosed `<think>` (the model ran out of tokens while thinking) is all reasoning: the
+answer is empty rather than the half-finished thoughts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyResponse
+
+FIELDS: dict[str, FieldSpec] = {}
+AFFECTS_ANSWERS = True
+_OPEN = re.compile(r"^\s*<think>")
+
+
+def _split(msg: dict[str, Any]) -> bool:
+    if msg.get("reasoning_content"):
+        return False
+    if msg.get("reasoning"):
+        msg["reasoning_content"] = msg.pop("reasoning")
+        return True
+    content = msg.get("content")
+    if not isinstance(content, str):
+        return False
+    m = _OPEN.match(content)
+    if m is None:
+        return False
+    end = content.find("</think>", m.end())  # str.find: linear on any input
+    if end < 0:
+        msg["reasoning_content"], msg["content"] = content[m.end():].strip(), ""
+    else:
+        msg["reasoning_content"] = content[m.end():end].strip()
+        msg["content"] = content[end + len("</think>"):].lstrip()
+    return True
+
+
+class Reasoning:
+    """Splits reasoning from the answer in each choice."""
+
+    def __init__(self) -> None:
+        self.split = 0
+
+    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        body = resp.body
+        if isinstance(body, dict):
+            for ch in body.get("choices") or ():
+                msg = ch.get("message") if isinstance(ch, dict) else None
+                if isinstance(msg, dict) and _split(msg):
+                    self.split += 1
+        return resp
+
+    async def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        # Streamed deltas are split by the caller once the message is whole; a `reasoning`
+        # delta is renamed here so clients that read `reasoning_content` see it.
+        for ch in chunk.get("choices") or ():
+            d = ch.get("delta") if isinstance(ch, dict) else None
+            if isinstance(d, dict) and "reasoning" in d and "reasoning_content" not in d:
+                d["reasoning_content"] = d.pop("reasoning")
+        return chunk
+
+    def stats(self) -> dict[str, Any]:
+        """Answers whose reasoning was moved."""
+        return {"reasoning_split": self.split}
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> Reasoning:
+    """The interceptor (it has no config)."""
+    return Reasoning()

@@ -1,0 +1,46 @@
+"""`response_stats`: count answers, tokens and latency; log a summary every `every` answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv, proxy_logger
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyResponse
+
+FIELDS = {"every": FieldSpec("int", 100, minimum=1)}
+AFFECTS_ANSWERS = False
+
+
+class ResponseStats:
+    """Running counts of the answers (no lock: nothing awaits between read and write)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.n = self.tokens = 0
+        self.latency_ms = 0.0
+        self.by_status: dict[int, int] = {}
+
+    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        self.n += 1
+        self.by_status[resp.status] = self.by_status.get(resp.status, 0) + 1
+        self.latency_ms += resp.latency_ms
+        body = resp.body
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
+            self.tokens += usage["total_tokens"]
+        if self.n % self.every == 0:
+            proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
+                                self.latency_ms / self.n)
+        return resp
+
+    def stats(self) -> dict[str, Any]:
+        """Answers, tokens, mean latency and statuses."""
+        return {"responses": self.n, "response_tokens": self.tokens,
+                "mean_latency_ms": self.latency_ms / self.n if self.n else None,
+                "responses_by_status": {str(k): v for k, v in sorted(self.by_status.items())}}
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> ResponseStats:
+    """The interceptor from its checked config."""
+    return ResponseStats(cfg["every"])

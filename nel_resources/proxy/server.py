@@ -1,0 +1,322 @@
+"""The standalone interceptor proxy: one service's chain behind a local OpenAI-compatible port.
+
+For agents nel does not drive itself: they are pointed at `http://127.0.0.1:PORT/v1` and
+every request they make passes the same chain nel runs in-process (the service's
+`interceptors:` / `proxy:`), with the service's key added on the way out, so the agent
+never holds it.
+
+Routes (on 127.0.0.1 only):
+- `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`: through the chain;
+  `"stream": true` is streamed back as server-sent events, each chunk through the
+  interceptors' chunk hooks;
+- `GET /v1/models`: passed through to the upstream;
+- a `/s/<session id>` prefix on those paths names the agent session (as NeMo Evaluator's
+  proxy does; `turn_counter` counts per session); the `X-Nel-Repeat` header gives the
+  sample's repeat index (the cache keeps repeats apart by it);
+- `GET /health`, `GET /stats` (requests in, requests sent upstream, interceptor counters).
+
+Malformed requests get 4xx with one line saying what is wrong; a spent turn budget gets 429
+(`session_budget_exhausted`, like NeMo Evaluator); an upstream that cannot be reached after
+the retries gets 502.
+
+Run it as `nel proxy --service NAME -c config.yaml [--port 0]`, or through
+`InterceptorProxy` (nel_resources/resources.py), which starts it for a run and stops it after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from benchmarks.errors import NelError
+from nel_resources.config import ServiceConfig
+from nel_resources.model_client import AuthError, ModelClient, ModelError, client_for_service
+from nel_resources.proxy.chain import Chain
+from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
+from nel_resources.proxy.http_server import Headers, Reply, start_server
+from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
+
+if TYPE_CHECKING:
+    from nel_resources.processes import ManagedProcess
+
+# API paths an agent may call through the chain (below /v1).
+CHAIN_PATHS = frozenset({"/chat/completions", "/completions", "/responses"})
+_SESSION = re.compile(r"^/s/([A-Za-z0-9_-]{1,128})(/.*)$")
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error",
+           code: str | None = None) -> Reply:
+    err: dict[str, Any] = {"message": message, "type": kind}
+    if code:
+        err["code"] = code
+    return Reply(status, orjson.dumps({"error": err}))
+
+
+_NOT_SERVED = ("the proxy serves /v1/chat/completions, /v1/completions, /v1/responses and "
+               "/v1/models")
+
+
+class ProxyServer:
+    """The chain of one service as an HTTP handler (see `http_server.py`).
+
+    Args:
+        client: the service's client (`client_for_service`); its chain runs every request,
+            and a service without interceptors gets an empty chain (a plain forwarder).
+    """
+
+    def __init__(self, client: ModelClient) -> None:
+        self.client = client
+        if client.chain is None:
+            client.chain = Chain([], ClientEndpoint(client))
+        self.chain: Chain = client.chain
+        endpoint = self.chain.endpoint
+        self.endpoint: ClientEndpoint | None = endpoint if isinstance(endpoint, ClientEndpoint) else None
+        self.requests_in = 0
+
+    async def open(self) -> None:
+        """Open the upstream connections."""
+        await self.client.open()
+
+    async def close(self) -> None:
+        """Close upstream connections and the chain (the cache is flushed to disk)."""
+        if self.endpoint is not None:
+            await self.endpoint.close()
+        await self.client.close()
+
+    async def handle(self, method: bytes, path: str, headers: Headers, body: bytes
+                     ) -> Reply | AsyncIterator[bytes]:
+        """One HTTP request: a whole reply, or the pieces of an event stream."""
+        if path == "/health":
+            return Reply(200, b'{"status":"ok"}')
+        if path == "/stats":
+            return Reply(200, orjson.dumps({
+                "requests": self.requests_in, "upstream_requests": self.client.requests_sent,
+                "interceptors": self.chain.names, "stats": self.chain.stats()}))
+        session = None
+        m = _SESSION.match(path)
+        if m:
+            session, path = m.group(1), m.group(2)
+        if not path.startswith("/v1/"):
+            return _error(404, f"unknown path {path}: {_NOT_SERVED}")
+        sub = path[3:]
+        if sub == "/models":
+            if method != b"GET":
+                return _error(405, "use GET for /v1/models")
+            return await self._models()
+        if sub not in CHAIN_PATHS:
+            return _error(404, f"unknown path {path}: {_NOT_SERVED}")
+        if method != b"POST":
+            return _error(405, f"use POST for {path}")
+        return await self._through_chain(body, headers, sub, session)
+
+    async def _models(self) -> Reply:
+        try:
+            status, _, raw = await self.client._send("GET", "/models", b"", min(self.client.timeout, 30))
+        except (TimeoutError, OSError) as exc:
+            return _error(502, f"upstream unreachable: {type(exc).__name__}: {exc}", "upstream_error")
+        return Reply(status, self.client.redact_bytes(raw))
+
+    async def _through_chain(self, raw: bytes, headers: Headers, sub: str, session: str | None
+                             ) -> Reply | AsyncIterator[bytes]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"the body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, f"the body must be a JSON object, not a {type(body).__name__}")
+        repeat: int | None = None
+        rep = headers(b"x-nel-repeat")
+        if rep is not None:
+            if not rep.isdigit():
+                return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep.decode(errors='replace')!r}")
+            repeat = int(rep)
+        if self.client.model and "model" not in body:
+            body["model"] = self.client.model
+        self.requests_in += 1
+        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")))
+        try:
+            if req.stream:
+                return await self._stream(req)
+            resp = await self.chain.run(req)
+        except InterceptorError as exc:
+            return self._refused(exc)
+        except AuthError as exc:
+            return _error(502, str(exc), "upstream_error")
+        except ModelError as exc:
+            return _error(502, f"upstream failed after retries: {exc}", "upstream_error")
+        return self._answer(resp)
+
+    @staticmethod
+    def _refused(exc: InterceptorError) -> Reply:
+        if exc.interceptor == "turn_counter":
+            return _error(429, str(exc), code="session_budget_exhausted")
+        return _error(400, str(exc), "interceptor_error")
+
+    @staticmethod
+    def _answer(resp: ProxyResponse) -> Reply:
+        if isinstance(resp.body, dict):
+            return Reply(resp.status, orjson.dumps(resp.body))
+        text = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body)
+        return _error(resp.status, text, "upstream_error")
+
+    async def _stream(self, req: ProxyRequest) -> Reply | AsyncIterator[bytes]:
+        chunks = self.chain.stream(req)
+        try:
+            # The first chunk before the headers: an upstream refusal keeps its status.
+            first = await anext(chunks, None)
+        except UpstreamStreamError as exc:
+            await chunks.aclose()
+            return _error(exc.status, exc.text, "upstream_error")
+        return self._events(first, chunks)
+
+    @staticmethod
+    async def _events(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]
+                      ) -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield b"data: " + orjson.dumps(first) + b"\n\n"
+                async for chunk in chunks:
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        except (UpstreamStreamError, ModelError, InterceptorError, OSError, TimeoutError) as exc:
+            # The status line is out: the error goes as a last event, as OpenAI's API does.
+            yield b"data: " + orjson.dumps({"error": {"message": str(exc), "type": "upstream_error"}}) + b"\n\n"
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def pick_service(config_path: str, service: str | None) -> tuple[str, ServiceConfig]:
+    """The named service of a config (the only one when the config has one)."""
+    from nel_resources.config import load_config
+
+    cfg = load_config(config_path)
+    if service is None:
+        if len(cfg.services) != 1:
+            names = ", ".join(cfg.services) or "none"
+            raise NelError(f"{config_path}: name the service to proxy with --service (services: {names})")
+        service = next(iter(cfg.services))
+    if service not in cfg.services:
+        names = ", ".join(cfg.services) or "none"
+        raise NelError(f"{config_path}: no service {service!r} (services: {names})")
+    svc = cfg.services[service]
+    if not svc.url:
+        raise NelError(f"service {service!r} has no url: the proxy forwards to a running endpoint")
+    return service, svc
+
+
+async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None = None,
+                out: Any = sys.stdout) -> None:
+    """Serve the service's chain on 127.0.0.1 until SIGTERM or SIGINT.
+
+    Prints `http://127.0.0.1:PORT/v1` once listening (and writes the port to `port_file`).
+    """
+    server = ProxyServer(client_for_service(service))
+    await server.open()
+    try:
+        listener = await start_server(server.handle, port)
+    except OSError as exc:
+        await server.close()
+        raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
+                       "pick another --port, or 0 for a free one") from None
+    bound = listener.sockets[0].getsockname()[1]
+    print(f"http://127.0.0.1:{bound}/v1", file=out, flush=True)
+    if port_file is not None:
+        tmp = port_file.with_suffix(".tmp")
+        tmp.write_text(str(bound))
+        os.replace(tmp, port_file)  # whole or absent: a reader never sees half a number
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        listener.close()
+        await server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m nel_resources.proxy.server -c CONFIG [--service NAME] [--port N]`
+    (what `nel proxy` runs; `InterceptorProxy` starts this, without the CLI's imports)."""
+    from nel_resources.proxy.arguments import add_proxy_arguments
+
+    p = argparse.ArgumentParser(prog="nel proxy", description=__doc__.splitlines()[0])
+    add_proxy_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except NelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until stopped; the exit status."""
+    if not 0 <= args.port <= 65535:
+        raise NelError(f"--port must be 0..65535, not {args.port}")
+    _, svc = pick_service(args.config, args.service)
+    import logging
+
+    logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(svc, port=args.port, port_file=args.port_file))
+    else:
+        uvloop.run(serve(svc, port=args.port, port_file=args.port_file))
+    return 0
+
+
+def start_proxy(config_path: str | os.PathLike[str], service: str | None = None, *,
+                timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
+                env: dict[str, str] | None = None, log_level: str = "INFO"
+                ) -> tuple[ManagedProcess, str]:
+    """Start the proxy for a service as a child process (its own session); wait until it
+    answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
+
+    Raises:
+        ProcessExitedError: the proxy exited first (a bad config: its log tail says why).
+        HealthCheckError: it was not listening within `timeout` seconds.
+    """
+    import tempfile
+    import time
+
+    from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
+
+    workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
+    port_file = workdir / "port"
+    argv = [sys.executable, "-m", "nel_resources.proxy.server", "-c", str(config_path),
+            "--port-file", str(port_file), "--log-level", log_level]
+    if service:
+        argv += ["--service", service]
+    proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
+                          env=env).start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if not proc.is_running():
+                raise ProcessExitedError(f"the proxy exited before listening:\n{proc.log_tail()}")
+            if time.monotonic() > deadline:
+                raise HealthCheckError(f"the proxy was not listening after {timeout:g}s:\n"
+                                       f"{proc.log_tail()}")
+            time.sleep(0.02)
+        port = int(port_file.read_text())
+        proc.wait_healthy(f"http://127.0.0.1:{port}/health",
+                          timeout=max(deadline - time.monotonic(), 1.0))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`system_message`: put a configured system message into every chat request.
+
+Strategies (NeMo Evaluator's): `prepend` (default) puts it first, `append` last, `replace`
+drops every existing system message and puts it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import ProxyRequest
+
+FIELDS = {"system_message": FieldSpec("str"),
+          "strategy": FieldSpec("str", "prepend", choices=("prepend", "append", "replace"))}
+AFFECTS_ANSWERS = True
+
+
+class SystemMessage:
+    """Injects the system message."""
+
+    def __init__(self, system_message: str, strategy: str) -> None:
+        self.message = system_message
+        self.strategy = strategy
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        body = req.body
+        key = "input" if "input" in body and "messages" not in body else "messages"
+        messages = body.get(key)
+        if not isinstance(messages, list):
+            if key == "input" and isinstance(messages, str):  # Responses API, plain string
+                messages = [{"role": "user", "content": messages}]
+            else:
+                messages = []
+        msg = {"role": "system", "content": self.message}
+        if self.strategy == "replace":
+            messages = [msg, *(m for m in messages if not (isinstance(m, dict) and m.get("role") == "system"))]
+        elif self.strategy == "append":
+            messages = [*messages, msg]
+        else:
+            messages = [msg, *messages]
+        body[key] = messages
+        return req
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> SystemMessage:
+    """The interceptor from its checked config."""
+    return SystemMessage(cfg["system_message"], cfg["strategy"])

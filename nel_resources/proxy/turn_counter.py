@@ -1,0 +1,110 @@
+"""`turn_counter`: count turns per session, tell the model its budget, stop at the limit.
+
+A session is the request's `session_id` (nel's sample id, or an agent's session), else a
+hash of its first non-system message. Past `max_turns` a request is refused before it
+reaches the model. The reminder follows NeMo Evaluator's triggers: `threshold` (at 80% and
+95% of the budget) or `periodic` (every `interval` turns), as a system message or appended
+to the last user message (`position`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from nel_resources.proxy.env import ChainEnv, proxy_logger
+from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.types import InterceptorError, ProxyRequest
+
+FIELDS = {
+    "every": FieldSpec("int", 1, minimum=1),
+    "max_turns": FieldSpec("int", None, minimum=1, nullable=True),
+    "position": FieldSpec("str", "system_message", choices=("system_message", "user_message")),
+    "trigger": FieldSpec("str", "threshold", choices=("threshold", "periodic")),
+    "interval": FieldSpec("int", 1, minimum=1),
+}
+AFFECTS_ANSWERS = True
+# Sessions kept at most: an agent harness with endless sessions must not grow memory.
+_MAX_SESSIONS = 100_000
+
+
+def _session_of(req: ProxyRequest) -> str:
+    if req.ctx.session_id:
+        return req.ctx.session_id
+    for m in req.body.get("messages") or ():
+        if isinstance(m, dict) and m.get("role") != "system":
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if content:
+                return hashlib.sha256(str(content).encode()).hexdigest()[:12]
+    return "unknown"
+
+
+class TurnCounter:
+    """Counts turns and enforces the budget."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.every = cfg["every"]
+        self.max_turns: int | None = cfg["max_turns"]
+        self.position = cfg["position"]
+        self.trigger = cfg["trigger"]
+        self.interval = cfg["interval"]
+        self.turns: dict[str, int] = {}
+        self.refused = 0
+        self.log = proxy_logger()
+
+    def _notice(self, n: int) -> str | None:
+        assert self.max_turns is not None
+        left = self.max_turns - n
+        if self.trigger == "periodic":
+            return None if n % self.interval else f"Reminder: {left} turn(s) left to finish the task."
+        ratio = n / self.max_turns
+        if ratio >= 0.95:
+            return f"Turn {n} of {self.max_turns}: {left} turn(s) left. Give your final answer now."
+        if ratio >= 0.8:
+            return f"Turn {n} of {self.max_turns}: {left} turn(s) left. Start wrapping up."
+        return None
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        key = _session_of(req)
+        # No await between read and write: the count is exact under concurrency.
+        n = self.turns.get(key, 0) + 1
+        if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
+            self.turns.pop(next(iter(self.turns)))
+        self.turns[key] = n
+        if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug("session %s turn %d%s", key, n,
+                           f"/{self.max_turns}" if self.max_turns else "")
+        if self.max_turns is None:
+            return req
+        if n > self.max_turns:
+            self.refused += 1
+            raise InterceptorError("turn_counter", f"turn budget exhausted: turn {n} of "
+                                   f"max_turns={self.max_turns} for session {key}")
+        notice = self._notice(n)
+        messages = req.body.get("messages")
+        if notice is None or not isinstance(messages, list):
+            return req
+        if self.position == "system_message":
+            messages.append({"role": "system", "content": notice})
+            return req
+        for m in reversed(messages):
+            if isinstance(m, dict) and m.get("role") == "user":
+                c = m.get("content")
+                if isinstance(c, list):
+                    c.append({"type": "text", "text": notice})
+                else:
+                    m["content"] = f"{c}\n\n{notice}" if c else notice
+                break
+        return req
+
+    def stats(self) -> dict[str, Any]:
+        """Sessions seen and requests refused."""
+        return {"turn_sessions": len(self.turns), "turns_refused": self.refused}
+
+
+def build(cfg: dict[str, Any], env: ChainEnv) -> TurnCounter:
+    """The interceptor from its checked config."""
+    return TurnCounter(cfg)

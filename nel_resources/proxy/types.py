@@ -1,0 +1,118 @@
+"""The interceptor interface: requests, responses, stream chunks and what an interceptor is.
+
+An interceptor is any object with one or more of these async hooks (checked once, when
+the chain is built, so a request pays no `isinstance` per stage):
+
+- `on_request(req)` returns the (possibly changed) request, or a `ProxyResponse` to answer
+  without calling the model (the cache does that);
+- `on_response(resp)` returns the (possibly changed) response; response hooks run in
+  reverse order, like NeMo Evaluator's adapter pipeline;
+- `on_chunk(chunk, ctx)` sees each streamed chunk (a parsed SSE `data:` object) and returns
+  it (changed or not), or None to drop it;
+- `close()` releases what it holds; `stats()` returns counters for runtime stats.
+
+The request and response are plain dataclasses with slots: the chain is on the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What the caller knows about a request that is not in its body.
+
+    Attributes:
+        session_id: the conversation this request belongs to (nel's sample id
+            `"<problem>:<repeat>"`, or an agent's session); None when unknown.
+        repeat: the sample's repeat index (the cache keeps repeats apart by it).
+        extra: free space for interceptors to hand data to later stages.
+    """
+
+    session_id: str | None = None
+    repeat: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ProxyRequest:
+    """One request on its way to the model.
+
+    Attributes:
+        body: the JSON body (interceptors edit it in place or replace it).
+        headers: headers to add to (or override on) the endpoint's own.
+        path: the API path below the base URL (`/chat/completions`, ...).
+        ctx: the request's context.
+        stream: whether the caller wants the answer streamed.
+    """
+
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    path: str = "/chat/completions"
+    ctx: RequestContext = field(default_factory=RequestContext)
+    stream: bool = False
+
+
+@dataclass(slots=True)
+class ProxyResponse:
+    """One answer on its way back.
+
+    Attributes:
+        status: the HTTP status.
+        body: the parsed JSON body (a dict), or the raw bytes of a non-JSON answer.
+        latency_ms: time the endpoint took (0 for a cache hit).
+        attempts: requests the endpoint sent for it (0 for a cache hit).
+        ctx: the request's context.
+        cached: True when the cache answered.
+    """
+
+    status: int
+    body: dict[str, Any] | bytes
+    latency_ms: float = 0.0
+    attempts: int = 1
+    ctx: RequestContext = field(default_factory=RequestContext)
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx answer."""
+        return 200 <= self.status < 300
+
+
+class InterceptorError(Exception):
+    """An interceptor refused a request for good (a turn budget spent, a client error
+    raised on purpose); the caller records it, it is never retried."""
+
+    def __init__(self, interceptor: str, message: str, *, fatal: bool = False) -> None:
+        super().__init__(f"{interceptor}: {message}")
+        self.interceptor = interceptor
+        self.fatal = fatal
+
+
+@runtime_checkable
+class RequestHook(Protocol):
+    """Has a request stage."""
+
+    async def on_request(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse: ...
+
+
+@runtime_checkable
+class ResponseHook(Protocol):
+    """Has a response stage."""
+
+    async def on_response(self, resp: ProxyResponse) -> ProxyResponse: ...
+
+
+@runtime_checkable
+class ChunkHook(Protocol):
+    """Has a streaming stage."""
+
+    async def on_chunk(self, chunk: dict[str, Any], ctx: RequestContext) -> dict[str, Any] | None: ...
+
+
+class Endpoint(Protocol):
+    """The last link: sends a request to the model and returns its answer."""
+
+    async def send(self, req: ProxyRequest) -> ProxyResponse: ...

@@ -1,0 +1,233 @@
+"""The standalone proxy process (`nel proxy`) in front of a real reference server: what the
+server receives reflects the interceptors, streams pass through the chunk hooks, `caching`
+answers a second pass with no upstream request, a spent turn budget is a 429, malformed
+requests get 4xx, and the Dagster resource's process ends with its run."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import dagster as dg
+import orjson
+import pytest
+
+from nel_resources.processes import pid_alive
+from nel_resources.proxy.server import start_proxy
+from nel_resources.reference_server import start_reference_server
+from nel_resources.resources import InterceptorProxy
+from tests.support.realcomponents import REPO_ROOT
+from tests.support.reference import base_to_root, http_json, reset_server_stats, server_stats
+
+# A user's interceptor module: `@interceptor` on the factory (it only observes answers, so it
+# says affects_answers=False) and a chunk hook, named `package.module:factory` in the config.
+USER_MODULE = """
+from nel_resources.proxy import interceptor
+
+
+@interceptor(affects_answers=False)
+def shout(marker="!"):
+    class Shout:
+        async def on_chunk(self, chunk, ctx):
+            for ch in chunk.get("choices") or ():
+                delta = ch.get("delta") or {}
+                if delta.get("content"):
+                    delta["content"] = delta["content"].upper() + marker
+            return chunk
+    return Shout()
+"""
+
+CONFIG = """\
+services:
+  m:
+    type: api
+    url: {url}
+    model: tiny
+    max_retries: 0
+    interceptors:
+      - name: turn_counter
+        config:
+          max_turns: 3
+      - name: drop_params
+        config:
+          params: [max_tokens]
+      - name: system_message
+        config:
+          system_message: Reply in one word.
+      - name: caching
+        config:
+          cache_dir: {cache}
+      - name: nel_proxy_user.hooks:shout
+        config:
+          marker: "~"
+benchmarks:
+  - name: gsm8k
+"""
+
+
+@dataclass
+class Proxied:
+    upstream: str
+    url: str
+    cfg: Path
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    tmp = tmp_path_factory.mktemp("proxy")
+    pkg = tmp / "user" / "nel_proxy_user"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "hooks.py").write_text(USER_MODULE)
+    ref, upstream = start_reference_server(record_bodies=50)
+    try:
+        cfg = tmp / "nel.yaml"
+        cfg.write_text(CONFIG.format(url=upstream, cache=tmp / "cache"))
+        env = {"PYTHONPATH": f"{REPO_ROOT}:{tmp / 'user'}"}
+        proc, url = start_proxy(cfg, "m", env=env)
+        try:
+            yield Proxied(upstream, url, cfg, env)
+        finally:
+            proc.stop()
+    finally:
+        ref.stop()
+
+
+def _chat(url: str, content: str, path: str = "/chat/completions", **extra: Any
+          ) -> tuple[int, Any]:
+    headers = extra.pop("headers", None)
+    body = {"messages": [{"role": "user", "content": content}], **extra}
+    status, _, data = http_json("POST", url + path, body, headers=headers)
+    return status, data
+
+
+def _events(text: str) -> list[Any]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else orjson.loads(data))
+    return out
+
+
+def test_server_receives_what_the_interceptors_made(proxied: Proxied) -> None:
+    reset_server_stats(proxied.upstream)
+    status, data = _chat(proxied.url, "What is 2+2?", max_tokens=3, temperature=0.5,
+                         headers={"Authorization": "Bearer agent-key"})
+    assert status == 200, data
+    assert data["choices"][0]["message"]["content"]
+    [body] = server_stats(proxied.upstream)["bodies"]
+    assert "max_tokens" not in body and body["temperature"] == 0.5
+    assert body["model"] == "tiny"  # the service's model filled in
+    assert body["messages"][0] == {"role": "system", "content": "Reply in one word."}
+    assert body["messages"][-1] == {"role": "user", "content": "What is 2+2?"}
+
+
+def test_models_pass_through(proxied: Proxied) -> None:
+    status, _, data = http_json("GET", proxied.url + "/models")
+    assert status == 200 and data["data"][0]["id"]
+
+
+def test_stream_passes_through_the_chunk_hooks(proxied: Proxied) -> None:
+    reset_server_stats(proxied.upstream)
+    _, plain = _chat(proxied.url, "Stream 3+4?", headers={"X-Nel-Repeat": "7"})
+    status, headers, text = http_json(
+        "POST", proxied.url + "/chat/completions",
+        {"messages": [{"role": "user", "content": "Stream 3+4?"}], "stream": True})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), text
+    events = _events(text)
+    assert events[-1] == "[DONE]" and len(events) >= 3
+    content = "".join((e["choices"][0]["delta"].get("content") or "") for e in events[:-1])
+    # the user interceptor's chunk hook ran on every content delta
+    expected = plain["choices"][0]["message"]["content"].upper() + "~"
+    assert content.replace("~", "") == expected.replace("~", "") and content.endswith("~")
+    bodies = server_stats(proxied.upstream)["bodies"]
+    assert bodies[-1]["stream"] is True
+    assert bodies[-1]["messages"][0]["content"] == "Reply in one word."
+
+
+def test_caching_answers_a_second_pass_without_upstream_requests(proxied: Proxied) -> None:
+    prompts = [f"Cache me {i}" for i in range(3)]
+
+    def ask(i: int, run: int, repeat: int) -> tuple[int, Any]:
+        # One session per sample and pass (as an agent harness gives): turn_counter's
+        # reminders, which change the request, stay out of it.
+        url = proxied.url.replace("/v1", f"/s/cache{i}r{repeat}p{run}/v1")
+        return _chat(url, prompts[i], headers={"X-Nel-Repeat": str(repeat)})
+
+    first = [ask(i, 1, 0) for i in range(3)]
+    other_repeat = ask(0, 1, 1)
+    sent = server_stats(proxied.upstream)["total_requests"]
+    second = [ask(i, 2, 0) for i in range(3)]
+    assert server_stats(proxied.upstream)["total_requests"] == sent  # 0 requests upstream
+    assert second == first and all(s == 200 for s, _ in second)
+    assert other_repeat[0] == 200 and other_repeat[1]["id"] != first[0][1]["id"]  # its own draw
+    _, _, stats = http_json("GET", base_to_root(proxied.url) + "/stats")
+    assert stats["stats"]["cache_hits"] >= 3 and stats["stats"]["cache_saved_tokens"] > 0
+
+
+def test_turn_counter_budget_is_a_429_per_session(proxied: Proxied) -> None:
+    reset_server_stats(proxied.upstream)
+    path = "/chat/completions"
+    session = proxied.url.replace("/v1", "/s/agent01/v1")
+    assert [_chat(session, f"turn {i}", path)[0] for i in range(3)] == [200] * 3
+    status, data = _chat(session, "turn 4", path)
+    assert status == 429 and data["error"]["code"] == "session_budget_exhausted"
+    assert server_stats(proxied.upstream)["total_requests"] == 3  # the fourth never left
+    assert _chat(proxied.url.replace("/v1", "/s/agent02/v1"), "turn 1")[0] == 200
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "headers", "status"), [
+    ("POST", "/v1/chat/completions", b"{not json", {}, 400),
+    ("POST", "/v1/chat/completions", b"[1, 2]", {}, 400),
+    ("POST", "/v1/chat/completions", b'{"messages": []}', {"X-Nel-Repeat": "-1"}, 400),
+    ("GET", "/v1/chat/completions", b"", {}, 405),
+    ("POST", "/v1/embeddings", b"{}", {}, 404),
+    ("POST", "/admin", b"{}", {}, 404),
+])
+def test_malformed_requests_get_4xx(proxied: Proxied, method: str, path: str, raw: bytes,
+                                    headers: dict[str, str], status: int) -> None:
+    got, _, data = http_json(method, base_to_root(proxied.url) + path, raw=raw or None,
+                             headers=headers)
+    assert got == status, data
+    assert data["error"]["message"]
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"NOT-HTTP\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+])
+def test_malformed_http_gets_4xx_and_a_closed_connection(proxied: Proxied, raw: bytes,
+                                                         status: int) -> None:
+    parts = urlsplit(proxied.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while chunk := sock.recv(65536):  # the proxy closes after the answer
+            data += chunk
+    assert data.startswith(f"HTTP/1.1 {status} ".encode()), data
+    assert b'"error"' in data
+
+
+def test_resource_process_ends_with_its_run(proxied: Proxied, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    monkeypatch.setenv("PYTHONPATH", proxied.env["PYTHONPATH"])  # the user's module
+    seen: dict[str, Any] = {}
+
+    @dg.asset
+    def agent_traffic(proxy: InterceptorProxy) -> None:
+        seen["pid"] = proxy.pid()
+        seen["alive"] = pid_alive(proxy.pid())
+        seen["status"], seen["data"] = _chat(proxy.url(), "via resource")
+
+    result = dg.materialize([agent_traffic], resources={
+        "proxy": InterceptorProxy(config_path=str(proxied.cfg), service="m")})
+    assert result.success
+    assert seen["alive"] and seen["status"] == 200, seen
+    assert not pid_alive(seen["pid"])  # stopped at the end of the run's execution

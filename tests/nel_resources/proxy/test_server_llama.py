@@ -1,0 +1,91 @@
+"""The standalone proxy in front of the real llama.cpp server (tiny stories260K model):
+`drop_params` takes `max_tokens` out of what llama.cpp sees, `system_message` lengthens its
+prompt, `caching` answers a repeat with no request upstream, and streams pass through.
+
+Skipped when llama_cpp or the model is missing, failed instead under CI=true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from nel_resources.proxy.server import start_proxy
+from tests.support.reference import base_to_root, http_json
+
+pytestmark = pytest.mark.llama
+
+CONFIG = """\
+services:
+  llama:
+    type: api
+    url: {url}
+    model: stories260K
+    interceptors:
+      - name: drop_params
+        config:
+          params: [max_tokens]
+      - name: system_message
+        config:
+          system_message: You tell short stories about cats.
+      - name: caching
+        config:
+          cache_dir: {cache}
+benchmarks:
+  - name: gsm8k
+"""
+ASK = {"model": "stories260K", "temperature": 0.0, "seed": 1, "max_tokens": 2,
+       "messages": [{"role": "user", "content": "Once upon a time"}]}
+
+
+@pytest.fixture(scope="module")
+def proxy_url(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("llama_proxy")
+    cfg = tmp / "nel.yaml"
+    cfg.write_text(CONFIG.format(url=llama_server, cache=tmp / "cache"))
+    proc, url = start_proxy(Path(cfg), "llama")
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    status, _, data = http_json("POST", url + "/chat/completions", body, timeout=120)
+    assert status == 200, data
+    return data
+
+
+def _upstream_requests(proxy_url: str) -> int:
+    _, _, stats = http_json("GET", base_to_root(proxy_url) + "/stats")
+    return stats["upstream_requests"]
+
+
+def test_llama_sees_the_chain_and_caching_spares_it(llama_server: str, proxy_url: str) -> None:
+    direct = _post(llama_server, ASK)
+    assert direct["usage"]["completion_tokens"] <= 2 and direct["choices"][0]["finish_reason"] == "length"
+    via = _post(proxy_url, ASK)
+    # max_tokens never reached llama.cpp: the answer runs past 2 tokens
+    assert via["usage"]["completion_tokens"] > 2, via
+    # the system message is part of the prompt llama.cpp tokenised
+    assert via["usage"]["prompt_tokens"] > direct["usage"]["prompt_tokens"]
+    sent = _upstream_requests(proxy_url)
+    again = _post(proxy_url, ASK)
+    assert _upstream_requests(proxy_url) == sent and again == via
+
+
+def test_llama_stream_passes_through(proxy_url: str) -> None:
+    status, headers, text = http_json(
+        "POST", proxy_url + "/chat/completions",
+        {**ASK, "stream": True, "messages": [{"role": "user", "content": "A cat named Tom"}]},
+        timeout=120)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), text
+    datas = [ln[len("data: "):] for ln in text.splitlines() if ln.startswith("data: ")]
+    assert datas[-1] == "[DONE]"
+    chunks = [orjson.loads(d) for d in datas[:-1]]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert len(chunks) > 3 and content.strip()  # more than 2 tokens: max_tokens was dropped
