@@ -67,7 +67,7 @@ class InterceptorConfig(_Strict):
         from nel_resources.proxy import InterceptorConfigError, validate
 
         try:
-            validate(self.name, self.config)
+            validate(self.name, self.config, refuse_unbuilt=False)
         except InterceptorConfigError as exc:
             raise key_error(f"config.{exc.field}" if exc.field else "name", str(exc)) from None
         return self

@@ -97,6 +97,21 @@ def _check_cluster(cfg: NelConfig) -> None:
             raise _Refusal(("cluster", name), f"cluster.{name} ({what})", f"remove `{name}`")
 
 
+def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:
+    """NeMo Evaluator interceptors nel does not have load with the config and are refused
+    here, on their `name`."""
+    from nel_resources.proxy.registry import UNBUILT
+
+    chains = [(("interceptors",), svc.interceptors)]
+    if svc.proxy is not None:
+        chains.append((("proxy", "interceptors"), svc.proxy.interceptors))
+    for where, chain in chains:
+        for i, ic in enumerate(chain):
+            if ic.name in UNBUILT:
+                raise _Refusal((*at, *where, i, "name"), f"the {ic.name!r} interceptor "
+                               f"({UNBUILT[ic.name]})", "remove this interceptor")
+
+
 def _check_services(cfg: NelConfig) -> None:
     for name, svc in cfg.services.items():
         at = ("services", name)
@@ -113,6 +128,7 @@ def _check_services(cfg: NelConfig) -> None:
         for key, what in _SERVICE_UNBUILT.items():
             if _changed(svc, key, _SERVICE_DEFAULTS):
                 raise _Refusal((*at, key), what, f"remove `{key}`")
+        _check_interceptors(svc, at)
         started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
         if svc.depends_on and started:
             raise _Refusal((*at, "depends_on"), "start order between launched services",

@@ -114,13 +114,18 @@ def _user_fields_check(name: str, fn: Callable[..., Any], config: Mapping[str, A
             raise InterceptorConfigError(name, p.name, "is required")
 
 
-def validate(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+def validate(name: str, config: Mapping[str, Any], *, refuse_unbuilt: bool = True) -> dict[str, Any]:
     """Check one interceptor's name and config; the config with defaults filled in.
+
+    With `refuse_unbuilt=False` (loading a config) an interceptor nel does not have passes
+    as written: the config still loads, and `check_supported` refuses it before a run.
 
     Raises:
         InterceptorConfigError: naming the interceptor and the field.
     """
     if name in UNBUILT:
+        if not refuse_unbuilt:
+            return dict(config)
         raise InterceptorConfigError(name, None, f"{UNBUILT[name]} is not supported yet in nel; "
                                      "remove this interceptor")
     if name in BUILTIN:

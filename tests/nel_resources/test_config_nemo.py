@@ -25,18 +25,18 @@ REFUSED_KEY = {
     "01_gsm8k_chat": None, "02_mmlu_completions": None, "05_simpleqa_judge": None,
     "03_mmlu_lmeval": "benchmarks.0.name", "04_mmlu_pro_skills": "benchmarks.0.name",
     "06_humaneval_docker": None,
-    "07_swebench_harbor": "services.nemotron.proxy",
-    "07_swebench_harbor_prod": "services.nemotron.proxy",
-    "07_swebench_multilingual_harbor": "services.nemotron.proxy",
-    "07_swebench_pro_harbor": "services.nemotron.proxy",
-    "07a_swebench_harbor_docker": "services.nemotron.proxy",
-    "08_terminalbench_harbor": "services.nemotron.proxy",
+    "07_swebench_harbor": "benchmarks.0.name",
+    "07_swebench_harbor_prod": "benchmarks.0.name",
+    "07_swebench_multilingual_harbor": "benchmarks.0.solver.type",
+    "07_swebench_pro_harbor": "benchmarks.0.name",
+    "07a_swebench_harbor_docker": "benchmarks.0.name",
+    "08_terminalbench_harbor": "benchmarks.0.name",
     "08a_terminalbench_harbor_docker": "benchmarks.0.name",
-    "08b_terminalbench_v1_harbor": "services.nemotron.proxy",
+    "08b_terminalbench_v1_harbor": "benchmarks.0.solver.type",
     "09_gym_runtime": "benchmarks.0.solver.type",
-    "09f_skills_eval_caveman_local_ecs": "services.model.proxy",
+    "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
     "10_gym_full": "benchmarks.0.solver.type", "10_nmp_harbor": "benchmarks.0.solver.type",
-    "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy",
+    "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     "15_slurm_gsm8k_vllm": "cluster.type", "15a_slurm_gsm8k_vllm_sharded": "cluster.type",
     "15c_slurm_gsm8k_dynamo": "cluster.type", "15d_slurm_gsm8k_dynamo_disagg": "cluster.type",
@@ -49,7 +49,7 @@ REFUSED_KEY = {
     "23_tool_calling_combined": "benchmarks.0.solver.type",
     "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
     "wt03_harness_uris": "benchmarks.0.name", "wt05_humaneval_sandbox": None,
-    "wt06_swebench_harbor_ecs": "services.nemotron.interceptors",
+    "wt06_swebench_harbor_ecs": "benchmarks.0.name",
     "wt07_gym_delegation": "benchmarks.0.solver.type",
     "wt08_tool_calling_gym": "benchmarks.0.solver.type",
     "wt09_tool_calling_sandbox": "benchmarks.0.solver.type",
@@ -66,7 +66,7 @@ RUN_REFUSED = {
     "wt12_multi_benchmark_suite": "simpleqa is graded by an LLM judge",
 }
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
-# (only `proxy.interceptors` exists there). nel accepts both spellings, and refuses both.
+# (only `proxy.interceptors` exists there). nel accepts both spellings.
 PEER_REJECTS = {"wt06_swebench_harbor_ecs"}
 
 
@@ -324,9 +324,10 @@ def test_unbuilt_features_are_refused_on_their_key(tmp_path: Path, yaml_tail: st
 
 
 @pytest.mark.parametrize(("service_yaml", "key", "feature"), [
-    ("    proxy:\n      request_timeout: 30\n", "services.model.proxy", "the adapter proxy"),
-    ("    proxy_verbose: true\n", "services.model.proxy_verbose", "the adapter proxy"),
-    ("    interceptors:\n      - name: turn_counter\n", "services.model.interceptors", "interceptors"),
+    ("    proxy:\n      interceptors:\n        - name: endpoint\n        - name: streaming\n",
+     "services.model.proxy.interceptors.1.name", "the 'streaming' interceptor (collecting streamed answers for the other interceptors)"),
+    ("    interceptors:\n      - name: http_pairs_dump\n", "services.model.interceptors.0.name",
+     "the 'http_pairs_dump' interceptor (dumping request/response pairs to a file)"),
     ("    node_pool: gpu\n", "services.model.node_pool", "node pools (placing services on SLURM nodes)"),
     ("    max_output_tokens: 10\n", "services.model.max_output_tokens", "output token limits"),
 ])
