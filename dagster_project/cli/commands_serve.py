@@ -216,6 +216,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     # With several workers each one rebuilds the benchmark by name (the copy built above
     # only validated the name); with one, the process serves the copy it already has.
+    if sandboxes is not None:
+        _exit_on_sigterm()
     try:
         serve(
             args.benchmark if args.workers > 1 else env,
@@ -237,6 +239,22 @@ def _run(args: argparse.Namespace) -> int:
         if sandboxes is not None:
             sandboxes.close()  # warm containers removed however serving ends
     return 0
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end the process through Python's exit path.
+
+    uvicorn stops on SIGTERM and then raises the signal again; with the default action
+    that kills the process before the sandboxes are closed (warm docker containers would
+    stay behind). An exception instead unwinds through `finally`.
+    """
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, stop)
 
 
 def _start_sandboxes(name: str, env: Any, cfg: Any) -> Any:

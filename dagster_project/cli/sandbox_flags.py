@@ -68,5 +68,5 @@ def sandbox_config(args: argparse.Namespace) -> SandboxConfig | None:
         return SandboxConfig.model_validate(block)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "sandbox"
-        raise NelError(f"sandbox `{where}`: {err['msg']} (got {err.get('input')!r})") from None
+        where = ".".join(str(x) for x in err["loc"])
+        raise NelError(f"sandbox{f' `{where}`' if where else ''}: {err['msg']}") from None
