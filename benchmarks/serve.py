@@ -34,11 +34,12 @@ the hot path (an RL loop calls this millions of times) and lets every error name
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,8 @@ ENV_MAX_PROBLEMS = "NEL_SERVE_MAX_PROBLEMS"
 ENV_IMPORTS = "NEL_SERVE_IMPORTS"
 
 # Seed metadata keys that would collide with verify()'s own parameters if splatted.
-_RESERVED_KWARGS = frozenset({"response", "expected", "self"})
+# `sandbox` is the server's own (a client must never choose what the code runs in).
+_RESERVED_KWARGS = frozenset({"response", "expected", "self", "sandbox"})
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
@@ -456,6 +458,18 @@ def build_environment(
 
 # --------------------------------------------------------------------------- the app
 
+#: What `generate_app(sandbox=...)` takes: each call opens one started sandbox for one
+#: `/verify` (an async context manager; the sandbox is stopped when it exits). It must work
+#: from any event loop: scoring runs in threads with their own loops. The CLI builds it
+#: from `--sandbox` (this package never imports the sandbox types).
+SandboxProvider = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+
+
+def needs_sandbox(env: EvalEnvironment) -> bool:
+    """Whether the served benchmark runs model-written code (its `verify` needs `sandbox=`)."""
+    inner = env.inner if isinstance(env, LimitedEnvironment) else env
+    return bool(getattr(inner, "needs_sandbox", False))
+
 
 def generate_app(
     env: EvalEnvironment,
@@ -466,6 +480,7 @@ def generate_app(
     benchmark_name: str | None = None,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     verify_timeout: float = DEFAULT_VERIFY_TIMEOUT,
+    sandbox: SandboxProvider | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `env` with the NeMo Evaluator 0.3.0 / NeMo Gym protocol.
 
@@ -480,9 +495,14 @@ def generate_app(
         body_timeout: Seconds a request body may take to arrive (408 after).
         verify_timeout: Seconds scoring one response may take (422 `scorer_timeout`
             after); scoring runs off the event loop, so other requests are served meanwhile.
+        sandbox: Opens a started sandbox per `/verify`, passed to `verify(..., sandbox=)`
+            (required by a benchmark that runs model code, e.g. humaneval).
 
     Returns:
         The app; run it with uvicorn (or `serve`).
+
+    Raises:
+        NelError: the benchmark runs model code and no `sandbox` was given.
     """
     from fastapi import FastAPI
 
@@ -496,6 +516,10 @@ def generate_app(
     slots: asyncio.Semaphore | None = None
 
     name = benchmark_name or env.name
+    if sandbox is None and needs_sandbox(env):
+        # Refused here, once, rather than a 422 on every /verify.
+        raise NelError(f"benchmark {name!r} runs model-written code and needs a sandbox: "
+                       "serve it with `--sandbox local` (or `--sandbox docker --sandbox-image IMAGE`)")
     size = len(env)
     if data_export_dir is not None:
         export_data(env, Path(data_export_dir).expanduser() / f"{name}.jsonl", benchmark=name)
@@ -589,15 +613,22 @@ def generate_app(
         kwargs = {k: v for k, v in metadata.items() if k not in _RESERVED_KWARGS}
         if reasoning is not None and "reasoning" not in kwargs:
             kwargs["reasoning"] = reasoning
+
+        async def scored() -> Any:
+            if sandbox is None:
+                return await env.verify(text, expected, **kwargs)
+            # One sandbox per response, stopped however scoring ends; waiting for one of
+            # the sandbox's `concurrency` slots counts against the verify timeout.
+            async with sandbox() as sb:
+                return await env.verify(text, expected, sandbox=sb, **kwargs)
+
         try:
             if score_in_thread:
                 if slots is None:
                     slots = asyncio.Semaphore(SCORING_THREADS)  # bound to the serving loop
-                result = await run_scorer(
-                    lambda: env.verify(text, expected, **kwargs), verify_timeout, slots
-                )
+                result = await run_scorer(scored, verify_timeout, slots)
             else:
-                result = await env.verify(text, expected, **kwargs)
+                result = await scored()
         except ScoringTimeout as exc:
             log.warning("verify timed out on a %d-character response", len(text))
             raise ApiError(422, "scorer_timeout", str(exc), "response") from None
@@ -692,6 +723,7 @@ def serve(
     benchmark_name: str | None = None,
     read_timeout: float = 10.0,
     verify_timeout: float = DEFAULT_VERIFY_TIMEOUT,
+    sandbox: SandboxProvider | None = None,
 ) -> None:
     """Serve a benchmark until interrupted.
 
@@ -711,9 +743,11 @@ def serve(
         read_timeout: Seconds a client may take to send its request head, and again its
             body; slower clients are cut off.
         verify_timeout: See `generate_app`.
+        sandbox: See `generate_app` (one worker only: the sandboxes live in this process).
 
     Raises:
-        NelError: for an unknown benchmark, or `workers > 1` with an unregistered instance.
+        NelError: for an unknown benchmark, `workers > 1` with an unregistered instance or
+            with a sandbox, or a benchmark that needs a sandbox served without one.
     """
     import uvicorn
 
@@ -735,6 +769,9 @@ def serve(
         "timeout_graceful_shutdown": 3,
     }
     if workers > 1:
+        if sandbox is not None:
+            raise NelError("--sandbox serves with one worker (--workers 1): the sandboxes and "
+                           "their `concurrency` bound live in the serving process")
         if isinstance(env, EvalEnvironment):
             raise NelError(
                 "serve(workers>1) needs a registered benchmark name: each worker rebuilds it"
@@ -767,6 +804,7 @@ def serve(
         benchmark_name=name,
         body_timeout=read_timeout,
         verify_timeout=verify_timeout,
+        sandbox=sandbox,
     )
     uvicorn.run(app, **settings)
 

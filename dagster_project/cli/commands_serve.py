@@ -150,6 +150,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
+    from dagster_project.cli.sandbox_flags import add_sandbox_flags
+
+    add_sandbox_flags(p)
     p.set_defaults(func=_run)
 
 
@@ -174,9 +177,14 @@ def _run(args: argparse.Namespace) -> int:
     from benchmarks.errors import NelError
     from benchmarks.plugins import resolve_benchmark_ref
     from benchmarks.serve import build_environment, export_data, serve
+    from dagster_project.cli.sandbox_flags import sandbox_config
 
     if args.export_only and not args.export_data:
         raise NelError("--export-only needs --export-data DIR (where to write the rows)")
+    sandbox_cfg = sandbox_config(args)
+    if sandbox_cfg is not None and args.workers > 1:
+        raise NelError("--sandbox serves with one worker (--workers 1): the sandboxes and their "
+                       "`concurrency` bound live in the serving process")
     params = dict(args.param)
     ref = args.benchmark
     # a BYOB file given as the benchmark: import it and serve what it registers, by name
@@ -198,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         env = build_environment(
             args.benchmark, params, max_problems=args.max_problems, imports=args.imports
         )
+    sandboxes = _start_sandboxes(name, env, sandbox_cfg)
     print(
         f"nel serve: {name} ({len(env)} problems) on "
         f"http://{args.host}:{args.port} (workers={args.workers}"
@@ -207,22 +216,72 @@ def _run(args: argparse.Namespace) -> int:
     )
     # With several workers each one rebuilds the benchmark by name (the copy built above
     # only validated the name); with one, the process serves the copy it already has.
-    serve(
-        args.benchmark if args.workers > 1 else env,
-        args.host,
-        args.port,
-        workers=args.workers,
-        gym_compat=args.gym_compat,
-        max_body_bytes=args.max_body_bytes,
-        params=params,
-        max_problems=args.max_problems if args.workers > 1 else None,
-        imports=args.imports,
-        log_level=args.log_level,
-        benchmark_name=name,
-        read_timeout=args.read_timeout,
-        verify_timeout=args.verify_timeout,
-    )
+    if sandboxes is not None:
+        _exit_on_sigterm()
+    try:
+        serve(
+            args.benchmark if args.workers > 1 else env,
+            args.host,
+            args.port,
+            workers=args.workers,
+            gym_compat=args.gym_compat,
+            max_body_bytes=args.max_body_bytes,
+            params=params,
+            max_problems=args.max_problems if args.workers > 1 else None,
+            imports=args.imports,
+            log_level=args.log_level,
+            benchmark_name=name,
+            read_timeout=args.read_timeout,
+            verify_timeout=args.verify_timeout,
+            sandbox=sandboxes.open if sandboxes is not None else None,
+        )
+    finally:
+        if sandboxes is not None:
+            sandboxes.close()  # warm containers removed however serving ends
     return 0
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end the process through Python's exit path.
+
+    uvicorn stops on SIGTERM and then raises the signal again; with the default action
+    that kills the process before the sandboxes are closed (warm docker containers would
+    stay behind). An exception instead unwinds through `finally`.
+    """
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, stop)
+
+
+def _start_sandboxes(name: str, env: Any, cfg: Any) -> Any:
+    """The sandboxes `/verify` runs code in (None without `--sandbox`), checked now: a
+    benchmark that needs one and has none, or a sandbox that cannot start, is refused
+    before serving, in one line."""
+    from benchmarks.errors import NelError
+    from benchmarks.serve import needs_sandbox
+
+    if cfg is None or cfg.type == "none":
+        if needs_sandbox(env):
+            raise NelError(f"benchmark {name!r} runs model-written code and needs a sandbox: "
+                           "add `--sandbox local` (or `--sandbox docker --sandbox-image IMAGE`)")
+        return None
+    from nel_resources.sandboxes import SandboxError, make_factory
+    from nel_resources.sandboxes.loop_thread import LoopThreadSandboxes
+
+    try:
+        sandboxes = LoopThreadSandboxes(make_factory(cfg))
+    except SandboxError as exc:
+        raise NelError(f"--sandbox {cfg.type}: {exc}") from None
+    try:
+        sandboxes.check()
+    except SandboxError as exc:
+        sandboxes.close()
+        raise NelError(f"--sandbox {cfg.type}: the sandbox cannot run: {exc}") from None
+    return sandboxes
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ check exits 0 once it has reported, whatever the model scored; a usage error exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 
@@ -44,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="benchmark parameter (YAML value), e.g. -p languages=[en,de]")
     val.add_argument("--json", action="store_true", help="print the result as JSON")
     val.add_argument("--show", action="store_true", help="print the seeded prompts")
+    from dagster_project.cli.sandbox_flags import add_sandbox_flags
+
+    add_sandbox_flags(val)
     val.set_defaults(func=_cmd_validate)
 
 
@@ -79,9 +84,12 @@ def wrong_partner(env: Any, seeds: list[Any], i: int, start: int) -> int | None:
     return None
 
 
-async def check_gold(env: Any, n: int, *, wrong: bool = False,
-                     show: bool = False) -> tuple[int, int, int, list[str]]:
+async def check_gold(env: Any, n: int, *, wrong: bool = False, show: bool = False,
+                     sandbox: Any = None) -> tuple[int, int, int, list[str]]:
     """Score gold (or shuffled wrong gold) responses on the first `n` items.
+
+    `sandbox`, when given, opens one started sandbox per item (an async context manager)
+    for a benchmark whose `verify` runs the answer's code.
 
     Returns:
         (passed, checked, skipped, failure lines).
@@ -101,7 +109,11 @@ async def check_gold(env: Any, n: int, *, wrong: bool = False,
             response = env.gold_response(seeds[j])
         else:
             response = env.gold_response(s)
-        v = await env.verify(response, s.expected_answer, **s.metadata)
+        if sandbox is None:
+            v = await env.verify(response, s.expected_answer, **s.metadata)
+        else:
+            async with sandbox() as sb:
+                v = await env.verify(response, s.expected_answer, sandbox=sb, **s.metadata)
         passed = v.reward == 0.0 if wrong else v.reward >= 1.0
         if passed:
             ok += 1
@@ -109,6 +121,33 @@ async def check_gold(env: Any, n: int, *, wrong: bool = False,
             what = f"wrong gold {response[-80:]!r}" if wrong else f"gold {s.expected_answer[:80]!r}"
             bad.append(f"{i}: {what} scored {v.reward} ({v.scoring_details})"[:400])
     return ok, n - skipped, skipped, bad
+
+
+@contextlib.asynccontextmanager
+async def _sandboxes(args: argparse.Namespace, env: Any) -> AsyncIterator[Any]:
+    """What opens one started sandbox per answer (None without `--sandbox`); a benchmark
+    that runs model code without one, or a sandbox that cannot start, fails in one line."""
+    from benchmarks.errors import NelError
+    from dagster_project.cli.sandbox_flags import sandbox_config
+
+    cfg = sandbox_config(args)
+    if cfg is None or cfg.type == "none":
+        if getattr(env, "needs_sandbox", False):
+            raise NelError(f"benchmark {args.bench!r} runs model-written code and needs a sandbox: "
+                           "add `--sandbox local` (or `--sandbox docker --sandbox-image IMAGE`)")
+        yield None
+        return
+    from nel_assets.engine.sandboxing import open_factory
+    from nel_resources.sandboxes import SandboxError, SandboxSpec, running
+
+    try:
+        async with open_factory(cfg) as factory:
+            # one sandbox up and down first: one that cannot start fails once, here
+            async with running(factory.create(SandboxSpec())):
+                pass
+            yield lambda: running(factory.create(SandboxSpec()))
+    except SandboxError as exc:
+        raise NelError(f"--sandbox {cfg.type}: the sandbox cannot run: {exc}") from None
 
 
 def _cmd_model(args: argparse.Namespace, env: Any) -> int:
@@ -124,7 +163,12 @@ def _cmd_model(args: argparse.Namespace, env: Any) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     n = len(env) if args.samples == 0 else min(args.samples, len(env))
     client = ModelClient(args.model_url, model=args.model_id, api_key=args.api_key, max_retries=2)
-    rows = asyncio.run(probe(env, client, n))
+
+    async def run() -> list[dict[str, Any]]:
+        async with _sandboxes(args, env) as opener:
+            return await probe(env, client, n, sandbox=opener)
+
+    rows = asyncio.run(run())
     correct = sum(1 for r in rows if r["reward"] > 0)
     if args.json:
         print(json.dumps({"benchmark": args.bench, "model": args.model_id, "n": n,
@@ -167,7 +211,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
               if args.json else msg)
         return 0
     n = len(env) if args.samples == 0 else min(args.samples, len(env))
-    ok, checked, skipped, bad = asyncio.run(check_gold(env, n, wrong=args.wrong, show=args.show))
+
+    async def gold() -> tuple[int, int, int, list[str]]:
+        async with _sandboxes(args, env) as opener:
+            return await check_gold(env, n, wrong=args.wrong, show=args.show, sandbox=opener)
+
+    ok, checked, skipped, bad = asyncio.run(gold())
     close = getattr(env, "close", None)
     if close is not None:
         asyncio.run(close())

@@ -17,8 +17,10 @@ the asset graph.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,10 @@ from nel_assets.engine.bundle import build_bundle
 from nel_assets.engine.exports import write_exports
 from nel_assets.engine.loop import ShardSpec, run_shard
 from nel_assets.engine.progress import NoOpProgress, ProgressTracker
+from nel_assets.engine.sandboxing import SandboxPool, needs_sandbox, open_factory
 from nel_assets.engine.sharding import select_problems, shard_bounds
 from nel_assets.engine.solvers import ChatSolver, CompletionSolver
+from nel_resources.sandboxes import SandboxError, SandboxSpec, running
 from nel_resources.schema import rows_to_table
 from nel_resources.store import slugify
 
@@ -46,6 +50,8 @@ async def run_evaluation(
     max_concurrent: int = 32,
     judge_client: Any = None,
     shard_info: tuple[int, int] | None = None,
+    sandbox_manager: Any = None,
+    sandbox: Any = None,
 ) -> dict[str, Any]:
     """Evaluate `env` with `solver`: seed, ask the model, verify, score.
 
@@ -60,13 +66,19 @@ async def run_evaluation(
         max_concurrent: Samples in flight at most (also bounded by the client's).
         judge_client: Not supported yet in nel (a config's judge is); must be None.
         shard_info: `(shard_idx, total_shards)`: this call evaluates that contiguous slice.
+        sandbox_manager: NeMo Evaluator's name for the sandbox verify runs code in; here a
+            sandbox block (`{"type": "local"}`, a `SandboxConfig`) or a `SandboxFactory`.
+        sandbox: The same (nel's name). Without either, `config["sandbox"]` (or the peer's
+            `config["_sandbox_config"]`) is used. A benchmark that runs model code
+            (`needs_sandbox`, e.g. humaneval) without one is refused before any request.
 
     Returns:
         nel's bundle for the run (`score`, `per_category`, `runtime`, `failures`, ...),
         plus `config`, `run_id` and the rows under the private key `_table`.
 
     Raises:
-        NelError: an unsupported solver or argument, or a bad range.
+        NelError: an unsupported solver or argument, a bad range, a code benchmark without
+            a sandbox, or a sandbox that cannot start.
     """
     if judge_client is not None:
         raise NelError("run_evaluation: judge_client= is not supported yet in nel "
@@ -104,7 +116,10 @@ async def run_evaluation(
     prep = getattr(env, "prepare", None)
     if prep is not None:
         await prep()
-    rows = await run_shard(env, client, spec, concurrency=max_concurrent, on_row=on_row)
+    async with _sandbox_pool(env, sandbox if sandbox is not None else sandbox_manager,
+                             dict(config or {})) as pool:
+        spec.sandboxes = pool
+        rows = await run_shard(env, client, spec, concurrency=max_concurrent, on_row=on_row)
     table = rows_to_table(rows)
     bundle = build_bundle(table, benchmark=env.name, model=spec.model, model_id=model_id,
                           extra={"config": dict(config or {}), "run_id": run_id})
@@ -115,6 +130,61 @@ async def run_evaluation(
                     sum(rewards) / len(rewards) if rewards else None)
     bundle["_table"] = table
     return bundle
+
+
+def _sandbox_block(given: Any, config: dict[str, Any]) -> Any:
+    """The sandbox block or factory the caller gave (argument first, then the config), or None."""
+    from pydantic import ValidationError
+
+    from nel_resources.config import SandboxConfig
+
+    if given is None:
+        given = config.get("sandbox", config.get("_sandbox_config"))
+    if given is None or isinstance(given, SandboxConfig) or hasattr(given, "create"):
+        return given
+    if isinstance(given, str):
+        given = {"type": given}
+    elif not isinstance(given, dict):
+        # the peer's SandboxConfig (a pydantic model) carries the same keys
+        dump = getattr(given, "model_dump", None)
+        if dump is None:
+            raise NelError(f"run_evaluation: sandbox must be a sandbox block (a dict such as "
+                           f"{{'type': 'local'}}) or a SandboxFactory, not {type(given).__name__}")
+        given = {k: v for k, v in dump().items() if v is not None}
+    try:
+        return SandboxConfig.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise NelError(f"run_evaluation: sandbox `{'.'.join(map(str, err['loc']))}`: "
+                       f"{err['msg']}") from None
+
+
+@contextlib.asynccontextmanager
+async def _sandbox_pool(env: EvalEnvironment, given: Any,
+                        config: dict[str, Any]) -> AsyncIterator[SandboxPool | None]:
+    """The run's sandbox pool (None without a sandbox); a factory given by the caller stays
+    the caller's to close, one built from a block is closed here."""
+    block = _sandbox_block(given, config)
+    if block is None or getattr(block, "type", None) == "none":
+        if needs_sandbox(env):
+            raise NelError(f"run_evaluation: benchmark {env.name!r} runs model-written code and "
+                           "needs a sandbox: pass sandbox={'type': 'local'} (or a docker block "
+                           "with an image)")
+        yield None
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            if hasattr(block, "create"):
+                factory, stateful = block, False
+            else:
+                factory = await stack.enter_async_context(open_factory(block))
+                stateful = block.stateful
+            # one sandbox up and down before the first model request (as `nel eval run`)
+            async with running(factory.create(SandboxSpec())):
+                pass
+        except SandboxError as exc:
+            raise NelError(f"run_evaluation: the sandbox cannot run: {exc}") from None
+        yield SandboxPool(factory, stateful=stateful)
 
 
 def write_all(bundle: dict[str, Any], output_dir: str | Path) -> dict[str, Path]:

@@ -1,0 +1,138 @@
+"""`nel serve` of a code benchmark (humaneval) with `--sandbox`: a real server process whose
+/verify runs each answer with its tests in a real sandbox (`local`: bubblewrap; `docker`: the
+project's engine), and the start-up refusal of a code benchmark served without one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import get_benchmark
+from benchmarks.builtin.humaneval import HumanEval
+from benchmarks.datasets import set_data_dir
+from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.sandboxes.docker import docker_cli
+from tests.support import require_real_component
+from tests.support.cli import run_nel
+from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+from tests.support.reference import http_json
+from tests.support.waiting import PROCESS_START_S
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 4
+
+
+@pytest.fixture(scope="module")
+def humaneval(data_dir: Path) -> HumanEval:
+    set_data_dir(data_dir)
+    env = get_benchmark("humaneval")
+    assert isinstance(env, HumanEval)
+    return env
+
+
+def start_serve(args: list[str], env: dict[str, str] | None = None) -> tuple[ManagedProcess, str]:
+    """`nel serve ARGS` on a free 127.0.0.1 port, once /health answers."""
+    def make(port: int) -> ManagedProcess:
+        return ManagedProcess([*_cli(), "serve", *args, "--port", str(port)], cwd=ROOT,
+                              env={"PYTHONPATH": str(ROOT), **(env or {})}, name="nel-serve")
+
+    proc, port = start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/health",
+                                    timeout=PROCESS_START_S)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _cli() -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "dagster_project.cli.main"]
+
+
+def broken(env: HumanEval, idx: int) -> str:
+    """A wrong whole function for problem `idx` (it runs, but the tests fail)."""
+    ep = env.rows[idx]["entry_point"]
+    return f"```python\ndef {ep}(*args, **kwargs):\n    return None\n```"
+
+
+def verify(base: str, env: HumanEval, idx: int, response: str, **extra: Any) -> dict[str, Any]:
+    seed = asyncio.run(env.seed(idx))
+    body = {"response": response, "expected": seed.expected_answer, "metadata": seed.metadata, **extra}
+    status, _, reply = http_json("POST", f"{base}/verify", body, timeout=120)
+    assert status == 200, (status, reply)
+    return reply
+
+
+@pytest.fixture(scope="module")
+def local_server(humaneval: HumanEval, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("bwrap") is None:
+        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    block = tmp_path_factory.mktemp("sbx") / "sandbox.yaml"
+    block.write_text("concurrency: 2\ntimeout: 60\n")  # `--sandbox` adds the type
+    proc, base = start_serve(["-b", "humaneval", "--sandbox", "local", "--sandbox-config", str(block),
+                              "--max-problems", str(N), "--param", "exec_timeout=3"])
+    try:
+        yield base
+    finally:
+        proc.stop(grace=60)
+
+
+def test_local_sandbox_scores_gold_1_and_broken_0(local_server: str, humaneval: HumanEval) -> None:
+    jobs = [(i, humaneval.gold_response(asyncio.run(humaneval.seed(i))), 1.0) for i in range(N)]
+    jobs += [(i, broken(humaneval, i), 0.0) for i in range(N)]
+    # All at once: more verifies than the sandbox's concurrency (2) wait for a slot.
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        replies = list(pool.map(lambda j: verify(local_server, humaneval, j[0], j[1]), jobs))
+    for (idx, _, want), reply in zip(jobs, replies, strict=True):
+        assert reply["reward"] == want, (idx, reply)
+    failed = replies[N]["scoring_details"]
+    assert failed["reason"] == "assertion" and failed["exception"] == "AssertionError"
+
+
+def test_a_program_that_never_ends_is_stopped_and_scores_0(local_server: str, humaneval: HumanEval) -> None:
+    ep = humaneval.rows[0]["entry_point"]
+    reply = verify(local_server, humaneval, 0, f"```python\ndef {ep}(*a):\n    while True:\n        pass\n```")
+    assert reply["reward"] == 0.0 and reply["scoring_details"]["reason"] == "timeout", reply
+    # the slot came back: the next answer is scored
+    assert verify(local_server, humaneval, 0, humaneval.gold_response(asyncio.run(humaneval.seed(0))))["reward"] == 1.0
+
+
+def test_a_client_cannot_choose_the_sandbox(local_server: str, humaneval: HumanEval) -> None:
+    """`sandbox` in the request's metadata is the server's own key: ignored, not passed on."""
+    seed = asyncio.run(humaneval.seed(1))
+    body = {"response": humaneval.gold_response(seed), "expected": seed.expected_answer,
+            "metadata": {**seed.metadata, "sandbox": "none"}}
+    status, _, reply = http_json("POST", f"{local_server}/verify", body, timeout=120)
+    assert status == 200 and reply["reward"] == 1.0, reply
+
+
+def test_a_code_benchmark_without_a_sandbox_is_refused_at_start() -> None:
+    proc = run_nel("serve", "-b", "humaneval", "--port", "0", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs a sandbox" in lines[0] and "`--sandbox local`" in lines[0], lines
+    many = run_nel("serve", "-b", "humaneval", "--port", "0", "--sandbox", "local", "--workers", "2",
+                   timeout=120)
+    assert many.returncode == 2 and "--workers 1" in many.stderr and "Traceback" not in many.stderr
+    bad = run_nel("serve", "-b", "humaneval", "--port", "0", "--sandbox", "vm", timeout=120)
+    assert bad.returncode == 2 and "sandbox `type`" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_docker_sandbox_serves_and_leaves_no_container(humaneval: HumanEval) -> None:
+    host = start_docker_engine()
+    proc, base = start_serve(["-b", "humaneval", "--sandbox", "docker", "--sandbox-image", BASE_IMAGE,
+                              "--max-problems", "2"], env={"DOCKER_HOST": host})
+    try:
+        assert verify(base, humaneval, 0, humaneval.gold_response(asyncio.run(humaneval.seed(0))))["reward"] == 1.0
+        assert verify(base, humaneval, 1, broken(humaneval, 1))["reward"] == 0.0
+    finally:
+        proc.stop(grace=60)  # SIGTERM: the server closes its sandboxes on the way out
+    ps = subprocess.run([docker_cli(), "ps", "-aq", "--filter", f"label=nel.sandbox.owner={proc.pid}"],
+                        capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": host}, timeout=60)
+    assert ps.returncode == 0 and ps.stdout.strip() == "", ps.stdout + ps.stderr
