@@ -114,7 +114,7 @@ class MGSM(DatasetEnvironment):
     def gold_response(self, seed: SeedResult) -> str:
         prefix = ANSWER_PREFIX[seed.metadata["language"]]
         sep = " : " if seed.metadata["language"] == "fr" else ": "
-        return f"{seed.prompt.splitlines()[-1][:40]} ...\n{prefix}{sep}{seed.expected_answer}"
+        return f"{seed.prompt.splitlines()[-1][:40]} ...\n{prefix}{sep}{_plain(seed.expected_answer)}"
 
     def golds_equivalent(self, a: SeedResult, b: SeedResult) -> bool:
         """Whether two items' golds are the same number (`2,125` == `2125`)."""
@@ -127,3 +127,13 @@ class MGSM(DatasetEnvironment):
 
         return numeric_match(response, expected, reasoning=metadata.get("reasoning"),
                              language=metadata.get("language"))
+
+
+def _plain(gold: str) -> str:
+    """The gold number as every language reads it: digits without grouping. The data writes
+    `2,125` for 2125, which a German or French reader (and so the scorer, for those
+    languages) reads as 2.125."""
+    from benchmarks.scoring.numeric import parse_gold_number
+
+    value = parse_gold_number(gold)
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
