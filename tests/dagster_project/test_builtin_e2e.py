@@ -72,7 +72,7 @@ def test_every_plain_benchmark_runs_and_scores_gold(tmp_path: Path, reference_se
         assert traj[0]["messages"][0] == {"role": "system", "content": "Be brief."}
         assert traj[0]["scoring_details"]["method"] not in (None, "none")
     drop = trajectories(by["drop"])
-    assert {t["metadata"]["cluster"] for t in drop} == {"nfl_fixture_1"}
+    assert {t["seed_metadata"]["cluster"] for t in drop} == {"nfl_fixture_1"}
 
 
 def test_judge_benchmarks_end_to_end(tmp_path: Path, reference_server, env: dict[str, str]) -> None:
@@ -114,14 +114,17 @@ def test_judge_benchmarks_end_to_end(tmp_path: Path, reference_server, env: dict
 
     sq = by["simpleqa"]
     traj = trajectories(sq)
-    assert [t["reward"] for t in traj] == [1.0, 0.0, 0.0, None]
+    # NeMo Evaluator's files give a failed step reward 0.0; its `error` says it failed
+    # (and it is not in the score: 1/3 below)
+    assert [t["reward"] for t in traj] == [1.0, 0.0, 0.0, 0.0]
+    assert [t["error"] is not None for t in traj] == [False, False, False, True]
     assert "judge" in traj[3]["error"] and "unparseable" in traj[3]["error"]
     assert sq["failed"] == 1 and sq["score"] == pytest.approx(1 / 3)
     j = traj[0]["scoring_details"]["judge"]
     assert j["reply"] == "A" and j["parsed"] == "correct" and j["model"] == "judge-m"
     assert "Gold target: Michio Sugeno" in j["messages"][-1]["content"]
     assert j["prompt_tokens"] > 0 and j["completion_tokens"] > 0 and j["latency_ms"] > 0
-    grades = [t["scoring_details"]["judge"]["grade"] for t in traj if t["reward"] is not None]
+    grades = [t["scoring_details"]["judge"]["grade"] for t in traj if t["error"] is None]
     m = simpleqa_metrics(grades)
     assert m["accuracy"] == pytest.approx(1 / 3) and m["attempted_rate"] == pytest.approx(2 / 3)
     assert m["accuracy_given_attempted"] == pytest.approx(0.5)
