@@ -20,6 +20,13 @@ apt_install() {
          && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$@" >/dev/null; }
 }
 
+# One start at a time: each pytest xdist worker starts the engine from its own fixture, and
+# two dockerd on one data root (or two image builds) on a fresh machine would collide.
+# dockerd gets `9>&-` so that it never holds the lock's descriptor.
+mkdir -p "$D"
+exec 9>"$D/.start.lock"
+flock -w 1500 9 || { say "another start_engine.sh held $D/.start.lock for 25 minutes"; exit 1; }
+
 command -v dockerd >/dev/null || { say "installing docker.io"; apt_install docker.io; }
 # Debian's client matches its engine; another `docker` on PATH may be newer than the API.
 DOCKER=$(command -v /usr/bin/docker || command -v docker)
@@ -30,7 +37,7 @@ if ! { [[ -f "$D/dockerd.pid" ]] && kill -0 "$(cat "$D/dockerd.pid")" 2>/dev/nul
   say "starting dockerd on $SOCK"
   # setsid: the engine outlives this script and is not in the caller's process group.
   setsid nohup dockerd --data-root "$D/data" --exec-root "$D/exec" --pidfile "$D/dockerd.pid" \
-    -H "$DOCKER_HOST" >"$D/dockerd.log" 2>&1 < /dev/null &
+    -H "$DOCKER_HOST" >"$D/dockerd.log" 2>&1 < /dev/null 9>&- &
   for _ in $(seq 300); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 0.2; done
   "$DOCKER" info >/dev/null 2>&1 || { tail -30 "$D/dockerd.log" >&2; exit 1; }
 fi

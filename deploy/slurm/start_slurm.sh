@@ -28,6 +28,13 @@ apt_install() {
 }
 node_ready() { sinfo -h -N -o '%t' 2>/dev/null | grep -Eq '^(idle|mix|alloc)'; }
 
+# One start at a time: pytest's xdist workers each start the cluster from their own fixture,
+# and on a fresh machine two starts at once would race on the config file and the daemons.
+# The daemons get `9>&-`: one that inherited the lock's descriptor would hold it forever.
+mkdir -p "$D"
+exec 9>"$D/.start.lock"
+flock -w 1500 9 || { say "another start_slurm.sh held $D/.start.lock for 25 minutes"; exit 1; }
+
 # 1. packages
 if [[ "${NEL_SLURM_NO_INSTALL:-0}" != 1 ]]; then
   if ! { command -v slurmctld && command -v slurmd && command -v srun && command -v munged; } >/dev/null 2>&1; then
@@ -57,7 +64,7 @@ fi
 chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   say "starting munged"
-  setsid runuser -u munge -- /usr/sbin/munged --force </dev/null
+  setsid runuser -u munge -- /usr/sbin/munged --force </dev/null 9>&-
   for _ in $(seq 100); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 munge -n | unmunge >/dev/null
@@ -74,7 +81,7 @@ if [[ "$ACCT" == 1 ]]; then
     say "starting MariaDB on 127.0.0.1:3307"
     setsid nohup mariadbd --no-defaults --user=root --datadir="$D/mysql" --bind-address=127.0.0.1 \
       --port=3307 --socket="$SOCK" --pid-file="$D/run/mysqld.pid" --log-error="$D/log/mysqld.log" \
-      --innodb-buffer-pool-size=128M >/dev/null 2>&1 </dev/null &
+      --innodb-buffer-pool-size=128M >/dev/null 2>&1 </dev/null 9>&- &
     for _ in $(seq 150); do mariadb --no-defaults -S "$SOCK" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
   fi
   mariadb --no-defaults -S "$SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
@@ -97,7 +104,7 @@ CONF
   )
   if ! alive "$D/run/slurmdbd.pid"; then
     say "starting slurmdbd"
-    setsid slurmdbd </dev/null   # reads slurmdbd.conf next to $SLURM_CONF; daemonizes
+    setsid slurmdbd </dev/null 9>&-   # reads slurmdbd.conf next to $SLURM_CONF; daemonizes
     for _ in $(seq 150); do (exec 3<>/dev/tcp/127.0.0.1/6819) 2>/dev/null && break; sleep 0.1; done
   fi
 fi
@@ -106,7 +113,8 @@ fi
 HOST=$(hostname -s)
 read -r CPUS MEM < <(slurmd -C | awk '/NodeName/{for(i=1;i<=NF;i++){split($i,a,"=");v[a[1]]=a[2]}; print v["CPUs"], v["RealMemory"]}')
 MEM=$(( MEM > 1024 ? MEM - 512 : MEM ))
-cat > "$SLURM_CONF.new" <<CONF
+NEW="$SLURM_CONF.new.$$"
+cat > "$NEW" <<CONF
 ClusterName=nelcluster
 SlurmctldHost=${HOST}(127.0.0.1)
 SlurmUser=root
@@ -143,8 +151,8 @@ SlurmdDebug=info
 NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
-CHANGED=0; cmp -s "$SLURM_CONF.new" "$SLURM_CONF" || CHANGED=1
-mv "$SLURM_CONF.new" "$SLURM_CONF"
+CHANGED=0; cmp -s "$NEW" "$SLURM_CONF" || CHANGED=1
+mv "$NEW" "$SLURM_CONF"
 mkdir -p /etc/slurm
 if [[ ! -e /etc/slurm/slurm.conf || -L /etc/slurm/slurm.conf ]]; then ln -sfn "$SLURM_CONF" /etc/slurm/slurm.conf; fi
 if [[ "$ACCT" == 1 ]] && [[ ! -e /etc/slurm/slurmdbd.conf || -L /etc/slurm/slurmdbd.conf ]]; then
@@ -160,12 +168,12 @@ if [[ "$CHANGED" == 1 ]]; then
 fi
 if ! alive "$D/run/slurmctld.pid"; then
   say "starting slurmctld"
-  setsid slurmctld -f "$SLURM_CONF" </dev/null      # daemonizes, writes its pid file
+  setsid slurmctld -f "$SLURM_CONF" </dev/null 9>&-      # daemonizes, writes its pid file
 fi
 for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
 if ! alive "$D/run/slurmd.pid"; then
   say "starting slurmd"
-  setsid slurmd -f "$SLURM_CONF" -N "$HOST" </dev/null
+  setsid slurmd -f "$SLURM_CONF" -N "$HOST" </dev/null 9>&-
 fi
 for _ in $(seq 150); do
   node_ready && break
