@@ -5,6 +5,14 @@ Only the `simple` solver is built: one chat or completion request per problem
 delegation, harbor, openclaw, container) are refused until the issues that build them land.
 """
 
-from nel_assets.engine.solvers.simple import ChatSolver, CompletionSolver, Solver, SolveResult
+from nel_assets.engine.solvers.base import (
+    SolveContext,
+    Solver,
+    SolveResult,
+    ToolOutcome,
+    ToolSource,
+)
+from nel_assets.engine.solvers.simple import ChatSolver, CompletionSolver
 
-__all__ = ["ChatSolver", "CompletionSolver", "SolveResult", "Solver"]
+__all__ = ["ChatSolver", "CompletionSolver", "SolveContext", "SolveResult", "Solver",
+           "ToolOutcome", "ToolSource"]

@@ -7,43 +7,11 @@ for one problem, for code that calls a solver directly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
-
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
 from nel_assets.engine.loop import build_request
-from nel_resources.model_client import ModelClient, ModelResponse
-
-
-@dataclass(slots=True)
-class SolveResult:
-    """A solver's answer to one problem.
-
-    Attributes:
-        response: The answer text.
-        model_response: The model call behind it.
-        trajectory: The conversation, ending with the answer.
-        reward: A reward the solver computed itself (None: the environment verifies).
-        scoring_details: Details of that reward.
-        error: Set when the solver failed and returned no answer.
-    """
-
-    response: str
-    model_response: ModelResponse | None = None
-    trajectory: list[dict[str, Any]] = field(default_factory=list)
-    reward: float | None = None
-    scoring_details: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-@runtime_checkable
-class Solver(Protocol):
-    """Turns one seeded problem into an answer."""
-
-    async def solve(self, task: SeedResult) -> SolveResult:
-        """Answer one problem."""
-        ...
+from nel_assets.engine.solvers.base import SolveContext, SolveResult
+from nel_resources.model_client import ModelClient
 
 
 class _SimpleSolver:
@@ -59,7 +27,7 @@ class _SimpleSolver:
         self.client = client
         self.system_prompt = system_prompt
 
-    async def solve(self, task: SeedResult) -> SolveResult:
+    async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
         """One request for `task`, built the way the evaluation loop builds it."""
         messages, prompt, _ = build_request(task, self.client.protocol, self.system_prompt)
         resp = await self.client.generate(messages, prompt)
