@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from nel_resources.sandboxes.base import ExecResult, StopReason
+from nel_resources.sandboxes.limits import stop_reason
 
 _CHUNK = 1 << 16
 #: After the child is killed its pipes close at once; this bounds the wait if they do not.
@@ -27,6 +31,23 @@ class Captured:
     return_code: int | None
     timed_out: bool = False
     over_cap: bool = False
+
+
+    def outcome(self) -> tuple[int, StopReason | None]:
+        """(exit code, why it was stopped): a timeout or the output cap wins over the code,
+        which then reads -1; otherwise the code, and the limit its signal points at."""
+        if self.timed_out:
+            return -1, "timeout"
+        if self.over_cap:
+            return -1, "output_limit"
+        code = self.return_code if self.return_code is not None else -1
+        return code, stop_reason(code, self.stderr)
+
+    def result(self, began: float, code: int, stopped: StopReason | None) -> ExecResult:
+        """The sandbox's answer for this child, timed from `began` (time.monotonic)."""
+        return ExecResult(self.stdout.decode(errors="replace"), self.stderr.decode(errors="replace"),
+                          code, stopped=stopped, truncated=self.over_cap,
+                          duration_s=time.monotonic() - began)
 
 
 class _Capped:

@@ -38,11 +38,11 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
+from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
 from nel_resources.sandboxes.capture import capture
 from nel_resources.sandboxes.docker_api import ApiExec, EngineError, engine_socket
 from nel_resources.sandboxes.hostfiles import HostFiles, empty_dir
-from nel_resources.sandboxes.limits import Limits, stop_reason
+from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slots import SlotPool
 
 if TYPE_CHECKING:
@@ -360,19 +360,11 @@ class DockerSandbox:
             self._running.discard(proc)
             if isinstance(proc, ApiExec):
                 await proc.aclose()
-        stopped: StopReason | None
-        if got.timed_out:
-            stopped, code = "timeout", -1
-        elif got.over_cap:
-            stopped, code = "output_limit", -1
-        else:
-            code = got.return_code if got.return_code is not None else -1
-            stopped = stop_reason(code, got.stderr)
-            if code != 0 and got.stderr.startswith(b"Error response from daemon"):
-                raise SandboxError(f"docker exec failed: {got.stderr.decode(errors='replace').strip()}")
-        return ExecResult(got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
-                          code, stopped=stopped, truncated=got.over_cap,
-                          duration_s=time.monotonic() - began)
+        code, stopped = got.outcome()
+        if not got.timed_out and not got.over_cap and code != 0 \
+                and got.stderr.startswith(b"Error response from daemon"):
+            raise SandboxError(f"docker exec failed: {got.stderr.decode(errors='replace').strip()}")
+        return got.result(began, code, stopped)
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
         """Copy a host file into the sandbox's workdir, /tmp or a volume."""

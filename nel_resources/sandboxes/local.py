@@ -26,15 +26,16 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec, StopReason
+from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
 from nel_resources.sandboxes.capture import capture
 from nel_resources.sandboxes.hostfiles import HostFiles
-from nel_resources.sandboxes.limits import Limits, stop_reason
+from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slots import SlotPool
 
 if TYPE_CHECKING:
@@ -83,6 +84,36 @@ def bwrap_path() -> str:
         raise SandboxError("the local sandbox needs bubblewrap (`bwrap`): install the Debian "
                            "package `bubblewrap` (`make system-deps` does)")
     return found
+
+
+def bwrap_argv(*, uid: int | None, binds: Iterable[str], scratch_bytes: int, host_dir: Path,
+               spec: SandboxSpec, chdir: str) -> list[str]:
+    """The command line that puts what follows it (after the trailing `--`) in a bubblewrap
+    box: fresh namespaces with no network and no host process, the read-only system
+    directories and Python, a private /tmp of `scratch_bytes`, `host_dir` as the workdir and
+    the spec's volumes; with `uid`, dropped to that uid with no capabilities first. The local
+    sandbox and the slurm sandbox's bare-node steps share it."""
+    argv: list[str] = []
+    if uid is not None:
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--"]
+    argv += [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user",
+             "--disable-userns", "--new-session", "--hostname", "sandbox",
+             "--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+        host = Path("/") / top
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), f"/{top}"]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), f"/{top}"]
+    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    for path in binds:
+        argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_bytes), "--tmpfs", "/tmp",
+             "--bind", str(host_dir), spec.workdir]
+    for vol in spec.volumes:
+        argv += ["--ro-bind" if vol.readonly else "--bind", vol.host_path, vol.container_path]
+    return [*argv, "--chdir", chdir, "--"]
 
 
 def _check_reachable(path: Path, uid: int) -> None:
@@ -205,20 +236,12 @@ class LocalSandbox:
                                 kill=lambda: self._kill(proc))
         finally:
             self._running.discard(proc)
-        stopped: StopReason | None
-        if got.timed_out:
-            stopped, code = "timeout", -1
-        elif got.over_cap:
-            stopped, code = "output_limit", -1
-        else:
-            code = got.return_code if got.return_code is not None else -1
-            stopped = stop_reason(code, got.stderr)
-            if code == 1 and got.stderr.startswith(b"bwrap: ") and not got.stdout:
-                raise SandboxError("the local sandbox could not start the command: "
-                                   + got.stderr.decode(errors="replace").strip().splitlines()[0])
-        return ExecResult(got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace"),
-                          code, stopped=stopped, truncated=got.over_cap,
-                          duration_s=time.monotonic() - began)
+        code, stopped = got.outcome()
+        if not got.timed_out and not got.over_cap and code == 1 \
+                and got.stderr.startswith(b"bwrap: ") and not got.stdout:
+            raise SandboxError("the local sandbox could not start the command: "
+                               + got.stderr.decode(errors="replace").strip().splitlines()[0])
+        return got.result(began, code, stopped)
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
         """Copy a host file into the sandbox (a path under the workdir or a volume)."""
@@ -260,29 +283,10 @@ class LocalSandbox:
         assert self._dir is not None and self._slot is not None
         lim = self._f.limits
         spec = self._spec
-        argv: list[str] = []
-        if self._f._drop_to_uid:
-            uid = self._f._uid(self._slot)
-            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                     "--inh-caps=-all", "--"]
-        argv += [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user",
-                 "--disable-userns", "--new-session", "--hostname", "sandbox",
-                 "--ro-bind", "/usr", "/usr"]
-        for top in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
-            host = Path("/") / top
-            if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), f"/{top}"]
-            elif host.is_dir():
-                argv += ["--ro-bind", str(host), f"/{top}"]
-        argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-        for path in self._f._python.binds:
-            argv += ["--ro-bind", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev",
-                 "--size", str(lim.scratch_bytes), "--tmpfs", "/tmp",
-                 "--bind", str(self._dir), spec.workdir]
-        for vol in spec.volumes:
-            argv += ["--ro-bind" if vol.readonly else "--bind", vol.host_path, vol.container_path]
-        argv += ["--chdir", self._files().inside(cwd) if cwd else spec.workdir, "--"]
+        uid = self._f._uid(self._slot) if self._f._drop_to_uid else None
+        argv = bwrap_argv(uid=uid, binds=self._f._python.binds, scratch_bytes=lim.scratch_bytes,
+                          host_dir=self._dir, spec=spec,
+                          chdir=self._files().inside(cwd) if cwd else spec.workdir)
         # The limits are set inside the namespaces: RLIMIT_NPROC then counts this
         # sandbox's processes only, and bubblewrap itself runs unconstrained.
         argv += ["/usr/bin/prlimit", f"--as={lim.memory_bytes}",

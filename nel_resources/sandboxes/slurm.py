@@ -45,7 +45,7 @@ from nel_resources.sandboxes._capped import run_capped
 from nel_resources.sandboxes._reaper import REAPER_SOURCE
 from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
 from nel_resources.sandboxes.limits import Limits, stop_reason
-from nel_resources.sandboxes.local import bwrap_path, host_python
+from nel_resources.sandboxes.local import bwrap_argv, host_python
 
 #: PATH inside a bare (no image) step: the environment is cleared, so it must be given.
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -221,27 +221,11 @@ class SlurmSandbox:
         the read-only system directories and the workdir; rlimits set inside the namespaces;
         its PID namespace dies with the command, taking every leftover with it."""
         assert self._host_dir is not None
-        lim, argv = self._s.limits, []
-        if self._uid is not None:
-            argv += ["setpriv", f"--reuid={self._uid}", f"--regid={self._uid}",
-                     "--clear-groups", "--inh-caps=-all", "--"]
-        argv += [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user",
-                 "--disable-userns", "--new-session", "--hostname", "sandbox",
-                 "--ro-bind", "/usr", "/usr"]
-        for top in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
-            host = Path("/") / top
-            if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), f"/{top}"]
-            elif host.is_dir():
-                argv += ["--ro-bind", str(host), f"/{top}"]
-        argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-        for path in host_python().binds:
-            argv += ["--ro-bind", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(lim.scratch_bytes),
-                 "--tmpfs", "/tmp", "--bind", str(self._host_dir), self._spec.workdir]
-        for v in self._spec.volumes:
-            argv += ["--ro-bind" if v.readonly else "--bind", v.host_path, v.container_path]
-        argv += ["--chdir", chdir, "--", "/usr/bin/prlimit", f"--as={lim.memory_bytes}",
+        lim = self._s.limits
+        argv = bwrap_argv(uid=self._uid, binds=host_python().binds,
+                          scratch_bytes=lim.scratch_bytes, host_dir=self._host_dir,
+                          spec=self._spec, chdir=chdir)
+        argv += ["/usr/bin/prlimit", f"--as={lim.memory_bytes}",
                  f"--cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}", f"--nproc={lim.max_processes}",
                  f"--fsize={lim.max_file_bytes}", f"--nofile={lim.max_open_files}", "--core=0",
                  "--"]
