@@ -20,7 +20,12 @@ import pytest
 
 from nel_resources.processes import ManagedProcess
 from nel_resources.reference_server import start_reference_server
-from tests.support import llama_model_path, require_real_component, start_llama_server
+from tests.support import (
+    llama_model_path,
+    require_bwrap,
+    require_real_component,
+    start_llama_server,
+)
 from tests.support import server_stats as _server_stats
 
 #: Modules that take longest (seconds of one test run each, `--durations` under load on
@@ -146,3 +151,37 @@ def data_dir() -> Path:
     if not path.is_dir():
         require_real_component(f"NEL_DATA_DIR={value} is not a directory")
     return path
+
+
+@pytest.fixture(scope="module")
+def humaneval(data_dir: Path) -> Any:
+    """The built-in HumanEval environment on the real data (`NEL_DATA_DIR`)."""
+    from benchmarks import get_benchmark
+    from benchmarks.builtin.humaneval import HumanEval
+    from benchmarks.datasets import set_data_dir
+
+    set_data_dir(data_dir)
+    env = get_benchmark("humaneval")
+    assert isinstance(env, HumanEval)
+    return env
+
+
+@pytest.fixture(scope="session")
+def bwrap() -> None:
+    """Bubblewrap for the `local` sandbox (skip locally / fail in CI without it)."""
+    require_bwrap()
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> Iterator[str]:
+    """The project's Docker engine (deploy/docker/start_engine.sh), its DOCKER_HOST exported
+    for the docker CLI the sandboxes and `nel package` run."""
+    from tests.support.docker_engine import start_docker_engine
+
+    host = start_docker_engine()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DOCKER_HOST", host)
+    try:
+        yield host
+    finally:
+        mp.undo()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmarks import get_benchmark
 from benchmarks.builtin.humaneval import HumanEval
-from benchmarks.datasets import set_data_dir
 from nel_resources.reference_server import start_reference_server
-from tests.support import require_real_component
 from tests.support.cli import run_nel, summary_json
-from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+from tests.support.docker_engine import BASE_IMAGE
 
 N = 6
 REPEATS = 2
@@ -49,14 +45,6 @@ def answers(env: HumanEval) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def humaneval(data_dir: Path) -> HumanEval:
-    set_data_dir(data_dir)
-    env = get_benchmark("humaneval")
-    assert isinstance(env, HumanEval)
-    return env
-
-
-@pytest.fixture(scope="module")
 def model_url(humaneval: HumanEval) -> Iterator[str]:
     """One reference server for the module."""
     proc, url = start_reference_server(answers=answers(humaneval))
@@ -64,12 +52,6 @@ def model_url(humaneval: HumanEval) -> Iterator[str]:
         yield url
     finally:
         proc.stop()
-
-
-@pytest.fixture(scope="module")
-def bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
 
 
 def config(url: str, out: Path, sandbox: Any, *, named: bool = False,
@@ -155,17 +137,6 @@ def test_a_run_without_a_sandbox_is_refused_before_any_request(
     assert "Traceback" not in proc.stderr
     assert server_stats(model_url)["total_requests"] == before
     assert not out.exists()
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    host = start_docker_engine()
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DOCKER_HOST", host)
-    try:
-        yield host
-    finally:
-        mp.undo()
 
 
 def test_dagster_graph_with_a_docker_sandbox(tmp_path: Path, model_url: str, docker_host: str,

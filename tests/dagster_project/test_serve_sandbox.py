@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,12 +14,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks import get_benchmark
 from benchmarks.builtin.humaneval import HumanEval
-from benchmarks.datasets import set_data_dir
 from nel_resources.processes import ManagedProcess, start_on_free_port
 from nel_resources.sandboxes.docker import docker_cli
-from tests.support import require_real_component
+from tests.support import require_bwrap
 from tests.support.cli import run_nel
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.reference import http_json
@@ -28,14 +25,6 @@ from tests.support.waiting import PROCESS_START_S
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 4
-
-
-@pytest.fixture(scope="module")
-def humaneval(data_dir: Path) -> HumanEval:
-    set_data_dir(data_dir)
-    env = get_benchmark("humaneval")
-    assert isinstance(env, HumanEval)
-    return env
 
 
 def start_serve(args: list[str], env: dict[str, str] | None = None) -> tuple[ManagedProcess, str]:
@@ -71,8 +60,7 @@ def verify(base: str, env: HumanEval, idx: int, response: str, **extra: Any) -> 
 
 @pytest.fixture(scope="module")
 def local_server(humaneval: HumanEval, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    require_bwrap()
     block = tmp_path_factory.mktemp("sbx") / "sandbox.yaml"
     block.write_text("concurrency: 2\ntimeout: 60\n")  # `--sandbox` adds the type
     proc, base = start_serve(["-b", "humaneval", "--sandbox", "local", "--sandbox-config", str(block),

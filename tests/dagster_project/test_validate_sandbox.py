@@ -4,22 +4,12 @@ benchmark from the CLI, each answer run with its tests in a real bubblewrap sand
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import pytest
-
-from tests.support import require_real_component
 from tests.support.cli import run_nel
 
 
-@pytest.fixture(scope="module")
-def bwrap(data_dir: Path) -> None:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
-
-
-def test_gold_passes_and_wrong_gold_fails_in_a_local_sandbox(bwrap: None) -> None:
+def test_gold_passes_and_wrong_gold_fails_in_a_local_sandbox(bwrap: None, data_dir: Path) -> None:
     gold = run_nel("validate", "-b", "humaneval", "-s", "5", "--sandbox", "local", "--json", timeout=300)
     assert gold.returncode == 0, gold.stderr
     assert json.loads(gold.stdout) | {"failures": []} == {

@@ -3,6 +3,7 @@
 from tests.support.realcomponents import (
     in_ci,
     llama_model_path,
+    require_bwrap,
     require_real_component,
     start_llama_server,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "http_json",
     "in_ci",
     "llama_model_path",
+    "require_bwrap",
     "require_real_component",
     "reset_server_stats",
     "server_stats",

@@ -27,6 +27,14 @@ def require_real_component(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def require_bwrap() -> None:
+    """Bubblewrap, for the `local` sandbox: skip locally / fail in CI when it is missing."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+
+
 def llama_model_path() -> Path:
     """The tiny GGUF model: ``NEL_TEST_MODEL`` or ``<repo>/../shared/models/stories260K.gguf``."""
     default = REPO_ROOT.parent / "shared" / "models" / "stories260K.gguf"

@@ -9,23 +9,20 @@ module; the problems run concurrently up to the factory's `concurrency`.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import VerifyResult, get_benchmark
 from benchmarks.builtin.humaneval import CHAT_TEMPLATE, HumanEval
-from benchmarks.datasets import set_data_dir
 from benchmarks.errors import NelError
 from nel_resources.config import SandboxConfig
 from nel_resources.sandboxes.base import SandboxFactory, SandboxSpec, running
 from nel_resources.sandboxes.factory import make_factory
-from tests.support import require_real_component
-from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+from tests.support import require_bwrap
+from tests.support.docker_engine import BASE_IMAGE
 
 # The return value of the canonical solution, perturbed: a plausible wrong answer that the
 # problem's own tests must catch.
@@ -59,25 +56,15 @@ def broken_response(env: HumanEval, idx: int) -> str:
             + PERTURB.format(ep=row["entry_point"]) + "```")
 
 
-@pytest.fixture(scope="module")
-def humaneval(data_dir: Path) -> HumanEval:
-    set_data_dir(data_dir)
-    env = get_benchmark("humaneval")
-    assert isinstance(env, HumanEval)
-    return env
-
-
 @pytest.fixture(scope="module", params=["local", "docker"])
 def sandboxes(request: pytest.FixtureRequest) -> Iterator[SandboxFactory]:
     """One factory of each type for the module (closed at the end)."""
     kind: str = request.param
     cfg: dict[str, Any] = {"type": kind, "concurrency": 4}
-    if kind == "local" and shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    if kind == "local":
+        require_bwrap()
     if kind == "docker":
-        mp = pytest.MonkeyPatch()
-        mp.setenv("DOCKER_HOST", start_docker_engine())
-        request.addfinalizer(mp.undo)
+        request.getfixturevalue("docker_host")
         cfg["image"] = BASE_IMAGE
     factory = make_factory(SandboxConfig(**cfg))
     yield factory

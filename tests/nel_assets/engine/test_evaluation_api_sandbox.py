@@ -5,32 +5,17 @@ as `sandbox=` or as the config's `sandbox:`; without one the run is refused befo
 from __future__ import annotations
 
 import asyncio
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import get_benchmark
 from benchmarks.builtin.humaneval import HumanEval
-from benchmarks.datasets import set_data_dir
 from benchmarks.errors import NelError
 from nel_assets.engine.evaluation_api import run_evaluation
 from nel_assets.engine.solvers import ChatSolver
 from nel_resources.model_client import ModelClient
-from tests.support import require_real_component
 
 N = 3
-
-
-@pytest.fixture(scope="module")
-def humaneval(data_dir: Path) -> HumanEval:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
-    set_data_dir(data_dir)
-    env = get_benchmark("humaneval")
-    assert isinstance(env, HumanEval)
-    return env
 
 
 def answers(env: HumanEval) -> list[dict[str, str]]:
@@ -57,7 +42,7 @@ def evaluate(env: HumanEval, url: str, **kwargs: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("how", ["argument", "config"])
-def test_run_evaluation_scores_humaneval_in_a_local_sandbox(humaneval: HumanEval, reference_server,
+def test_run_evaluation_scores_humaneval_in_a_local_sandbox(bwrap: None, humaneval: HumanEval, reference_server,
                                                             how: str) -> None:
     url = reference_server(answers=answers(humaneval))
     block = {"type": "local", "concurrency": 2}

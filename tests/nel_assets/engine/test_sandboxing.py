@@ -5,16 +5,14 @@ every sandbox stopped, stateful vs stateless, the missing-sandbox refusal."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import SeedResult, get_benchmark
+from benchmarks import SeedResult
 from benchmarks.builtin.humaneval import HumanEval
-from benchmarks.datasets import set_data_dir
 from benchmarks.errors import NelError
 from nel_assets.engine.loop import ShardSpec, run_shard
 from nel_assets.engine.sandboxing import SandboxPool, check_sandbox, sandbox_pool
@@ -24,7 +22,7 @@ from nel_resources.reference_server import start_reference_server
 from nel_resources.sandboxes.base import Sandbox, SandboxFactory, SandboxSpec
 from nel_resources.sandboxes.factory import make_factory
 from nel_resources.specs import resolve
-from tests.support import require_real_component, server_stats
+from tests.support import server_stats
 
 N = 8
 
@@ -67,16 +65,6 @@ class Counting:
 
 
 @pytest.fixture(scope="module")
-def humaneval(data_dir: Path) -> HumanEval:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
-    set_data_dir(data_dir)
-    env = get_benchmark("humaneval")
-    assert isinstance(env, HumanEval)
-    return env
-
-
-@pytest.fixture(scope="module")
 def gold_server(humaneval: HumanEval) -> Iterator[str]:
     # The barrier holds every answer until N requests are in flight at once: the run only
     # finishes if the model's concurrency is not held back by the sandboxes' bound.
@@ -89,7 +77,7 @@ def gold_server(humaneval: HumanEval) -> Iterator[str]:
         proc.stop()
 
 
-def test_sandbox_concurrency_is_bounded_apart_from_the_models(humaneval: HumanEval,
+def test_sandbox_concurrency_is_bounded_apart_from_the_models(bwrap: None, humaneval: HumanEval,
                                                               gold_server: str) -> None:
     probe = Counting(make_factory(SandboxConfig(type="local", concurrency=2)))
 
@@ -111,9 +99,8 @@ def test_sandbox_concurrency_is_bounded_apart_from_the_models(humaneval: HumanEv
     assert probe.started == probe.stopped == N and probe.alive == 0  # one per sample, all stopped
 
 
-def test_stateful_shares_one_sandbox_and_stateless_hands_over_a_volume(tmp_path: Path) -> None:
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+def test_stateful_shares_one_sandbox_and_stateless_hands_over_a_volume(tmp_path: Path,
+                                                                      bwrap: None) -> None:
     seed = SeedResult("p", "e")
 
     async def main() -> tuple[bool, str, bool]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -18,8 +17,8 @@ from nel_resources.config import SandboxConfig
 from nel_resources.sandboxes.base import SandboxFactory
 from nel_resources.sandboxes.factory import make_factory
 from nel_resources.sandboxes.limits import Limits
-from tests.support import require_real_component
-from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+from tests.support import require_bwrap
+from tests.support.docker_engine import BASE_IMAGE
 
 T = TypeVar("T")
 
@@ -34,22 +33,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-@pytest.fixture(scope="session")
-def docker_host() -> Iterator[str]:
-    """The project's Docker engine, DOCKER_HOST exported for the sandbox's docker CLI."""
-    host = start_docker_engine()
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DOCKER_HOST", host)
-    try:
-        yield host
-    finally:
-        mp.undo()
-
-
 def _check_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
-    if kind == "local" and shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    if kind == "local":
+        require_bwrap()
     if kind == "docker":
         request.getfixturevalue("docker_host")
     return kind

@@ -16,7 +16,7 @@ from nel_resources.sandboxes import SandboxError, SandboxFactory, SandboxSpec, V
 from nel_resources.sandboxes.factory import make_factory
 from nel_resources.sandboxes.limits import parse_size
 from tests.nel_resources.sandboxes.conftest import run
-from tests.support import require_real_component
+from tests.support import require_bwrap
 
 Make = Callable[..., SandboxFactory]
 
@@ -207,8 +207,7 @@ def test_factory_errors_are_one_line() -> None:
 def test_local_sandbox_failures_are_sandbox_errors(tmp_path: Path) -> None:
     """What bubblewrap itself cannot do (here: bind a volume that does not exist) is the
     sandbox's error, never a failed program."""
-    if shutil.which("bwrap") is None:
-        require_real_component("bubblewrap (bwrap) is not installed: run `make system-deps`")
+    require_bwrap()
     from nel_resources.sandboxes.local import LocalSandboxFactory
 
     async def go() -> None:
