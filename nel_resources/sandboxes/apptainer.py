@@ -24,7 +24,12 @@ from pathlib import Path
 
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes._capped import run_capped
-from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.base import (
+    ExecResult,
+    FixedConcurrencyFactory,
+    SandboxError,
+    SandboxSpec,
+)
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
@@ -157,7 +162,7 @@ class ApptainerSandbox:
         return self._host_dir / p
 
 
-class ApptainerSandboxFactory:
+class ApptainerSandboxFactory(FixedConcurrencyFactory):
     """A configured `apptainer` block."""
 
     def __init__(self, cfg: SandboxConfig) -> None:
@@ -165,18 +170,11 @@ class ApptainerSandboxFactory:
         if reason:
             raise SandboxError(f"apptainer sandbox: {reason}")
         self.settings = ApptainerSettings.from_config(cfg)
-        self._concurrency = cfg.concurrency
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
+        super().__init__(cfg.concurrency)
 
     def create(self, spec: SandboxSpec) -> ApptainerSandbox:
         """A new sandbox for `spec` (not started)."""
         return ApptainerSandbox(spec, self.settings)
-
-    async def aclose(self) -> None:
-        """Nothing is kept between sandboxes."""
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:

@@ -106,6 +106,22 @@ class SandboxFactory(Protocol):
         """Release what the factory keeps between sandboxes (warm containers, clients)."""
 
 
+class FixedConcurrencyFactory:
+    """What most factories share: a concurrency fixed when the block is read, and nothing
+    kept between sandboxes to release (subclasses that keep something override `aclose`)."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._concurrency = concurrency
+
+    @property
+    def concurrency(self) -> int:
+        """How many sandboxes of this block may be alive at once."""
+        return self._concurrency
+
+    async def aclose(self) -> None:
+        """Nothing is kept between sandboxes."""
+
+
 class SandboxError(NelError):
     """The sandbox itself failed (could not start, engine gone) or cannot be made as
     configured: not the program's fault. The message is one line saying what to fix."""

@@ -14,7 +14,13 @@ import inspect
 from typing import Any
 
 from nel_resources.config.benchmarks import SandboxConfig
-from nel_resources.sandboxes.base import Sandbox, SandboxError, SandboxFactory, SandboxSpec
+from nel_resources.sandboxes.base import (
+    FixedConcurrencyFactory,
+    Sandbox,
+    SandboxError,
+    SandboxFactory,
+    SandboxSpec,
+)
 from nel_resources.sandboxes.limits import Limits
 
 _FACTORY = ("create", "aclose", "concurrency")
@@ -35,24 +41,18 @@ def load_class(class_path: str) -> type:
     return obj
 
 
-class _PerProblemFactory:
+class _PerProblemFactory(FixedConcurrencyFactory):
     """Makes one user sandbox per problem: `cls(spec, **config)`."""
 
     def __init__(self, cls: type, config: dict[str, Any], concurrency: int) -> None:
-        self._cls, self._config, self._concurrency = cls, config, concurrency
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
+        self._cls, self._config = cls, config
+        super().__init__(concurrency)
 
     def create(self, spec: SandboxSpec) -> Sandbox:
         sandbox = self._cls(spec, **self._config)
         if not isinstance(sandbox, Sandbox):
             raise SandboxError(f"{self._cls.__name__}(spec, ...) is not a nel Sandbox")
         return sandbox
-
-    async def aclose(self) -> None:
-        """Nothing is kept between sandboxes."""
 
 
 def check_class(class_path: str) -> tuple[type, bool]:

@@ -44,7 +44,12 @@ from typing import Any
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.processes import _restore_default_signals
 from nel_resources.sandboxes import exec_server
-from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.base import (
+    ExecResult,
+    FixedConcurrencyFactory,
+    SandboxError,
+    SandboxSpec,
+)
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
@@ -525,16 +530,12 @@ class EcsFargateSandbox:
         return str(p if p.is_absolute() else Path(self._spec.workdir) / p)
 
 
-class EcsFargateSandboxFactory:
+class EcsFargateSandboxFactory(FixedConcurrencyFactory):
     """A configured `ecs_fargate` block (refused before any request if it cannot run)."""
 
     def __init__(self, cfg: SandboxConfig, *, poll_s: float = 2.0) -> None:
         self.control = EcsTaskControl(EcsSettings.from_config(cfg), poll_s=poll_s)
-        self._concurrency = cfg.concurrency
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
+        super().__init__(cfg.concurrency)
 
     def create(self, spec: SandboxSpec) -> EcsFargateSandbox:
         """A new sandbox for `spec` (not started)."""

@@ -43,7 +43,12 @@ from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.config.deployment import NodePool
 from nel_resources.sandboxes._capped import run_capped
 from nel_resources.sandboxes._reaper import REAPER_SOURCE
-from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
+from nel_resources.sandboxes.base import (
+    ExecResult,
+    FixedConcurrencyFactory,
+    SandboxError,
+    SandboxSpec,
+)
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.local import bwrap_argv, host_python
 
@@ -397,7 +402,7 @@ async def _run(argv: list[str]) -> str:
     return out.decode(errors="replace")
 
 
-class SlurmSandboxFactory:
+class SlurmSandboxFactory(FixedConcurrencyFactory):
     """A configured `slurm` block: makes sandboxes; at most `concurrency` are alive at once
     (the block's `concurrency`, and no more than the pool's nodes × `slots_per_node`)."""
 
@@ -409,18 +414,12 @@ class SlurmSandboxFactory:
         self.settings = SlurmSettings.from_config(cfg, node_pools=node_pools,
                                                   shared_dir=shared_dir)
         pool = (node_pools or {}).get(cfg.node_pool or "")
-        self._concurrency = min(cfg.concurrency, (pool.nodes if pool else 1) * cfg.slots_per_node)
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
+        # each sandbox cancels its own allocation: nothing is kept between them
+        super().__init__(min(cfg.concurrency, (pool.nodes if pool else 1) * cfg.slots_per_node))
 
     def create(self, spec: SandboxSpec) -> SlurmSandbox:
         """A new sandbox for `spec` (not started)."""
         return SlurmSandbox(spec, self.settings)
-
-    async def aclose(self) -> None:
-        """Nothing is kept between sandboxes: each one cancels its own allocation."""
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> SlurmSandboxFactory:
