@@ -129,14 +129,15 @@ class GymDelegationSolver:
             if self._agent_url is not None:
                 return self._agent_url
             url = f"{self.gym_url}/server_instances"
+            wait = min(_DISCOVERY_TIMEOUT, self.timeout)
             try:
                 async with self._session().get(
-                        url, timeout=aiohttp.ClientTimeout(total=_DISCOVERY_TIMEOUT)) as resp:
+                        url, timeout=aiohttp.ClientTimeout(total=wait)) as resp:
                     raw = await resp.read()
                     status = resp.status
             except TimeoutError:
                 raise GymAgentError(f"NeMo Gym head server {self.gym_url}: no answer to "
-                                    f"/server_instances within {_DISCOVERY_TIMEOUT:g}s",
+                                    f"/server_instances within {wait:g}s",
                                     "timeout") from None
             except (aiohttp.ClientError, OSError) as exc:
                 raise GymAgentError(f"NeMo Gym at {self.gym_url} unreachable "

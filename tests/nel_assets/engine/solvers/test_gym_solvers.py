@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +295,66 @@ def test_gym_run_body_is_the_rows_rollout_request(stack: Stack) -> None:
     assert body["expected_count"] == row["expected_count"]
     assert body["initial_count"] == row["initial_count"]
     assert "gym_row" not in gym_run_body(SeedResult("p", "", metadata={"gym_row": 3}))
+
+
+class _BrokenAgent(BaseHTTPRequestHandler):
+    """An HTTP server that is no Gym head (404 at /server_instances) and answers `/run` with
+    a body that is not a rollout, or (`hang` set on the server) not at all until released."""
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        release: threading.Event | None = getattr(self.server, "hang", None)
+        if release is not None:
+            release.wait()
+            return
+        body = b"<html>gateway error</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_hung_and_malformed_servers_fail_the_sample_with_a_reason() -> None:
+    broken_server = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenAgent)
+    hung_server = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenAgent)
+    release = threading.Event()
+    hung_server.hang = release  # type: ignore[attr-defined]
+    for srv in (broken_server, hung_server):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    silent = socket.socket()  # accepts connections (the kernel's backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+
+    async def go() -> None:
+        broken = GymDelegationSolver(f"http://127.0.0.1:{broken_server.server_port}",
+                                     trust_reward=True)
+        hung = GymDelegationSolver(f"http://127.0.0.1:{hung_server.server_port}", timeout=0.5)
+        tools = GymResourceTools(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5,
+                                 max_output_chars=4096)
+        try:
+            r = await broken.solve(SeedResult("q", "1"), SolveContext("0:0"))
+            assert r.failure_category == "gym_malformed_reply" and "not JSON" in str(r.error)
+            r = await hung.solve(SeedResult("q", "1"), SolveContext("0:0"))
+            assert r.failure_category == "timeout" and "no rollout within" in str(r.error)
+            out = await tools.call("anything", {}, SolveContext("0:0"))
+            assert out.error is not None and "GET /openapi.json" in out.error
+        finally:
+            for closeable in (broken, hung, tools):
+                await closeable.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        release.set()
+        silent.close()
+        for srv in (broken_server, hung_server):
+            srv.shutdown()
+            srv.server_close()
