@@ -35,6 +35,7 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
     "tests/benchmarks/test_gym_rollouts.py",  # ~155 s under load: NeMo Gym's stack, Ray
+    "tests/nel_assets/engine/solvers/test_gym_solvers.py",  # ~75-120 s: ng_run, Ray
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
