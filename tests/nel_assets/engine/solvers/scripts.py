@@ -49,6 +49,11 @@ PROBE_SCRIPT: list[dict[str, Any]] = [
     {"match": "probe-flood", "turns": [
         {"tool_calls": [call("bash", command="yes | head -c 10M")]},
         {"content": "flooded"}]},
+    {"match": "probe-artifact", "turns": [
+        {"tool_calls": [call("bash", command=(
+            "git init -q && git -c user.email=nel@localhost -c user.name=nel commit -q "
+            "--allow-empty -m base && echo hello > new.txt && printf 'x\\n' > tracked.txt"))]},
+        {"content": "done"}]},
     {"match": "probe-loop", "repeat_last": True, "turns": [
         {"tool_calls": [call("bash", command="echo again && exit 3")]}]},
 ]

@@ -46,7 +46,8 @@ class Probes(EvalEnvironment):
     tool result it saw) says what happened."""
 
     name = "probes"
-    PROMPTS: ClassVar[list[str]] = ["probe-errors", "probe-hang", "probe-flood", "probe-loop"]
+    PROMPTS: ClassVar[list[str]] = ["probe-errors", "probe-hang", "probe-flood", "probe-loop",
+                                    "probe-artifact"]
 
     def __len__(self) -> int:
         return len(self.PROMPTS)
@@ -140,7 +141,7 @@ def test_the_responses_api_drives_the_same_loop(url: str) -> None:
 
 def test_tool_calls_that_go_wrong_end_with_recorded_reasons(url: str) -> None:
     rows = run(Probes(), url, {"type": "local"}, tool_timeout=2.0, max_turns=4,
-               max_output_chars=1000)
+               max_output_chars=1000, indices=[0, 1, 2, 3])
     errors, hang, flood, loop = rows
     # an unknown tool and malformed arguments are both answered to the model, in order
     unknown, malformed = observations(errors)
@@ -168,6 +169,16 @@ def test_tool_calls_that_go_wrong_end_with_recorded_reasons(url: str) -> None:
     assert loop["error"] == ("max_turns_exhausted: the model still called tools after 4 turns; "
                              "last tool failure: bash() failed on turn 4 with exit code 3")
     assert steps(loop)[-1]["extra"]["failure_category"] == "max_turns_exhausted"
+
+
+def test_sandbox_artifact_answers_with_the_workdir_as_a_patch(url: str) -> None:
+    if shutil.which("git") is None:
+        require_real_component("git is not installed (the artifact is a git diff)")
+    (row,) = run(Probes(), url, {"type": "local"}, indices=[4], response_mode="sandbox_artifact")
+    # the model said "done"; the answer is what it left in the sandbox, new files included
+    assert row["response"].startswith("diff --git a/new.txt b/new.txt"), row["response"]
+    assert "+hello" in row["response"] and "tracked.txt" in row["response"]
+    assert steps(row)[-1]["extra"]["exit_code"] == 0
 
 
 def agent_args(row: dict[str, Any]) -> list[Any]:
