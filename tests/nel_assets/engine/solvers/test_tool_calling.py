@@ -181,6 +181,38 @@ def test_sandbox_artifact_answers_with_the_workdir_as_a_patch(url: str) -> None:
     assert steps(row)[-1]["extra"]["exit_code"] == 0
 
 
+def test_turns_go_through_the_interceptor_chain_as_one_session_per_sample(url: str) -> None:
+    """`turn_counter` sees each sample as one session (session id = sample id): with a
+    budget of 3 turns, the 4-turn task is stopped on its 4th call and the row says so, with
+    the three turns it made; the 2-turn task is untouched."""
+    from nel_resources.config import ServiceConfig
+    from nel_resources.model_client import client_for_service
+
+    svc = ServiceConfig(type="api", url=url, model="ref", protocol="chat_completions",
+                        interceptors=[{"name": "turn_counter", "config": {"max_turns": 3}}])
+
+    async def go() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        client = client_for_service(svc)
+        try:
+            async with open_factory(SandboxConfig(type="local")) as factory:
+                spec = ShardSpec(benchmark="agent_tasks", model="ref", model_id="ref", shard=0,
+                                 indices=[0, 2], sandboxes=SandboxPool(factory),
+                                 solver=ToolCallingSolver(client, [SandboxTools()]))
+                rows = await run_shard(AgentTasks(), client, spec)
+            assert client.chain is not None
+            return rows, client.chain.stats()
+        finally:
+            await client.close()
+
+    (fix_add, count), stats = asyncio.run(go())
+    assert stats["turn_sessions"] == 2 and stats["turns_refused"] == 1, stats
+    assert fix_add["reward"] is None and fix_add["failure_category"] == "interceptor"
+    assert fix_add["error"].startswith("model call on turn 4 failed: ")
+    assert "turn budget exhausted: turn 4 of max_turns=3 for session 0:0" in fix_add["error"]
+    assert fix_add["turns"] == 3 and fix_add["tool_calls"] == 3
+    assert count["reward"] == 1.0 and count["turns"] == 2
+
+
 def agent_args(row: dict[str, Any]) -> list[Any]:
     return [c["arguments"] for s in steps(row) if s["source"] == "agent" for c in s["tool_calls"]]
 
