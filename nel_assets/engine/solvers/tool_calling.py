@@ -217,8 +217,8 @@ class ToolCallingSolver:
                 out = await asyncio.wait_for(src.call(call.name, call.arguments, ctx),
                                              self.tool_timeout + TOOL_TIMEOUT_GRACE_S)
             except TimeoutError:
-                out = ToolOutcome(f"Error: {call.name} did not finish within "
-                                  f"{self.tool_timeout:g}s and was abandoned",
+                out = ToolOutcome(f"Error: {call.name} timed out after {self.tool_timeout:g}s "
+                                  "and was abandoned",
                                   error=f"timed out after {self.tool_timeout:g}s")
             except Exception as exc:  # a source must return failures; one that raises is recorded
                 msg = f"{type(exc).__name__}: {exc}"
