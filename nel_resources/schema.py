@@ -21,10 +21,12 @@ FAILURE_CATEGORIES = (
     "judge_error",
     "error",
     "max_turns_exhausted",
+    "tool_error",
 )
 """Failure categories. `refusal`, `format_error` and `empty_response` are scored rows
-(reward 0); `timeout`, `rate_limit`, `auth`, `judge_error`, `error` and (agentic solvers)
-`max_turns_exhausted` are failures (reward null): they never count as a wrong answer."""
+(reward 0); `timeout`, `rate_limit`, `auth`, `judge_error`, `error` and, for agentic solvers,
+`max_turns_exhausted` and `tool_error` (a tool source could not serve the sample at all; one
+failed tool call is not one) are failures (reward null): they never count as a wrong answer."""
 
 RESULT_SCHEMA = pa.schema(
     [

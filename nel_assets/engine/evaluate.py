@@ -284,6 +284,9 @@ def evaluate_shard(
                                        on_progress=on_progress)
             finally:
                 await env.close()  # remote (gym://) environments hold an HTTP session
+                close_tools = getattr(spec.solver, "close_tools", None)
+                if close_tools is not None:
+                    await close_tools()  # tool sources' HTTP sessions
             if client.chain is not None:
                 await client.chain.close()  # commit cache writes before the stats are read
                 chain_stats.update(client.chain.stats())

@@ -133,10 +133,20 @@ class ToolCallingSolver:
         try:
             return await self._solve(task, ctx)
         finally:
+            # Sources that keep per-sample state (a bash working directory, a Gym session
+            # cookie) forget it here.
             for src in self.sources:
-                end = getattr(src, "end_sample", None)
-                if end is not None:
-                    end(ctx)
+                for hook in ("end_sample", "end_session"):
+                    end = getattr(src, hook, None)
+                    if end is not None:
+                        end(ctx)
+
+    async def close_tools(self) -> None:
+        """Release what the tool sources hold between samples (HTTP sessions)."""
+        for src in self.sources:
+            close = getattr(src, "close", None)
+            if close is not None:
+                await close()
 
     async def _solve(self, task: SeedResult, ctx: SolveContext) -> SolveResult:
         route, specs = await self.routes(ctx)
@@ -150,6 +160,21 @@ class ToolCallingSolver:
              "message": _text(m.get("content"))}
             for m in messages if m.get("role") in ("system", "user")]
         result = SolveResult(response="", steps=steps)
+        for src in self.sources:
+            # A source with per-sample sessions (a Gym resources server's `seed_session`)
+            # opens the sample's session before the first turn.
+            opener = getattr(src, "open_session", None)
+            if opener is None:
+                continue
+            opened = await opener(task, ctx)
+            if opened is not None and opened.error is not None:
+                result.error = f"{_source_name(src)}: opening the sample's session failed: {opened.error}"[:1000]
+                result.failure_category = "tool_error"
+                steps.append({"source": "system", "message": result.error,
+                              "extra": {"failure_category": "tool_error"}})
+                for i, st in enumerate(steps, start=1):
+                    st["step_id"] = i
+                return result
         failures: list[str] = []
         n_calls = 0
         resp: ModelResponse | None = None

@@ -237,6 +237,30 @@ def test_a_tool_declared_by_two_sources_is_a_config_error_naming_both(url: str) 
         asyncio.run(solver.routes(SolveContext("0:0", sandbox=object())))
 
 
+class _Sessions(_Named):
+    """A source with per-sample sessions whose session cannot open."""
+
+    def __init__(self) -> None:
+        super().__init__("gym:tools")
+        self.ended: list[str] = []
+
+    async def open_session(self, task: SeedResult, ctx: SolveContext) -> ToolOutcome:
+        return ToolOutcome("", error="HTTP 503 from /seed_session")
+
+    def end_session(self, ctx: SolveContext) -> None:
+        self.ended.append(ctx.sample_id)
+
+
+def test_a_source_whose_session_cannot_open_fails_the_sample_before_any_turn(url: str) -> None:
+    src = _Sessions()
+    before = server_stats(url)["total_requests"]
+    res = asyncio.run(ToolCallingSolver(ModelClient(url, model="ref"), [src]).solve(
+        SeedResult("probe-errors", ""), SolveContext("7:1")))
+    assert res.failure_category == "tool_error" and res.turns == 0
+    assert res.error == "gym:tools: opening the sample's session failed: HTTP 503 from /seed_session"
+    assert src.ended == ["7:1"] and server_stats(url)["total_requests"] == before
+
+
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
     host = start_docker_engine()
