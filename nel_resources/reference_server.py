@@ -56,6 +56,7 @@ __all__ = [
     "AnswerBook",
     "ReferenceApp",
     "ServerConfig",
+    "ToolScript",
     "main",
     "serve",
     "start_reference_server",
@@ -72,6 +73,7 @@ _RATES = ("fail_rate", "status_429_rate", "hang_rate", "drop_rate", "reset_rate"
 _JSON_HEADERS = b"Content-Type: application/json\r\n"
 _SSE_HEADERS = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 _TOKEN_RE = re.compile(r"\S+")
+_TOOL_ITEMS = ("function_call", "function_call_output")
 
 
 def _status_line(code: int) -> bytes:
@@ -123,6 +125,9 @@ class ServerConfig:
     # Keep the last N request bodies (parsed) in /stats as `bodies`: tests check what an
     # interceptor chain really sent.
     record_bodies: int = 0
+    # A JSONL script of tool-calling turns per prompt (see `ToolScript`): the model then
+    # answers with tool calls, turn by turn, as an agent would.
+    tool_script: str | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -187,6 +192,96 @@ class AnswerBook:
             if needle in prompt:
                 return answer
         return None
+
+
+class ToolScript:
+    """Scripted tool-calling turns: how a test makes the reference server act as an agent.
+
+    Each JSONL row is ``{"match": <substring of the user prompt>, "turns": [...],
+    "repeat_last": false}``. A conversation's turn number is the count of assistant turns
+    after its last user message; turn k answers with ``turns[k]``:
+
+    - ``{"tool_calls": [{"name": "bash", "arguments": {...}}, ...], "content": "..."}``
+      (several calls = parallel calls in one turn; ``"arguments_raw": "<text>"`` sends the
+      arguments verbatim, e.g. malformed JSON);
+    - ``{"content": "..."}``: a final answer. ``{last_tool}`` in it is replaced by the
+      last tool result the conversation carries (so the answer depends on what the tool
+      really returned).
+
+    Past the last turn the server repeats it when ``repeat_last`` (a model that never stops
+    calling tools), else it answers with the server's default content.
+    """
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.rows: list[tuple[str, list[dict[str, Any]], bool]] = []
+        for i, row in enumerate(rows):
+            turns = row.get("turns")
+            if not isinstance(row.get("match"), str) or not isinstance(turns, list) or not turns:
+                raise ValueError(f"tool script row {i + 1} needs a string 'match' and a "
+                                 f"non-empty 'turns' list")
+            self.rows.append((row["match"], [dict(t) for t in turns], bool(row.get("repeat_last"))))
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> ToolScript:
+        """Load rows from a JSON-lines file (blank lines ignored)."""
+        with open(path, "rb") as fh:
+            return cls(orjson.loads(line) for line in fh if line.strip())
+
+    def turn(self, prompt: str, done_turns: int) -> dict[str, Any] | None:
+        """The scripted turn for ``prompt`` after ``done_turns`` assistant turns, or None."""
+        for needle, turns, repeat in self.rows:
+            if needle in prompt:
+                if done_turns < len(turns):
+                    return turns[done_turns]
+                return turns[-1] if repeat else None
+        return None
+
+
+def _script_calls(turn: Mapping[str, Any], turn_no: int) -> list[tuple[str, str, str]]:
+    """(call id, tool name, arguments text) of a scripted turn's tool calls."""
+    out = []
+    for i, call in enumerate(turn.get("tool_calls") or []):
+        raw = call.get("arguments_raw")
+        args = raw if isinstance(raw, str) else orjson.dumps(call.get("arguments") or {}).decode()
+        out.append((f"call_{turn_no}_{i}", str(call.get("name", "")), args))
+    return out
+
+
+def _chat_state(messages: list[Any]) -> tuple[int, str]:
+    """(assistant turns after the last user message, the last tool result's text)."""
+    turns, last_tool = 0, ""
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role = msg.get("role")
+        if role == "user":
+            turns = 0
+        elif role == "assistant":
+            turns += 1
+        elif role == "tool":
+            last_tool = _text_of(msg.get("content"))
+    return turns, last_tool
+
+
+def _responses_state(items: list[Any]) -> tuple[int, str]:
+    """As `_chat_state` for Responses-API input items: a run of `function_call` items (and
+    the assistant message before them) is one turn."""
+    turns, last_tool, in_turn = 0, "", False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind, role = item.get("type"), item.get("role")
+        if role == "user":
+            turns, in_turn = 0, False
+        elif kind == "function_call" or role == "assistant":
+            if not in_turn:
+                turns += 1
+            in_turn = True
+            continue
+        elif kind == "function_call_output":
+            last_tool = str(item.get("output", ""))
+        in_turn = False
+    return turns, last_tool
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -307,6 +402,7 @@ class ReferenceApp:
         self._seq = 0
         self._truncate = False  # set by _fault for the request being dispatched
         self._barrier_open: asyncio.Event | None = None
+        self.script = ToolScript.from_jsonl(config.tool_script) if config.tool_script else None
         self.reset()
 
     def reset(self) -> None:
@@ -661,6 +757,11 @@ class ReferenceApp:
         fault = self._fault(prompt, req.get("seed"))
         if fault is not None:
             return fault
+        if self.script is not None:
+            done, last_tool = _chat_state(messages)
+            turn = self.script.turn(prompt, done)
+            if turn is not None:
+                return self._scripted_chat(model, turn, done, last_tool, prompt_tokens)
         n = self._n_choices(req)
         content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, req, False)
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -700,10 +801,17 @@ class ReferenceApp:
             raise _BadRequest("'input' must be a string or a non-empty list of messages")
         if isinstance(req.get("instructions"), str):
             messages = [{"role": "system", "content": req["instructions"]}, *messages]
-        model, prompt, prompt_tokens = self._observe_messages(req, messages)
+        # Tool-call items (`function_call`, `function_call_output`) carry no role.
+        said = [m for m in messages if not (isinstance(m, dict) and m.get("type") in _TOOL_ITEMS)]
+        model, prompt, prompt_tokens = self._observe_messages(req, said)
         fault = self._fault(prompt, req.get("seed"))
         if fault is not None:
             return fault
+        if self.script is not None:
+            done, last_tool = _responses_state(messages)
+            turn = self.script.turn(prompt, done)
+            if turn is not None:
+                return self._scripted_responses(model, turn, done, last_tool, prompt_tokens)
         gen_req = dict(req)
         if "max_output_tokens" in req:
             gen_req["max_tokens"] = req["max_output_tokens"]
@@ -725,6 +833,47 @@ class ReferenceApp:
                       "total_tokens": prompt_tokens + c_tokens,
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": r_tokens}},
+        }))
+
+    def _scripted_chat(self, model: Any, turn: Mapping[str, Any], turn_no: int, last_tool: str,
+                       prompt_tokens: int) -> Reply:
+        content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
+        calls = _script_calls(turn, turn_no)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = [{"id": cid, "type": "function",
+                                      "function": {"name": name, "arguments": args}}
+                                     for cid, name, args in calls]
+        c_tokens = len(content.split()) + sum(len(a.split()) for _, _, a in calls)
+        return Reply(200, orjson.dumps({
+            "id": self._next_id("chatcmpl"), "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": _usage(prompt_tokens, c_tokens, 0), "system_fingerprint": None,
+        }))
+
+    def _scripted_responses(self, model: Any, turn: Mapping[str, Any], turn_no: int,
+                            last_tool: str, prompt_tokens: int) -> Reply:
+        content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
+        calls = _script_calls(turn, turn_no)
+        output: list[dict[str, Any]] = []
+        if content:
+            output.append({"type": "message", "id": self._next_id("msg"), "role": "assistant",
+                           "status": "completed",
+                           "content": [{"type": "output_text", "text": content, "annotations": []}]})
+        output.extend({"type": "function_call", "id": self._next_id("fc"), "call_id": cid,
+                       "name": name, "arguments": args, "status": "completed"}
+                      for cid, name, args in calls)
+        c_tokens = len(content.split()) + sum(len(a.split()) for _, _, a in calls)
+        return Reply(200, orjson.dumps({
+            "id": self._next_id("resp"), "object": "response", "created_at": int(time.time()),
+            "model": model, "status": "completed", "output": output,
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": c_tokens,
+                      "total_tokens": prompt_tokens + c_tokens,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
         }))
 
     def _completion(self, req: dict[str, Any]) -> Reply | Later:
@@ -1129,6 +1278,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="every request fails with this status, echoing its headers in the body")
     p.add_argument("--record-bodies", type=int, default=d.record_bodies,
                    help="keep the last N request bodies in /stats (`bodies`)")
+    p.add_argument("--tool-script", help='JSONL rows {"match", "turns": [{"tool_calls": '
+                   '[{"name", "arguments"}]} | {"content"}], "repeat_last"}: answer with '
+                   "scripted tool calls (see ToolScript)")
     return p
 
 
@@ -1172,7 +1324,8 @@ def start_reference_server(
         timeout: Seconds to wait for the port file and ``/health``.
         log_path: Where the server's output goes (a temp file by default).
         **opts: ``ServerConfig`` fields, e.g. ``fail_rate=0.2, reasoning_mode="think"``.
-            ``answers`` may also be a list of row dicts (written to a temp JSONL file).
+            ``answers`` and ``tool_script`` may also be lists of row dicts (written to
+            temp JSONL files).
 
     Returns:
         The running :class:`ManagedProcess` (stop it!) and the base URL ending in ``/v1``.
@@ -1180,11 +1333,12 @@ def start_reference_server(
     from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-refserver-"))
-    answers = opts.get("answers")
-    if answers is not None and not isinstance(answers, (str, os.PathLike)):
-        path = workdir / "answers.jsonl"
-        path.write_bytes(b"".join(orjson.dumps(dict(r)) + b"\n" for r in answers))
-        opts["answers"] = str(path)
+    for key in ("answers", "tool_script"):
+        rows = opts.get(key)
+        if rows is not None and not isinstance(rows, (str, os.PathLike)):
+            path = workdir / f"{key}.jsonl"
+            path.write_bytes(b"".join(orjson.dumps(dict(r)) + b"\n" for r in rows))
+            opts[key] = str(path)
     port_file = workdir / "port"
     # -P: do not put nel_resources/ itself on sys.path (its modules could shadow the stdlib),
     # and running the file directly skips the package __init__ (no heavy imports at startup).

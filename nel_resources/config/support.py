@@ -145,9 +145,11 @@ def _check_benchmarks(cfg: NelConfig) -> None:
     for i, b in enumerate(cfg.benchmarks):
         at: tuple[Any, ...] = ("benchmarks", i)
         _check_name(b.name, (*at, "name"))
-        if b.solver.type != "simple":
+        if b.solver.type not in ("simple", "tool_calling"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
-                           "use `type: simple` (one model call per problem)")
+                           "use `type: simple` (one model call per problem) or `tool_calling`")
+        if b.solver.type == "tool_calling":
+            _check_tool_calling(cfg, b, at)
         if b.solver.generation is not None:
             raise _Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
                            "set them on the service (`services.<name>.generation`)")
@@ -161,6 +163,19 @@ def _check_benchmarks(cfg: NelConfig) -> None:
                 raise _Refusal((*at, key), what, f"remove `{key}`")
         for j, m in enumerate(b.scoring.metrics if b.scoring else []):
             _check_metric(m, (*at, "scoring", "metrics", j))
+
+
+def _check_tool_calling(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`tool_calling` runs with `sandbox_tools`; its Gym resource-server tools are not built yet."""
+    if b.solver.resource_service:
+        raise _Refusal((*at, "solver", "resource_service"), "tools from a NeMo Gym resource "
+                       "server (`resource_service`)", "use `sandbox_tools: true` for now")
+    if b.solver.sandbox_tools and (b.sandbox is None or b.sandbox.type == "none"):
+        path = (*at, "solver", "sandbox_tools")
+        raise ConfigError(f"{cfg._where}:{cfg.line_of(*path) or '?'}: key "
+                          f"{'.'.join(map(str, path))}: sandbox tools need a sandbox: add "
+                          "`sandbox: {type: local}` (or `{type: docker, image: ...}`) to the "
+                          "benchmark")
 
 
 # Sandbox types that run where their tool does; refused (with the reason) where it does not.

@@ -44,16 +44,16 @@ REFUSED_KEY = {
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
     "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "cluster.type",
     "20a_slurm_gym_runtime_apptainer": "cluster.type",
-    "21_tool_calling_gym": "benchmarks.0.solver.type",
-    "22_tool_calling_sandbox": "benchmarks.0.solver.type",
-    "23_tool_calling_combined": "benchmarks.0.solver.type",
+    "21_tool_calling_gym": "benchmarks.0.solver.resource_service",
+    "22_tool_calling_sandbox": None,
+    "23_tool_calling_combined": "benchmarks.0.solver.resource_service",
     "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
     "wt03_harness_uris": "benchmarks.0.name", "wt05_humaneval_sandbox": None,
     "wt06_swebench_harbor_ecs": "benchmarks.0.name",
     "wt07_gym_delegation": "benchmarks.0.solver.type",
-    "wt08_tool_calling_gym": "benchmarks.0.solver.type",
-    "wt09_tool_calling_sandbox": "benchmarks.0.solver.type",
-    "wt10_tool_calling_combined": "benchmarks.0.solver.type",
+    "wt08_tool_calling_gym": "benchmarks.0.solver.resource_service",
+    "wt09_tool_calling_sandbox": None,
+    "wt10_tool_calling_combined": "benchmarks.0.solver.resource_service",
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
     "wt13_slurm_vllm": "cluster.type", "wt14_slurm_sandbox_harbor": "cluster.type",
     "wt15_slurm_shards": "cluster.type", "wt16_container_uri": "benchmarks.0.name",
@@ -64,6 +64,9 @@ RUN_REFUSED = {
     # simpleqa is graded by an LLM judge and these suites give it none
     "17_suite_release": "simpleqa is graded by an LLM judge",
     "wt12_multi_benchmark_suite": "simpleqa is graded by an LLM judge",
+    # tool_calling with sandbox tools runs; the walkthrough's SWE-bench task files are not here
+    "22_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
+    "wt09_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
 }
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.
@@ -349,7 +352,7 @@ def test_service_types_nel_cannot_start_are_refused(tmp_path: Path, typ: str) ->
 def test_other_solvers_are_refused_and_checked(tmp_path: Path) -> None:
     gym = BASE.replace("benchmarks:", "  tools:\n    type: gym\n    url: http://127.0.0.1:5\nbenchmarks:")
     msg = _refusal(tmp_path, gym.replace("type: simple", "type: tool_calling\n      resource_service: tools"))
-    assert "key benchmarks.0.solver.type: the 'tool_calling' solver is not supported" in msg
+    assert "key benchmarks.0.solver.resource_service: tools from a NeMo Gym resource server" in msg
     _, err = _error(tmp_path, gym.replace("type: simple", "type: gym_delegation\n      gym_service: model"))
     assert "benchmarks.0.solver.gym_service: service 'model' must be a `type: gym` service" in err
     _, err = _error(tmp_path, BASE.replace("type: simple", "type: harbor"))
