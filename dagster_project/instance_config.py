@@ -20,7 +20,14 @@ from urllib.parse import urlsplit
 
 from benchmarks.errors import NelError
 
-__all__ = ["POSTGRES_URL_ENV", "instance_yaml", "open_instance", "postgres_url", "write_instance_yaml"]
+__all__ = [
+    "POSTGRES_URL_ENV",
+    "instance_yaml",
+    "open_instance",
+    "postgres_url",
+    "use_psycopg2_driver",
+    "write_instance_yaml",
+]
 
 #: The environment variable selecting the shared Postgres instance.
 POSTGRES_URL_ENV = "NEL_DAGSTER_POSTGRES_URL"
@@ -99,6 +106,15 @@ def postgres_url(environ: Mapping[str, str] | None = None) -> str | None:
     return "postgresql+psycopg2://" + url.split("://", 1)[1]
 
 
+def use_psycopg2_driver() -> str | None:
+    """Set the URL variable, for this process, to the form dagster-postgres can open (see
+    `postgres_url`), so every instance nel opens here works; returns it (None: not set)."""
+    url = postgres_url()
+    if url is not None:
+        os.environ[POSTGRES_URL_ENV] = url
+    return url
+
+
 def instance_yaml(home: Path, environ: Mapping[str, str] | None = None) -> str:
     """The dagster.yaml for `home`: shared Postgres when selected, else SQLite under `home`."""
     if postgres_url(environ) is not None:
@@ -114,6 +130,8 @@ def write_instance_yaml(home: Path, environ: Mapping[str, str] | None = None) ->
     A file nel wrote earlier is rewritten when the selection changed (SQLite -> Postgres or
     back), so setting or unsetting the variable takes effect on the next run.
     """
+    if environ is None:
+        use_psycopg2_driver()
     path = home / "dagster.yaml"
     want = instance_yaml(home, environ)
     try:
@@ -144,14 +162,13 @@ def open_instance(home: Path) -> Any:
     """
     import dagster as dg
 
-    url = postgres_url()
+    url = use_psycopg2_driver()
     if url is None:
         instance = dg.DagsterInstance.from_config(str(home))
         instance.get_dynamic_partitions("model")  # opens (creates) its storage
         return instance
     import psycopg2  # installed with dagster-postgres
 
-    os.environ[POSTGRES_URL_ENV] = url
     conn = psycopg2.connect("postgresql://" + url.split("://", 1)[1])
     try:
         conn.autocommit = True

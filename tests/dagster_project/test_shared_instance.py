@@ -68,7 +68,9 @@ def test_two_processes_share_one_postgres_instance(
     cfgs = {m: _config(tmp_path, m, url) for m in ("model-a", "model-b")}
 
     # Both at once, as two machines would: the first to open the instance creates its schema.
-    procs = {m: _start(c, env) for m, c in cfgs.items()}
+    # The second names the database with a bare postgresql:// URL (nel adds the driver).
+    bare = {**env, POSTGRES_URL_ENV: pg_url.replace("postgresql+psycopg2://", "postgresql://", 1)}
+    procs = {m: _start(c, env if m == "model-a" else bare) for m, c in cfgs.items()}
     summaries = {m: _finish(p) for m, p in procs.items()}
     for m, s in summaries.items():
         assert s["shards_run"] == N_SHARDS, (m, s)
