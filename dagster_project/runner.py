@@ -21,42 +21,9 @@ from typing import Any
 from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
+from dagster_project.instance_config import open_instance, write_instance_yaml
 from nel_resources.config import NelConfig, check_supported
 from nel_resources.specs import ResolvedConfig, resolve
-
-# One consolidated SQLite event log instead of Dagster's default database per run: a new
-# instance is created in ~0.2 s instead of ~0.8 s, and each run pays less to open its log.
-DAGSTER_YAML = """\
-# Written by nel: a persistent instance next to the results.
-telemetry:
-  enabled: false
-nux:
-  enabled: false
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: DefaultRunCoordinator
-run_storage:
-  module: dagster._core.storage.runs
-  class: SqliteRunStorage
-  config:
-    base_dir: {home}/history
-event_log_storage:
-  module: dagster._core.storage.event_log
-  class: ConsolidatedSqliteEventLogStorage
-  config:
-    base_dir: {home}/history
-schedule_storage:
-  module: dagster._core.storage.schedules
-  class: SqliteScheduleStorage
-  config:
-    base_dir: {home}/schedules
-compute_logs:
-  module: dagster._core.storage.noop_compute_log_manager
-  class: NoOpComputeLogManager
-"""
-# Why no compute-log capture: capturing a step's stdout/stderr spawns a `tail` and a Python
-# watcher process per step, and on Ctrl-C that watcher prints its own KeyboardInterrupt
-# traceback to the terminal. nel's own output and the run log say what happened.
 
 
 def save_effective_config(cfg: NelConfig, out: Path) -> Path:
@@ -104,9 +71,7 @@ def dagster_home_for(cfg: NelConfig) -> Path:
     home = cfg.output.dagster_home or os.path.join(cfg.output.dir, ".dagster")
     path = Path(home).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
-    y = path / "dagster.yaml"
-    if not y.exists():
-        y.write_text(DAGSTER_YAML.format(home=path))
+    write_instance_yaml(path)  # SQLite here, or the shared Postgres instance when selected
     return path
 
 
@@ -588,8 +553,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     from nel_resources.store import write_json_atomic
 
     try:
-        instance = dg.DagsterInstance.from_config(str(home))
-        instance.get_dynamic_partitions(MODEL_PARTITIONS.name)  # opens (creates) its storage
+        instance = open_instance(home)  # opens (creates) its storage
     except Exception as exc:  # any storage error: nothing has run yet
         _log_exception(log_path, f"cannot open the Dagster instance at {home}")
         raise NelError(f"cannot use the Dagster home {home}: {_storage_reason(exc)}") from None

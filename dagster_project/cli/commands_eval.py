@@ -248,7 +248,7 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     if args.adapter:
         raise ConfigError(f"--adapter {args.adapter}: adapters / interceptor chains are not "
                           "supported yet in nel; run without --adapter")
-    if args.submit and cfg.cluster.type != "local":
+    if args.submit and cfg.cluster.type not in ("local", "k8s", "kubernetes"):
         raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
                           "is not supported yet in nel; run locally (cluster.type: local)")
 
@@ -290,6 +290,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print_plan(plan, where=args.config or "the flags")
         return plan.exit_status
     _validate_benchmarks(cfg)
+    if shard_only is None and cfg.cluster.type in ("k8s", "kubernetes"):
+        from dagster_project.cluster_k8s import launch_k8s
+
+        return launch_k8s(cfg, submit=args.submit)  # writes (and submits) the manifests
     if args.background:
         from dagster_project.runner import validate_before_run
 
