@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dagster_project import exit_codes
 from tests.support.cli import nel_env, run_nel
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.slurm_cluster import start_slurm_cluster
@@ -119,54 +120,25 @@ def results(out: Path) -> list[tuple[Any, ...]]:
     return sorted(rows, key=repr)
 
 
+def shard_of(partition_key: Any) -> str:
+    """The shard of a (model, shard) partition key (a MultiPartitionKey reads `model|shard`)."""
+    return str(partition_key).split("|")[1]
+
+
 def run_dirs(out: Path) -> list[Path]:
     return sorted((out / "slurm").iterdir()) if (out / "slurm").exists() else []
 
 
-def test_four_shard_array_and_merge_equal_the_local_run(tmp_path: Path, slurm_env: dict[str, str],
-                                                        model_url: str, bench_dir: Path) -> None:
-    local_out, slurm_out = tmp_path / "local", tmp_path / "slurm"
+def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
+        tmp_path: Path, slurm_env: dict[str, str], model_url: str, bench_dir: Path) -> None:
+    """4-shard array; task 2 dies, is reported missing, the others' results stay; the rerun
+    submits an array of that one task plus the afterok merge; the results equal a local
+    run's item by item and the instance shows every partition materialized by its task."""
+    local_out, out = tmp_path / "local", tmp_path / "slurm"
     local = write_config(tmp_path / "local.yaml", model_url, bench_dir, local_out,
                          cluster={"type": "local", "shards": N_SHARDS})
     r = run_nel("eval", "run", str(local), "--no-progress", env=slurm_env)
     assert r.returncode == 0, r.stderr
-    cfg = write_config(tmp_path / "slurm.yaml", model_url, bench_dir, slurm_out, cluster=slurm_cluster())
-    r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    (run_dir,) = run_dirs(slurm_out)
-    jobs = json.loads((run_dir / "jobs.json").read_text())
-    parts = json.loads((run_dir / jobs["arrays"][0]["partitions"]).read_text())
-    assert [(p["model"], p["shard"]) for p in parts] == [("ref-model", s) for s in range(N_SHARDS)]
-    assert re.search(rf"submitted array job {jobs['arrays'][0]['job_id']} \(4 tasks", r.stderr)
-    assert results(slurm_out) == results(local_out) and len(results(slurm_out)) == N_ROWS
-    bundle = json.loads((slurm_out / "slurm_demo" / "bundle" / "model=ref-model" / "bundle.json").read_text())
-    local_bundle = json.loads((local_out / "slurm_demo" / "bundle" / "model=ref-model" / "bundle.json").read_text())
-    assert bundle["score"]["mean"] == local_bundle["score"]["mean"]
-
-    # The instance the tasks wrote to: every shard partition materialized by a task, and
-    # each task's SLURM outcome observed on its partition.
-    import dagster as dg
-
-    instance = dg.DagsterInstance.from_config(str(slurm_out / ".dagster"))
-    key = dg.AssetKey(["slurm_demo", "shard_results"])
-    mats = instance.fetch_materializations(key, limit=100).records
-    assert sorted(m.partition_key.keys_by_dimension["shard"] for m in mats) == ["0", "1", "2", "3"]
-    obs = instance.fetch_observations(key, limit=100).records
-    md = {o.partition_key.keys_by_dimension["shard"]: o.asset_observation.metadata for o in obs}
-    assert sorted(md) == ["0", "1", "2", "3"]
-    assert {m["slurm_state"].value for m in md.values()} == {"COMPLETED"}
-    assert {m["slurm_exit_code"].value for m in md.values()} == {"0:0"}
-
-    # Unchanged rerun: nothing is submitted.
-    r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "every shard is up to date (4); nothing submitted" in r.stderr
-    assert len(run_dirs(slurm_out)) == 1
-
-
-def test_failed_task_is_reported_missing_and_a_rerun_resubmits_only_it(
-        tmp_path: Path, slurm_env: dict[str, str], model_url: str, bench_dir: Path) -> None:
-    out = tmp_path / "out"
     cfg = write_config(tmp_path / "slurm.yaml", model_url, bench_dir, out, cluster=slurm_cluster())
     marker = bench_dir / "crash-task-2"
     marker.write_text("")
@@ -174,11 +146,17 @@ def test_failed_task_is_reported_missing_and_a_rerun_resubmits_only_it(
         r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
     finally:
         marker.unlink()
-    assert r.returncode != 0
-    assert re.search(r"slurm_demo/ref-model shard 2 is missing: task \d+_2 ended FAILED \(exit 3:0", r.stderr), r.stderr
-    stored = sorted(p.parent.name for p in out.glob("slurm_demo/shard_results/model=ref-model/shard=*/*.parquet"))
+    assert r.returncode == exit_codes.EVAL_FAILED, r.stderr
+    (first,) = run_dirs(out)
+    jobs = json.loads((first / "jobs.json").read_text())
+    parts = json.loads((first / jobs["arrays"][0]["partitions"]).read_text())
+    assert [(p["model"], p["shard"]) for p in parts] == [("ref", s) for s in range(N_SHARDS)]
+    assert f"submitted array job {jobs['arrays'][0]['job_id']} (4 tasks; 0 shards up to date)" in r.stderr
+    assert re.search(r"slurm_demo/ref shard 2 is missing: task \d+_2 ended FAILED \(exit 3:0", r.stderr), r.stderr
+    assert "error: slurm_demo/ref: shard 2 is missing" in r.stderr
+    stored = sorted(p.parent.name for p in out.glob("slurm_demo/shard_results/model=ref/shard=*/*.parquet"))
     assert stored == ["shard=0", "shard=1", "shard=3"]
-    assert not (out / "slurm_demo" / "bundle" / "model=ref-model" / "bundle.json").exists()
+    assert not (out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").exists()
 
     r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -188,7 +166,31 @@ def test_failed_task_is_reported_missing_and_a_rerun_resubmits_only_it(
     parts = json.loads((second / jobs["arrays"][0]["partitions"]).read_text())
     assert [(p["shard"], p["reason"]) for p in parts] == [(2, "no results yet")]
     assert "(1 task; 3 shards up to date)" in r.stderr
-    assert len(list(out.glob("slurm_demo/shard_results/model=ref-model/shard=*/*.parquet"))) == N_SHARDS
+    assert results(out) == results(local_out) and len(results(out)) == N_ROWS
+    bundle = json.loads((out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").read_text())
+    local_bundle = json.loads((local_out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").read_text())
+    assert bundle["score"] == local_bundle["score"]
+
+    # The instance the tasks wrote to: every shard partition materialized by a task, and
+    # each task's SLURM outcome observed on its partition (shard 2: FAILED, then COMPLETED).
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(out / ".dagster"))
+    key = dg.AssetKey(["slurm_demo", "shard_results"])
+    mats = instance.fetch_materializations(key, limit=100).records
+    assert sorted(shard_of(m.partition_key) for m in mats) == ["0", "1", "2", "3"]
+    obs = instance.fetch_observations(key, limit=100).records
+    seen = sorted((shard_of(o.partition_key),
+                   o.asset_observation.metadata["slurm_state"].value) for o in obs
+                  if "slurm_state" in o.asset_observation.metadata)
+    assert seen == [("0", "COMPLETED"), ("1", "COMPLETED"), ("2", "COMPLETED"), ("2", "FAILED"),
+                    ("3", "COMPLETED")]
+
+    # Unchanged rerun: nothing is submitted.
+    r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "every shard is up to date (4); nothing submitted" in r.stderr
+    assert len(run_dirs(out)) == 2
 
 
 def test_ctrl_c_cancels_the_jobs(tmp_path: Path, slurm_env: dict[str, str], model_url: str,
