@@ -95,6 +95,8 @@ def _nel_command(argv: list[str], extra: list[str]) -> str:
     keep = [a for a in argv if a not in _SUBMIT_ONLY_FLAGS]
     if keep[:2] != ["eval", "run"]:
         keep = ["eval", "run", *keep]
+    if "--no-progress" not in keep:
+        keep.append("--no-progress")  # a job's log is no terminal
     args = [sys.executable, "-m", "dagster_project.cli.main", *keep, *extra]
     return " ".join(shlex.quote(a) for a in args)
 
@@ -103,11 +105,11 @@ def write_scripts(cfg: NelConfig, run_dir: Path, argv: list[str]) -> tuple[Path,
     """Write eval.sbatch (the array; its argument is a partition list) and merge.sbatch."""
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in cfg.cluster.container_env.items()}
-    cd = f"cd {shlex.quote(os.getcwd())}"
+    cd = "\n".join([*_service_comments(cfg), f"cd {shlex.quote(os.getcwd())}"])
     eval_body = "\n".join([
         cd, 'echo "nel: array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID} on $(hostname)"',
-        _nel_command(argv, ["--no-progress", "--slurm-task"]) + ' "$1"'])
-    merge_body = "\n".join([cd, _nel_command(argv, ["--no-progress", "--slurm-merge", str(run_dir)])])
+        _nel_command(argv, ["--slurm-task"]) + ' "$1"'])
+    merge_body = "\n".join([cd, _nel_command(argv, ["--slurm-merge", str(run_dir)])])
     eval_script = run_dir / "eval.sbatch"
     merge_script = run_dir / "merge.sbatch"
     eval_script.write_text(render_script(header_for(cfg, "nel-eval", str(run_dir / "logs" / "eval-%A_%a.log")),
@@ -117,6 +119,24 @@ def write_scripts(cfg: NelConfig, run_dir: Path, argv: list[str]) -> tuple[Path,
     for p in (eval_script, merge_script):
         p.chmod(0o755)
     return eval_script, merge_script
+
+
+def _service_comments(cfg: NelConfig) -> list[str]:
+    """What the job starts besides nel: each launched service's command (nel starts it inside
+    the job, waits for its health check and stops it when the task ends)."""
+    from nel_resources.config.services import LAUNCHED_TYPES
+
+    lines = []
+    for name, svc in cfg.services.items():
+        if svc.type in LAUNCHED_TYPES:
+            from nel_resources.services.launch import service_command
+
+            try:
+                cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
+            except NelError as exc:
+                cmd = f"(cannot be built here: {exc})"
+            lines.append(f"# nel launches services.{name} ({svc.type}) in the job: {cmd}")
+    return lines
 
 
 def write_partitions(run_dir: Path, attempt: int, parts: list[Partition]) -> Path:

@@ -220,3 +220,61 @@ def test_ctrl_c_cancels_the_jobs(tmp_path: Path, slurm_env: dict[str, str], mode
     left = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T"], capture_output=True,
                           text=True, env={**os.environ, **slurm_env}).stdout
     assert left.strip() == ""
+
+
+def gpu_config(tmp_path: Path, url: str, bench_dir: Path, *, tp: int, submit: bool) -> Path:
+    cfg = yaml.safe_load(write_config(tmp_path / "c.yaml", url, bench_dir, tmp_path / "out",
+                                      cluster={}).read_text())
+    cfg["services"]["big"] = {"type": "vllm", "model": "org/big-model", "tensor_parallel_size": tp,
+                              "node_pool": "gpu", "port": 8001}
+    cfg["cluster"] = slurm_cluster(account="proj-a", sbatch_comment="nightly eval", submit=submit,
+                                   sbatch_extra_flags={"exclusive": True, "qos": "normal"},
+                                   container_env={"HF_HOME": "/shared/hf"},
+                                   node_pools={"gpu": {"partition": "gpu-batch", "nodes": 1,
+                                                       "ntasks_per_node": 1, "gres": "gpu:4",
+                                                       "sbatch_extra_flags": {"segment": 1}}})
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_submit_false_writes_the_scripts_and_submits_nothing(tmp_path: Path, model_url: str,
+                                                              bench_dir: Path) -> None:
+    cfg = gpu_config(tmp_path, model_url, bench_dir, tp=4, submit=False)
+    r = run_nel("eval", "run", str(cfg), "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = run_dirs(tmp_path / "out")
+    assert not (run_dir / "jobs.json").exists()
+    script = (run_dir / "eval.sbatch").read_text()
+    sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert sbatch == [
+        f"#SBATCH --job-name=nel-eval", f"#SBATCH --output={run_dir}/logs/eval-%A_%a.log",
+        f"#SBATCH --error={run_dir}/logs/eval-%A_%a.log", "#SBATCH --time=00:10:00",
+        "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=gpu-batch",
+        "#SBATCH --gres=gpu:4", "#SBATCH --account=proj-a", "#SBATCH --comment='nightly eval'",
+        "#SBATCH --exclusive", "#SBATCH --qos=normal", "#SBATCH --segment=1"]
+    assert "export HF_HOME=/shared/hf" in script
+    assert "# nel launches services.big (vllm) in the job: vllm serve org/big-model" in script
+    assert "--tensor-parallel-size 4" in script
+    assert re.search(r"dagster_project\.cli\.main eval run \S*gpu\.yaml --no-progress --slurm-task \"\$1\"$",
+                     script, re.M), script
+    merge = (run_dir / "merge.sbatch").read_text()
+    assert "#SBATCH --job-name=nel-merge" in merge and f"--slurm-merge {run_dir}" in merge
+    parts = json.loads((run_dir / "partitions-0.json").read_text())
+    assert sorted((p["model"], p["shard"]) for p in parts) == sorted(
+        (m, s) for m in ("big", "ref") for s in range(N_SHARDS))
+    assert f"to submit: sbatch --array=0-7 {run_dir / 'eval.sbatch'}" in r.stdout
+
+
+@pytest.mark.parametrize(("tp", "submit", "message"), [
+    (8, False, "tensor_parallel_size: 8 GPUs asked but node pool 'gpu' has 4 per node"),
+    (4, True, "launching vllm servers in SLURM jobs"),
+])
+def test_services_the_cluster_cannot_run_are_refused_in_one_line(
+        tmp_path: Path, model_url: str, bench_dir: Path, tp: int, submit: bool, message: str) -> None:
+    r = run_nel("eval", "run", str(gpu_config(tmp_path, model_url, bench_dir, tp=tp, submit=submit)),
+                cwd=tmp_path)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert message in line and "gpu.yaml:" in line
+    assert not (tmp_path / "out" / "slurm").exists()
