@@ -248,7 +248,7 @@ def test_submit_false_writes_the_scripts_and_submits_nothing(tmp_path: Path, mod
     script = (run_dir / "eval.sbatch").read_text()
     sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH")]
     assert sbatch == [
-        f"#SBATCH --job-name=nel-eval", f"#SBATCH --output={run_dir}/logs/eval-%A_%a.log",
+        "#SBATCH --job-name=nel-eval", f"#SBATCH --output={run_dir}/logs/eval-%A_%a.log",
         f"#SBATCH --error={run_dir}/logs/eval-%A_%a.log", "#SBATCH --time=00:10:00",
         "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=gpu-batch",
         "#SBATCH --gres=gpu:4", "#SBATCH --account=proj-a", "#SBATCH --comment='nightly eval'",
