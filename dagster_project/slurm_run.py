@@ -232,7 +232,11 @@ def run_on_slurm(cfg: NelConfig, argv: list[str], *, resume: bool = True, wait: 
         print(f"wrote {merge_script} (run it after the array: --dependency=afterok:<array id>)")
         print(f"to submit: sbatch --array={array_spec(len(parts))} {eval_script} {part_file}")
         return 0, None
-    sl = launcher or SlurmLauncher()
+    if launcher is None:
+        from nel_resources.launchers.resource import SlurmLauncherResource
+
+        launcher = SlurmLauncherResource().launcher()
+    sl = launcher
     _record_planned(home, resolved, parts)
     jobs = _Jobs(run_dir)
     previous = signal.getsignal(signal.SIGTERM)

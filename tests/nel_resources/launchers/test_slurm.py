@@ -49,9 +49,9 @@ def test_pending_array_records_expand_to_tasks() -> None:
 
 @pytest.fixture(scope="module")
 def launcher() -> SlurmLauncher:
-    import os
+    from nel_resources.launchers.resource import SlurmLauncherResource
 
-    return SlurmLauncher(env={**os.environ, "SLURM_CONF": start_slurm_cluster()}, poll_s=0.2)
+    return SlurmLauncherResource(slurm_conf=start_slurm_cluster(), poll_seconds=0.2).launcher()
 
 
 def test_real_array_states_exit_codes_and_cancel(tmp_path: Path, launcher: SlurmLauncher) -> None:
@@ -76,3 +76,16 @@ def test_real_array_states_exit_codes_and_cancel(tmp_path: Path, launcher: Slurm
     assert {s.state for s in launcher.states([held]).values()} == {"PENDING"}  # for an hour
     launcher.cancel([held])
     assert launcher.wait_gone([held])
+
+
+def test_definitions_of_a_slurm_config_carry_the_launcher_resource(tmp_path: Path) -> None:
+    from dagster_project.definitions import build_definitions
+    from nel_resources.config import load_config
+    from nel_resources.launchers.resource import SlurmLauncherResource
+
+    cfg = load_config(data={
+        "services": {"m": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "m"}},
+        "benchmarks": [{"name": "gsm8k"}],
+        "cluster": {"type": "slurm", "node_pools": {"cpu": {"partition": "debug"}}}})
+    defs = build_definitions(cfg, str(tmp_path))
+    assert isinstance(defs.resources["slurm_launcher"], SlurmLauncherResource)
