@@ -313,27 +313,35 @@ def _submit_and_wait(cfg: NelConfig, sl: SlurmLauncher, jobs: _Jobs, run_dir: Pa
             continue
         missing += failed
         break
+    lost = {p for p, _ in missing}
+    ran = [p for p in parts if p not in lost]
     if missing:
         sl.cancel([jobs.merge or ""])
         _record_outcomes(home, resolved, dict(enumerate(current)), states)
         for p, st in missing:
             _say(f"{p.label()} is missing: task {st.job_id} ended {describe(st)} "
                  f"(log: {run_dir / 'logs'})")
-        return _finish(cfg, plan_failures)
+        return _finish(cfg, plan_failures, ran)
     merge = sl.wait([jobs.merge or ""])
     st = merge.get(jobs.merge or "")
     _say(f"merge job {jobs.merge}: {describe(st) if st else 'no longer known to SLURM'}")
     if st is None or not st.ok:
         _say(f"the merge job failed: see {run_dir / 'logs'}")
-    return _finish(cfg, plan_failures)
+    return _finish(cfg, plan_failures, ran)
 
 
-def _finish(cfg: NelConfig, plan_failures: list[Any]) -> tuple[int, Any]:
+def _finish(cfg: NelConfig, plan_failures: list[Any], ran: list[Partition] | None = None) -> tuple[int, Any]:
     """The run's summary, read from the store as a local run reports it (nothing is
-    evaluated here: a shard still missing is a failure naming it)."""
+    evaluated here: a shard still missing is a failure naming it); `ran` are the partitions
+    the tasks evaluated."""
     from dagster_project.runner import run_eval
 
     summary = run_eval(cfg, progress=False, merge_only=set())
+    for oc in summary.benchmarks:
+        done = [p for p in ran or [] if p.benchmark == oc.benchmark]
+        oc.shards_run = [(p.model, p.shard) for p in done]
+        oc.run_reasons = {f"{p.model}/{p.shard}": p.reason for p in done}
+        oc.shards_fresh = max(0, oc.shards_total - len(done))
     known = {(f.benchmark, f.model) for f in summary.failures}
     summary.failures += [f for f in plan_failures if (f.benchmark, f.model) not in known]
     return summary.exit_status, summary
