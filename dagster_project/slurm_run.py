@@ -369,7 +369,8 @@ def _record_outcomes(home: Path, resolved: Any, by_index: dict[int, Partition],
     import dagster as dg
 
     sl = launcher or SlurmLauncher()
-    acct = sl.accounting(sorted({t.split("_")[0] for t in states}))
+    acct = sl.accounting(sorted({t.split("_")[0] for t in states}),
+                         expect=[t for t, st in states.items() if st.done])
     instance = dg.DagsterInstance.from_config(str(home))
     n = 0
     for tid, st in states.items():

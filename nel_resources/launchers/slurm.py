@@ -241,14 +241,33 @@ class SlurmLauncher:
                            env=self.env, timeout=60) if shutil.which("sacct") else None
         return p is not None and p.returncode == 0 and "disabled" not in p.stderr + p.stdout
 
-    def accounting(self, job_ids: Iterable[str]) -> dict[str, TaskState]:
+    def accounting(self, job_ids: Iterable[str], *, expect: Iterable[str] = (),
+                   timeout_s: float = 60) -> dict[str, TaskState]:
         """Per task: state, exit code and `sacct` figures (Elapsed, TotalCPU, MaxRSS of the
-        batch step...), or `scontrol`'s state/exit/run time where accounting is off."""
+        batch step...), or `scontrol`'s state/exit/run time where accounting is off.
+
+        slurmctld hands ended jobs to slurmdbd asynchronously: with `expect` (task ids known
+        to have ended) it polls until sacct lists each of them as ended, for at most
+        `timeout_s`; what sacct still lacks then comes from scontrol.
+        """
         ids = [str(j) for j in job_ids if j]
         if not ids:
             return {}
         if not self.accounting_enabled():
             return self.states(ids)
+        wanted = set(expect)
+        end = time.monotonic() + timeout_s
+        while True:
+            got = self._sacct(ids)
+            if all(t in got and got[t].done for t in wanted) or time.monotonic() > end:
+                break
+            time.sleep(self.poll_s)
+        missing = wanted - set(got)
+        if missing:
+            got.update({t: st for t, st in self.states(ids).items() if t in missing})
+        return got
+
+    def _sacct(self, ids: list[str]) -> dict[str, TaskState]:
         fields = ["JobID", "State", "ExitCode", "ElapsedRaw", "Elapsed", "TotalCPU", "MaxRSS",
                   "NodeList", "Start", "End"]
         text = self._run(["sacct", "-n", "-P", "-j", ",".join(ids), f"--format={','.join(fields)}"])

@@ -65,7 +65,7 @@ class SlurmDemo(DatasetEnvironment):
 
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
-    conf = start_slurm_cluster()
+    conf = start_slurm_cluster(accounting=True)  # sacct figures reach the asset metadata
     return {"SLURM_CONF": conf}
 
 
@@ -185,6 +185,10 @@ def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
                   if "slurm_state" in o.asset_observation.metadata)
     assert seen == [("0", "COMPLETED"), ("1", "COMPLETED"), ("2", "COMPLETED"), ("2", "FAILED"),
                     ("3", "COMPLETED")]
+    for o in obs:
+        md = o.asset_observation.metadata
+        assert md["slurm_job_id"].value and md["slurm_elapsed_s"].value >= 0
+        assert md["sacct_nodelist"].value and md["sacct_totalcpu"].value  # from sacct
 
     # Unchanged rerun: nothing is submitted.
     r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)

@@ -66,7 +66,7 @@ def test_real_array_states_exit_codes_and_cancel(tmp_path: Path, launcher: Slurm
         f"{job}_0": ("COMPLETED", "0:0"), f"{job}_1": ("FAILED", "1:0")}
     assert (f"{job}_1", "FAILED") in seen
     assert (tmp_path / f"t-{job}_0.log").read_text().strip() == "arg=hello"
-    acct = launcher.accounting([job])
+    acct = launcher.accounting([job], expect=states)  # sacct once slurmdbd has them, else scontrol
     assert acct[f"{job}_1"].state == "FAILED" and acct[f"{job}_1"].exit_code == "1:0"
 
     later = tmp_path / "later.sbatch"
