@@ -39,6 +39,7 @@ from nel_resources.config import ConfigError, NelConfig
 from nel_resources.launchers.slurm import (
     INFRA_STATES,
     SbatchHeader,
+    SlurmError,
     SlurmLauncher,
     TaskState,
     array_spec,
@@ -237,14 +238,19 @@ def run_on_slurm(cfg: NelConfig, argv: list[str], *, resume: bool = True, wait: 
 
         launcher = SlurmLauncherResource().launcher()
     sl = launcher
-    _record_planned(home, resolved, parts)
+    limit = sl.max_array_size()
+    if len(parts) >= limit:
+        raise NelError(f"{len(parts)} partitions to run, but the cluster's MaxArraySize is {limit}: "
+                       "use fewer shards per run (or raise MaxArraySize in slurm.conf); nothing "
+                       "was submitted")
+    _record_planned(home, parts)
     jobs = _Jobs(run_dir)
     previous = signal.getsignal(signal.SIGTERM)
     if previous in (signal.SIG_DFL, signal.SIG_IGN, None):
         signal.signal(signal.SIGTERM, _interrupt)  # `kill` cancels the jobs as Ctrl-C does
     try:
         return _submit_and_wait(cfg, sl, jobs, run_dir, eval_script, merge_script, parts, fresh,
-                                home, resolved, plan_failures, wait=wait)
+                                home, plan_failures, wait=wait)
     except KeyboardInterrupt:
         ids = jobs.all_ids()
         if ids:
@@ -267,14 +273,18 @@ def _submit_array(sl: SlurmLauncher, jobs: _Jobs, eval_script: Path, merge_scrip
     array_id = sl.submit(eval_script, array=array_spec(n), args=[str(part_file)])
     jobs.arrays.append({"job_id": array_id, "partitions": part_file.name})
     jobs.save()  # before the merge job can start (it reads the arrays from here)
-    jobs.merge = sl.submit(merge_script, dependency=f"afterok:{array_id}")
+    try:
+        jobs.merge = sl.submit(merge_script, dependency=f"afterok:{array_id}")
+    except SlurmError as exc:  # e.g. the array already failed: its afterok can never be met
+        _say(f"the merge job was not submitted: {exc}")
+        jobs.merge = None
     jobs.save()
     return array_id
 
 
 def _submit_and_wait(cfg: NelConfig, sl: SlurmLauncher, jobs: _Jobs, run_dir: Path,
                      eval_script: Path, merge_script: Path, parts: list[Partition], fresh: int,
-                     home: Path, resolved: Any, plan_failures: list[Any], *, wait: bool) -> tuple[int, Any]:
+                     home: Path, plan_failures: list[Any], *, wait: bool) -> tuple[int, Any]:
     c = cfg.cluster
     array_id = _submit_array(sl, jobs, eval_script, merge_script, run_dir / "partitions-0.json", len(parts))
     _say(f"submitted array job {array_id} ({len(parts)} task{'s' if len(parts) != 1 else ''}; "
@@ -302,7 +312,7 @@ def _submit_and_wait(cfg: NelConfig, sl: SlurmLauncher, jobs: _Jobs, run_dir: Pa
         within = c.max_walltime is None or used_s < walltime_seconds(c.max_walltime)
         if retry and c.auto_resume and attempt < c.max_retries and within:
             sl.cancel([jobs.merge or ""])  # its afterok can no longer be met
-            _record_outcomes(home, resolved, dict(by_index), states)
+            _record_outcomes(home, dict(by_index), states)
             attempt += 1
             missing += [(p, st) for p, st in failed if p not in retry]
             current = retry
@@ -317,13 +327,15 @@ def _submit_and_wait(cfg: NelConfig, sl: SlurmLauncher, jobs: _Jobs, run_dir: Pa
     ran = [p for p in parts if p not in lost]
     if missing:
         sl.cancel([jobs.merge or ""])
-        _record_outcomes(home, resolved, dict(enumerate(current)), states)
+        _record_outcomes(home, dict(enumerate(current)), states)
         for p, st in missing:
             _say(f"{p.label()} is missing: task {st.job_id} ended {describe(st)} "
                  f"(log: {run_dir / 'logs'})")
         return _finish(cfg, plan_failures, ran)
-    merge = sl.wait([jobs.merge or ""])
-    st = merge.get(jobs.merge or "")
+    if jobs.merge is None:  # the store still has every shard: the summary builds the bundles
+        return _finish(cfg, plan_failures, ran)
+    merge = sl.wait([jobs.merge])
+    st = merge.get(jobs.merge)
     _say(f"merge job {jobs.merge}: {describe(st) if st else 'no longer known to SLURM'}")
     if st is None or not st.ok:
         _say(f"the merge job failed: see {run_dir / 'logs'}")
@@ -347,7 +359,7 @@ def _finish(cfg: NelConfig, plan_failures: list[Any], ran: list[Partition] | Non
     return summary.exit_status, summary
 
 
-def _record_planned(home: Path, resolved: Any, parts: list[Partition]) -> None:
+def _record_planned(home: Path, parts: list[Partition]) -> None:
     """The model partitions exist in the instance before any task starts (tasks add them too;
     doing it once here keeps the tasks from racing on it)."""
     import dagster as dg
@@ -359,10 +371,9 @@ def _record_planned(home: Path, resolved: Any, parts: list[Partition]) -> None:
     new = sorted({p.model for p in parts} - existing)
     if new:
         instance.add_dynamic_partitions(MODEL_PARTITIONS.name, new)
-    del resolved
 
 
-def _record_outcomes(home: Path, resolved: Any, by_index: dict[int, Partition],
+def _record_outcomes(home: Path, by_index: dict[int, Partition],
                      states: dict[str, TaskState], launcher: SlurmLauncher | None = None) -> int:
     """How each task ended, as an AssetObservation of its partition (metadata: SLURM job id,
     state, exit code, elapsed seconds, sacct figures). Returns how many were recorded."""
@@ -384,7 +395,6 @@ def _record_outcomes(home: Path, resolved: Any, by_index: dict[int, Partition],
             partition=dg.MultiPartitionKey({"model": p.model, "shard": str(p.shard)}),
             metadata=metadata_of(final)))
         n += 1
-    del resolved
     return n
 
 
@@ -425,5 +435,5 @@ def run_merge(cfg: NelConfig, run_dir: Path, *, resume: bool = True) -> Any:
     home = dagster_home_for(cfg)
     for job_id, parts in arrays:
         states = sl.states([job_id])
-        _record_outcomes(home, None, dict(enumerate(parts)), states, sl)
+        _record_outcomes(home, dict(enumerate(parts)), states, sl)
     return summary
