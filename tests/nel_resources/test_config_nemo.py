@@ -38,12 +38,15 @@ REFUSED_KEY = {
     "10_gym_full": "benchmarks.0.solver.type", "10_nmp_harbor": "benchmarks.0.solver.type",
     "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
-    "15_slurm_gsm8k_vllm": "cluster.type", "15a_slurm_gsm8k_vllm_sharded": "cluster.type",
-    "15c_slurm_gsm8k_dynamo": "cluster.type", "15d_slurm_gsm8k_dynamo_disagg": "cluster.type",
-    "16_slurm_swebench_harbor": "cluster.type", "16a_slurm_swebench_harbor_apptainer": "cluster.type",
+    # SLURM runs here; a vLLM server has no GPU node to run on (`submit: false` writes the scripts)
+    "15_slurm_gsm8k_vllm": "services.model.type", "15a_slurm_gsm8k_vllm_sharded": "services.model.type",
+    "15c_slurm_gsm8k_dynamo": "cluster.container_mounts",
+    "15d_slurm_gsm8k_dynamo_disagg": "cluster.container_mounts",
+    "16_slurm_swebench_harbor": "services.model.type",
+    "16a_slurm_swebench_harbor_apptainer": "services.model.type",
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
-    "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "cluster.type",
-    "20a_slurm_gym_runtime_apptainer": "cluster.type",
+    "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "services.model.type",
+    "20a_slurm_gym_runtime_apptainer": "services.model.type",
     "21_tool_calling_gym": "benchmarks.0.solver.resource_service",
     "22_tool_calling_sandbox": None,
     "23_tool_calling_combined": "benchmarks.0.solver.resource_service",
@@ -55,8 +58,8 @@ REFUSED_KEY = {
     "wt09_tool_calling_sandbox": None,
     "wt10_tool_calling_combined": "benchmarks.0.solver.resource_service",
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
-    "wt13_slurm_vllm": "cluster.type", "wt14_slurm_sandbox_harbor": "cluster.type",
-    "wt15_slurm_shards": "cluster.type", "wt16_container_uri": "benchmarks.0.name",
+    "wt13_slurm_vllm": "services.model.type", "wt14_slurm_sandbox_harbor": "services.model.type",
+    "wt15_slurm_shards": "services.model.type", "wt16_container_uri": "benchmarks.0.name",
     "wt17_mlflow_traces": "output.export.0", "wt18_mlflow_artifacts": "output.export.0",
 }
 # Copies whose keys nel has, refused by a run's own checks (one line, before any request).
@@ -303,8 +306,8 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("yaml_tail", "key", "feature"), [
-    ("cluster:\n  type: slurm\n  node_pools:\n    gpu: {partition: batch}\n", "cluster.type",
-     "cluster type 'slurm'"),
+    ("cluster:\n  type: slurm\n  hostname: login1\n  node_pools:\n    gpu: {partition: batch}\n",
+     "cluster.hostname", "submitting over SSH"),
     ("cluster:\n  type: docker\n", "cluster.type", "cluster type 'docker'"),
     ("cluster:\n  type: local\n  gpus: [0]\n", "cluster.gpus", "cluster.gpus"),
     ("    sandbox:\n      type: ecs_fargate\n      region: us-east-1\n", "benchmarks.0.sandbox.region",
@@ -404,13 +407,12 @@ def test_playbooks_load_built_in_and_from_files(tmp_path: Path) -> None:
 
 def test_refusal_keeps_file_and_line_through_the_cli(tmp_path: Path) -> None:
     p = tmp_path / "cfg.yaml"
-    p.write_text(BASE + "cluster:\n  type: slurm\n  node_pools:\n    gpu: {partition: batch}\n")
+    p.write_text(BASE + "cluster:\n  type: slurm\n  hostname: login1\n  node_pools:\n    gpu: {partition: batch}\n")
     proc = run_nel("eval", "run", str(p), "-o", str(tmp_path / "out"), "--no-progress")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"error: {p}:13: key cluster.type: cluster type 'slurm' (launching shards on slurm) is "
-        "not supported yet in nel; remove `cluster:` (or write `type: local`) to run on this "
-        "machine, or start one `nel eval run` per shard yourself")
+        f"error: {p}:14: key cluster.hostname: cluster.hostname (submitting over SSH to a login "
+        "node) is not supported yet in nel; run nel on the submit host itself")
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
 
