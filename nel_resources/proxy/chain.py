@@ -12,7 +12,7 @@ so an HTTP server can wrap it as well as nel's own client.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +37,14 @@ class Chain:
         resp_only = [lk for lk in links if not hasattr(lk.impl, "on_request")]
         self.links = tuple(req_side + resp_only)
         self.endpoint = endpoint
-        # Bound methods collected once: the per-request cost is the hooks' own work.
-        self._on_request: tuple[Callable[[ProxyRequest], Awaitable[Any]], ...] = tuple(
-            lk.impl.on_request for lk in self.links if hasattr(lk.impl, "on_request"))
-        self._on_response: tuple[Callable[[ProxyResponse], Awaitable[ProxyResponse]], ...] = tuple(
-            lk.impl.on_response for lk in reversed(self.links) if hasattr(lk.impl, "on_response"))
+        # Bound methods collected once, each with whether it must be awaited: a plain hook
+        # is called without making a coroutine, so a request pays only the hooks' own work.
+        self._on_request = _hooks(lk.impl.on_request for lk in self.links
+                                  if hasattr(lk.impl, "on_request"))
+        self._on_response = _hooks(lk.impl.on_response for lk in reversed(self.links)
+                                   if hasattr(lk.impl, "on_response"))
+        self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
         self._send = endpoint.send
-        self._on_chunk = tuple(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -51,26 +52,39 @@ class Chain:
         return tuple(lk.name for lk in self.links)
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
-        for hook in self._on_request:
-            out = await hook(req)
+        for hook, is_async in self._on_request:
+            out = hook(req)
+            if is_async:
+                out = await out
             if isinstance(out, ProxyResponse):
                 return out
             req = out
         return req
 
+    async def _response_stage(self, resp: ProxyResponse) -> ProxyResponse:
+        for hook, is_async in self._on_response:
+            resp = hook(resp)
+            if is_async:
+                resp = await resp
+        return resp
+
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
-        # The request stage inlined (not `_request_stage`): one coroutine less per request.
-        for hook in self._on_request:
-            out = await hook(req)
+        # Both stages inlined (not `_request_stage`): two coroutines less per request.
+        for hook, is_async in self._on_request:
+            out = hook(req)
+            if is_async:
+                out = await out
             if isinstance(out, ProxyResponse):
                 resp = out
                 break
             req = out
         else:
             resp = await self._send(req)
-        for hook in self._on_response:
-            resp = await hook(resp)
+        for hook, is_async in self._on_response:
+            resp = hook(resp)
+            if is_async:
+                resp = await resp
         return resp
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
@@ -81,8 +95,7 @@ class Chain:
         req.stream = True
         out = await self._request_stage(req)
         if isinstance(out, ProxyResponse):
-            for hook in self._on_response:
-                out = await hook(out)
+            out = await self._response_stage(out)
             if isinstance(out.body, dict):
                 yield out.body
             return
@@ -90,8 +103,10 @@ class Chain:
         if stream is None:
             raise TypeError(f"{type(self.endpoint).__name__} cannot stream")
         async for chunk in stream(out):
-            for hook in self._on_chunk:
-                chunk = await hook(chunk, out.ctx)
+            for hook, is_async in self._on_chunk:
+                chunk = hook(chunk, out.ctx)
+                if is_async:
+                    chunk = await chunk
                 if chunk is None:
                     break
             if chunk is not None:
@@ -114,6 +129,11 @@ class Chain:
                 res = fn()
                 if inspect.isawaitable(res):
                     await res
+
+
+def _hooks(fns: Iterable[Callable[..., Any]]) -> tuple[tuple[Callable[..., Any], bool], ...]:
+    """Each hook with whether it is async (a coroutine function, or returns awaitables)."""
+    return tuple((fn, inspect.iscoroutinefunction(fn)) for fn in fns)
 
 
 def chain_links(specs: Sequence[tuple[str, dict[str, Any]]], env: ChainEnv, *,

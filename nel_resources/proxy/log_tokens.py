@@ -20,7 +20,7 @@ class LogTokens:
         self.log = proxy_logger()
         self.prompt = self.completion = self.total = 0
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         body = resp.body
         usage = body.get("usage") if isinstance(body, dict) else None
         if isinstance(usage, dict):

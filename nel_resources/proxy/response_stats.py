@@ -21,7 +21,7 @@ class ResponseStats:
         self.latency_ms = 0.0
         self.by_status: dict[int, int] = {}
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         self.n += 1
         self.by_status[resp.status] = self.by_status.get(resp.status, 0) + 1
         self.latency_ms += resp.latency_ms

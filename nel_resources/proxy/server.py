@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import signal
@@ -228,6 +229,9 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
         raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
                        "pick another --port, or 0 for a free one") from None
     bound = listener.sockets[0].getsockname()[1]
+    # Everything built so far (config, modules, the chain) lives as long as the process:
+    # kept out of the collector's scans, which would otherwise walk it at every full pass.
+    gc.freeze()
     print(f"http://127.0.0.1:{bound}/v1", file=out, flush=True)
     if port_file is not None:
         tmp = port_file.with_suffix(".tmp")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
@@ -51,7 +52,7 @@ class TurnCounter:
         self.position = cfg["position"]
         self.trigger = cfg["trigger"]
         self.interval = cfg["interval"]
-        self.turns: dict[str, int] = {}
+        self.turns: OrderedDict[str, int] = OrderedDict()
         self.refused = 0
         self.log = proxy_logger()
 
@@ -67,12 +68,14 @@ class TurnCounter:
             return f"Turn {n} of {self.max_turns}: {left} turn(s) left. Start wrapping up."
         return None
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
         key = _session_of(req)
         # No await between read and write: the count is exact under concurrency.
         n = self.turns.get(key, 0) + 1
         if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
-            self.turns.pop(next(iter(self.turns)))
+            # popitem(last=False) is O(1); `next(iter(dict))` after many pops from the front
+            # of a plain dict walks every deleted slot, so each new session cost O(sessions).
+            self.turns.popitem(last=False)
         self.turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("session %s turn %d%s", key, n,
