@@ -14,10 +14,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 from nel_resources.proxy import registry
 from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.streams import StreamAssembler, replay_chunks, wants_usage
 from nel_resources.proxy.types import Endpoint, ProxyRequest, ProxyResponse, RequestContext
 
 
@@ -88,21 +90,30 @@ class Chain:
         return resp
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
-        """One streamed request: chunks pass the chunk hooks; the request stage runs first.
+        """One streamed request: the request stage, then each chunk through the chunk hooks
+        as it arrives; once the stream has ended, the response hooks see the whole answer
+        (assembled from the upstream's chunks: `streams.py`), so tokens are logged and
+        counted and the cache stores it.
 
-        A request answered at the request stage (a cache hit) is streamed as one chunk.
+        A request answered at the request stage (a cache hit) is replayed as a stream.
         """
         req.stream = True
         out = await self._request_stage(req)
         if isinstance(out, ProxyResponse):
-            out = await self._response_stage(out)
-            if isinstance(out.body, dict):
-                yield out.body
+            resp = await self._response_stage(out)
+            if isinstance(resp.body, dict):
+                for chunk in replay_chunks(resp.body, req.path, wants_usage(req.body)):
+                    piece = await self._chunk_stage(chunk, resp.ctx)
+                    if piece is not None:
+                        yield piece
             return
         stream = getattr(self.endpoint, "stream", None)
         if stream is None:
             raise TypeError(f"{type(self.endpoint).__name__} cannot stream")
+        whole = StreamAssembler(out.path)
+        t0 = perf_counter()
         async for chunk in stream(out):
+            whole.add(chunk)  # before the hooks: they may edit the chunk in place
             for hook, is_async in self._on_chunk:
                 chunk = hook(chunk, out.ctx)
                 if is_async:
@@ -111,6 +122,19 @@ class Chain:
                     break
             if chunk is not None:
                 yield chunk
+        # Only a stream that ended well gets here (a cut one raised, a client that left
+        # closed this generator): the response hooks never see half an answer.
+        await self._response_stage(whole.response((perf_counter() - t0) * 1000.0, out.ctx))
+
+    async def _chunk_stage(self, chunk: dict[str, Any], ctx: RequestContext
+                           ) -> dict[str, Any] | None:
+        for hook, is_async in self._on_chunk:
+            chunk = hook(chunk, ctx)
+            if is_async:
+                chunk = await chunk
+            if chunk is None:
+                return None
+        return chunk
 
     def stats(self) -> dict[str, Any]:
         """The interceptors' counters, merged (for runtime stats and the bundle)."""

@@ -8,7 +8,8 @@ never holds it.
 Routes (on 127.0.0.1 only):
 - `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`: through the chain;
   `"stream": true` is streamed back as server-sent events, each chunk through the
-  interceptors' chunk hooks;
+  interceptors' chunk hooks, and the response hooks see the whole answer once it has
+  ended (`caching` stores it and replays a hit as a stream: `streams.py`);
 - `GET /v1/models`: passed through to the upstream;
 - a `/s/<session id>` prefix on those paths names the agent session (as NeMo Evaluator's
   proxy does; `turn_counter` counts per session); the `X-Nel-Repeat` header gives the

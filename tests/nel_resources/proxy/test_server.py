@@ -64,6 +64,8 @@ services:
       - name: nel_proxy_user.hooks:shout
         config:
           marker: "~"
+      - name: log_tokens
+      - name: response_stats
 benchmarks:
   - name: gsm8k
 """
@@ -149,6 +151,72 @@ def test_stream_passes_through_the_chunk_hooks(proxied: Proxied) -> None:
     bodies = server_stats(proxied.upstream)["bodies"]
     assert bodies[-1]["stream"] is True
     assert bodies[-1]["messages"][0]["content"] == "Reply in one word."
+
+
+def _stream(url: str, content: str, **extra: Any) -> list[Any]:
+    status, headers, text = http_json(
+        "POST", url + "/chat/completions",
+        {"messages": [{"role": "user", "content": content}], "stream": True, **extra})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), text
+    events = _events(text)
+    assert events[-1] == "[DONE]", events
+    return events[:-1]
+
+
+def _proxy_stats(url: str) -> dict[str, Any]:
+    _, _, stats = http_json("GET", base_to_root(url) + "/stats")
+    return stats
+
+
+def test_streamed_answers_reach_the_response_hooks(proxied: Proxied) -> None:
+    session = proxied.url.replace("/v1", "/s/streamstats/v1")
+    before = _proxy_stats(proxied.url)["stats"]
+    events = _stream(session, "Count my tokens", stream_options={"include_usage": True})
+    [usage] = [e["usage"] for e in events if e.get("usage")]  # the server's usage chunk
+    after = _proxy_stats(proxied.url)["stats"]
+    # log_tokens and response_stats saw the whole streamed answer, with the server's usage
+    assert after["logged_total_tokens"] - before["logged_total_tokens"] == usage["total_tokens"]
+    assert after["logged_prompt_tokens"] - before["logged_prompt_tokens"] == usage["prompt_tokens"]
+    assert after["responses"] == before["responses"] + 1
+    # without a usage chunk the completion tokens are counted on the stream (one per chunk
+    # that carried text), and the prompt's stay unknown rather than made up
+    events = _stream(proxied.url.replace("/v1", "/s/streamcount/v1"), "Count these too")
+    texts = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    again = _proxy_stats(proxied.url)["stats"]
+    assert again["logged_completion_tokens"] - after["logged_completion_tokens"] == len(texts) > 0
+    assert again["logged_prompt_tokens"] == after["logged_prompt_tokens"]
+
+
+def test_caching_replays_a_streamed_answer_and_shares_it_with_plain_requests(
+        proxied: Proxied) -> None:
+    def url(name: str) -> str:  # one session each: turn_counter's reminders stay out
+        return proxied.url.replace("/v1", f"/s/{name}/v1")
+
+    def content(events: list[Any]) -> str:
+        return "".join(e["choices"][0]["delta"].get("content") or ""
+                       for e in events if e["choices"])
+
+    first = _stream(url("cs1"), "Stream then replay", stream_options={"include_usage": True})
+    sent = server_stats(proxied.upstream)["total_requests"]
+    hits = _proxy_stats(proxied.url)["stats"]["cache_hits"]
+    replayed = _stream(url("cs2"), "Stream then replay", stream_options={"include_usage": True})
+    plain_status, plain = _chat(url("cs3"), "Stream then replay")
+    assert server_stats(proxied.upstream)["total_requests"] == sent  # 0 requests upstream
+    assert _proxy_stats(proxied.url)["stats"]["cache_hits"] == hits + 2
+    # the replay is a stream of chunks, through the chunk hooks like the live one
+    assert all(e["object"] == "chat.completion.chunk" for e in replayed)
+    assert content(replayed) == content(first) and content(first).endswith("~")
+    assert [e["usage"] for e in replayed if e.get("usage")] == [
+        e["usage"] for e in first if e.get("usage")]
+    # a plain request gets the assembled answer: the upstream's text, before chunk hooks
+    assert plain_status == 200 and plain["object"] == "chat.completion"
+    assert plain["choices"][0]["message"]["content"].upper() + "~" == content(first)
+    # and the other way round: a plain answer cached first is replayed to a stream
+    _, plain2 = _chat(url("cs4"), "Plain then stream")
+    sent = server_stats(proxied.upstream)["total_requests"]
+    streamed = _stream(url("cs5"), "Plain then stream")
+    assert server_stats(proxied.upstream)["total_requests"] == sent
+    assert content(streamed) == plain2["choices"][0]["message"]["content"].upper() + "~"
 
 
 def test_caching_answers_a_second_pass_without_upstream_requests(proxied: Proxied) -> None:

@@ -35,6 +35,7 @@ services:
       - name: caching
         config:
           cache_dir: {cache}
+      - name: log_tokens
 benchmarks:
   - name: gsm8k
 """
@@ -89,3 +90,35 @@ def test_llama_stream_passes_through(proxy_url: str) -> None:
     chunks = [orjson.loads(d) for d in datas[:-1]]
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert len(chunks) > 3 and content.strip()  # more than 2 tokens: max_tokens was dropped
+
+
+def test_llama_stream_is_logged_cached_and_replayed(proxy_url: str) -> None:
+    ask = {**ASK, "stream": True, "messages": [{"role": "user", "content": "A dog named Rex"}]}
+
+    def stream() -> list[Any]:
+        status, _, text = http_json("POST", proxy_url + "/chat/completions", ask, timeout=120)
+        assert status == 200, text
+        datas = [ln[len("data: "):] for ln in text.splitlines() if ln.startswith("data: ")]
+        assert datas[-1] == "[DONE]"
+        return [orjson.loads(d) for d in datas[:-1]]
+
+    def content(chunks: list[Any]) -> str:
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+    def logged() -> int:
+        _, _, stats = http_json("GET", base_to_root(proxy_url) + "/stats")
+        return int(stats["stats"]["logged_completion_tokens"])
+
+    before = logged()
+    live = stream()
+    # log_tokens saw the streamed answer: llama.cpp's usage chunk, or one token per chunk
+    usage = [c["usage"] for c in live if c.get("usage")]
+    texts = [c for c in live if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert logged() - before == (usage[-1]["completion_tokens"] if usage else len(texts)) > 0
+    sent = _upstream_requests(proxy_url)
+    replay = stream()
+    assert _upstream_requests(proxy_url) == sent  # answered from the cache
+    assert content(replay) == content(live) and content(live).strip()
+    plain = _post(proxy_url, {**ask, "stream": False})  # the same answer, not streamed
+    assert _upstream_requests(proxy_url) == sent
+    assert plain["choices"][0]["message"]["content"] == content(live)
