@@ -13,5 +13,8 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service", help="the service whose chain to serve (default: the only one)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
     p.add_argument("--port-file", type=Path, help="also write the bound port to this file")
+    p.add_argument("--capture", type=Path, metavar="FILE",
+                   help="append each exchange (session, request, answer, tokens, latency, "
+                        "status; keys redacted) to this JSONL file")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="level of the interceptors' log lines on stderr (default INFO)")

@@ -42,7 +42,8 @@ import orjson
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import AuthError, ModelClient, ModelError, client_for_service
-from nel_resources.proxy.chain import Chain
+from nel_resources.proxy.capture import Capture
+from nel_resources.proxy.chain import Chain, Link
 from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
 from nel_resources.proxy.http_server import Headers, Reply, start_server
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
@@ -73,12 +74,17 @@ class ProxyServer:
     Args:
         client: the service's client (`client_for_service`); its chain runs every request,
             and a service without interceptors gets an empty chain (a plain forwarder).
+        capture: records each exchange (`capture.py`); the first link of the chain.
     """
 
-    def __init__(self, client: ModelClient) -> None:
+    def __init__(self, client: ModelClient, capture: Capture | None = None) -> None:
         self.client = client
         if client.chain is None:
             client.chain = Chain([], ClientEndpoint(client))
+        if capture is not None:
+            client.chain = Chain([Link("capture", capture), *client.chain.links],
+                                 client.chain.endpoint)
+        self.capture = capture
         self.chain: Chain = client.chain
         endpoint = self.chain.endpoint
         self.endpoint: ClientEndpoint | None = endpoint if isinstance(endpoint, ClientEndpoint) else None
@@ -150,12 +156,19 @@ class ProxyServer:
                 return await self._stream(req)
             resp = await self.chain.run(req)
         except InterceptorError as exc:
-            return self._refused(exc)
+            return self._failed(req, self._refused(exc), str(exc))
         except AuthError as exc:
-            return _error(502, str(exc), "upstream_error")
+            return self._failed(req, _error(502, str(exc), "upstream_error"), str(exc))
         except ModelError as exc:
-            return _error(502, f"upstream failed after retries: {exc}", "upstream_error")
+            return self._failed(req, _error(502, f"upstream failed after retries: {exc}",
+                                            "upstream_error"), str(exc))
         return self._answer(resp)
+
+    def _failed(self, req: ProxyRequest, reply: Reply, message: str) -> Reply:
+        """The refusal, recorded by the capture (an exchange without an answer)."""
+        if self.capture is not None:
+            self.capture.failed(req.ctx, reply.status, self.client.redact_text(message))
+        return reply
 
     @staticmethod
     def _refused(exc: InterceptorError) -> Reply:
@@ -177,12 +190,11 @@ class ProxyServer:
             first = await anext(chunks, None)
         except UpstreamStreamError as exc:
             await chunks.aclose()
-            return _error(exc.status, exc.text, "upstream_error")
-        return self._events(first, chunks)
+            return self._failed(req, _error(exc.status, exc.text, "upstream_error"), exc.text)
+        return self._events(req, first, chunks)
 
-    @staticmethod
-    async def _events(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]
-                      ) -> AsyncIterator[bytes]:
+    async def _events(self, req: ProxyRequest, first: dict[str, Any] | None,
+                      chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             if first is not None:
                 yield b"data: " + orjson.dumps(first) + b"\n\n"
@@ -191,6 +203,8 @@ class ProxyServer:
             yield b"data: [DONE]\n\n"
         except (UpstreamStreamError, ModelError, InterceptorError, OSError, TimeoutError) as exc:
             # The status line is out: the error goes as a last event, as OpenAI's API does.
+            if self.capture is not None:
+                self.capture.failed(req.ctx, 200, self.client.redact_text(f"stream cut: {exc}"))
             yield b"data: " + orjson.dumps({"error": {"message": str(exc), "type": "upstream_error"}}) + b"\n\n"
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
@@ -216,12 +230,15 @@ def pick_service(config_path: str, service: str | None) -> tuple[str, ServiceCon
 
 
 async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None = None,
-                out: Any = sys.stdout) -> None:
+                out: Any = sys.stdout, capture_path: Path | None = None) -> None:
     """Serve the service's chain on 127.0.0.1 until SIGTERM or SIGINT.
 
     Prints `http://127.0.0.1:PORT/v1` once listening (and writes the port to `port_file`).
+    With `capture_path`, each exchange is appended to that JSONL file (`capture.py`).
     """
-    server = ProxyServer(client_for_service(service))
+    client = client_for_service(service)
+    capture = Capture(capture_path, client.redact_bytes) if capture_path is not None else None
+    server = ProxyServer(client, capture)
     await server.open()
     try:
         listener = await start_server(server.handle, port)
@@ -272,21 +289,25 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
+    main_coro = serve(svc, port=args.port, port_file=args.port_file,
+                      capture_path=getattr(args, "capture", None))
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(svc, port=args.port, port_file=args.port_file))
+        asyncio.run(main_coro)
     else:
-        uvloop.run(serve(svc, port=args.port, port_file=args.port_file))
+        uvloop.run(main_coro)
     return 0
 
 
 def start_proxy(config_path: str | os.PathLike[str], service: str | None = None, *,
                 timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
-                env: dict[str, str] | None = None, log_level: str = "INFO"
+                env: dict[str, str] | None = None, log_level: str = "INFO",
+                capture_path: str | os.PathLike[str] | None = None
                 ) -> tuple[ManagedProcess, str]:
     """Start the proxy for a service as a child process (its own session); wait until it
     answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
+    With `capture_path`, it records each exchange there (`capture.py`).
 
     Raises:
         ProcessExitedError: the proxy exited first (a bad config: its log tail says why).
@@ -303,6 +324,8 @@ def start_proxy(config_path: str | os.PathLike[str], service: str | None = None,
             "--port-file", str(port_file), "--log-level", log_level]
     if service:
         argv += ["--service", service]
+    if capture_path is not None:
+        argv += ["--capture", str(capture_path)]
     proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
                           env=env).start()
     try:

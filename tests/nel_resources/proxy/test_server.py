@@ -1,11 +1,16 @@
 """The standalone proxy process (`nel proxy`) in front of a real reference server: what the
 server receives reflects the interceptors, streams pass through the chunk hooks, `caching`
 answers a second pass with no upstream request, a spent turn budget is a 429, malformed
-requests get 4xx, and the Dagster resource's process ends with its run."""
+requests get 4xx, the Dagster resource's process ends with its run, and an agent's traffic
+is captured (`--capture`) and read back as ATIF steps."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +22,7 @@ import orjson
 import pytest
 
 from nel_resources.processes import pid_alive
+from nel_resources.proxy import captured_steps, read_capture
 from nel_resources.proxy.server import start_proxy
 from nel_resources.reference_server import start_reference_server
 from nel_resources.resources import InterceptorProxy
@@ -47,6 +53,7 @@ services:
     type: api
     url: {url}
     model: tiny
+    api_key: {secret}
     max_retries: 0
     interceptors:
       - name: turn_counter
@@ -71,12 +78,16 @@ benchmarks:
 """
 
 
+SECRET = "sk-capture-secret-4242"
+
+
 @dataclass
 class Proxied:
     upstream: str
     url: str
     cfg: Path
     env: dict[str, str]
+    capture: Path
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +100,12 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
     ref, upstream = start_reference_server(record_bodies=50)
     try:
         cfg = tmp / "nel.yaml"
-        cfg.write_text(CONFIG.format(url=upstream, cache=tmp / "cache"))
+        cfg.write_text(CONFIG.format(url=upstream, cache=tmp / "cache", secret=SECRET))
         env = {"PYTHONPATH": f"{REPO_ROOT}:{tmp / 'user'}"}
-        proc, url = start_proxy(cfg, "m", env=env)
+        capture = tmp / "capture" / "exchanges.jsonl"
+        proc, url = start_proxy(cfg, "m", env=env, capture_path=capture)
         try:
-            yield Proxied(upstream, url, cfg, env)
+            yield Proxied(upstream, url, cfg, env, capture)
         finally:
             proc.stop()
     finally:
@@ -299,3 +311,45 @@ def test_resource_process_ends_with_its_run(proxied: Proxied, monkeypatch: pytes
     assert result.success
     assert seen["alive"] and seen["status"] == 200, seen
     assert not pid_alive(seen["pid"])  # stopped at the end of the run's execution
+
+
+def _agent(url: str, session: str, *questions: str) -> subprocess.CompletedProcess[str]:
+    """The tool-calling agent (tests/support/tool_agent.py) as its own process."""
+    return subprocess.run([sys.executable, "-m", "tests.support.tool_agent", url, session,
+                           *questions], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_agent_traffic_is_captured_as_atif_steps(proxied: Proxied) -> None:
+    done = _agent(proxied.url, "agent-cap", f"My key is {SECRET}. What is 2+3?", "And 4+4?")
+    assert done.returncode == 0, done.stderr
+    said = [m for m in json.loads(done.stdout) if m["role"] == "assistant"]
+    records = list(read_capture(proxied.capture, "agent-cap"))
+    assert [r["turn"] for r in records] == [1, 2] and all(r["status"] == 200 for r in records)
+    # the request as the agent sent it (tools included), before the chain added its system
+    # message or dropped max_tokens
+    first = records[0]["request"]
+    assert first["tools"][0]["function"]["name"] == "add" and first["tool_choice"]
+    assert first["messages"][0]["content"] == "You can add numbers with the add tool."
+    steps = captured_steps(proxied.capture, "agent-cap")
+    assert [s["source"] for s in steps] == ["system", "user", "agent", "user", "agent"]
+    assert [s["step_id"] for s in steps] == [1, 2, 3, 4, 5]
+    assert [s["message"] for s in steps if s["source"] == "agent"] == [m["content"] for m in said]
+    assert steps[3]["message"] == "And 4+4?"
+    for step, rec in zip([s for s in steps if s["source"] == "agent"], records, strict=True):
+        assert step["metrics"] == {k: rec["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
+        assert step["extra"]["status"] == 200 and step["extra"]["latency_ms"] > 0
+    # the service's key, even where the agent's own text carried it, is not in the file
+    text = proxied.capture.read_text()
+    assert SECRET not in text and "My key is" in text
+
+
+def test_a_refused_turn_is_captured_with_its_status(proxied: Proxied) -> None:
+    # turn_counter allows 3 turns a session: the agent's fourth request is refused (429)
+    done = _agent(proxied.url, "agent-over", "What is 1+1?", "Again?", "Once more?", "Last?")
+    assert done.returncode == 1 and "429" in done.stderr
+    steps = captured_steps(proxied.capture, "agent-over")
+    agents = [s for s in steps if s["source"] == "agent"]
+    assert [s["extra"]["status"] for s in agents] == [200, 200, 200, 429]
+    assert agents[-1]["message"] == "" and "turn budget exhausted" in agents[-1]["extra"]["error"]
+    assert captured_steps(proxied.capture, "no-such-session") == []

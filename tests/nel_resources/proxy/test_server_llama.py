@@ -7,6 +7,10 @@ Skipped when llama_cpp or the model is missing, failed instead under CI=true.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
+from nel_resources.proxy import captured_steps
 from nel_resources.proxy.server import start_proxy
+from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import base_to_root, http_json
 
 pytestmark = pytest.mark.llama
@@ -122,3 +128,50 @@ def test_llama_stream_is_logged_cached_and_replayed(proxy_url: str) -> None:
     plain = _post(proxy_url, {**ask, "stream": False})  # the same answer, not streamed
     assert _upstream_requests(proxy_url) == sent
     assert plain["choices"][0]["message"]["content"] == content(live)
+
+
+CAPTURE_CONFIG = """\
+services:
+  llama:
+    type: api
+    url: {url}
+    model: stories260K
+    interceptors:
+      - name: log_tokens
+benchmarks:
+  - name: gsm8k
+"""
+
+
+def test_llama_tool_calls_are_captured_as_atif_steps(llama_server: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "nel.yaml"
+    cfg.write_text(CAPTURE_CONFIG.format(url=llama_server))
+    capture = tmp_path / "capture.jsonl"
+    proc, url = start_proxy(cfg, "llama", capture_path=capture)
+    try:
+        # the agent forces its tool on the first turn: llama.cpp answers with a real tool call
+        done = subprocess.run([sys.executable, "-m", "tests.support.tool_agent", url, "rex",
+                               "What is 2+3?", "Thanks"], capture_output=True, text=True,
+                              timeout=300, cwd=REPO_ROOT,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    finally:
+        proc.stop()
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    [call] = said[2]["tool_calls"]
+    steps = captured_steps(capture, "rex")
+    assert [s["source"] for s in steps] == ["system", "user", "agent", "agent", "user", "agent"]
+    first = steps[2]
+    assert first["tool_calls"][0]["tool_call_id"] == call["id"]
+    assert first["tool_calls"][0]["function_name"] == "add"
+    args = call["function"]["arguments"]
+    try:  # parsed when the model wrote valid JSON, kept as written otherwise
+        expected: Any = json.loads(args)
+    except ValueError:
+        expected = args
+    assert first["tool_calls"][0]["arguments"] == expected
+    # the tool's result is the observation of the step that called it
+    [result] = first["observation"]["results"]
+    assert result == {"source_call_id": call["id"], "content": said[3]["content"]}
+    assert [s["message"] for s in steps[3::2]] == [said[4]["content"], said[6]["content"]]
+    assert all(s["metrics"]["completion_tokens"] > 0 for s in steps if s["source"] == "agent")
