@@ -51,9 +51,11 @@ from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyRespo
 if TYPE_CHECKING:
     from nel_resources.processes import ManagedProcess
 
+# The environment variable a child proxy reads its service from (`start_proxy`).
+_SERVICE_ENV = "NEL_PROXY_SERVICE_JSON"
 # API paths an agent may call through the chain (below /v1).
 CHAIN_PATHS = frozenset({"/chat/completions", "/completions", "/responses"})
-_SESSION = re.compile(r"^/s/([A-Za-z0-9_-]{1,128})(/.*)$")
+_SESSION = re.compile(r"^/s/([A-Za-z0-9_.:-]{1,128})(/.*)$")
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error",
@@ -272,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from nel_resources.proxy.arguments import add_proxy_arguments
 
     p = argparse.ArgumentParser(prog="nel proxy", description=__doc__.splitlines()[0])
-    add_proxy_arguments(p)
+    add_proxy_arguments(p, internal=True)
     args = p.parse_args(argv)
     try:
         return run(args)
@@ -285,7 +287,13 @@ def run(args: argparse.Namespace) -> int:
     """Serve until stopped; the exit status."""
     if not 0 <= args.port <= 65535:
         raise NelError(f"--port must be 0..65535, not {args.port}")
-    _, svc = pick_service(args.config, args.service)
+    env_var = getattr(args, "service_env", None)
+    if env_var and not args.config:
+        svc = ServiceConfig.model_validate_json(os.environ[env_var])
+    elif args.config:
+        _, svc = pick_service(args.config, args.service)
+    else:
+        raise NelError("give the config: -c CONFIG")
     import logging
 
     logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
@@ -300,13 +308,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def start_proxy(config_path: str | os.PathLike[str], service: str | None = None, *,
+def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None = None, *,
                 timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
                 env: dict[str, str] | None = None, log_level: str = "INFO",
-                capture_path: str | os.PathLike[str] | None = None
+                capture_path: str | os.PathLike[str] | None = None,
+                service_config: ServiceConfig | None = None
                 ) -> tuple[ManagedProcess, str]:
     """Start the proxy for a service as a child process (its own session); wait until it
     answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
+
+    The service is `service` of the config file at `config_path`, or `service_config`
+    itself (handed over in the child's environment, so a literal key stays off the disk).
     With `capture_path`, it records each exchange there (`capture.py`).
 
     Raises:
@@ -320,8 +332,15 @@ def start_proxy(config_path: str | os.PathLike[str], service: str | None = None,
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
     port_file = workdir / "port"
-    argv = [sys.executable, "-m", "nel_resources.proxy.server", "-c", str(config_path),
+    argv = [sys.executable, "-m", "nel_resources.proxy.server",
             "--port-file", str(port_file), "--log-level", log_level]
+    if service_config is not None:
+        env = {**(env or {}), _SERVICE_ENV: service_config.model_dump_json()}
+        argv += ["--service-env", _SERVICE_ENV]
+    elif config_path is not None:
+        argv += ["-c", str(config_path)]
+    else:
+        raise NelError("start_proxy needs a config path or a service config")
     if service:
         argv += ["--service", service]
     if capture_path is not None:
