@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections import OrderedDict
 from typing import Any
 
@@ -55,6 +56,10 @@ class TurnCounter:
         self.turns: OrderedDict[str, int] = OrderedDict()
         self.refused = 0
         self.log = proxy_logger()
+        # The first turn that can get a reminder: the turns before it skip `_notice`.
+        mt = self.max_turns
+        self._notice_from = (self.interval if self.trigger == "periodic"
+                             else math.ceil(0.8 * mt - 1e-9) if mt is not None else 0)
 
     def _notice(self, n: int) -> str | None:
         assert self.max_turns is not None
@@ -69,7 +74,7 @@ class TurnCounter:
         return None
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        key = _session_of(req)
+        key = req.ctx.session_id or _session_of(req)
         # No await between read and write: the count is exact under concurrency.
         n = self.turns.get(key, 0) + 1
         if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
@@ -86,6 +91,8 @@ class TurnCounter:
             self.refused += 1
             raise InterceptorError("turn_counter", f"turn budget exhausted: turn {n} of "
                                    f"max_turns={self.max_turns} for session {key}")
+        if n < self._notice_from:
+            return req
         notice = self._notice(n)
         messages = req.body.get("messages")
         if notice is None or not isinstance(messages, list):
