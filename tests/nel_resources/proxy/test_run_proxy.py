@@ -132,7 +132,7 @@ def test_interceptor_proxy_from_config_in_a_run(cfg: NelConfig, tmp_path: Path) 
     assert [s["source"] for s in captured_steps(capture, "run-1")] == ["user", "agent"]
 
 
-def test_unknown_or_urlless_service_is_one_clear_error(cfg: NelConfig) -> None:
+def test_an_unknown_service_is_one_clear_error(cfg: NelConfig) -> None:
     with pytest.raises(NelError, match="no service 'nope' to proxy"), \
             proxy_for_service(cfg, "nope"):
         pass
