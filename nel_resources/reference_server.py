@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import http
 import os
 import re
 import signal
@@ -44,9 +43,23 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+from nel_resources.http1 import (
+    JSON_HEADERS,
+    MAX_BODY,
+    MAX_HEAD,
+    SSE_HEADERS,
+    Http1Connection,
+    Reply,
+    Request,
+    chunk,
+    chunked_head,
+    header,
+    render,
+)
 
 if TYPE_CHECKING:
     from nel_resources.processes import ManagedProcess
@@ -62,29 +75,19 @@ __all__ = [
     "start_reference_server",
 ]
 
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_HEAD_BYTES = MAX_HEAD
+MAX_BODY_BYTES = MAX_BODY
 REASONING_MODES = ("none", "field", "think")
 # How a truncated 200 looks: a well-framed body that is cut JSON, a Content-Length body
 # cut short by the connection closing, or a chunked body whose last chunk never comes.
 TRUNCATE_STYLES = ("json", "eof", "chunked")
 _RATES = ("fail_rate", "status_429_rate", "hang_rate", "drop_rate", "reset_rate", "truncate_rate")
 
-_JSON_HEADERS = b"Content-Type: application/json\r\n"
-_SSE_HEADERS = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+_JSON_HEADERS = JSON_HEADERS
+_SSE_HEADERS = SSE_HEADERS
 _TOKEN_RE = re.compile(r"\S+")
 _TOOL_ITEMS = ("function_call", "function_call_output")
-
-
-def _status_line(code: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(code).phrase
-    except ValueError:
-        phrase = "Status"
-    return f"HTTP/1.1 {code} {phrase}\r\n".encode()
-
-
-_STATUS_LINES: dict[int, bytes] = {s.value: _status_line(s.value) for s in http.HTTPStatus}
+_header = header
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -344,14 +347,6 @@ def _error(status: int, message: str, extra: bytes = b"") -> Reply:
     return Reply(status, _error_body(message, type_, status), _JSON_HEADERS + extra)
 
 
-class Reply(NamedTuple):
-    """A response ready to render: status, body, header lines (each ending in CRLF)."""
-
-    status: int
-    body: bytes
-    headers: bytes = _JSON_HEADERS
-
-
 class Later(NamedTuple):
     """A deferred outcome: answer after ``delay`` seconds, drop or reset the connection,
     hang, send ``reply`` cut short (``eof``/``chunked``), or hold ``reply`` at the barrier."""
@@ -359,28 +354,6 @@ class Later(NamedTuple):
     action: str  # "reply" | "drop" | "reset" | "hang" | "eof" | "chunked" | "barrier"
     delay: float = 0.0
     reply: Reply | None = None
-
-
-def render(reply: Reply, keep_alive: bool = True) -> bytes:
-    """Serialise a reply into one HTTP/1.1 response message."""
-    status_line = _STATUS_LINES.get(reply.status) or _status_line(reply.status)
-    return b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
-        status_line,
-        len(reply.body),
-        reply.headers,
-        b"" if keep_alive else b"Connection: close\r\n",
-        reply.body,
-    )
-
-
-def _header(head: bytes, lower: bytes, name: bytes) -> bytes | None:
-    """Value of header ``name`` (lower-case, no colon) from a raw request head."""
-    i = lower.find(b"\r\n" + name + b":")
-    if i < 0:
-        return None
-    start = i + len(name) + 3
-    end = lower.find(b"\r\n", start)
-    return head[start : end if end >= 0 else len(head)].strip()
 
 
 # ---------------------------------------------------------------------------- the application
@@ -1017,125 +990,53 @@ def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) ->
 
 
 # ---------------------------------------------------------------------------- HTTP transport
-class _HttpProtocol(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection. Requests are parsed from a byte buffer and
-    answered strictly in order; while a deferred answer is pending, later pipelined
-    requests wait in the buffer."""
+class _HttpProtocol(Http1Connection):
+    """One keep-alive HTTP/1.1 connection (`nel_resources.http1`): most answers are written
+    at once; a deferred one (delay, barrier, fault) holds later pipelined requests back."""
 
-    __slots__ = ("_app", "_buf", "_busy", "_closed", "_continued", "_paused", "_pending", "_task",
-                 "_transport")
+    __slots__ = ("_app", "_pending")
 
     def __init__(self, app: ReferenceApp) -> None:
+        super().__init__()
         self._app = app
-        self._buf = bytearray()
-        self._busy = False
-        self._closed = False
-        self._continued = False
-        self._paused = False
         self._pending = False  # a deferred request of this connection is not answered yet
-        self._task: asyncio.Task[None] | None = None
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing asyncio.Transport.
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
+        super().connection_lost(exc)
         self._settle()
-        if self._task is not None:
-            self._task.cancel()
 
     def _settle(self) -> None:
         if self._pending:
             self._pending = False
             self._app.answered()
 
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
-        if self._busy:
-            # Backpressure: a client pipelining into a slow/hung answer must not grow us forever.
-            if len(self._buf) > MAX_BODY_BYTES and not self._paused:
-                self._paused = True
-                assert self._transport is not None
-                self._transport.pause_reading()
-            return
-        self._process()
+    def error_reply(self, status: int, message: str) -> Reply:
+        return _error(status, message)
 
-    def _fail(self, status: int, message: str) -> None:
-        assert self._transport is not None
-        self._transport.write(render(_error(status, message), keep_alive=False))
-        self._transport.close()
-        self._closed = True
-
-    def _process(self) -> None:
-        buf = self._buf
+    def respond(self, request: Request) -> bool:
         transport = self._transport
         assert transport is not None
-        while buf and not self._busy and not self._closed:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self._fail(431, "request head too large")
-                return
-            head = bytes(buf[:end])
-            line_end = head.find(b"\r\n")
-            parts = (head if line_end < 0 else head[:line_end]).split(b" ")
-            if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-                self._fail(400, "malformed request line")
-                return
-            method, target, version = parts
-            lower = head.lower()
-            if b"\r\ntransfer-encoding:" in lower:
-                self._fail(501, "chunked request bodies are not supported; send Content-Length")
-                return
-            length = 0
-            raw_len = _header(head, lower, b"content-length")
-            if raw_len is not None:
-                if not raw_len.isdigit():
-                    self._fail(400, "invalid Content-Length")
-                    return
-                length = int(raw_len)
-                if length > MAX_BODY_BYTES:
-                    self._fail(413, "request body too large")
-                    return
-            total = end + 4 + length
-            if len(buf) < total:
-                if not self._continued and b"\r\nexpect: 100-continue" in lower:
-                    self._continued = True
-                    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                return
-            body = bytes(buf[end + 4 : total])
-            del buf[:total]
-            self._continued = False
-            if version == b"HTTP/1.1":
-                keep_alive = b"\r\nconnection: close" not in lower
-            else:
-                keep_alive = b"\r\nconnection: keep-alive" in lower
-            result = self._app.dispatch(method, target, head, lower, body)
-            if isinstance(result, Reply):
-                transport.write(render(result, keep_alive))
-                if not keep_alive:
-                    transport.close()
-                    self._closed = True
-                continue
-            self._busy = True
-            self._pending = True
-            if result.action == "hang":
-                return  # never answer; the client's timeout is what is under test
-            if result.action in ("drop", "reset"):
-                self._settle()
-                if result.action == "reset":
-                    _linger_zero(transport)  # close with RST instead of FIN
-                transport.abort()
+        keep_alive = request.keep_alive
+        result = self._app.dispatch(request.method, request.target, request.head, request.lower,
+                                    request.body)
+        if isinstance(result, Reply):
+            transport.write(render(result, keep_alive))
+            if not keep_alive:
+                transport.close()
                 self._closed = True
-                return
-            self._task = asyncio.get_running_loop().create_task(self._later(result, keep_alive))
-            return
+            return True
+        self._pending = True
+        if result.action == "hang":
+            return False  # never answer; the client's timeout is what is under test
+        if result.action in ("drop", "reset"):
+            self._settle()
+            if result.action == "reset":
+                _linger_zero(transport)  # close with RST instead of FIN
+            transport.abort()
+            self._closed = True
+            return True
+        self._task = asyncio.get_running_loop().create_task(self._later(result, keep_alive))
+        return False
 
     async def _later(self, later: Later, keep_alive: bool) -> None:
         if later.action == "barrier":
@@ -1152,23 +1053,13 @@ class _HttpProtocol(asyncio.Protocol):
             if later.action == "eof":
                 cut = render(later.reply)[: -len(body) or None] + half
             else:
-                cut = (_STATUS_LINES[200] + later.reply.headers
-                       + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(half), half))
+                cut = chunked_head(200, later.reply.headers) + chunk(half)
             self._transport.write(cut)
             self._transport.close()
             self._closed = True
             return
         self._transport.write(render(later.reply, keep_alive))
-        if not keep_alive:
-            self._transport.close()
-            self._closed = True
-            return
-        self._busy = False
-        self._task = None
-        if self._paused:
-            self._paused = False
-            self._transport.resume_reading()
-        self._process()
+        self.finish(keep_alive)
 
 
 def _linger_zero(transport: asyncio.Transport) -> None:
