@@ -27,6 +27,7 @@ from tests.support import (
     start_llama_server,
 )
 from tests.support import server_stats as _server_stats
+from tests.support.nemo_gym import shared_gym  # noqa: F401  (the suite's one NeMo Gym stack)
 
 #: Modules that take longest (seconds of one test run each, `--durations` under load on
 #: 2026-11-22), handed to xdist workers first. A module not listed just runs later.
@@ -34,8 +35,11 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_stale_only.py",  # 374 s at 8 shards, 343 s at 4
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
-    "tests/benchmarks/test_gym_rollouts.py",  # ~155 s under load: NeMo Gym's stack, Ray
-    "tests/nel_assets/engine/solvers/test_gym_solvers.py",  # ~75-120 s: ng_run, Ray
+    # The modules of the `nemo_gym` group share one ng_run (tests/support/nemo_gym.py):
+    # together ~150 s under load, most of it starting Gym's stack and Ray once.
+    "tests/benchmarks/test_gym_rollouts.py",
+    "tests/nel_assets/engine/solvers/test_gym_solvers.py",
+    "tests/dagster_project/test_gym_solvers_e2e.py",
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s

@@ -167,7 +167,8 @@ async def run_shard(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode())
             seeds[idx] = entry
-            bodies[idx] = client.encode(messages, prompt)
+            if spec.solver is None:  # a solver builds its own requests (and may have no client)
+                bodies[idx] = client.encode(messages, prompt)
             return entry
         finally:
             fut.set_result(None)
