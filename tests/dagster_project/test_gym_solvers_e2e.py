@@ -1,22 +1,25 @@
-"""The NeMo Gym solvers end to end, on the suite's shared Gym stack (`shared_gym`):
+"""The NeMo Gym solvers end to end, on the suite's shared Gym stack (`shared_gym`).
 
-- `nel eval run` with `solver.type: tool_calling` and `resource_service:` Gym's session-state
-  counter server: the scripted reference model calls the counter's tools over several turns
-  (parallel calls too); each sample's Gym session is its own (two samples run at once, each
-  counts from its own seeded start); the trajectories show every call and result and the
-  store answers a DuckDB query over the steps. The Dagster graph runs the same config.
-- `nel eval run` with `solver.type: gym_delegation` on Gym's real `simple_agent`: the reward
-  is the agent's with `trust_reward: true` and nel's own verify with `false`; with the agent
-  down every sample fails with its reason and the run exits 4.
-- `run_evaluation` (the Python API) with a `ToolCallingSolver` on the same server.
-- Two tool sources declaring one tool name stop the shard before any model request.
+One `nel eval run` (each costs seconds) runs four benchmarks side by side:
+- `tool_calling` with `resource_service:` Gym's session-state counter server: the scripted
+  reference model calls the counter's tools over several turns (parallel calls too); each
+  sample's Gym session is its own (both samples run at once, each counts from its own seeded
+  start); the trajectories show every call and result; DuckDB answers a query over the steps.
+- `gym_delegation` on Gym's real `simple_agent`, with `trust_reward: true` (the agent's
+  reward) and `false` (nel's own verify), and once with the agent down: every sample of that
+  one fails with its reason, and the run exits 4 (a benchmark failed) while the others finish.
+The Dagster graph runs the tool_calling benchmark; `run_evaluation` (the Python API) runs a
+`ToolCallingSolver` on the same server; two tool sources declaring one tool name stop the
+shard before any model request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from nel_resources.processes import free_port
 from nel_resources.reference_server import start_reference_server
 from tests.nel_assets.engine.solvers.scripts import call
 from tests.support import server_stats
-from tests.support.cli import run_nel, summary_json
+from tests.support.cli import run_nel
 from tests.support.nemo_gym import GYM_GROUP, POLICY_DEFAULT, SharedGym
 
 pytestmark = pytest.mark.xdist_group(GYM_GROUP)
@@ -52,10 +55,13 @@ def _last_number(inp: ScorerInput) -> dict:
 def counter_tools(inp: ScorerInput) -> dict:
     return _last_number(inp)
 
-@benchmark(name="counter_agent", dataset=AGENT_ROWS, prompt="{{q}}", target_field="answer")
-@scorer
-def counter_agent(inp: ScorerInput) -> dict:
+def _is_answer(inp: ScorerInput) -> dict:
     return {{"correct": inp.response.strip() == str(inp.target)}}
+
+# one benchmark per gym_delegation setting (a config names each benchmark once)
+for _name in ("agent_trusted", "agent_verified", "agent_down"):
+    benchmark(name=_name, dataset=AGENT_ROWS, prompt="{{q}}", target_field="answer")(
+        scorer(_is_answer))
 '''
 TOOL_ROWS = [
     {"q": "add 1 then add 2 then get the count", "initial_count": 3, "expected_count": 6},
@@ -110,40 +116,76 @@ def tool_model() -> Iterator[str]:
         proc.stop()
 
 
-def _tool_config(gym: SharedGym, model: str, bench: Path, out: Path) -> dict[str, Any]:
+@dataclass
+class Run:
+    """The module's one `nel eval run`: its process, output dir and results by benchmark."""
+
+    proc: subprocess.CompletedProcess[str]
+    out: Path
+    config: Path
+    results: dict[str, dict[str, Any]]
+    down_url: str
+
+    def result(self, bench: str) -> dict[str, Any]:
+        """The summary's result of benchmark `<file>:<bench>`."""
+        found = [r for name, r in self.results.items() if name.endswith(bench)]
+        assert len(found) == 1, self.proc.stdout[-2000:] + self.proc.stderr[-2000:]
+        return found[0]
+
+
+def _config(gym: SharedGym, model: str, bench: Path, out: Path, down: str) -> dict[str, Any]:
+    def agent(name: str, gym_service: str, trust_reward: bool) -> dict[str, Any]:
+        return {"name": f"{bench}:{name}", "timeout": 120,
+                "solver": {"type": "gym_delegation", "service": "policy",
+                           "gym_service": gym_service, "gym_agent": "counter_agent",
+                           "trust_reward": trust_reward}}
+
     return {
         "services": {
             "ref": {"type": "api", "url": f"{model}/chat/completions",
                     "protocol": "chat_completions", "model": "ref", "max_concurrent": 4},
+            "policy": {"type": "api", "url": f"{gym.policy_url}/chat/completions",
+                       "protocol": "chat_completions", "model": "reference",
+                       "max_concurrent": 4},
             "counter": {"type": "gym", "url": gym.url("counter")},
+            "gym": {"type": "gym", "url": gym.head_url},
+            "gym_down": {"type": "gym", "url": down},
         },
-        "benchmarks": [{"name": f"{bench}:counter_tools",
-                        "solver": {"type": "tool_calling", "service": "ref",
-                                   "resource_service": "counter", "max_turns": 6,
-                                   "tool_timeout": 60}}],
+        "benchmarks": [
+            {"name": f"{bench}:counter_tools",
+             "solver": {"type": "tool_calling", "service": "ref", "resource_service": "counter",
+                        "max_turns": 6, "tool_timeout": 60}},
+            agent("agent_trusted", "gym", True),
+            agent("agent_verified", "gym", False),
+            agent("agent_down", "gym_down", True),
+        ],
         "output": {"dir": str(out)},
     }
 
 
-def _agent_config(gym_url: str, policy: str, bench: Path, out: Path,
-                  trust_reward: bool) -> dict[str, Any]:
-    return {
-        "services": {
-            "ref": {"type": "api", "url": f"{policy}/chat/completions",
-                    "protocol": "chat_completions", "model": "reference", "max_concurrent": 4},
-            "gym": {"type": "gym", "url": gym_url},
-        },
-        "benchmarks": [{"name": f"{bench}:counter_agent", "timeout": 120,
-                        "solver": {"type": "gym_delegation", "service": "ref",
-                                   "gym_service": "gym", "gym_agent": "counter_agent",
-                                   "trust_reward": trust_reward}}],
-        "output": {"dir": str(out)},
-    }
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, shared_gym: SharedGym, tool_model: str,
+        bench_file: Path) -> Run:
+    root = tmp_path_factory.mktemp("gym_e2e")
+    out, down = root / "out", f"http://127.0.0.1:{free_port()}"
+    config = root / "nel.yaml"
+    config.write_text(yaml.safe_dump(_config(shared_gym, tool_model, bench_file, out, down),
+                                     sort_keys=False))
+    proc = run_nel("eval", "run", str(config), "--json", "--no-progress")
+    summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    results = {r["benchmark"]: r for r in summary.get("results", [])}
+    return Run(proc, out, config, results, down)
 
 
-def _write(path: Path, cfg: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+def _query(out: Path, sql: str) -> list[tuple[Any, ...]]:
+    """`sql` over the store's results (every benchmark's shard Parquet files)."""
+    import duckdb
+
+    files = str(out / "*" / "shard_results" / "**" / "*.parquet")
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet('{files}', "
+                "hive_partitioning=true, union_by_name=true)")
+    return con.execute(sql).fetchall()
 
 
 def _trajectories(res: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -151,42 +193,66 @@ def _trajectories(res: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {t["problem_idx"]: t for t in map(json.loads, lines)}
 
 
-def test_tool_calling_on_a_gym_resources_server(tmp_path: Path, shared_gym: SharedGym,
-                                                tool_model: str, bench_file: Path) -> None:
-    out = tmp_path / "out"
-    p = run_nel("eval", "run", str(_write(tmp_path / "nel.yaml", _tool_config(
-        shared_gym, tool_model, bench_file, out))), "--json", "--no-progress")
-    s = summary_json(p)
-    (res,) = s["results"]
-    assert res["n_items"] == 2 and res["failed"] == 0, p.stderr[-2000:]
+def test_tool_calling_on_a_gym_resources_server(run: Run) -> None:
+    res = run.result("counter_tools")
+    assert res["n_items"] == 2 and res["failed"] == 0
     traj = _trajectories(res)
     # each sample counted from its own seeded start: 3+1+2 and 10+5
     assert [traj[i]["reward"] for i in (0, 1)] == [1.0, 1.0]
     assert [traj[i]["turns"] for i in (0, 1)] == [4, 2]
     (atif,) = traj[0]["trajectory"]
-    calls = [(c["function_name"], c["arguments"]) for st in atif["steps"]
-             for c in st.get("tool_calls") or []]
-    assert [name for name, _ in calls] == ["increment_counter", "increment_counter",
-                                           "get_counter_value"]
+    calls = [c["function_name"] for st in atif["steps"] for c in st.get("tool_calls") or []]
+    assert calls == ["increment_counter", "increment_counter", "get_counter_value"]
     results = [o["content"] for st in atif["steps"]
                for o in (st.get("observation") or {}).get("results", [])]
     assert [json.loads(r) for r in results] == [{"success": True}, {"success": True},
                                                 {"count": 6}]
     assert traj[1]["trajectory"][0]["final_metrics"]["total_tool_calls"] == 2
 
-    q = run_nel("query", "-o", str(out), "-f", "json", STEPS_QUERY)
-    assert q.returncode == 0, q.stderr
-    got = [(r["sample_id"], r["tool"], r["turn"]) for r in json.loads(q.stdout)]
-    assert got == [("0:0", "increment_counter", 1), ("0:0", "increment_counter", 2),
-                   ("0:0", "get_counter_value", 3),
-                   ("1:0", "get_counter_value", 1), ("1:0", "increment_counter", 1)]
-    counts = {r["sample_id"]: json.loads(r["result"])["count"] for r in json.loads(q.stdout)
-              if r["tool"] == "get_counter_value"}
+    got = _query(run.out, STEPS_QUERY)
+    assert [g[:3] for g in got] == [
+        ("0:0", "increment_counter", 1), ("0:0", "increment_counter", 2),
+        ("0:0", "get_counter_value", 3),
+        ("1:0", "get_counter_value", 1), ("1:0", "increment_counter", 1)]
+    counts = {g[0]: json.loads(g[3])["count"] for g in got if g[1] == "get_counter_value"}
     assert counts == {"0:0": 6, "1:0": 15}
 
 
-def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, shared_gym: SharedGym,
-                                                    tool_model: str, bench_file: Path) -> None:
+@pytest.mark.parametrize(("bench", "want"), [("agent_trusted", GYM_REWARDS),
+                                             ("agent_verified", NEL_REWARDS)])
+def test_gym_delegation_on_the_simple_agent(run: Run, bench: str, want: list[float]) -> None:
+    res = run.result(bench)
+    assert res["n_items"] == 4 and res["failed"] == 0
+    traj = _trajectories(res)
+    assert [traj[i]["reward"] for i in range(4)] == want
+    for i in range(4):
+        (atif,) = traj[i]["trajectory"]
+        steps = atif["steps"]
+        assert [st["source"] for st in steps] == ["user", "agent"]
+        assert steps[0]["message"] == AGENT_ROWS[i]["q"]
+        assert steps[1]["message"] == POLICY_DEFAULT
+    methods = {m for (m,) in _query(run.out, "SELECT DISTINCT method FROM results WHERE "
+                                             f"benchmark LIKE '%{bench}'")}
+    # the agent's reward, or the benchmark's own scorer
+    assert (methods == {"gym_reward"}) == (bench == "agent_trusted"), methods
+
+
+def test_gym_delegation_with_the_agent_down(run: Run) -> None:
+    # one benchmark whose every sample failed: the run exits 4, the others still finished
+    assert run.proc.returncode == 4, run.proc.stderr[-2000:]
+    assert "Traceback" not in run.proc.stderr
+    errors = [ln for ln in run.proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "agent_down" in errors[0], run.proc.stderr
+    for done in ("counter_tools", "agent_trusted", "agent_verified"):
+        assert run.result(done)["failed"] == 0
+    rows = _query(run.out, "SELECT sample_id, failure_category, error FROM results "
+                           "WHERE benchmark LIKE '%agent_down' ORDER BY sample_id")
+    assert [r[0] for r in rows] == [f"{i}:0" for i in range(4)]
+    assert {r[1] for r in rows} == {"gym_unreachable"}
+    assert all(run.down_url in r[2] and "unreachable" in r[2] for r in rows)
+
+
+def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, run: Run) -> None:
     import dagster as dg
 
     from nel_assets.factory import build_defs, build_resources
@@ -195,8 +261,12 @@ def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, shared_gym: 
     from nel_resources.store import ResultStore
 
     out = tmp_path / "out"
-    cfg = resolve(load_config(_write(tmp_path / "nel.yaml", _tool_config(
-        shared_gym, tool_model, bench_file, out))))
+    only_tools = yaml.safe_load(run.config.read_text())
+    only_tools["benchmarks"] = only_tools["benchmarks"][:1]  # the tool_calling benchmark
+    only_tools["output"]["dir"] = str(out)
+    path = tmp_path / "nel.yaml"
+    path.write_text(yaml.safe_dump(only_tools, sort_keys=False))
+    cfg = resolve(load_config(path))
     (bench,) = cfg.benchmarks
     with dg.DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("model", ["ref"])
@@ -209,41 +279,6 @@ def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, shared_gym: 
     rows = ResultStore(out).read_shards(bench.name, "ref").to_pylist()
     assert [r["reward"] for r in rows] == [1.0, 1.0]
     assert [r["tool_calls"] for r in rows] == [3, 2]
-
-
-@pytest.mark.parametrize("trust_reward", [True, False], ids=["trust_reward", "nel_verifies"])
-def test_gym_delegation_on_the_simple_agent(tmp_path: Path, shared_gym: SharedGym,
-                                            bench_file: Path, trust_reward: bool) -> None:
-    p = run_nel("eval", "run", str(_write(tmp_path / "nel.yaml", _agent_config(
-        shared_gym.head_url, shared_gym.policy_url, bench_file, tmp_path / "out",
-        trust_reward))), "--json", "--no-progress")
-    (res,) = summary_json(p)["results"]
-    assert res["n_items"] == 4 and res["failed"] == 0, p.stderr[-2000:]
-    traj = _trajectories(res)
-    assert [traj[i]["reward"] for i in range(4)] == (GYM_REWARDS if trust_reward else NEL_REWARDS)
-    for i in range(4):
-        (atif,) = traj[i]["trajectory"]
-        steps = atif["steps"]
-        assert [st["source"] for st in steps] == ["user", "agent"]
-        assert steps[0]["message"] == AGENT_ROWS[i]["q"]
-        assert steps[1]["message"] == POLICY_DEFAULT
-
-
-def test_gym_delegation_with_the_agent_down(tmp_path: Path, shared_gym: SharedGym,
-                                            bench_file: Path) -> None:
-    down = f"http://127.0.0.1:{free_port()}"
-    out = tmp_path / "out"
-    p = run_nel("eval", "run", str(_write(tmp_path / "nel.yaml", _agent_config(
-        down, shared_gym.policy_url, bench_file, out, True))), "--no-progress")
-    assert p.returncode == 4, p.stderr[-2000:]
-    assert "Traceback" not in p.stderr
-    q = run_nel("query", "-o", str(out), "-f", "json",
-                "SELECT sample_id, failure_category, error FROM results ORDER BY sample_id")
-    assert q.returncode == 0, q.stderr
-    rows = json.loads(q.stdout)
-    assert [r["sample_id"] for r in rows] == [f"{i}:0" for i in range(4)]
-    assert {r["failure_category"] for r in rows} == {"gym_unreachable"}
-    assert all(down in r["error"] and "unreachable" in r["error"] for r in rows)
 
 
 def test_run_evaluation_with_a_tool_calling_solver(shared_gym: SharedGym, tool_model: str,
