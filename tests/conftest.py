@@ -67,6 +67,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+    if getattr(config.option, "loadgroup", False):  # set on xdist workers by --dist loadgroup
+        for item in items:
+            _tag_with_group(item)
+
+
+def _tag_with_group(item: pytest.Item) -> None:
+    """Append `@<group>` to the test's node id, as `--dist loadgroup` needs to keep a group on
+    one worker. pytest-xdist 3.8 does this by setting `item._nodeid`, which pytest 9 no longer
+    reads (the id lives in `item._id`): without this every test was scheduled on its own, and
+    module fixtures (Gym's `ng_run`, the llama.cpp server) started once per worker."""
+    from _pytest.nodeid import coerce_node_id
+
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names and "@" not in item.nodeid.rpartition("]")[2]:
+        item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)
