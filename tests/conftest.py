@@ -36,7 +36,7 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
     # The modules of the `nemo_gym` group share one ng_run (tests/support/nemo_gym.py):
-    # together ~150 s under load, most of it starting Gym's stack and Ray once.
+    # together 288 s at load average 12 (2026-11-23), most of it starting Gym's stack once.
     "tests/benchmarks/test_gym_rollouts.py",
     "tests/nel_assets/engine/solvers/test_gym_solvers.py",
     "tests/dagster_project/test_gym_solvers_e2e.py",

@@ -89,7 +89,7 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
         return GymDelegationSolver(
             gym_url, gym_agent=solver_cfg.gym_agent, trust_reward=solver_cfg.trust_reward,
             model_id=model_id or str(getattr(client, "model", None) or ""),
-            timeout=solver_cfg.run_timeout or timeout or DEFAULT_RUN_TIMEOUT)
+            timeout=timeout or DEFAULT_RUN_TIMEOUT)
     if solver_cfg.type == "tool_calling":
         from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
 

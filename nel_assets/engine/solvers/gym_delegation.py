@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GymAgentError", "GymDelegationSolver", "find_agent"]
 
-#: Seconds for one rollout when neither the solver's `run_timeout` nor the benchmark's
-#: `timeout` says (NeMo Evaluator 0.3.0's default).
+#: Seconds for one rollout when the benchmark's `timeout` does not say (NeMo Evaluator
+#: 0.3.0's default).
 DEFAULT_RUN_TIMEOUT = 3600.0
 _DISCOVERY_TIMEOUT = 30.0
 _AGENT_TYPE = "responses_api_agents"
