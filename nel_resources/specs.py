@@ -433,14 +433,18 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
 
 
 def _tool_services(cfg: NelConfig, bench: BenchmarkConfig) -> Mapping[str, ServiceConfig]:
-    name = bench.solver.resource_service
-    if not name:
-        return _frozen({})
-    if name not in cfg.services:
-        known = ", ".join(sorted(cfg.services)) or "none defined"
-        raise NelError(f"benchmark {bench.name!r}: solver.resource_service {name!r} is not in "
-                       f"`services` ({known})")
-    return _frozen({name: cfg.services[name]})
+    """The Gym services an agentic solver talks to: `resource_service`, `gym_service`."""
+    found: dict[str, ServiceConfig] = {}
+    for key in ("resource_service", "gym_service"):
+        name = getattr(bench.solver, key)
+        if not name:
+            continue
+        if name not in cfg.services:
+            known = ", ".join(sorted(cfg.services)) or "none defined"
+            raise NelError(f"benchmark {bench.name!r}: solver.{key} {name!r} is not in "
+                           f"`services` ({known})")
+        found[name] = cfg.services[name]
+    return _frozen(found)
 
 
 def resolve_benchmark(cfg: NelConfig, bench: BenchmarkConfig) -> BenchmarkSpec:

@@ -276,10 +276,14 @@ def evaluate_shard(
             spec.judge = judge
             spec.sandboxes = pool
             spec.solver = solver_for(run.solver, client, system_prompt=run.system_prompt,
-                                     services=run.tool_services, sandbox=run.sandbox)
-            if idx:
-                await client.check()
+                                     services=run.tool_services, sandbox=run.sandbox,
+                                     timeout=run.timeout, model_id=run.model_id)
             try:
+                prepare = getattr(spec.solver, "prepare", None)
+                if idx and prepare is not None:
+                    await prepare()  # tool sources listed, names checked: before any request
+                if idx:
+                    await client.check()
                 rows = await run_shard(env, client, spec, journal=journal, reuse=reuse,
                                        on_progress=on_progress)
             finally:

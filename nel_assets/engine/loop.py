@@ -167,7 +167,8 @@ async def run_shard(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode())
             seeds[idx] = entry
-            bodies[idx] = client.encode(messages, prompt)
+            if spec.solver is None:  # a solver builds its own requests (and may have no client)
+                bodies[idx] = client.encode(messages, prompt)
             return entry
         finally:
             fut.set_result(None)
@@ -303,6 +304,7 @@ async def run_shard(
             if res.reward is not None:  # the solver verified it itself: trusted
                 now = time.perf_counter()
                 row.update(reward=float(res.reward), failure_category=None, verify_ms=0.0,
+                           method=res.scoring_details.get("method"),
                            details=orjson.dumps(res.scoring_details, default=str).decode(),
                            total_ms=(now - t_start) * 1000.0, timestamp=time.time())
                 return row

@@ -213,9 +213,10 @@ def _check_benchmarks(cfg: NelConfig) -> None:
     for i, b in enumerate(cfg.benchmarks):
         at: tuple[Any, ...] = ("benchmarks", i)
         _check_name(b.name, (*at, "name"))
-        if b.solver.type not in ("simple", "tool_calling"):
+        if b.solver.type not in ("simple", "tool_calling", "gym_delegation"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
-                           "use `type: simple` (one model call per problem) or `tool_calling`")
+                           "use `type: simple` (one model call per problem), `tool_calling` "
+                           "or `gym_delegation`")
         if b.solver.type == "tool_calling":
             _check_tool_calling(cfg, b, at)
         if b.solver.generation is not None:
@@ -234,10 +235,8 @@ def _check_benchmarks(cfg: NelConfig) -> None:
 
 
 def _check_tool_calling(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
-    """`tool_calling` runs with `sandbox_tools`; its Gym resource-server tools are not built yet."""
-    if b.solver.resource_service:
-        raise _Refusal((*at, "solver", "resource_service"), "tools from a NeMo Gym resource "
-                       "server (`resource_service`)", "use `sandbox_tools: true` for now")
+    """`sandbox_tools` needs a sandbox on the benchmark (`resource_service` is checked to be a
+    `type: gym` service with a url when the config loads)."""
     if b.solver.sandbox_tools and (b.sandbox is None or b.sandbox.type == "none"):
         path = (*at, "solver", "sandbox_tools")
         raise ConfigError(f"{cfg._where}:{cfg.line_of(*path) or '?'}: key "

@@ -33,9 +33,9 @@ REFUSED_KEY = {
     "08_terminalbench_harbor": "benchmarks.0.name",
     "08a_terminalbench_harbor_docker": "benchmarks.0.name",
     "08b_terminalbench_v1_harbor": "benchmarks.0.solver.type",
-    "09_gym_runtime": "benchmarks.0.solver.type",
+    "09_gym_runtime": None,
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
-    "10_gym_full": "benchmarks.0.solver.type", "10_nmp_harbor": "benchmarks.0.solver.type",
+    "10_gym_full": None, "10_nmp_harbor": "benchmarks.0.solver.type",
     "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # SLURM runs here; a vLLM server has no GPU node to run on (`submit: false` writes the scripts)
@@ -45,18 +45,18 @@ REFUSED_KEY = {
     "16_slurm_swebench_harbor": "services.model.type",
     "16a_slurm_swebench_harbor_apptainer": "services.model.type",
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
-    "19_gym_runtime_ecs": "benchmarks.0.solver.type", "20_slurm_gym_runtime": "services.model.type",
+    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": "services.model.type",
     "20a_slurm_gym_runtime_apptainer": "services.model.type",
-    "21_tool_calling_gym": "benchmarks.0.solver.resource_service",
+    "21_tool_calling_gym": None,
     "22_tool_calling_sandbox": None,
-    "23_tool_calling_combined": "benchmarks.0.solver.resource_service",
+    "23_tool_calling_combined": None,
     "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
     "wt03_harness_uris": "benchmarks.0.name", "wt05_humaneval_sandbox": None,
     "wt06_swebench_harbor_ecs": "benchmarks.0.name",
-    "wt07_gym_delegation": "benchmarks.0.solver.type",
-    "wt08_tool_calling_gym": "benchmarks.0.solver.resource_service",
+    "wt07_gym_delegation": None,
+    "wt08_tool_calling_gym": None,
     "wt09_tool_calling_sandbox": None,
-    "wt10_tool_calling_combined": "benchmarks.0.solver.resource_service",
+    "wt10_tool_calling_combined": None,
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
     "wt13_slurm_vllm": "services.model.type", "wt14_slurm_sandbox_harbor": "services.model.type",
     "wt15_slurm_shards": "services.model.type", "wt16_container_uri": "benchmarks.0.name",
@@ -70,6 +70,14 @@ RUN_REFUSED = {
     # tool_calling with sandbox tools runs; the walkthrough's SWE-bench task files are not here
     "22_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
     "wt09_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
+    # tool_calling on Gym tools and gym_delegation run; these configs' benchmarks are not here
+    "09_gym_runtime": "unknown benchmark 'swebench-multilingual'",
+    "10_gym_full": "unknown benchmark 'swebench-multilingual'",
+    "21_tool_calling_gym": "unknown benchmark 'swebench-multilingual'",
+    "23_tool_calling_combined": "unknown benchmark 'research-bench'",
+    "wt07_gym_delegation": "unknown benchmark 'swebench-multilingual'",
+    "wt08_tool_calling_gym": "unknown benchmark 'swebench-multilingual'",
+    "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
 }
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.
@@ -354,8 +362,12 @@ def test_service_types_nel_cannot_start_are_refused(tmp_path: Path, typ: str) ->
 
 def test_other_solvers_are_refused_and_checked(tmp_path: Path) -> None:
     gym = BASE.replace("benchmarks:", "  tools:\n    type: gym\n    url: http://127.0.0.1:5\nbenchmarks:")
-    msg = _refusal(tmp_path, gym.replace("type: simple", "type: tool_calling\n      resource_service: tools"))
-    assert "key benchmarks.0.solver.resource_service: tools from a NeMo Gym resource server" in msg
+    _, cfg = _load(tmp_path, gym.replace("type: simple", "type: tool_calling\n      resource_service: tools"))
+    check_supported(cfg)  # Gym resource-server tools are built
+    _, cfg = _load(tmp_path, gym.replace("type: simple", "type: gym_delegation\n      gym_service: tools"))
+    check_supported(cfg)  # so is gym_delegation
+    msg = _refusal(tmp_path, BASE.replace("type: simple", "type: nat"))
+    assert "key benchmarks.0.solver.type: the 'nat' solver is not supported yet" in msg
     _, err = _error(tmp_path, gym.replace("type: simple", "type: gym_delegation\n      gym_service: model"))
     assert "benchmarks.0.solver.gym_service: service 'model' must be a `type: gym` service" in err
     _, err = _error(tmp_path, BASE.replace("type: simple", "type: harbor"))

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 
 def cap_text(text: str, limit: int) -> tuple[str, bool]:
-    """`text` cut to about `limit` characters, head and tail kept: (text, was it cut)."""
+    """`text` cut to at most `limit` characters, the marker included, head and tail kept:
+    (text, was it cut). Capping twice (a source, then the solver) changes nothing more."""
     if limit <= 0 or len(text) <= limit:
         return text, False
-    head = limit // 2
-    tail = limit - head
-    dropped = len(text) - head - tail
-    return f"{text[:head]}\n\n[... {dropped} characters truncated ...]\n\n{text[-tail:]}", True
+    marker = "\n\n[... {} characters truncated ...]\n\n"
+    room = limit - len(marker.format(len(text)))
+    if room < 2:  # no room for a marker: the head alone
+        return text[:limit], True
+    head = room - room // 2
+    tail = room // 2
+    return f"{text[:head]}{marker.format(len(text) - head - tail)}{text[-tail:]}", True

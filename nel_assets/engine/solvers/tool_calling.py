@@ -44,6 +44,10 @@ GIT_DIFF_CMD = ('t=$(mktemp) && { cp "$(git rev-parse --git-dir)/index" "$t" 2>/
                 '--cached --binary; rc=$?; rm -f "$t"; exit $rc')
 
 
+#: The stand-in sandbox `prepare` lists the tools with (no tool is called with it).
+_LISTING_ONLY = object()
+
+
 class ToolCall:
     """One tool call as the model made it."""
 
@@ -125,6 +129,18 @@ class ToolCallingSolver:
                 route[name] = src
                 specs.append(spec)
         return route, specs
+
+    async def prepare(self) -> None:
+        """Check the tools once at the shard's start, before any model request: every source
+        lists its tools (a Gym resources server's `/openapi.json` is fetched) and a name
+        declared by two sources stops the run here, not at the first sample.
+
+        Raises:
+            NelError: a tool name declared twice, or a source that cannot list its tools.
+        """
+        # Listed as for a sample that has a sandbox: the sandbox tools only offer themselves
+        # then, and the factory gives them only to a benchmark with a sandbox.
+        await self.routes(SolveContext("shard-start", sandbox=_LISTING_ONLY))
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
         """Run the loop for one problem; failures come back in the result, never raised
