@@ -1,0 +1,1 @@
+"""Cluster launchers: where the (model, shard) partitions of `nel eval run` execute."""
