@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # System packages the real-component tests need (Debian): headless Chromium for the
 # Dagster UI and HTML report tests, pdflatex to compile the LaTeX report fragment, bubblewrap
-# for the `local` code sandbox.
+# for the `local` code sandbox, docker-compose (v1: Debian's) for deploy/docker-compose.yaml.
 # Idempotent; needs root (or passwordless sudo).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)  # deploy/docker-compose.yaml
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
