@@ -672,7 +672,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                                 _append_quietly(log_path, f"{bench.name} {t.model} shard {t.shard} failed "
                                                 f"on cluster.type {resolved.config.cluster.type}: {remote.error}",
                                                 remote.details)
-                                fail(bench.name, t.model, str(remote.error), "shard")
+                                if t.model not in failed:  # one error line per (benchmark, model)
+                                    fail(bench.name, t.model, str(remote.error), "shard")
                                 failed.add(t.model)
                                 continue
                             if t.model in failed and remote is None:
