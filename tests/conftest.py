@@ -30,7 +30,9 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
     "tests/benchmarks/test_gym_rollouts.py",  # ~155 s under load: NeMo Gym's stack, Ray
+    "tests/dagster_project/test_cluster_ray.py",  # ~147 s under load (two local Ray clusters)
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
+    "tests/dagster_project/test_cluster_docker.py",  # ~124 s under load (+ a first image build)
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
     "tests/dagster_project/test_builtin_e2e.py",  # ~100 s over its tests
