@@ -6,6 +6,5 @@ FROM ${BASE_IMAGE}
 RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       postgresql && rm -rf /var/lib/apt/lists/*
 COPY postgres-entrypoint.sh /usr/local/bin/nel-postgres
-USER postgres
 ENV PATH=/usr/lib/postgresql/15/bin:$PATH PGDATA=/var/lib/nel-postgres/data
 CMD ["nel-postgres"]

@@ -43,8 +43,8 @@ def test_instance_config_uses_postgres_and_the_docker_run_launcher(tmp_path: Pat
     from dagster._core.instance.config import dagster_instance_config
     from dagster_docker import DockerRunLauncher
 
-    for name, value in {"NEL_PG_HOST": "127.0.0.1", "NEL_PG_PORT": "5432", "NEL_PG_USER": "nel",
-                        "NEL_PG_PASSWORD": "pw", "NEL_PG_DB": "dagster", "NEL_IMAGE": "nel:local"}.items():
+    for name, value in {"NEL_PG_URL": "postgresql+psycopg2://nel:pw@127.0.0.1:5432/dagster",
+                        "NEL_IMAGE": "nel:local"}.items():
         monkeypatch.setenv(name, value)
     shutil.copy(REPO_ROOT / "deploy" / "docker" / "dagster.yaml", tmp_path / "dagster.yaml")
     cfg, _ = dagster_instance_config(str(tmp_path))
