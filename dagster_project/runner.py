@@ -312,6 +312,10 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     # Every config check (unbuilt features included) before anything is written.
     checked = validate_before_run(cfg)
     resolved = given if given is not None else checked
+    from dagster_project.cluster_launch import launches, preflight
+
+    if launches(resolved, shard_only):
+        preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
     started = time.time()
     t0 = time.perf_counter()
     out, home = prepare_output(cfg)
@@ -563,6 +567,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     import dagster as dg
 
     from dagster_project.automation import record_planned_shards
+    from dagster_project.cluster_launch import LAUNCHED_TAG, launch_partitions, launches
 
     for cat in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=cat)
@@ -581,12 +586,12 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     n_runs = 0
     rebuilt: set[str] = set()
 
-    def run(job: str, partition_key: Any, what: str) -> Any:
+    def run(job: str, partition_key: Any, what: str, tags: dict[str, str] | None = None) -> Any:
         nonlocal n_runs
         try:
             r = defs.resolve_job_def(job).execute_in_process(
                 instance=instance, partition_key=partition_key, raise_on_error=False,
-                run_config=_QUIET_RUN_CONFIG, tags=run_registry.dagster_tags())
+                run_config=_QUIET_RUN_CONFIG, tags={**run_registry.dagster_tags(), **(tags or {})})
         except Exception as exc:  # raised by Dagster itself, not by a step
             _log_exception(log_path, f"{what}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
@@ -637,17 +642,31 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 version = ev.dataset_version(tasks)
                 stored = json.loads(version_file.read_text()) if version_file.exists() else {}
                 refresh_dataset = bool(todo) and stored.get("version") != version
-                total_samples = sum(len(t.indices) for t in todo) * bench.repeats
+                # cluster.type docker|ray: the stale shards run there first (all at once);
+                # each is then recorded in Dagster from what its worker committed.
+                launched = (launch_partitions(resolved, store.root, todo, resources, bench)
+                            if todo and launches(resolved, shard_only) else None)
+                total_samples = 0 if launched is not None else sum(len(t.indices) for t in todo) * bench.repeats
                 with bar.task(bench.name, total_samples) as advance:
                     ev.set_progress_hook(advance)
                     try:
                         for t in todo:
-                            if t.model in failed:
+                            remote = launched.get((t.model, t.shard)) if launched is not None else None
+                            if remote is not None and not remote.ok:
+                                _append_quietly(log_path, f"{bench.name} {t.model} shard {t.shard} failed "
+                                                f"on cluster.type {resolved.config.cluster.type}: {remote.error}",
+                                                remote.details)
+                                if t.model not in failed:  # one error line per (benchmark, model)
+                                    fail(bench.name, t.model, str(remote.error), "shard")
+                                failed.add(t.model)
+                                continue
+                            if t.model in failed and remote is None:
                                 continue  # one failure per (benchmark, model) is enough
                             key = dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)})
                             job = jobs_of(bench)["dataset_shards"] if refresh_dataset else jobs_of(bench)["shards"]
+                            tags = {LAUNCHED_TAG: resolved.config.cluster.type} if remote is not None else None
                             try:
-                                r = run(job, key, f"{bench.name} {t.model} shard {t.shard}")
+                                r = run(job, key, f"{bench.name} {t.model} shard {t.shard}", tags)
                             except _StepFailed as exc:
                                 fail(bench.name, t.model, exc.reason, "shard")
                                 failed.add(t.model)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from nel_assets.engine import evaluate as ev
 from nel_assets.engine.journal import JournalWriteError
+from nel_assets.engine.remote_shard import LAUNCHED_TAG, launched_outcome
 from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
 from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
 from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic
@@ -124,6 +125,8 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
         if run is None:
             raise dg.Failure(f"{bench.name} does not run on model partition {model!r} "
                              f"(it runs on: {', '.join(bench.models) or 'none'})")
+        if context.run.tags.get(LAUNCHED_TAG):
+            return _launched_shard(store, bench.name, model, shard)
         service: ModelService = getattr(context.resources, run.service.resource_key)
         try:
             sandboxes = (getattr(context.resources, sandbox_resource_key(bench.name))
@@ -182,6 +185,23 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
                                               "path": dg.MetadataValue.path(str(d / "report.md"))})
 
     return [shard_inputs, dataset, shard_results, bundle, report]
+
+
+def _launched_shard(store: Any, bench: str, model: str, shard: int) -> dg.MaterializeResult:
+    """The record of a partition a cluster worker (docker, ray) evaluated and committed."""
+    from benchmarks.errors import NelError
+
+    try:
+        doc = launched_outcome(store, bench, model, shard)
+    except NelError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    return dg.MaterializeResult(
+        metadata={"n_rows": doc["n_rows"], "mean_reward": doc["mean_reward"], "n_errors": doc["n_errors"],
+                  "requests_sent": doc["requests_sent"], "reused_from_journal": doc["reused_from_journal"],
+                  "elapsed_s": doc["elapsed_s"], "launched_by": doc["where"],
+                  "path": dg.MetadataValue.path(str(store.shard_path(bench, model, shard)))},
+        data_version=dg.DataVersion(doc["data_version"]),
+    )
 
 
 def runner_job_names(bench_name: str) -> dict[str, str]:

@@ -40,7 +40,9 @@ LONGEST_FIRST = (
     "tests/benchmarks/test_gym_rollouts.py",
     "tests/nel_assets/engine/solvers/test_gym_solvers.py",
     "tests/dagster_project/test_gym_solvers_e2e.py",
+    "tests/dagster_project/test_cluster_ray.py",  # ~147 s under load (two local Ray clusters)
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
+    "tests/dagster_project/test_cluster_docker.py",  # ~124 s under load (+ a first image build)
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
     "tests/dagster_project/test_builtin_e2e.py",  # ~100 s over its tests

@@ -88,6 +88,14 @@ def check_supported(cfg: NelConfig) -> None:
 
 def _check_cluster(cfg: NelConfig) -> None:
     c = cfg.cluster
+    if c.type in ("docker", "ray"):  # nel_resources/launchers/{docker,ray_tasks}.py
+        from nel_resources.launchers.docker import docker_block_refusal
+        from nel_resources.launchers.ray_tasks import ray_block_refusal
+
+        bad = docker_block_refusal(c) if c.type == "docker" else ray_block_refusal(c)
+        if bad is not None:
+            raise _Refusal(("cluster", c.type, bad[0]), bad[1], f"remove `{bad[0]}`")
+        return
     if c.type in ("k8s", "kubernetes"):
         return  # manifests for the stale partitions (dagster_project.cluster_k8s)
     if c.type == "slurm":

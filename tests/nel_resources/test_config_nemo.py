@@ -316,7 +316,10 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("yaml_tail", "key", "feature"), [
     ("cluster:\n  type: slurm\n  hostname: login1\n  node_pools:\n    gpu: {partition: batch}\n",
      "cluster.hostname", "submitting over SSH"),
-    ("cluster:\n  type: docker\n", "cluster.type", "cluster type 'docker'"),
+    ("cluster:\n  type: docker\n  docker:\n    privileged: true\n", "cluster.docker.privileged",
+     "the docker setting 'privileged'"),
+    ("cluster:\n  type: ray\n  ray:\n    runtime_env: {}\n", "cluster.ray.runtime_env",
+     "the Ray setting 'runtime_env'"),
     ("cluster:\n  type: local\n  gpus: [0]\n", "cluster.gpus", "cluster.gpus"),
     ("    sandbox:\n      type: ecs_fargate\n      region: us-east-1\n", "benchmarks.0.sandbox.region",
      "finding the ECS cluster"),

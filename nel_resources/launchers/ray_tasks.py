@@ -1,0 +1,128 @@
+"""`cluster.type: ray`: each stale partition runs as a Ray task.
+
+Without an address nel starts a private local Ray cluster in-process (`ray.init()` with its
+own temp dir, no dashboard) and shuts it down after the run; it never touches other Ray
+processes on the machine. With `cluster.ray.address` (or RAY_ADDRESS, which `ray job submit`
+sets for the driver, as NeMo Evaluator's Ray pattern runs) nel connects to that cluster; its
+workers need nel installed and the output directory on a shared filesystem. An address that
+cannot be reached is one line, before any shard runs.
+
+Keys of `cluster.ray`: `address`, `num_cpus` (per task, default 1), `num_gpus` (per task),
+`max_retries` (Ray's retries of a task whose worker died; default 0: a failed shard is
+reported and the next `nel eval run` reruns it).
+
+No Dagster here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from benchmarks.errors import NelError
+from nel_resources.config.deployment import ClusterConfig
+from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
+
+RAY_KEYS = {"address": "a Ray cluster to connect to", "num_cpus": "CPUs per task",
+            "num_gpus": "GPUs per task", "max_retries": "retries of a task whose worker died"}
+
+
+def ray_block_refusal(cluster: ClusterConfig) -> tuple[str, str] | None:
+    """(key, one-line reason) for a `cluster.ray` key nel does not read or a bad value."""
+    for key, value in cluster.ray.items():
+        if key not in RAY_KEYS:
+            return key, f"the Ray setting {key!r} (nel reads {', '.join(RAY_KEYS)})"
+        if key == "address" and not isinstance(value, str):
+            return key, f"address {value!r} (write host:port or ray://host:port)"
+        if key in ("num_cpus", "num_gpus") and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            return key, f"{key} {value!r} (it must be a number >= 0)"
+        if key == "max_retries" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return key, f"max_retries {value!r} (it must be an integer >= 0)"
+    return None
+
+
+def ray_address(cluster: ClusterConfig) -> str | None:
+    """The cluster to connect to (config, else RAY_ADDRESS); None: a private local one."""
+    addr = cluster.ray.get("address") or os.environ.get("RAY_ADDRESS") or None
+    return None if addr in (None, "local") else str(addr)
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """NelError (one line) when nothing listens at a Ray address (`auto` is Ray's own)."""
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    host, port = parts.hostname, parts.port
+    if not host or not port:
+        raise NelError(f"cluster.ray.address {address!r}: write host:port or ray://host:port")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise NelError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}; "
+                       "start it (ray start --head) or fix cluster.ray.address") from None
+
+
+@contextmanager
+def ray_session(cluster: ClusterConfig, n_tasks: int) -> Iterator[Any]:
+    """`ray`, initialised: connected to the configured cluster, or a private local one
+    sized for `n_tasks` concurrent tasks; always shut down (and its temp dir removed)."""
+    try:
+        import ray
+    except ImportError:
+        raise NelError("cluster.type ray needs Ray: pip install 'nel[ray]'") from None
+    address = ray_address(cluster)
+    tmp = None
+    if address is not None:
+        check_reachable(address)
+        ray.init(address=address, log_to_driver=False)
+    else:
+        # A short path: Ray's unix sockets live under it (108-byte limit).
+        tmp = tempfile.mkdtemp(prefix="nelray", dir="/tmp")
+        per_task = float(cluster.ray.get("num_cpus", 1))
+        cpus = max(os.cpu_count() or 1, int(per_task * n_tasks + 0.999), 1)
+        ray.init(num_cpus=cpus, include_dashboard=False, _temp_dir=tmp, log_to_driver=False,
+                 configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class RayLauncher:
+    """Runs partition jobs as Ray tasks of `work(job) -> outcome dict` (the shard worker)."""
+
+    def __init__(self, cluster: ClusterConfig, work: Callable[[PartitionJob], dict[str, Any]]) -> None:
+        self.cluster = cluster
+        self.work = work
+
+    def run(self, jobs: list[PartitionJob]) -> list[PartitionResult]:
+        """Every job at once; one result per job, in order. A task that raises (or whose
+        worker dies) fails its job only."""
+        if not jobs:
+            return []
+        with ray_session(self.cluster, len(jobs)) as ray:
+            opts: dict[str, Any] = {"num_cpus": self.cluster.ray.get("num_cpus", 1),
+                                    "max_retries": int(self.cluster.ray.get("max_retries", 0))}
+            if self.cluster.ray.get("num_gpus"):
+                opts["num_gpus"] = self.cluster.ray.get("num_gpus")
+            task = ray.remote(self.work).options(**opts)
+            refs = [task.remote(j) for j in jobs]
+            results: list[PartitionResult] = []
+            for job, ref in zip(jobs, refs, strict=True):
+                try:
+                    results.append(PartitionResult(job, outcome=ray.get(ref)))
+                except Exception as exc:  # RayTaskError wraps the worker's own exception
+                    cause = getattr(exc, "cause", None) or exc
+                    line = last_line(str(cause).split("\n\n")[0], type(cause).__name__)
+                    results.append(PartitionResult(job, error=f"Ray task failed: {type(cause).__name__}: {line}",
+                                                   details=str(exc)[-6000:]))
+            return results
