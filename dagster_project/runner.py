@@ -282,7 +282,9 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     for bench in cfg.benchmarks:
         if bench.module:
             load_module(bench.module)
-        if not bench.name.startswith("gym://"):
+        if bench.name.startswith("container://"):
+            pass  # a harness image; check_supported checked it is in the local engine
+        elif not bench.name.startswith("gym://"):
             get_factory(bench.name)
         else:
             from benchmarks.remote import check_gym_benchmark
@@ -439,6 +441,8 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
     """A model with no problem to evaluate (max_problems / problem_range select none) is a
     failure, not a silent success; its tasks are dropped."""
+    if bench.startswith("container://"):
+        return tasks  # the harness image picks its own problems
     models = {t.model for t in tasks}
     empty = sorted(m for m in models if not any(t.indices for t in tasks if t.model == m))
     for m in empty:

@@ -144,8 +144,11 @@ def _check_services(cfg: NelConfig) -> None:
 def _check_benchmarks(cfg: NelConfig) -> None:
     for i, b in enumerate(cfg.benchmarks):
         at: tuple[Any, ...] = ("benchmarks", i)
-        _check_name(b.name, (*at, "name"))
-        if b.solver.type != "simple":
+        if b.name.startswith("container://") or b.solver.type == "container":
+            _check_container(cfg, b, at)
+        else:
+            _check_name(b.name, (*at, "name"))
+        if b.solver.type not in ("simple", "container"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                            "use `type: simple` (one model call per problem)")
         if b.solver.generation is not None:
@@ -201,6 +204,40 @@ def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, .
         line = cfg.line_of(*path)
         raise ConfigError(f"{cfg._where}:{line or '?'}: key {'.'.join(map(str, path))}: "
                           f"{sb.type} sandbox cannot run here: {why}")
+
+
+def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """A `container://image#task` harness runs when its image is in the local Docker engine;
+    what the harness decides itself (problems, repeats, shards) is refused on nel's side."""
+    if not b.name.startswith("container://"):
+        raise _Refusal((*at, "name"), "`solver.type: container` without a harness image",
+                       "name the benchmark `container://<image>#<task>`")
+    from nel_resources.harness_image import missing_image_reason, parse_name
+
+    try:
+        image, _ = parse_name(b.name)
+    except Exception as exc:
+        raise _Refusal((*at, "name"), str(exc), "fix the name") from None
+    for key, fix in (("max_problems", "set `params.limit_samples` for the harness"),
+                     ("repeats", "set the harness's own repeats in `params`"),
+                     ("problem_range", "set the harness's own selection in `params`")):
+        if _changed(b, key, _BENCH_DEFAULTS):
+            raise _Refusal((*at, key), f"`{key}` on a container:// benchmark (the harness picks "
+                           "its problems)", fix)
+    if n_shards_of(cfg, b) > 1:
+        raise _Refusal((*at, "name"), "sharding a container:// benchmark (the harness is one run)",
+                       "remove the shard count (`shards` / `cluster.shards`) for this benchmark")
+    why = missing_image_reason(image)
+    if why:
+        path = (*at, "name")
+        raise ConfigError(f"{cfg._where}:{cfg.line_of(*path) or '?'}: key "
+                          f"{'.'.join(map(str, path))}: {why}")
+
+
+def n_shards_of(cfg: NelConfig, b: BenchmarkConfig) -> int:
+    from nel_resources.specs import n_shards
+
+    return n_shards(cfg, b)
 
 
 def _check_name(name: str, at: tuple[Any, ...]) -> None:
