@@ -84,7 +84,7 @@ def run_container_shard(run: Any, base_url: str | None, *, run_id: str
     hr = harness_run(run, base_url)
     outcome = asyncio.run(run_harness(hr))
     if outcome.error or outcome.results is None:
-        raise NelError(f"{run.benchmark}: {outcome.error}")
+        raise NelError(str(outcome.error))
     rows = store_rows(outcome.results, benchmark=run.benchmark, model=run.model,
                       model_id=run.model_id, run_id=run_id)
     return rows, harness_summary(hr.image, hr.task, outcome)
