@@ -285,7 +285,8 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
         if bench.name.startswith("container://"):
             pass  # a harness image; check_supported checked it is in the local engine
         elif not bench.name.startswith("gym://"):
-            get_factory(bench.name)
+            if getattr(get_factory(bench.name), "needs_task_files", False) and bench.solver.type == "simple":
+                _refuse_agent_benchmark(cfg, bench)
         else:
             from benchmarks.remote import check_gym_benchmark
 
@@ -436,6 +437,18 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
     # A full or read-only disk: the failure itself is still reported in one line.
     with suppress(OSError):
         run_log.append(log_path, title, body)
+
+
+def _refuse_agent_benchmark(cfg: Any, bench: Any) -> None:
+    """An agent benchmark (terminal-bench, SWE-bench, PinchBench) is an agent working in a
+    sandbox, verified there: one chat call cannot be scored, so say so before any request."""
+    from nel_resources.config import ConfigError
+
+    i = cfg.benchmarks.index(bench)
+    line = cfg.line_of("benchmarks", i, "name")
+    raise ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.name: {bench.name!r} is an "
+                      "agent benchmark: it needs an agent solver (`solver.type: tool_calling` with "
+                      "`sandbox_tools: true` and a docker sandbox), not `simple`")
 
 
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
