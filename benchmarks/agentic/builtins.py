@@ -7,7 +7,7 @@ how to get each one.
 
 Where nel looks, first match wins:
 1. the benchmark's `params.tasks_dir` in the config;
-2. `<NEL_DATA_DIR>/<name>/`, then `<nel cache>/<name>/` (`nel data import <name> PATH`);
+2. `<NEL_DATA_DIR>/<name>/`, then `<nel cache>/<name>/`;
 3. for the Harbor datasets, NeMo Evaluator's own cache,
    `$HARBOR_DATASETS_DIR/<dataset>@<version>/` (default `./harbor_datasets`).
 """
