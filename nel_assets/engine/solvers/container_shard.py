@@ -95,7 +95,8 @@ def harness_bundle_score(summary: dict[str, Any]) -> dict[str, Any]:
     no per-sample rows to compute it from.
 
     The SE is the harness's `stats.stderr` when it reported one; the 95% interval is the
-    normal one around the value (`ci_method: harness`), else no interval.
+    normal one around the value (`ci_method: harness`), cut to [0, 1] for a value in that
+    range, else there is no interval.
     """
     scores: dict[str, Any] = summary.get("scores") or {}
     name = next(iter(scores))
@@ -105,10 +106,13 @@ def harness_bundle_score(summary: dict[str, Any]) -> dict[str, Any]:
     se = st.get("stderr")
     se = float(se) if isinstance(se, int | float) and math.isfinite(se) else None
     n = int(summary.get("samples") or 0) or None
+    lo = hi = None
+    if se is not None:
+        lo, hi = value - _Z95 * se, value + _Z95 * se
+        if 0.0 <= value <= 1.0:  # a rate: the interval stays inside [0, 1]
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
     return {
-        "mean": value, "se": se,
-        "ci_low": value - _Z95 * se if se is not None else None,
-        "ci_high": value + _Z95 * se if se is not None else None,
+        "mean": value, "se": se, "ci_low": lo, "ci_high": hi,
         "ci_method": "harness" if se is not None else None, "level": 0.95,
         "n_items": n, "n_samples": n, "n_repeats": int(summary.get("repeats") or 1),
         "n_failed_samples": 0, "metric": name, "source": "harness",

@@ -55,11 +55,15 @@ def model_url() -> Iterator[str]:
         proc.stop()
 
 
+SECRET = "sk-harness-secret-4711"
+
+
 def write_config(tmp_path: Path, url: str, name: str, params: dict[str, Any]) -> tuple[Path, Path]:
     out = tmp_path / "out"
     cfg = {
         "services": {"ref": {"type": "api", "url": f"{url}/chat/completions",
-                             "protocol": "chat_completions", "model": "ref-model"}},
+                             "protocol": "chat_completions", "model": "ref-model",
+                             "api_key": SECRET}},
         "benchmarks": [{"name": name, "params": params,
                         "solver": {"type": "container", "service": "ref"}}],
         "output": {"dir": str(out)},
@@ -95,6 +99,10 @@ def test_harness_with_per_sample_rows_gives_a_bundle_of_its_scores(
     assert harness["response_stats"]["count"] == 4
     assert harness["run_config"]["target"]["api_endpoint"]["url"] == f"{model_url}/chat/completions"
     assert harness["run_config"]["config"]["params"]["limit_samples"] == 4
+    # the key reached the harness as NEMO_API_KEY (it reads that variable, else fails), and
+    # the run config names the variable only: the key is in no file nel wrote
+    assert harness["run_config"]["target"]["api_endpoint"]["api_key_name"] == "NEMO_API_KEY"
+    assert not [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     # per-sample rows the harness wrote are nel's rows: the score is computed from them
     assert bundle["score"]["mean"] == pytest.approx(0.75) and bundle["score"]["n_items"] == 4
     rows = [json.loads(x) for x in (Path(res["exports"]) / "results.jsonl").read_text().splitlines()]
@@ -117,7 +125,7 @@ def test_task_level_harness_scores_become_the_bundle_score(
     assert score["source"] == "harness" and score["metric"] == "arith/exact_match/accuracy"
     assert score["mean"] == pytest.approx(2 / 3) == reported["value"]
     assert score["se"] == pytest.approx(reported["stats"]["stderr"]) and score["n_items"] == 3
-    assert score["ci_low"] < score["mean"] < score["ci_high"]
+    assert 0.0 <= score["ci_low"] < score["mean"] < score["ci_high"] <= 1.0
 
 
 def test_an_image_not_in_the_engine_is_refused_in_one_line(
