@@ -93,6 +93,8 @@ class HarnessRun:
         env_vars: Extra `-e` variables (`solver.env_vars`).
         mounts: Extra bind mounts host -> container (`solver.mounts`).
         timeout: Seconds the whole harness may take.
+        name: The container's name (default `nel-harness-<random>`), which is how a harness
+            past its timeout is found and removed.
     """
 
     image: str
@@ -106,6 +108,7 @@ class HarnessRun:
     env_vars: dict[str, str] = field(default_factory=dict)
     mounts: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT_S
+    name: str = field(default_factory=lambda: f"nel-harness-{uuid.uuid4().hex[:12]}")
 
     def run_config(self) -> dict[str, Any]:
         """The run config written for this invocation (no secret in it)."""
@@ -144,7 +147,7 @@ async def run_harness(run: HarnessRun) -> HarnessOutcome:
     # Under the system temp dir: the engine runs on this host, so it can bind it; the
     # harness may write root-owned files there, hence the forgiving removal.
     tmp = Path(tempfile.mkdtemp(prefix="nel_harness_"))
-    name = f"nel-harness-{uuid.uuid4().hex[:12]}"
+    name = run.name
     try:
         results = tmp / "results"
         results.mkdir()
@@ -170,10 +173,13 @@ async def run_harness(run: HarnessRun) -> HarnessOutcome:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), run.timeout)
         except TimeoutError:
+            # Killing the docker CLI leaves its container running: remove it by name, and
+            # again once the CLI is gone, in case it was still being created the first time.
             await _remove(name)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+            await _remove(name)
             return HarnessOutcome(None, f"the harness did not finish within {run.timeout:g} s "
                                   "(solver.run_timeout)", None, cfg, time.perf_counter() - t0)
         log = out.decode(errors="replace")

@@ -7,6 +7,7 @@ clear line."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nel_assets.engine.solvers.container import HarnessRun, run_harness
 from nel_resources.reference_server import start_reference_server
 from tests.support.cli import run_nel, summary_json
 
@@ -77,23 +79,28 @@ def chat_requests(stats: Any, url: str) -> int:
     return stats(url)["by_endpoint"].get("/v1/chat/completions", 0)
 
 
-def only_bundle(out: Path) -> dict[str, Any]:
-    (path,) = list(out.glob("*/bundle/model=ref/bundle.json"))
+def bundle_of(out: Path, task: str) -> dict[str, Any]:
+    (path,) = list(out.glob(f"*_{task}/bundle/model=ref/bundle.json"))
     return json.loads(path.read_text())
 
 
-def test_harness_with_per_sample_rows_gives_a_bundle_of_its_scores(
+def test_harness_scores_become_bundles_and_an_unchanged_rerun_runs_nothing(
         tmp_path: Path, harness_image: str, model_url: str, server_stats: Any) -> None:
-    name = f"container://{harness_image}#arith"
+    """One run, two harness tasks: `arith` writes per-sample rows (nel's score comes from
+    them), `arith_lite` only task-level scores (the bundle's score is the harness's)."""
+    name, lite = f"container://{harness_image}#arith", f"container://{harness_image}#arith_lite"
     cfg, out = write_config(tmp_path, model_url, name,
                             {"limit_samples": 4, "extra": {"write_samples": True}})
+    doc = yaml.safe_load(cfg.read_text())
+    doc["benchmarks"].append({**doc["benchmarks"][0], "name": lite, "params": {"limit_samples": 3}})
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = chat_requests(server_stats, model_url)
-    s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=240))
+    s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=300))
     # the harness's requests reached the model from inside the container
-    assert chat_requests(server_stats, model_url) - before == 4
-    (res,) = s["results"]
-    assert res["benchmark"] == name and res["failed"] == 0
-    bundle = only_bundle(out)
+    assert chat_requests(server_stats, model_url) - before == 4 + 3
+    res = {r["benchmark"]: r for r in s["results"]}
+    assert set(res) == {name, lite} and not any(r["failed"] for r in res.values())
+    bundle = bundle_of(out, "arith")
     harness = bundle["harness"]
     assert harness["scores"]["arith/exact_match/accuracy"]["value"] == pytest.approx(0.75)
     assert harness["response_stats"]["count"] == 4
@@ -105,27 +112,20 @@ def test_harness_with_per_sample_rows_gives_a_bundle_of_its_scores(
     assert not [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     # per-sample rows the harness wrote are nel's rows: the score is computed from them
     assert bundle["score"]["mean"] == pytest.approx(0.75) and bundle["score"]["n_items"] == 4
-    rows = [json.loads(x) for x in (Path(res["exports"]) / "results.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (Path(res[name]["exports"]) / "results.jsonl").read_text().splitlines()]
     assert sorted((r["problem_idx"], r["reward"]) for r in rows) == [(0, 1.0), (1, 0.0), (2, 1.0), (3, 1.0)]
-    # an unchanged rerun runs nothing
-    s2 = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=240))
-    assert chat_requests(server_stats, model_url) - before == 4
-    assert s2["shards_run"] == 0 and only_bundle(out)["score"] == bundle["score"]
-
-
-def test_task_level_harness_scores_become_the_bundle_score(
-        tmp_path: Path, harness_image: str, model_url: str, server_stats: Any) -> None:
-    name = f"container://{harness_image}#arith"
-    cfg, out = write_config(tmp_path, model_url, name, {"limit_samples": 3})
-    before = chat_requests(server_stats, model_url)
-    summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=240))
-    assert chat_requests(server_stats, model_url) - before == 3
-    bundle = only_bundle(out)
-    score, reported = bundle["score"], bundle["harness"]["scores"]["arith/exact_match/accuracy"]
-    assert score["source"] == "harness" and score["metric"] == "arith/exact_match/accuracy"
+    # task-level only: the harness's headline metric with its own standard error
+    lite_bundle = bundle_of(out, "arith_lite")
+    score = lite_bundle["score"]
+    reported = lite_bundle["harness"]["scores"]["arith_lite/exact_match/accuracy"]
+    assert score["source"] == "harness" and score["metric"] == "arith_lite/exact_match/accuracy"
     assert score["mean"] == pytest.approx(2 / 3) == reported["value"]
     assert score["se"] == pytest.approx(reported["stats"]["stderr"]) and score["n_items"] == 3
     assert 0.0 <= score["ci_low"] < score["mean"] < score["ci_high"] <= 1.0
+    # an unchanged rerun runs nothing
+    s2 = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=300))
+    assert chat_requests(server_stats, model_url) - before == 7
+    assert s2["shards_run"] == 0 and bundle_of(out, "arith")["score"] == bundle["score"]
 
 
 def test_an_image_not_in_the_engine_is_refused_in_one_line(
@@ -142,15 +142,27 @@ def test_an_image_not_in_the_engine_is_refused_in_one_line(
 
 def test_a_failing_harness_fails_its_benchmark_with_the_reason(
         tmp_path: Path, harness_image: str, model_url: str) -> None:
-    """One run, two harnesses: one exits 3, one exits 0 having written nothing."""
     cfg, out = write_config(tmp_path, model_url, f"container://{harness_image}#exit_fail", {})
-    doc = yaml.safe_load(cfg.read_text())
-    doc["benchmarks"].append({**doc["benchmarks"][0], "name": f"container://{harness_image}#no_results"})
-    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     proc = run_nel("eval", "run", str(cfg), "--json", "--no-progress", timeout=240)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-    failed = json.loads(proc.stdout)["failed_benchmarks"]
-    reasons = {name.rsplit("#", 1)[1]: f["reason"] for name, f in failed.items()}
-    assert "the harness exited with status 3: harness: model endpoint refused the task" in reasons["exit_fail"]
-    assert "the harness wrote no results.yml" in reasons["no_results"]
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+    (failure,) = json.loads(proc.stdout)["failed_benchmarks"].values()
+    assert failure["reason"] == "the harness exited with status 3: harness: model endpoint refused the task"
     assert not list(out.glob("*/bundle/model=ref/bundle.json"))
+
+
+def test_a_harness_that_writes_no_results_is_a_one_line_failure(harness_image: str, model_url: str) -> None:
+    run = HarnessRun(image=harness_image, task="no_results", base_url=model_url, model_id="m")
+    out = asyncio.run(run_harness(run))
+    assert out.results is None and out.exit_code == 0
+    assert out.error == "the harness wrote no results.yml (nor results.json) into /results"
+    assert "harness: finished without results" in out.log_tail
+
+
+def test_a_harness_past_its_timeout_is_stopped_and_its_container_removed(
+        harness_image: str, model_url: str) -> None:
+    run = HarnessRun(image=harness_image, task="hang", base_url=model_url, model_id="m", timeout=5)
+    out = asyncio.run(run_harness(run))
+    assert out.results is None and out.error == "the harness did not finish within 5 s (solver.run_timeout)"
+    left = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"name=^{run.name}$"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
