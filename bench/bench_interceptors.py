@@ -10,8 +10,15 @@ requests/s and the client's CPU per request for each round, the medians and the 
 direct; then the proxy's added latency: p50 of one request at a time through the proxy
 minus direct, over `--latency-requests` requests, alternating rounds.
 
-Cores: the client, the proxy and the reference server are three single-threaded processes,
-not pinned; the OS shares this machine's 2 cores between them (and whatever else runs).
+Cores: the client, the proxy and the reference server are three single-threaded processes
+(the proxy under uvloop, the client on asyncio's default loop), not pinned; the OS shares
+this machine's 2 cores between them and whatever else runs. In `direct` and `chain` two
+busy processes share the 2 cores; in `proxy` three do, and every request costs the proxy
+a whole HTTP exchange on each side (two reads, two writes: the kernel's loopback work
+is charged to the sender) on top of the chain. So the proxy's figure is bounded by its
+own CPU per request (printed) and by the three processes' CPU summed over 2 cores; on a
+machine busy with other work the ratios move with the load, the CPU-per-request lines
+less so.
 
     python bench/bench_interceptors.py --requests 3000 --rounds 4
 """

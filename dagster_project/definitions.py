@@ -43,6 +43,10 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     full = resolve(with_checkpoint_services(cfg))
     base = build_defs(full, output_dir)
     resources = launched_resources(full, dict(base.resources or {}), Path(output_dir) / "logs")
+    if cfg.cluster.type == "slurm":  # the launcher `nel eval run` uses, shown in the UI
+        from nel_resources.launchers.resource import SlurmLauncherResource
+
+        resources["slurm_launcher"] = SlurmLauncherResource()
     assets = with_automation(list(base.assets or []))
     checks = list(base.asset_checks or [])
     sensors: list[dg.SensorDefinition] = [

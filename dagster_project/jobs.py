@@ -41,9 +41,10 @@ def candidate_models(resolved: ResolvedConfig, instance: dg.DagsterInstance) -> 
 
 
 def _instance(resolved: ResolvedConfig) -> dg.DagsterInstance:
+    from dagster_project.instance_config import open_instance
     from dagster_project.runner import dagster_home_for
 
-    return dg.DagsterInstance.from_config(str(dagster_home_for(resolved.config)))
+    return open_instance(dagster_home_for(resolved.config))
 
 
 def _run_comparisons(context: dg.OpExecutionContext, resolved: ResolvedConfig, assets: Sequence[Any],

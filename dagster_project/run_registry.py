@@ -316,6 +316,9 @@ def _open_instance(record: RunRecord) -> Any | None:
         warnings.filterwarnings("ignore", category=cat)
     if not (record.dagster_home / "dagster.yaml").exists():
         return None
+    from dagster_project.instance_config import use_psycopg2_driver
+
+    use_psycopg2_driver()  # a shared Postgres instance named by a bare postgresql:// URL
     return dg.DagsterInstance.from_config(str(record.dagster_home))
 
 

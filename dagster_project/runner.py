@@ -21,42 +21,9 @@ from typing import Any
 from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
+from dagster_project.instance_config import open_instance, write_instance_yaml
 from nel_resources.config import NelConfig, check_supported
 from nel_resources.specs import ResolvedConfig, resolve
-
-# One consolidated SQLite event log instead of Dagster's default database per run: a new
-# instance is created in ~0.2 s instead of ~0.8 s, and each run pays less to open its log.
-DAGSTER_YAML = """\
-# Written by nel: a persistent instance next to the results.
-telemetry:
-  enabled: false
-nux:
-  enabled: false
-run_coordinator:
-  module: dagster._core.run_coordinator
-  class: DefaultRunCoordinator
-run_storage:
-  module: dagster._core.storage.runs
-  class: SqliteRunStorage
-  config:
-    base_dir: {home}/history
-event_log_storage:
-  module: dagster._core.storage.event_log
-  class: ConsolidatedSqliteEventLogStorage
-  config:
-    base_dir: {home}/history
-schedule_storage:
-  module: dagster._core.storage.schedules
-  class: SqliteScheduleStorage
-  config:
-    base_dir: {home}/schedules
-compute_logs:
-  module: dagster._core.storage.noop_compute_log_manager
-  class: NoOpComputeLogManager
-"""
-# Why no compute-log capture: capturing a step's stdout/stderr spawns a `tail` and a Python
-# watcher process per step, and on Ctrl-C that watcher prints its own KeyboardInterrupt
-# traceback to the terminal. nel's own output and the run log say what happened.
 
 
 def save_effective_config(cfg: NelConfig, out: Path) -> Path:
@@ -104,9 +71,7 @@ def dagster_home_for(cfg: NelConfig) -> Path:
     home = cfg.output.dagster_home or os.path.join(cfg.output.dir, ".dagster")
     path = Path(home).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
-    y = path / "dagster.yaml"
-    if not y.exists():
-        y.write_text(DAGSTER_YAML.format(home=path))
+    write_instance_yaml(path)  # SQLite here, or the shared Postgres instance when selected
     return path
 
 
@@ -285,7 +250,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
         if bench.name.startswith("container://"):
             pass  # a harness image; check_supported checked it is in the local engine
         elif not bench.name.startswith("gym://"):
-            if getattr(get_factory(bench.name), "needs_task_files", False) and bench.solver.type == "simple":
+            if getattr(get_factory(bench.name), "needs_task_files", False):
                 _refuse_agent_benchmark(cfg, bench)
         else:
             from benchmarks.remote import check_gym_benchmark
@@ -316,7 +281,9 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
 
 
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
-             shard_only: tuple[int, int] | None = None) -> RunSummary:
+             shard_only: tuple[int, int] | None = None,
+             only: set[tuple[str, str, int]] | None = None,
+             merge_only: set[tuple[str, str]] | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
 
     A failure of one (benchmark, model) (missing data, a dead or refusing endpoint, a
@@ -331,6 +298,11 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         shard_only: (shard, total) when this process is one shard of a distributed run;
             it bundles its own shard (as NeMo Evaluator's shard processes do) and leaves the
             whole benchmark's bundle to `nel eval merge`.
+        only: evaluate these (benchmark, model, shard) partitions and nothing else (no
+            bundle, report or comparison): one task of a SLURM array (dagster_project.slurm_run).
+        merge_only: evaluate nothing; build the bundles, reports and comparisons of these
+            (benchmark, model) pairs from shards evaluated elsewhere (the SLURM merge job);
+            a partition still missing or stale is a failure naming it.
 
     Raises:
         NelError: the config or output location cannot work at all (nothing ran).
@@ -371,29 +343,39 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         tasks = _drop_empty_models(bench.name, tasks, failures)
         if shard_only is not None:
             tasks = [t for t in tasks if t.shard == shard_only[0]]
-        if not resume:
+        if only is not None:
+            tasks = [t for t in tasks if (bench.name, t.model, t.shard) in only]
+        if not resume and merge_only is None:
             for t in tasks:
                 for p in store.journal_path(bench.name, t.model, t.shard, t.fingerprint).parent.glob("*.jsonl"):
                     p.unlink()
         todo = [t for t in tasks if t.stale or not resume]
+        if merge_only is not None:  # evaluated elsewhere: what is still stale is missing
+            failures += [BenchFailure(bench.name, t.model, f"shard {t.shard} is missing "
+                                      f"({t.reason}): its task did not store results", "shard")
+                         for t in todo if t.stale]
+            todo = []
         plans.append((bench, tasks, todo))
     # Every run checks every artifact (cheaply) and rebuilds missing or torn ones from the
     # store: a rebuild runs the bundle job only, never a model request.
-    artifact_issues = {} if shard_only is not None else {
+    sub_run = shard_only is not None or only is not None  # one part of a distributed run
+    artifact_issues = {} if sub_run else {
         (b.name, m): ev.artifact_problems(store, b.name, m)
         for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
     needs_bundle = any(artifact_issues.values())
-    needs_compare = shard_only is None and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
-    needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans)
+    needs_compare = not sub_run and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
+    needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
 
     n_runs = 0
     outcomes: list[BenchOutcome] = []
     gates: dict[str, dict[str, Any]] = {}
     if needs_dagster:
         try:
-            n_runs = _materialize(resolved, store, home, plans, progress=progress, shard_only=shard_only,
+            n_runs = _materialize(resolved, store, home, plans, progress=progress,
+                                  shard_only=shard_only,
                                   outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
-                                  artifact_issues=artifact_issues)
+                                  artifact_issues=artifact_issues, bundle=only is None,
+                                  merged=merge_only or set())
         except OSError as exc:
             # Mid-run (the output's disk filled, a file became unwritable): what is stored
             # stays; the run ends as failed with one line, not a traceback.
@@ -406,7 +388,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                     for b, tasks, _ in plans]
     failed_pairs = {(f.benchmark, f.model) for f in failures}
     for (bench, tasks, _), oc in zip(plans, outcomes, strict=True):
-        if shard_only is None:
+        if not sub_run:
             for m in sorted({t.model for t in tasks}):
                 if (bench.name, m) in failed_pairs:
                     continue  # an older bundle is not this run's result
@@ -416,12 +398,13 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                     oc.exports[m] = str(store.export_dir(bench.name, m))
                     if (why := _all_samples_failed(bundle)) is not None:
                         failures.append(BenchFailure(bench.name, m, why, "scores"))
-    if resolved.comparison.baseline and shard_only is None and not gates:
+    if resolved.comparison.baseline and not sub_run and not gates:
         gates = _stored_gates(resolved, store, _failed_models(failures))
     summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
                          failures=failures, log_path=log_path)
-    _write_run_reports(cfg.output.report, store, summary)
-    summary.checkpoint_path = _write_checkpoint(summary, started)
+    if only is None:  # an array task leaves the run's files to the merge job
+        _write_run_reports(cfg.output.report, store, summary)
+        summary.checkpoint_path = _write_checkpoint(summary, started)
     run_registry.finished(summary.exit_status, len(summary.failures))
     return summary
 
@@ -441,14 +424,17 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
 
 def _refuse_agent_benchmark(cfg: Any, bench: Any) -> None:
     """An agent benchmark (terminal-bench, SWE-bench, PinchBench) is an agent working in a
-    sandbox, verified there: one chat call cannot be scored, so say so before any request."""
+    sandbox, verified there by the task's own tests: nel loads its tasks (seeds), but running
+    that verifier in the agent's sandbox is not wired yet, so no solver can be scored on it:
+    say so before any request rather than record an error per sample."""
     from nel_resources.config import ConfigError
 
     i = cfg.benchmarks.index(bench)
     line = cfg.line_of("benchmarks", i, "name")
     raise ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.name: {bench.name!r} is an "
-                      "agent benchmark: it needs an agent solver (`solver.type: tool_calling` with "
-                      "`sandbox_tools: true` and a docker sandbox), not `simple`")
+                      "agent benchmark: nel loads its tasks, but running their verifier "
+                      "(tests/test.sh in the agent's sandbox) is not supported yet in nel; "
+                      "remove it from this run")
 
 
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
@@ -586,7 +572,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                  *, progress: bool, shard_only: tuple[int, int] | None,
                  outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]],
                  failures: list[BenchFailure], log_path: Path,
-                 artifact_issues: dict[tuple[str, str], list[str]]) -> int:
+                 artifact_issues: dict[tuple[str, str], list[str]], bundle: bool = True,
+                 merged: set[tuple[str, str]] | None = None) -> int:
     """Materialize the stale partitions of every benchmark; returns the number of runs.
 
     A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
@@ -605,8 +592,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     from nel_resources.store import write_json_atomic
 
     try:
-        instance = dg.DagsterInstance.from_config(str(home))
-        instance.get_dynamic_partitions(MODEL_PARTITIONS.name)  # opens (creates) its storage
+        instance = open_instance(home)  # opens (creates) its storage
     except Exception as exc:  # any storage error: nothing has run yet
         _log_exception(log_path, f"cannot open the Dagster instance at {home}")
         raise NelError(f"cannot use the Dagster home {home}: {_storage_reason(exc)}") from None
@@ -663,7 +649,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 bench, tasks, todo = pending[0]
                 oc = BenchOutcome(bench.name, shards_total=len(tasks), shards_fresh=len(tasks) - len(todo))
                 outcomes.append(oc)
-                failed: set[str] = set()
+                # A model that already failed (e.g. a shard missing from a SLURM merge) gets no bundle.
+                failed: set[str] = {f.model for f in failures if f.benchmark == bench.name}
                 models = sorted({t.model for t in tasks})
                 register(bench.name, models, todo)
                 version_file = store.dataset_path(bench.name).with_name("_version.json")
@@ -695,8 +682,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                         ev.set_progress_hook(None)
                 # A shard process writes its shard's bundle and files too: NeMo Evaluator's
                 # `eval merge` reads each shard_<i>/<bench>/ as its own shard processes leave it.
-                changed = {m for m, _ in oc.shards_run}
-                for m in models:
+                changed = {m for m, _ in oc.shards_run} | {m for b, m in merged or () if b == bench.name}
+                for m in models if bundle else ():
                     issues = artifact_issues.get((bench.name, m))
                     if m not in failed and (m in changed or issues):
                         try:
@@ -708,7 +695,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                         if issues and m not in changed:
                             oc.artifacts_rebuilt[m] = issues
                 pending.pop(0)
-            if shard_only is None and resolved.comparison.baseline:
+            if shard_only is None and bundle and resolved.comparison.baseline:
                 n_runs += _compare(resolved, defs, instance, store, rebuilt, gates, failures, log_path)
         except _RunAborted as exc:
             done = {(f.benchmark, f.model) for f in failures}

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # System packages the real-component tests need (Debian): headless Chromium for the
 # Dagster UI and HTML report tests, pdflatex to compile the LaTeX report fragment, bubblewrap
-# for the `local` code sandbox.
+# for the `local` code sandbox, Postgres for the shared Dagster instance
+# (deploy/postgres/start_postgres.sh).
 # Idempotent; needs root (or passwordless sudo).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v pdflatex >/dev/null 2>&1 || need+=(texlive-latex-base)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -30,6 +30,7 @@ import orjson
 from benchmarks.errors import NelError
 from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
+from nel_resources.deadlines import Deadlines
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
 from nel_resources.redact import Redactor, client_secrets
 
@@ -262,6 +263,8 @@ class ModelClient:
         self._host = parsed.hostname or "127.0.0.1"
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._path = parsed.path + path
+        self._base_path = parsed.path
+        self._deadlines = Deadlines()
         self._raw_headers = b"".join(
             f"{k}: {v}\r\n".encode("latin-1") for k, v in self._headers.items())
         self._pool: RawHTTPPool | None = None
@@ -304,6 +307,7 @@ class ModelClient:
         if self.chain is not None:
             await self.chain.close()
         self._limit.close()
+        self._deadlines.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -353,9 +357,17 @@ class ModelClient:
             if headers:
                 merged = {**self._headers, **headers}
                 raw_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in merged.items())
-            async with asyncio.timeout(timeout):
-                r = await self._pool.request(method, urlsplit(self.base_url).path + subpath,
-                                             raw_headers, data)
+            # A shared deadline check, not asyncio.timeout (~10 us a request: deadlines.py).
+            deadline = self._deadlines.arm(timeout)
+            try:
+                r = await self._pool.request(method, self._base_path + subpath, raw_headers, data)
+            except asyncio.CancelledError:
+                if deadline.fired:
+                    deadline.task.uncancel()
+                    raise TimeoutError(f"no answer within {timeout:g}s") from None
+                raise
+            finally:
+                self._deadlines.disarm(deadline)
             return r.status, r.headers, r.body
         assert self._session is not None
         async with self._session.request(

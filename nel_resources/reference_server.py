@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import http
 import os
 import re
 import signal
@@ -44,9 +43,23 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+from nel_resources.http1 import (
+    JSON_HEADERS,
+    MAX_BODY,
+    MAX_HEAD,
+    SSE_HEADERS,
+    Http1Connection,
+    Reply,
+    Request,
+    chunk,
+    chunked_head,
+    header,
+    render,
+)
 
 if TYPE_CHECKING:
     from nel_resources.processes import ManagedProcess
@@ -56,33 +69,25 @@ __all__ = [
     "AnswerBook",
     "ReferenceApp",
     "ServerConfig",
+    "ToolScript",
     "main",
     "serve",
     "start_reference_server",
 ]
 
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_HEAD_BYTES = MAX_HEAD
+MAX_BODY_BYTES = MAX_BODY
 REASONING_MODES = ("none", "field", "think")
 # How a truncated 200 looks: a well-framed body that is cut JSON, a Content-Length body
 # cut short by the connection closing, or a chunked body whose last chunk never comes.
 TRUNCATE_STYLES = ("json", "eof", "chunked")
 _RATES = ("fail_rate", "status_429_rate", "hang_rate", "drop_rate", "reset_rate", "truncate_rate")
 
-_JSON_HEADERS = b"Content-Type: application/json\r\n"
-_SSE_HEADERS = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+_JSON_HEADERS = JSON_HEADERS
+_SSE_HEADERS = SSE_HEADERS
 _TOKEN_RE = re.compile(r"\S+")
-
-
-def _status_line(code: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(code).phrase
-    except ValueError:
-        phrase = "Status"
-    return f"HTTP/1.1 {code} {phrase}\r\n".encode()
-
-
-_STATUS_LINES: dict[int, bytes] = {s.value: _status_line(s.value) for s in http.HTTPStatus}
+_TOOL_ITEMS = ("function_call", "function_call_output")
+_header = header
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -123,6 +128,9 @@ class ServerConfig:
     # Keep the last N request bodies (parsed) in /stats as `bodies`: tests check what an
     # interceptor chain really sent.
     record_bodies: int = 0
+    # A JSONL script of tool-calling turns per prompt (see `ToolScript`): the model then
+    # answers with tool calls, turn by turn, as an agent would.
+    tool_script: str | None = None
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -189,6 +197,96 @@ class AnswerBook:
         return None
 
 
+class ToolScript:
+    """Scripted tool-calling turns: how a test makes the reference server act as an agent.
+
+    Each JSONL row is ``{"match": <substring of the user prompt>, "turns": [...],
+    "repeat_last": false}``. A conversation's turn number is the count of assistant turns
+    after its last user message; turn k answers with ``turns[k]``:
+
+    - ``{"tool_calls": [{"name": "bash", "arguments": {...}}, ...], "content": "..."}``
+      (several calls = parallel calls in one turn; ``"arguments_raw": "<text>"`` sends the
+      arguments verbatim, e.g. malformed JSON);
+    - ``{"content": "..."}``: a final answer. ``{last_tool}`` in it is replaced by the
+      last tool result the conversation carries (so the answer depends on what the tool
+      really returned).
+
+    Past the last turn the server repeats it when ``repeat_last`` (a model that never stops
+    calling tools), else it answers with the server's default content.
+    """
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.rows: list[tuple[str, list[dict[str, Any]], bool]] = []
+        for i, row in enumerate(rows):
+            turns = row.get("turns")
+            if not isinstance(row.get("match"), str) or not isinstance(turns, list) or not turns:
+                raise ValueError(f"tool script row {i + 1} needs a string 'match' and a "
+                                 f"non-empty 'turns' list")
+            self.rows.append((row["match"], [dict(t) for t in turns], bool(row.get("repeat_last"))))
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> ToolScript:
+        """Load rows from a JSON-lines file (blank lines ignored)."""
+        with open(path, "rb") as fh:
+            return cls(orjson.loads(line) for line in fh if line.strip())
+
+    def turn(self, prompt: str, done_turns: int) -> dict[str, Any] | None:
+        """The scripted turn for ``prompt`` after ``done_turns`` assistant turns, or None."""
+        for needle, turns, repeat in self.rows:
+            if needle in prompt:
+                if done_turns < len(turns):
+                    return turns[done_turns]
+                return turns[-1] if repeat else None
+        return None
+
+
+def _script_calls(turn: Mapping[str, Any], turn_no: int) -> list[tuple[str, str, str]]:
+    """(call id, tool name, arguments text) of a scripted turn's tool calls."""
+    out = []
+    for i, call in enumerate(turn.get("tool_calls") or []):
+        raw = call.get("arguments_raw")
+        args = raw if isinstance(raw, str) else orjson.dumps(call.get("arguments") or {}).decode()
+        out.append((f"call_{turn_no}_{i}", str(call.get("name", "")), args))
+    return out
+
+
+def _chat_state(messages: list[Any]) -> tuple[int, str]:
+    """(assistant turns after the last user message, the last tool result's text)."""
+    turns, last_tool = 0, ""
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role = msg.get("role")
+        if role == "user":
+            turns = 0
+        elif role == "assistant":
+            turns += 1
+        elif role == "tool":
+            last_tool = _text_of(msg.get("content"))
+    return turns, last_tool
+
+
+def _responses_state(items: list[Any]) -> tuple[int, str]:
+    """As `_chat_state` for Responses-API input items: a run of `function_call` items (and
+    the assistant message before them) is one turn."""
+    turns, last_tool, in_turn = 0, "", False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind, role = item.get("type"), item.get("role")
+        if role == "user":
+            turns, in_turn = 0, False
+        elif kind == "function_call" or role == "assistant":
+            if not in_turn:
+                turns += 1
+            in_turn = True
+            continue
+        elif kind == "function_call_output":
+            last_tool = str(item.get("output", ""))
+        in_turn = False
+    return turns, last_tool
+
+
 # ---------------------------------------------------------------------------- helpers
 class _BadRequest(Exception):
     """Raised inside handlers to answer 400 with this message."""
@@ -249,14 +347,6 @@ def _error(status: int, message: str, extra: bytes = b"") -> Reply:
     return Reply(status, _error_body(message, type_, status), _JSON_HEADERS + extra)
 
 
-class Reply(NamedTuple):
-    """A response ready to render: status, body, header lines (each ending in CRLF)."""
-
-    status: int
-    body: bytes
-    headers: bytes = _JSON_HEADERS
-
-
 class Later(NamedTuple):
     """A deferred outcome: answer after ``delay`` seconds, drop or reset the connection,
     hang, send ``reply`` cut short (``eof``/``chunked``), or hold ``reply`` at the barrier."""
@@ -264,28 +354,6 @@ class Later(NamedTuple):
     action: str  # "reply" | "drop" | "reset" | "hang" | "eof" | "chunked" | "barrier"
     delay: float = 0.0
     reply: Reply | None = None
-
-
-def render(reply: Reply, keep_alive: bool = True) -> bytes:
-    """Serialise a reply into one HTTP/1.1 response message."""
-    status_line = _STATUS_LINES.get(reply.status) or _status_line(reply.status)
-    return b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
-        status_line,
-        len(reply.body),
-        reply.headers,
-        b"" if keep_alive else b"Connection: close\r\n",
-        reply.body,
-    )
-
-
-def _header(head: bytes, lower: bytes, name: bytes) -> bytes | None:
-    """Value of header ``name`` (lower-case, no colon) from a raw request head."""
-    i = lower.find(b"\r\n" + name + b":")
-    if i < 0:
-        return None
-    start = i + len(name) + 3
-    end = lower.find(b"\r\n", start)
-    return head[start : end if end >= 0 else len(head)].strip()
 
 
 # ---------------------------------------------------------------------------- the application
@@ -307,6 +375,7 @@ class ReferenceApp:
         self._seq = 0
         self._truncate = False  # set by _fault for the request being dispatched
         self._barrier_open: asyncio.Event | None = None
+        self.script = ToolScript.from_jsonl(config.tool_script) if config.tool_script else None
         self.reset()
 
     def reset(self) -> None:
@@ -661,6 +730,11 @@ class ReferenceApp:
         fault = self._fault(prompt, req.get("seed"))
         if fault is not None:
             return fault
+        if self.script is not None:
+            done, last_tool = _chat_state(messages)
+            turn = self.script.turn(prompt, done)
+            if turn is not None:
+                return self._scripted_chat(model, turn, done, last_tool, prompt_tokens)
         n = self._n_choices(req)
         content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, req, False)
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -700,10 +774,17 @@ class ReferenceApp:
             raise _BadRequest("'input' must be a string or a non-empty list of messages")
         if isinstance(req.get("instructions"), str):
             messages = [{"role": "system", "content": req["instructions"]}, *messages]
-        model, prompt, prompt_tokens = self._observe_messages(req, messages)
+        # Tool-call items (`function_call`, `function_call_output`) carry no role.
+        said = [m for m in messages if not (isinstance(m, dict) and m.get("type") in _TOOL_ITEMS)]
+        model, prompt, prompt_tokens = self._observe_messages(req, said)
         fault = self._fault(prompt, req.get("seed"))
         if fault is not None:
             return fault
+        if self.script is not None:
+            done, last_tool = _responses_state(messages)
+            turn = self.script.turn(prompt, done)
+            if turn is not None:
+                return self._scripted_responses(model, turn, done, last_tool, prompt_tokens)
         gen_req = dict(req)
         if "max_output_tokens" in req:
             gen_req["max_tokens"] = req["max_output_tokens"]
@@ -725,6 +806,47 @@ class ReferenceApp:
                       "total_tokens": prompt_tokens + c_tokens,
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": r_tokens}},
+        }))
+
+    def _scripted_chat(self, model: Any, turn: Mapping[str, Any], turn_no: int, last_tool: str,
+                       prompt_tokens: int) -> Reply:
+        content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
+        calls = _script_calls(turn, turn_no)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = [{"id": cid, "type": "function",
+                                      "function": {"name": name, "arguments": args}}
+                                     for cid, name, args in calls]
+        c_tokens = len(content.split()) + sum(len(a.split()) for _, _, a in calls)
+        return Reply(200, orjson.dumps({
+            "id": self._next_id("chatcmpl"), "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": _usage(prompt_tokens, c_tokens, 0), "system_fingerprint": None,
+        }))
+
+    def _scripted_responses(self, model: Any, turn: Mapping[str, Any], turn_no: int,
+                            last_tool: str, prompt_tokens: int) -> Reply:
+        content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
+        calls = _script_calls(turn, turn_no)
+        output: list[dict[str, Any]] = []
+        if content:
+            output.append({"type": "message", "id": self._next_id("msg"), "role": "assistant",
+                           "status": "completed",
+                           "content": [{"type": "output_text", "text": content, "annotations": []}]})
+        output.extend({"type": "function_call", "id": self._next_id("fc"), "call_id": cid,
+                       "name": name, "arguments": args, "status": "completed"}
+                      for cid, name, args in calls)
+        c_tokens = len(content.split()) + sum(len(a.split()) for _, _, a in calls)
+        return Reply(200, orjson.dumps({
+            "id": self._next_id("resp"), "object": "response", "created_at": int(time.time()),
+            "model": model, "status": "completed", "output": output,
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": c_tokens,
+                      "total_tokens": prompt_tokens + c_tokens,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
         }))
 
     def _completion(self, req: dict[str, Any]) -> Reply | Later:
@@ -868,125 +990,53 @@ def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) ->
 
 
 # ---------------------------------------------------------------------------- HTTP transport
-class _HttpProtocol(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection. Requests are parsed from a byte buffer and
-    answered strictly in order; while a deferred answer is pending, later pipelined
-    requests wait in the buffer."""
+class _HttpProtocol(Http1Connection):
+    """One keep-alive HTTP/1.1 connection (`nel_resources.http1`): most answers are written
+    at once; a deferred one (delay, barrier, fault) holds later pipelined requests back."""
 
-    __slots__ = ("_app", "_buf", "_busy", "_closed", "_continued", "_paused", "_pending", "_task",
-                 "_transport")
+    __slots__ = ("_app", "_pending")
 
     def __init__(self, app: ReferenceApp) -> None:
+        super().__init__()
         self._app = app
-        self._buf = bytearray()
-        self._busy = False
-        self._closed = False
-        self._continued = False
-        self._paused = False
         self._pending = False  # a deferred request of this connection is not answered yet
-        self._task: asyncio.Task[None] | None = None
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing asyncio.Transport.
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
+        super().connection_lost(exc)
         self._settle()
-        if self._task is not None:
-            self._task.cancel()
 
     def _settle(self) -> None:
         if self._pending:
             self._pending = False
             self._app.answered()
 
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
-        if self._busy:
-            # Backpressure: a client pipelining into a slow/hung answer must not grow us forever.
-            if len(self._buf) > MAX_BODY_BYTES and not self._paused:
-                self._paused = True
-                assert self._transport is not None
-                self._transport.pause_reading()
-            return
-        self._process()
+    def error_reply(self, status: int, message: str) -> Reply:
+        return _error(status, message)
 
-    def _fail(self, status: int, message: str) -> None:
-        assert self._transport is not None
-        self._transport.write(render(_error(status, message), keep_alive=False))
-        self._transport.close()
-        self._closed = True
-
-    def _process(self) -> None:
-        buf = self._buf
+    def respond(self, request: Request) -> bool:
         transport = self._transport
         assert transport is not None
-        while buf and not self._busy and not self._closed:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self._fail(431, "request head too large")
-                return
-            head = bytes(buf[:end])
-            line_end = head.find(b"\r\n")
-            parts = (head if line_end < 0 else head[:line_end]).split(b" ")
-            if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-                self._fail(400, "malformed request line")
-                return
-            method, target, version = parts
-            lower = head.lower()
-            if b"\r\ntransfer-encoding:" in lower:
-                self._fail(501, "chunked request bodies are not supported; send Content-Length")
-                return
-            length = 0
-            raw_len = _header(head, lower, b"content-length")
-            if raw_len is not None:
-                if not raw_len.isdigit():
-                    self._fail(400, "invalid Content-Length")
-                    return
-                length = int(raw_len)
-                if length > MAX_BODY_BYTES:
-                    self._fail(413, "request body too large")
-                    return
-            total = end + 4 + length
-            if len(buf) < total:
-                if not self._continued and b"\r\nexpect: 100-continue" in lower:
-                    self._continued = True
-                    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                return
-            body = bytes(buf[end + 4 : total])
-            del buf[:total]
-            self._continued = False
-            if version == b"HTTP/1.1":
-                keep_alive = b"\r\nconnection: close" not in lower
-            else:
-                keep_alive = b"\r\nconnection: keep-alive" in lower
-            result = self._app.dispatch(method, target, head, lower, body)
-            if isinstance(result, Reply):
-                transport.write(render(result, keep_alive))
-                if not keep_alive:
-                    transport.close()
-                    self._closed = True
-                continue
-            self._busy = True
-            self._pending = True
-            if result.action == "hang":
-                return  # never answer; the client's timeout is what is under test
-            if result.action in ("drop", "reset"):
-                self._settle()
-                if result.action == "reset":
-                    _linger_zero(transport)  # close with RST instead of FIN
-                transport.abort()
+        keep_alive = request.keep_alive
+        result = self._app.dispatch(request.method, request.target, request.head, request.lower,
+                                    request.body)
+        if isinstance(result, Reply):
+            transport.write(render(result, keep_alive))
+            if not keep_alive:
+                transport.close()
                 self._closed = True
-                return
-            self._task = asyncio.get_running_loop().create_task(self._later(result, keep_alive))
-            return
+            return True
+        self._pending = True
+        if result.action == "hang":
+            return False  # never answer; the client's timeout is what is under test
+        if result.action in ("drop", "reset"):
+            self._settle()
+            if result.action == "reset":
+                _linger_zero(transport)  # close with RST instead of FIN
+            transport.abort()
+            self._closed = True
+            return True
+        self._task = asyncio.get_running_loop().create_task(self._later(result, keep_alive))
+        return False
 
     async def _later(self, later: Later, keep_alive: bool) -> None:
         if later.action == "barrier":
@@ -1003,23 +1053,13 @@ class _HttpProtocol(asyncio.Protocol):
             if later.action == "eof":
                 cut = render(later.reply)[: -len(body) or None] + half
             else:
-                cut = (_STATUS_LINES[200] + later.reply.headers
-                       + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(half), half))
+                cut = chunked_head(200, later.reply.headers) + chunk(half)
             self._transport.write(cut)
             self._transport.close()
             self._closed = True
             return
         self._transport.write(render(later.reply, keep_alive))
-        if not keep_alive:
-            self._transport.close()
-            self._closed = True
-            return
-        self._busy = False
-        self._task = None
-        if self._paused:
-            self._paused = False
-            self._transport.resume_reading()
-        self._process()
+        self.finish(keep_alive)
 
 
 def _linger_zero(transport: asyncio.Transport) -> None:
@@ -1129,6 +1169,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="every request fails with this status, echoing its headers in the body")
     p.add_argument("--record-bodies", type=int, default=d.record_bodies,
                    help="keep the last N request bodies in /stats (`bodies`)")
+    p.add_argument("--tool-script", help='JSONL rows {"match", "turns": [{"tool_calls": '
+                   '[{"name", "arguments"}]} | {"content"}], "repeat_last"}: answer with '
+                   "scripted tool calls (see ToolScript)")
     return p
 
 
@@ -1172,7 +1215,8 @@ def start_reference_server(
         timeout: Seconds to wait for the port file and ``/health``.
         log_path: Where the server's output goes (a temp file by default).
         **opts: ``ServerConfig`` fields, e.g. ``fail_rate=0.2, reasoning_mode="think"``.
-            ``answers`` may also be a list of row dicts (written to a temp JSONL file).
+            ``answers`` and ``tool_script`` may also be lists of row dicts (written to
+            temp JSONL files).
 
     Returns:
         The running :class:`ManagedProcess` (stop it!) and the base URL ending in ``/v1``.
@@ -1180,11 +1224,12 @@ def start_reference_server(
     from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-refserver-"))
-    answers = opts.get("answers")
-    if answers is not None and not isinstance(answers, (str, os.PathLike)):
-        path = workdir / "answers.jsonl"
-        path.write_bytes(b"".join(orjson.dumps(dict(r)) + b"\n" for r in answers))
-        opts["answers"] = str(path)
+    for key in ("answers", "tool_script"):
+        rows = opts.get(key)
+        if rows is not None and not isinstance(rows, (str, os.PathLike)):
+            path = workdir / f"{key}.jsonl"
+            path.write_bytes(b"".join(orjson.dumps(dict(r)) + b"\n" for r in rows))
+            opts[key] = str(path)
     port_file = workdir / "port"
     # -P: do not put nel_resources/ itself on sys.path (its modules could shadow the stdlib),
     # and running the file directly skips the package __init__ (no heavy imports at startup).

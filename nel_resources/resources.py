@@ -116,23 +116,47 @@ class InterceptorProxy(dg.ConfigurableResource):
     """The standalone interceptor proxy of one service, for the length of a run.
 
     For agents nel does not drive itself: an asset points the agent at `url()` and all its
-    model traffic passes the service's chain. The proxy process starts when a run's
-    execution sets the resource up and is stopped when the run's execution ends (the
-    process group is signalled, so nothing outlives the run). It reads the config file
-    itself, so keys stay out of Dagster config.
+    model traffic passes the service's chain (and, with `capture_path`, is recorded there
+    for `captured_steps`). The proxy process starts when a run's execution sets the
+    resource up and is stopped when the run's execution ends (the process group is
+    signalled, so nothing outlives the run). Keys stay out of Dagster config: the proxy
+    reads the config file itself (`config_path`), or gets a run's service (`from_config`)
+    with a literal key restored from this process's memory.
     """
 
-    config_path: str
+    config_path: str | None = None
     service: str | None = None
+    service_json: str | None = None
+    capture_path: str | None = None
     startup_timeout: float = 60.0
     _proc: Any = PrivateAttr(default=None)
     _url: str | None = PrivateAttr(default=None)
 
+    @classmethod
+    def from_config(cls, cfg: Any, service: str, *, url: str | None = None,
+                    capture_path: str | None = None) -> InterceptorProxy:
+        """The proxy of `service` of a loaded config (`url`: a launched service's)."""
+        from nel_resources.proxy.run_proxy import proxied_service
+
+        svc = proxied_service(cfg, service, url)
+        data = svc.model_dump(mode="json")
+        if data.get("api_key"):
+            _LITERAL_KEYS[f"proxy:{service}"] = data["api_key"]
+            data["api_key"] = None
+        return cls(service=service, service_json=json.dumps(data), capture_path=capture_path)
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         from nel_resources.proxy.server import start_proxy
 
+        svc = None
+        if self.service_json is not None:
+            svc = ServiceConfig.model_validate_json(self.service_json)
+            key = _LITERAL_KEYS.get(f"proxy:{self.service}")
+            if key:
+                svc = svc.model_copy(update={"api_key": key})
         self._proc, self._url = start_proxy(self.config_path, self.service,
-                                            timeout=self.startup_timeout)
+                                            timeout=self.startup_timeout,
+                                            capture_path=self.capture_path, service_config=svc)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._proc is not None:

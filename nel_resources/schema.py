@@ -20,10 +20,13 @@ FAILURE_CATEGORIES = (
     "auth",
     "judge_error",
     "error",
+    "max_turns_exhausted",
+    "tool_error",
 )
 """Failure categories. `refusal`, `format_error` and `empty_response` are scored rows
-(reward 0); `timeout`, `rate_limit`, `auth`, `judge_error` and `error` are failures
-(reward null): they never count as a wrong answer."""
+(reward 0); `timeout`, `rate_limit`, `auth`, `judge_error`, `error` and, for agentic solvers,
+`max_turns_exhausted` and `tool_error` (a tool source could not serve the sample at all; one
+failed tool call is not one) are failures (reward null): they never count as a wrong answer."""
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -60,6 +63,11 @@ RESULT_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("failure_category", pa.string()),
         ("timestamp", pa.float64()),  # unix seconds when the sample finished
+        # Agentic solvers (tool_calling, ...); null for the simple solver. Last, so stores
+        # written before them read unchanged (their rows have these as null).
+        ("turns", pa.int32()),  # model calls the solver made
+        ("tool_calls", pa.int32()),  # tool calls the model made
+        ("steps", pa.string()),  # JSON: the ATIF steps (model turns and tool results)
     ]
 )
 

@@ -134,6 +134,9 @@ class FingerprintInputs:
     # The sandbox settings that can change a verdict (type, image, limits), when the
     # benchmark has a sandbox; absent from the payload otherwise (older stores stay fresh).
     sandbox: Mapping[str, Any] | None = None
+    # An agentic solver's settings (type, tools, turns, ...); None (and absent from the
+    # payload) for the simple solver, so stores written before solvers existed stay fresh.
+    solver: Mapping[str, Any] | None = None
 
     def payload(self) -> dict[str, Any]:
         """The JSON-able part of the shard fingerprint payload these inputs contribute."""
@@ -143,6 +146,8 @@ class FingerprintInputs:
                "scoring": None if self.scoring is None else dict(self.scoring)}
         if self.sandbox is not None:
             out["sandbox"] = dict(self.sandbox)
+        if self.solver is not None:
+            out["solver"] = dict(self.solver)
         return out
 
 
@@ -189,6 +194,8 @@ class RunSpec:
     solver: SolverConfig = field(default_factory=SolverConfig)
     sandbox: SandboxConfig | None = None
     interceptors: tuple[InterceptorConfig, ...] = ()
+    # Services an agentic solver's tools come from (`solver.resource_service`), by name.
+    tool_services: Mapping[str, ServiceConfig] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -379,6 +386,13 @@ _SANDBOX_VERDICT_KEYS = ("type", "image", "image_template", "memory", "cpus", "c
                          "timeout", "verify_timeout", "stateful")
 
 
+def solver_fingerprint(solver: SolverConfig) -> Mapping[str, Any] | None:
+    """What of an agentic solver block goes into the shard fingerprint (None for simple)."""
+    if solver.type == "simple":
+        return None
+    return _frozen(solver.model_dump(mode="json", exclude_defaults=True))
+
+
 def sandbox_fingerprint(sandbox: SandboxConfig | None) -> Mapping[str, Any] | None:
     """What of a sandbox block goes into the shard fingerprint (None without a sandbox)."""
     if sandbox is None or sandbox.type == "none":
@@ -411,9 +425,26 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
                                       scoring_dump,
                                       bench.shuffle_seed if bench.problem_range is None else None,
-                                      sandbox_fingerprint(bench.sandbox)),
+                                      sandbox_fingerprint(bench.sandbox),
+                                      solver_fingerprint(bench.solver)),
         solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
+        tool_services=_tool_services(cfg, bench),
     )
+
+
+def _tool_services(cfg: NelConfig, bench: BenchmarkConfig) -> Mapping[str, ServiceConfig]:
+    """The Gym services an agentic solver talks to: `resource_service`, `gym_service`."""
+    found: dict[str, ServiceConfig] = {}
+    for key in ("resource_service", "gym_service"):
+        name = getattr(bench.solver, key)
+        if not name:
+            continue
+        if name not in cfg.services:
+            known = ", ".join(sorted(cfg.services)) or "none defined"
+            raise NelError(f"benchmark {bench.name!r}: solver.{key} {name!r} is not in "
+                           f"`services` ({known})")
+        found[name] = cfg.services[name]
+    return _frozen(found)
 
 
 def resolve_benchmark(cfg: NelConfig, bench: BenchmarkConfig) -> BenchmarkSpec:

@@ -56,6 +56,8 @@ KEYS: dict[str, Key] = {
     "model_url": Key("NEL_MODEL_URL", "OpenAI-compatible base URL used when `--model-url` is not given"),
     "api_key_env": Key("NEL_API_KEY_ENV", "name of the environment variable holding the API key"),
     "output_dir": Key("NEL_OUTPUT_DIR", "where results and the Dagster instance go", True),
+    "dagster_postgres_url": Key("NEL_DAGSTER_POSTGRES_URL",
+                                "postgresql:// URL of a shared Dagster instance (default: SQLite per output)"),
 }
 
 

@@ -27,6 +27,7 @@ from tests.support import (
     start_llama_server,
 )
 from tests.support import server_stats as _server_stats
+from tests.support.nemo_gym import shared_gym  # noqa: F401  (the suite's one NeMo Gym stack)
 
 #: Modules that take longest (seconds of one test run each, `--durations` under load on
 #: 2026-11-22), handed to xdist workers first. A module not listed just runs later.
@@ -34,8 +35,11 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_stale_only.py",  # 374 s at 8 shards, 343 s at 4
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
-    "tests/benchmarks/test_gym_rollouts.py",  # ~155 s under load: NeMo Gym's stack, Ray
-    "tests/nel_assets/engine/solvers/test_gym_solvers.py",  # ~75-120 s: ng_run, Ray
+    # The modules of the `nemo_gym` group share one ng_run (tests/support/nemo_gym.py):
+    # together 288 s at load average 12 (2026-11-23), most of it starting Gym's stack once.
+    "tests/benchmarks/test_gym_rollouts.py",
+    "tests/nel_assets/engine/solvers/test_gym_solvers.py",
+    "tests/dagster_project/test_gym_solvers_e2e.py",
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
@@ -63,6 +67,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+    if getattr(config.option, "loadgroup", False):  # set on xdist workers by --dist loadgroup
+        for item in items:
+            _tag_with_group(item)
+
+
+def _tag_with_group(item: pytest.Item) -> None:
+    """Append `@<group>` to the test's node id, as `--dist loadgroup` needs to keep a group on
+    one worker. pytest-xdist 3.8 does this by setting `item._nodeid`, which pytest 9 no longer
+    reads (the id lives in `item._id`): without this every test was scheduled on its own, and
+    module fixtures (Gym's `ng_run`, the llama.cpp server) started once per worker."""
+    from _pytest.nodeid import coerce_node_id
+
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names and "@" not in item.nodeid.rpartition("]")[2]:
+        item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)

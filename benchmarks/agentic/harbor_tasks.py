@@ -155,8 +155,7 @@ class HarborTaskSet(EvalEnvironment):
 
     async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
         # The reward is what tests/test.sh writes after the agent worked in the task's
-        # sandbox; nel's tool_calling solver (which runs that loop) is what gives verify the
-        # sandbox. Until it does, say so instead of scoring a chat reply.
+        # sandbox; that verifier is not wired to a solver's sandbox yet (`nel eval run`
+        # refuses these benchmarks before any request), so never score a reply here.
         raise NelError(f"{self.label}: agent tasks are verified by running tests/test.sh in the "
-                       "sandbox the agent worked in; run them with `solver.type: tool_calling`, "
-                       "`sandbox_tools: true` and a docker sandbox")
+                       "sandbox the agent worked in, which nel does not do yet")

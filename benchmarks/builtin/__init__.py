@@ -1,6 +1,7 @@
 """Built-in benchmarks; importing this package registers them."""
 
 from benchmarks.builtin import (
+    agent_tasks,
     drop,
     gpqa,
     gsm8k,
@@ -15,5 +16,5 @@ from benchmarks.builtin import (
     xstest,
 )
 
-__all__ = ["drop", "gpqa", "gsm8k", "healthbench", "humaneval", "math500", "mgsm", "mmlu", "mmlu_pro",
+__all__ = ["agent_tasks", "drop", "gpqa", "gsm8k", "healthbench", "humaneval", "math500", "mgsm", "mmlu", "mmlu_pro",
            "simpleqa", "triviaqa", "xstest"]

@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="config override, e.g. -O benchmarks.0.repeats=3")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument("--no-wait", action="store_true",
+                     help="cluster.type slurm: print the job ids once submitted instead of "
+                     "waiting for the jobs")
+    # Inside the jobs `cluster.type: slurm` submits (dagster_project.slurm_run); not for users.
+    run.add_argument("--slurm-task", help=argparse.SUPPRESS)
+    run.add_argument("--slurm-merge", help=argparse.SUPPRESS)
     _add_peer_run_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -248,7 +254,10 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     if args.adapter:
         raise ConfigError(f"--adapter {args.adapter}: adapters / interceptor chains are not "
                           "supported yet in nel; run without --adapter")
-    if args.submit and cfg.cluster.type != "local":
+    if args.submit and cfg.cluster.type == "slurm":
+        raise ConfigError("--submit: submitting over SSH (cluster.hostname) is not supported yet "
+                          "in nel; run `nel eval run` on the SLURM submit host without --submit")
+    if args.submit and cfg.cluster.type not in ("local", "k8s", "kubernetes"):
         raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
                           "is not supported yet in nel; run locally (cluster.type: local)")
 
@@ -261,6 +270,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config_from_args(args)
     _refuse_unsupported_flags(args, cfg)
+    if args.slurm_task or args.slurm_merge or (cfg.cluster.type == "slurm" and not args.dry_run):
+        return _run_slurm(args, cfg)
     from nel_assets.engine.sharding import shard_from_env
 
     shard_only = shard_from_env(default_total=cfg.cluster.shards)
@@ -290,6 +301,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print_plan(plan, where=args.config or "the flags")
         return plan.exit_status
     _validate_benchmarks(cfg)
+    if shard_only is None and cfg.cluster.type in ("k8s", "kubernetes"):
+        from dagster_project.cluster_k8s import launch_k8s
+
+        return launch_k8s(cfg, submit=args.submit)  # writes (and submits) the manifests
     if args.background:
         from dagster_project.runner import validate_before_run
 
@@ -309,6 +324,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _print_summary(summary, as_json=args.json)
     _print_failures(summary)
     return summary.exit_status
+
+
+def _run_slurm(args: argparse.Namespace, cfg: Any) -> int:
+    """`cluster.type: slurm`: submit the stale partitions and wait (dagster_project.slurm_run),
+    or be one of its jobs (`--slurm-task` / `--slurm-merge`)."""
+    from pathlib import Path
+
+    from dagster_project import slurm_run
+
+    _validate_benchmarks(cfg)
+    if args.slurm_task:
+        summary = slurm_run.run_task(cfg, Path(args.slurm_task), resume=not args.fresh)
+    elif args.slurm_merge:
+        summary = slurm_run.run_merge(cfg, Path(args.slurm_merge), resume=not args.fresh)
+    else:
+        status, summary = slurm_run.run_on_slurm(cfg, args.argv, resume=not args.fresh,
+                                                 wait=not (args.no_wait or args.background))
+        if summary is None:
+            return status
+    _print_summary(summary, as_json=args.json)
+    _print_failures(summary)
+    return int(summary.exit_status)
 
 
 def _print_failures(summary: Any) -> None:

@@ -19,7 +19,7 @@ _TYPES = {
     "gsm8k": "numeric", "mgsm": "numeric", "mmlu": "multiple-choice", "mmlu_pro": "multiple-choice",
     "gpqa": "multiple-choice", "math500": "math-equivalence", "drop": "f1", "triviaqa": "alias-match",
     "simpleqa": "judge", "healthbench": "judge-rubric", "xstest": "refusal",
-    "humaneval": "code-execution",
+    "humaneval": "code-execution", "agent_tasks": "agent-tests",
 }
 _NOT_YET = {
     "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",

@@ -89,6 +89,38 @@ def failure_analysis(table: pa.Table, *, examples: int = 5) -> dict[str, Any]:
         out["categories"][cat] = {"count": k, "rate": k / n, "examples": ex}
     out["n_failed_requests"] = sum(1 for e in err if e is not None)
     out["n_scored"] = table.num_rows - out["n_failed_requests"]
+    tools = tool_failures(_col(table, "steps"), sid, examples=examples)
+    if tools:
+        out["tools"] = tools
+    return out
+
+
+def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: int = 5
+                  ) -> dict[str, Any]:
+    """Per tool of agentic rows: calls, failures and where they failed
+    (`bash() failed on turn 3 with exit code 1`, with the sample id)."""
+    import orjson
+
+    out: dict[str, dict[str, Any]] = {}
+    for sample, raw in zip(sample_ids, steps, strict=True):
+        if not raw:
+            continue
+        for step in orjson.loads(raw):
+            extra = step.get("extra") or {}
+            if "observation" not in step or not extra.get("function_name"):
+                continue
+            t = out.setdefault(extra["function_name"], {"calls": 0, "failed": 0, "examples": []})
+            t["calls"] += 1
+            if extra.get("error") is None:
+                continue
+            t["failed"] += 1
+            if len(t["examples"]) < examples:
+                code = extra.get("exit_code")
+                how = (f"with exit code {code}" if code not in (None, 0)
+                       and str(extra["error"]).startswith("exit code") else f": {extra['error']}")
+                sep = "" if how.startswith(":") else " "
+                t["examples"].append({"sample_id": sample, "what": (
+                    f"{extra['function_name']}() failed on turn {extra.get('turn')}{sep}{how}")})
     return out
 
 

@@ -253,6 +253,7 @@ def evaluate_shard(
     from nel_assets.engine.judging import make_judge
     from nel_assets.engine.loop import ShardSpec, needs_retry, run_shard
     from nel_assets.engine.sandboxing import sandbox_pool
+    from nel_assets.engine.solvers.factory import solver_for
 
     async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
         await _prepare(env)
@@ -280,13 +281,22 @@ def evaluate_shard(
                 sandbox_pool(run, env, sandboxes) as pool:
             spec.judge = judge
             spec.sandboxes = pool
-            if idx:
-                await client.check()
+            spec.solver = solver_for(run.solver, client, system_prompt=run.system_prompt,
+                                     services=run.tool_services, sandbox=run.sandbox,
+                                     timeout=run.timeout, model_id=run.model_id)
             try:
+                prepare = getattr(spec.solver, "prepare", None)
+                if idx and prepare is not None:
+                    await prepare()  # tool sources listed, names checked: before any request
+                if idx:
+                    await client.check()
                 rows = await run_shard(env, client, spec, journal=journal, reuse=reuse,
                                        on_progress=on_progress)
             finally:
                 await env.close()  # remote (gym://) environments hold an HTTP session
+                close_tools = getattr(spec.solver, "close_tools", None)
+                if close_tools is not None:
+                    await close_tools()  # tool sources' HTTP sessions
             if client.chain is not None:
                 await client.chain.close()  # commit cache writes before the stats are read
                 chain_stats.update(client.chain.stats())

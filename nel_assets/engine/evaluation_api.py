@@ -33,7 +33,7 @@ from nel_assets.engine.loop import ShardSpec, run_shard
 from nel_assets.engine.progress import NoOpProgress, ProgressTracker
 from nel_assets.engine.sandboxing import SandboxPool, needs_sandbox, open_factory
 from nel_assets.engine.sharding import select_problems, shard_bounds
-from nel_assets.engine.solvers import ChatSolver, CompletionSolver
+from nel_assets.engine.solvers import ChatSolver, CompletionSolver, Solver
 from nel_resources.sandboxes import SandboxError, SandboxSpec, running
 from nel_resources.schema import rows_to_table
 from nel_resources.store import slugify
@@ -57,7 +57,9 @@ async def run_evaluation(
 
     Args:
         env: The environment (any nel or NeMo-Evaluator-style `EvalEnvironment`).
-        solver: A `ChatSolver` or `CompletionSolver` over nel's `ModelClient`.
+        solver: Any `Solver`: `ChatSolver` / `CompletionSolver` (one request per problem over
+            nel's `ModelClient`), `ToolCallingSolver`, `GymDelegationSolver`, or your own
+            object with an async `solve(task, ctx) -> SolveResult`.
         n_repeats: Answers per problem.
         max_problems: Only the first N problems (of `problem_range`, if given).
         config: Recorded in the bundle under `config`.
@@ -77,15 +79,17 @@ async def run_evaluation(
         plus `config`, `run_id` and the rows under the private key `_table`.
 
     Raises:
-        NelError: an unsupported solver or argument, a bad range, a code benchmark without
+        NelError: an object that is no solver, a bad argument, a bad range, a code benchmark without
             a sandbox, or a sandbox that cannot start.
     """
     if judge_client is not None:
         raise NelError("run_evaluation: judge_client= is not supported yet in nel "
                        "(configure a judge in a config and use `nel eval run`)")
-    if not isinstance(solver, ChatSolver | CompletionSolver):
-        raise NelError(f"run_evaluation: solver {type(solver).__name__} is not supported yet in "
-                       "nel (only the simple solver: ChatSolver or CompletionSolver)")
+    simple = isinstance(solver, ChatSolver | CompletionSolver)
+    if not simple and not isinstance(solver, Solver):
+        raise NelError(f"run_evaluation: solver {type(solver).__name__} is not a solver (it needs "
+                       "an async `solve(task, ctx)`: ChatSolver, ToolCallingSolver, "
+                       "GymDelegationSolver, or your own)")
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise NelError(f"run_evaluation: n_repeats must be an integer >= 1, not {n_repeats!r}")
     if max_concurrent < 1:
@@ -98,12 +102,17 @@ async def run_evaluation(
             raise NelError(f"run_evaluation: shard_info {shard_info} needs 0 <= shard < total")
         lo, hi = shard_bounds(len(indices), shard, total)
         indices = indices[lo:hi]
-    client = solver.client
-    model_id = client.model or "model"
+    # A solver that calls no model of nel's (a Gym agent calls its own) has no client.
+    client: Any = getattr(solver, "client", None)
+    model_id = str(getattr(client, "model", None) or getattr(solver, "model_id", None) or "model")
     run_id = uuid.uuid4().hex[:12]
     spec = ShardSpec(benchmark=env.name, model=slugify(model_id), model_id=model_id, shard=shard,
                      indices=indices, repeats=n_repeats, run_id=run_id,
-                     system_prompt=solver.system_prompt, protocol=client.protocol)
+                     system_prompt=getattr(solver, "system_prompt", None),
+                     protocol=getattr(client, "protocol", "chat_completions"))
+    # ChatSolver/CompletionSolver are the loop's own single request; any other solver runs
+    # per sample through the same loop (retries, failure categories, trajectories).
+    spec.solver = None if simple else solver
     tracker: ProgressTracker = progress or NoOpProgress()
     tracker.on_start(env.name, len(indices), n_repeats)
 
@@ -119,7 +128,15 @@ async def run_evaluation(
     async with _sandbox_pool(env, sandbox if sandbox is not None else sandbox_manager,
                              dict(config or {})) as pool:
         spec.sandboxes = pool
-        rows = await run_shard(env, client, spec, concurrency=max_concurrent, on_row=on_row)
+        prepare = getattr(spec.solver, "prepare", None)
+        try:
+            if indices and prepare is not None:
+                await prepare()  # tool names checked once, before any request
+            rows = await run_shard(env, client, spec, concurrency=max_concurrent, on_row=on_row)
+        finally:
+            close_tools = getattr(spec.solver, "close_tools", None)
+            if close_tools is not None:
+                await close_tools()  # the solver's tool / Gym HTTP sessions, not the client
     table = rows_to_table(rows)
     bundle = build_bundle(table, benchmark=env.name, model=spec.model, model_id=model_id,
                           extra={"config": dict(config or {}), "run_id": run_id})

@@ -12,6 +12,7 @@ workers keep every slot busy instead of the run idling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from typing import Any, Protocol
 import orjson
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
+from benchmarks.errors import NelError
 from benchmarks.scoring import looks_like_refusal, split_reasoning
 from nel_assets.engine.journal import Journal
-from nel_resources.model_client import AuthError, ModelClient, ModelError
+from nel_resources.model_client import AuthError, ChainStopError, ModelClient, ModelError
+from nel_resources.sandboxes.base import SandboxError
 
 RETRYABLE_FAILURES = frozenset({"timeout", "rate_limit", "error", "auth", "judge_error"})
 # Workers per request slot: up to (this - 1) x slots samples can sit in a back-off while
@@ -73,6 +76,9 @@ class ShardSpec:
     # The shard's sandboxes (`nel_assets.engine.sandboxing.SandboxPool`) when the benchmark
     # has a sandbox block: verify then gets a started sandbox as `sandbox=`.
     sandboxes: Any = None
+    # An agentic solver (`nel_assets.engine.solvers.Solver`, e.g. tool_calling); None runs
+    # the single request of the `simple` solver, on the loop's own fast path.
+    solver: Any = None
 
 
 def build_request(seed: SeedResult, protocol: str,
@@ -161,7 +167,8 @@ async def run_shard(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode())
             seeds[idx] = entry
-            bodies[idx] = client.encode(messages, prompt)
+            if spec.solver is None:  # a solver builds its own requests (and may have no client)
+                bodies[idx] = client.encode(messages, prompt)
             return entry
         finally:
             fut.set_result(None)
@@ -188,6 +195,8 @@ async def run_shard(
             "messages": messages_json, "expected": seed.expected_answer, "metadata": meta_json,
             "seed_ms": seed_ms,
         }
+        if spec.solver is not None:
+            return await solved(seed, row, t_start)
         t_model = time.perf_counter()
         try:
             resp = await client.generate(body=bodies[idx], repeat=rep, session_id=row["sample_id"])
@@ -202,9 +211,18 @@ async def run_shard(
         row.update(response=answer, reasoning=reasoning, finish_reason=resp.finish_reason,
                    prompt_tokens=resp.prompt_tokens, completion_tokens=resp.completion_tokens,
                    reasoning_tokens=resp.reasoning_tokens, attempts=resp.attempts, model_ms=model_ms)
+        return await verified(seed, row, answer, reasoning, t_start)
+
+    async def verified(seed: SeedResult, row: dict[str, Any], answer: str, reasoning: str | None,
+                       t_start: float, sandbox: Any = None, state_answer: bool = False,
+                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        # Verify (in the solver's sandbox when it had one), judge, and score the row.
         t_verify = time.perf_counter()
         try:
-            if spec.sandboxes is not None:
+            if sandbox is not None:
+                v = await env.verify(answer, seed.expected_answer, reasoning=reasoning,
+                                     sandbox=sandbox, **seed.metadata)
+            elif spec.sandboxes is not None:
                 async with spec.sandboxes.sample(seed) as sbx:
                     v = await env.verify(answer, seed.expected_answer, reasoning=reasoning,
                                          sandbox=await sbx.verify_sandbox(), **seed.metadata)
@@ -222,8 +240,12 @@ async def run_shard(
             details = v.scoring_details
             if v.metadata:
                 details = {**details, "metadata": v.metadata}
+            if extra:
+                details = {**details, **extra}
             failure = None
-            if not answer.strip() and not (reasoning or "").strip():
+            if state_answer:
+                pass  # the answer is the sandbox's state: an empty patch is no empty reply
+            elif not answer.strip() and not (reasoning or "").strip():
                 failure = "empty_response"
                 reward = 0.0  # an empty reply is never right
             elif reward <= 0.0:
@@ -239,6 +261,59 @@ async def run_shard(
         row.update(verify_ms=(now - t_verify) * 1000.0, total_ms=(now - t_start) * 1000.0,
                    timestamp=time.time())
         return row
+
+    async def solved(seed: SeedResult, row: dict[str, Any], t_start: float) -> dict[str, Any]:
+        # An agentic solver: it works in the sample's sandbox, which verify then shares.
+        from nel_assets.engine.solvers.base import SolveContext, SolveResult
+
+        solver = spec.solver
+        async with contextlib.AsyncExitStack() as stack:
+            sandbox = None
+            t_model = time.perf_counter()
+            try:
+                if spec.sandboxes is not None:
+                    sbx = await stack.enter_async_context(spec.sandboxes.sample(seed))
+                    sandbox = await sbx.solve_sandbox()
+                res = await solver.solve(seed, SolveContext(row["sample_id"], row["problem_idx"],
+                                                            row["repeat"], sandbox))
+            except (AuthError, ChainStopError):
+                raise
+            except NelError as exc:
+                if not isinstance(exc, SandboxError):
+                    raise  # a config error (a tool name declared twice): stop the run
+                res = SolveResult("", error=f"sandbox: {exc}"[:1000], failure_category="error")
+            except Exception as exc:  # a solver bug must not kill the run: record it
+                res = SolveResult("", error=f"solver failed: {type(exc).__name__}: {exc}"[:1000],
+                                  failure_category="error")
+            mr = res.model_response
+            attempts = sum(int((s.get("metrics") or {}).get("extra", {}).get("attempts") or 1)
+                           for s in res.steps if s.get("source") == "agent")
+            row.update(finish_reason=mr.finish_reason if mr else None,
+                       prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens,
+                       attempts=attempts or 1, model_ms=(time.perf_counter() - t_model) * 1000.0,
+                       turns=res.turns, tool_calls=int(res.scoring_details.get("tool_calls") or 0),
+                       steps=orjson.dumps(res.steps, default=str).decode())
+            if res.error is not None:
+                now = time.perf_counter()
+                row.update(reward=None, error=res.error[:1000],
+                           failure_category=res.failure_category or "error", verify_ms=0.0,
+                           total_ms=(now - t_start) * 1000.0, timestamp=time.time())
+                return row
+            answer, reasoning = split_reasoning(res.response, mr.reasoning_content if mr else None)
+            row.update(response=answer, reasoning=reasoning)
+            if res.reward is not None:  # the solver verified it itself: trusted
+                now = time.perf_counter()
+                row.update(reward=float(res.reward), failure_category=None, verify_ms=0.0,
+                           method=res.scoring_details.get("method"),
+                           details=orjson.dumps(res.scoring_details, default=str).decode(),
+                           total_ms=(now - t_start) * 1000.0, timestamp=time.time())
+                return row
+            if sandbox is None and spec.sandboxes is not None:
+                sandbox = await sbx.verify_sandbox()
+            return await verified(seed, row, answer, reasoning, t_start, sandbox,
+                                  bool(getattr(solver, "answer_is_sandbox_state", False)),
+                                  res.scoring_details)
+        raise AssertionError("unreachable")
 
     async def worker() -> None:
         for idx, rep in items:

@@ -92,7 +92,11 @@ def _tokens(row: dict[str, Any]) -> int:
 
 def atif(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The step's ATIF-v1.6 trajectory (system, user, agent), as 0.3.0's chat solver records
-    it; None for a failed request (0.3.0 has no trajectory then either)."""
+    it; None for a failed request (0.3.0 has no trajectory then either). An agentic row
+    (`steps` stored by a tool-calling solver) has every model turn and tool result, failed
+    or not: what the agent did before it failed is the point."""
+    if row.get("steps"):
+        return _agentic_atif(row)
     if row.get("error") is not None:
         return None
     steps: list[dict[str, Any]] = []
@@ -117,6 +121,23 @@ def atif(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     return [{"schema_version": ATIF_VERSION, "session_id": session,
              "agent": {"name": "nel", "version": _nel_version(), "model_name": row.get("model_id")},
              "steps": steps, "final_metrics": final}]
+
+
+def _agentic_atif(row: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = orjson.loads(row["steps"])
+    final: dict[str, Any] = {"total_steps": len(steps), "total_turns": row.get("turns"),
+                             "total_tool_calls": row.get("tool_calls")}
+    pt, ct = row.get("prompt_tokens"), row.get("completion_tokens")
+    if pt is not None and ct is not None:
+        final.update(total_prompt_tokens=pt, total_completion_tokens=ct)
+    session = _short_hash(f"{row.get('run_id')}:{row.get('sample_id')}")
+    out: dict[str, Any] = {"schema_version": ATIF_VERSION, "session_id": session,
+                           "agent": {"name": "nel-tool-calling", "version": _nel_version(),
+                                     "model_name": row.get("model_id")},
+                           "steps": steps, "final_metrics": final}
+    if row.get("error") is not None:
+        out["status"] = "error"
+    return [out]
 
 
 def _details(row: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
@@ -205,6 +226,8 @@ def trajectory_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
         out["trajectory"] = traj
     else:
         out["model_error"] = row.get("error")
+        if traj is not None:  # an agent's turns before it failed
+            out["trajectory"] = traj
     if row.get("system"):
         out["system_prompt"] = row["system"]
     out.update({
@@ -214,6 +237,8 @@ def trajectory_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
                   "reasoning_tokens": row.get("reasoning_tokens")},
         "attempts": row.get("attempts"),
     })
+    if row.get("turns") is not None:  # agentic solvers
+        out.update(turns=row["turns"], tool_calls=row.get("tool_calls"))
     return out
 
 

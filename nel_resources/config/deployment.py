@@ -33,7 +33,7 @@ _CLUSTER_KEYS: dict[str, frozenset[str]] = {
         "account", "walltime", "node_pools", "conda_env", "eval_image", "auto_resume",
         "max_retries", "max_walltime", "sbatch_comment", "sbatch_extra_flags", "hostname",
         "username", "submit"},
-    "k8s": _NEL_CLUSTER, "kubernetes": _NEL_CLUSTER, "ray": _NEL_CLUSTER,
+    "k8s": _NEL_CLUSTER | {"submit"}, "kubernetes": _NEL_CLUSTER | {"submit"}, "ray": _NEL_CLUSTER,
 }
 
 

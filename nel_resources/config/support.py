@@ -96,6 +96,11 @@ def check_supported(cfg: NelConfig) -> None:
 
 def _check_cluster(cfg: NelConfig) -> None:
     c = cfg.cluster
+    if c.type in ("k8s", "kubernetes"):
+        return  # manifests for the stale partitions (dagster_project.cluster_k8s)
+    if c.type == "slurm":
+        _check_slurm(cfg)
+        return
     if c.type != "local":
         raise _Refusal(("cluster", "type"), f"cluster type {c.type!r} (launching shards on "
                        f"{c.type})", "remove `cluster:` (or write `type: local`) to run on this "
@@ -103,6 +108,69 @@ def _check_cluster(cfg: NelConfig) -> None:
     for name, what in _CLUSTER_LOCAL_UNBUILT.items():
         if _changed(c, name, _CLUSTER_DEFAULTS):
             raise _Refusal(("cluster", name), f"cluster.{name} ({what})", f"remove `{name}`")
+
+
+# `cluster:` keys of a slurm cluster nel does not honour yet (all run nel inside a container
+# image or on another host).
+_SLURM_UNBUILT = {
+    "hostname": ("submitting over SSH to a login node", "run nel on the submit host itself"),
+    "username": ("submitting over SSH to a login node", "run nel on the submit host itself"),
+    "conda_env": ("activating a conda environment in the job",
+                  "activate it before `nel eval run` (the job inherits the environment)"),
+    "eval_image": ("running the evaluation in a container image", "remove `eval_image`"),
+    "container_mounts": ("container mounts", "remove `container_mounts`"),
+    "shm_size": ("container shared memory", "remove `shm_size`"),
+    "mount_home": ("container home mounts", "remove `mount_home`"),
+    "slurm": ("the `cluster.slurm` block", "write the keys at the top of `cluster:`"),
+}
+
+
+def _check_slurm(cfg: NelConfig) -> None:
+    """`cluster.type: slurm` (nel_resources.launchers.slurm): every key is honoured except
+    these, refused in one line; services on node pools are checked against the pool."""
+    c = cfg.cluster
+    for name, (what, instead) in _SLURM_UNBUILT.items():
+        if _changed(c, name, _CLUSTER_DEFAULTS):
+            raise _Refusal(("cluster", name), f"cluster.{name} ({what})", instead)
+    used: dict[str, tuple[str, ...]] = {}
+    for name, svc in cfg.services.items():
+        if svc.node_pool is not None:
+            used.setdefault(svc.node_pool, ("services", name, "node_pool"))
+    if len(used) > 1:
+        raise _Refusal(list(used.values())[1], "services on different node pools (a "
+                       "heterogeneous SLURM job)", "put every service on one node pool")
+    submit = c.submit is not False
+    for name, svc in cfg.services.items():
+        at = ("services", name)
+        pool = c.node_pools.get(svc.node_pool or "")
+        if svc.node_pool is not None and pool is None:
+            line = cfg.line_of(*at, "node_pool")
+            raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}.node_pool: "
+                              f"{svc.node_pool!r} is not one of cluster.node_pools "
+                              f"({', '.join(c.node_pools)})")
+        if svc.type in ("vllm", "sglang", "trt_llm"):
+            gpus = _pool_gpus(pool) if pool is not None else None
+            tp = svc.tensor_parallel_size or 1
+            if gpus is not None and gpus < tp:
+                line = cfg.line_of(*at, "tensor_parallel_size")
+                raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}."
+                                  f"tensor_parallel_size: {tp} GPUs asked but node pool "
+                                  f"{svc.node_pool!r} has {gpus} per node ({pool and pool.gres})")
+            if submit:
+                raise _Refusal((*at, "type"), f"launching {svc.type} servers in SLURM jobs "
+                               "(no GPU node here to run them on)", "set `cluster.submit: "
+                               "false` to write the job scripts, or use `type: llama_cpp`")
+
+
+def _pool_gpus(pool: Any) -> int | None:
+    """GPUs per node of a pool: `gpus_per_node`, else the count in `gres` (`gpu:8`,
+    `gpu:a100:8`); None when neither says."""
+    import re
+
+    if pool.gpus_per_node:
+        return int(pool.gpus_per_node)
+    m = re.search(r"gpu(?::[^:,]+)?:(\d+)", pool.gres or "")
+    return int(m.group(1)) if m else None
 
 
 def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:
@@ -130,7 +198,7 @@ def _check_services(cfg: NelConfig) -> None:
         if svc.type == "gym" and not svc.url:
             raise _Refusal(at, "a gym service nel starts itself (no `url`)",
                            "start the gym server yourself and give its `url`")
-        if svc.node_pool is not None:
+        if svc.node_pool is not None and cfg.cluster.type != "slurm":
             raise _Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
                            "remove `node_pool`")
         for key, what in _SERVICE_UNBUILT.items():
@@ -158,9 +226,12 @@ def _check_benchmarks(cfg: NelConfig) -> None:
             _check_name(b.name, (*at, "name"))
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
-        if b.solver.type not in ("simple", "container"):
+        if b.solver.type not in ("simple", "tool_calling", "gym_delegation", "container"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
-                           "use `type: simple` (one model call per problem)")
+                           "use `type: simple` (one model call per problem), `tool_calling` "
+                           "or `gym_delegation`")
+        if b.solver.type == "tool_calling":
+            _check_tool_calling(cfg, b, at)
         if b.solver.generation is not None:
             raise _Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
                            "set them on the service (`services.<name>.generation`)")
@@ -174,6 +245,17 @@ def _check_benchmarks(cfg: NelConfig) -> None:
                 raise _Refusal((*at, key), what, f"remove `{key}`")
         for j, m in enumerate(b.scoring.metrics if b.scoring else []):
             _check_metric(m, (*at, "scoring", "metrics", j))
+
+
+def _check_tool_calling(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`sandbox_tools` needs a sandbox on the benchmark (`resource_service` is checked to be a
+    `type: gym` service with a url when the config loads)."""
+    if b.solver.sandbox_tools and (b.sandbox is None or b.sandbox.type == "none"):
+        path = (*at, "solver", "sandbox_tools")
+        raise ConfigError(f"{cfg._where}:{cfg.line_of(*path) or '?'}: key "
+                          f"{'.'.join(map(str, path))}: sandbox tools need a sandbox: add "
+                          "`sandbox: {type: local}` (or `{type: docker, image: ...}`) to the "
+                          "benchmark")
 
 
 # Sandbox types that run where their tool does; refused (with the reason) where it does not.

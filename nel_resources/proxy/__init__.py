@@ -5,6 +5,7 @@ the chain runner (`chain.py`); user interceptors through `@interceptor`. In-proc
 `ModelClient` runs its service's chain around its own transport (no extra hop).
 """
 
+from nel_resources.proxy.capture import captured_steps, read_capture
 from nel_resources.proxy.chain import Chain, Link, chain_links, endpoint_settings
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.fields import InterceptorConfigError
@@ -23,5 +24,5 @@ from nel_resources.proxy.types import (
 __all__ = [
     "Chain", "ChainEnv", "ChunkHook", "Endpoint", "InterceptorConfigError", "InterceptorError",
     "Link", "ProxyRequest", "ProxyResponse", "RequestContext", "RequestHook", "ResponseHook",
-    "affects_answers", "chain_links", "endpoint_settings", "interceptor", "validate",
+    "affects_answers", "captured_steps", "chain_links", "endpoint_settings", "interceptor", "read_capture", "validate",
 ]

@@ -7,11 +7,19 @@ import argparse
 from pathlib import Path
 
 
-def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the proxy's options to `p`."""
-    p.add_argument("-c", "--config", required=True, help="the nel / NeMo Evaluator config YAML")
+def add_proxy_arguments(p: argparse.ArgumentParser, *, internal: bool = False) -> None:
+    """Add the proxy's options to `p`. `internal` (the child process nel starts for a run):
+    the service may come as JSON in an environment variable (`--service-env`) instead."""
+    p.add_argument("-c", "--config", required=not internal,
+                   help="the nel / NeMo Evaluator config YAML")
+    if internal:
+        # A run's resolved service, not a file: its literal key never touches the disk.
+        p.add_argument("--service-env", help=argparse.SUPPRESS)
     p.add_argument("--service", help="the service whose chain to serve (default: the only one)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
     p.add_argument("--port-file", type=Path, help="also write the bound port to this file")
+    p.add_argument("--capture", type=Path, metavar="FILE",
+                   help="append each exchange (session, request, answer, tokens, latency, "
+                        "status; keys redacted) to this JSONL file")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="level of the interceptors' log lines on stderr (default INFO)")

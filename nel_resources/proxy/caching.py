@@ -57,7 +57,10 @@ class Caching:
         self.saved_prompt_tokens = self.saved_completion_tokens = 0
 
     async def on_request(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
-        if self.bypass or req.stream:
+        # A streamed request shares entries with plain ones (the key leaves `stream` out):
+        # the chain replays a hit as a stream and stores a streamed answer assembled. The
+        # Responses API's event streams are not replayed, so they stay out of the cache.
+        if self.bypass or (req.stream and req.path.endswith("/responses")):
             return req
         key = cache_key(req.path, req.body, req.ctx.repeat, share_temperature_zero=self.share_t0)
         raw = self.store.get(key)

@@ -12,12 +12,14 @@ so an HTTP server can wrap it as well as nel's own client.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 from nel_resources.proxy import registry
 from nel_resources.proxy.env import ChainEnv
+from nel_resources.proxy.streams import StreamAssembler, replay_chunks, wants_usage
 from nel_resources.proxy.types import Endpoint, ProxyRequest, ProxyResponse, RequestContext
 
 
@@ -37,13 +39,14 @@ class Chain:
         resp_only = [lk for lk in links if not hasattr(lk.impl, "on_request")]
         self.links = tuple(req_side + resp_only)
         self.endpoint = endpoint
-        # Bound methods collected once: the per-request cost is the hooks' own work.
-        self._on_request: tuple[Callable[[ProxyRequest], Awaitable[Any]], ...] = tuple(
-            lk.impl.on_request for lk in self.links if hasattr(lk.impl, "on_request"))
-        self._on_response: tuple[Callable[[ProxyResponse], Awaitable[ProxyResponse]], ...] = tuple(
-            lk.impl.on_response for lk in reversed(self.links) if hasattr(lk.impl, "on_response"))
+        # Bound methods collected once, each with whether it must be awaited: a plain hook
+        # is called without making a coroutine, so a request pays only the hooks' own work.
+        self._on_request = _hooks(lk.impl.on_request for lk in self.links
+                                  if hasattr(lk.impl, "on_request"))
+        self._on_response = _hooks(lk.impl.on_response for lk in reversed(self.links)
+                                   if hasattr(lk.impl, "on_response"))
+        self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
         self._send = endpoint.send
-        self._on_chunk = tuple(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -51,51 +54,87 @@ class Chain:
         return tuple(lk.name for lk in self.links)
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
-        for hook in self._on_request:
-            out = await hook(req)
+        for hook, is_async in self._on_request:
+            out = hook(req)
+            if is_async:
+                out = await out
             if isinstance(out, ProxyResponse):
                 return out
             req = out
         return req
 
+    async def _response_stage(self, resp: ProxyResponse) -> ProxyResponse:
+        for hook, is_async in self._on_response:
+            resp = hook(resp)
+            if is_async:
+                resp = await resp
+        return resp
+
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
-        # The request stage inlined (not `_request_stage`): one coroutine less per request.
-        for hook in self._on_request:
-            out = await hook(req)
+        # Both stages inlined (not `_request_stage`): two coroutines less per request.
+        for hook, is_async in self._on_request:
+            out = hook(req)
+            if is_async:
+                out = await out
             if isinstance(out, ProxyResponse):
                 resp = out
                 break
             req = out
         else:
             resp = await self._send(req)
-        for hook in self._on_response:
-            resp = await hook(resp)
+        for hook, is_async in self._on_response:
+            resp = hook(resp)
+            if is_async:
+                resp = await resp
         return resp
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
-        """One streamed request: chunks pass the chunk hooks; the request stage runs first.
+        """One streamed request: the request stage, then each chunk through the chunk hooks
+        as it arrives; once the stream has ended, the response hooks see the whole answer
+        (assembled from the upstream's chunks: `streams.py`), so tokens are logged and
+        counted and the cache stores it.
 
-        A request answered at the request stage (a cache hit) is streamed as one chunk.
+        A request answered at the request stage (a cache hit) is replayed as a stream.
         """
         req.stream = True
         out = await self._request_stage(req)
         if isinstance(out, ProxyResponse):
-            for hook in self._on_response:
-                out = await hook(out)
-            if isinstance(out.body, dict):
-                yield out.body
+            resp = await self._response_stage(out)
+            if isinstance(resp.body, dict):
+                for chunk in replay_chunks(resp.body, req.path, wants_usage(req.body)):
+                    piece = await self._chunk_stage(chunk, resp.ctx)
+                    if piece is not None:
+                        yield piece
             return
         stream = getattr(self.endpoint, "stream", None)
         if stream is None:
             raise TypeError(f"{type(self.endpoint).__name__} cannot stream")
+        whole = StreamAssembler(out.path)
+        t0 = perf_counter()
         async for chunk in stream(out):
-            for hook in self._on_chunk:
-                chunk = await hook(chunk, out.ctx)
+            whole.add(chunk)  # before the hooks: they may edit the chunk in place
+            for hook, is_async in self._on_chunk:
+                chunk = hook(chunk, out.ctx)
+                if is_async:
+                    chunk = await chunk
                 if chunk is None:
                     break
             if chunk is not None:
                 yield chunk
+        # Only a stream that ended well gets here (a cut one raised, a client that left
+        # closed this generator): the response hooks never see half an answer.
+        await self._response_stage(whole.response((perf_counter() - t0) * 1000.0, out.ctx))
+
+    async def _chunk_stage(self, chunk: dict[str, Any], ctx: RequestContext
+                           ) -> dict[str, Any] | None:
+        for hook, is_async in self._on_chunk:
+            chunk = hook(chunk, ctx)
+            if is_async:
+                chunk = await chunk
+            if chunk is None:
+                return None
+        return chunk
 
     def stats(self) -> dict[str, Any]:
         """The interceptors' counters, merged (for runtime stats and the bundle)."""
@@ -114,6 +153,11 @@ class Chain:
                 res = fn()
                 if inspect.isawaitable(res):
                     await res
+
+
+def _hooks(fns: Iterable[Callable[..., Any]]) -> tuple[tuple[Callable[..., Any], bool], ...]:
+    """Each hook with whether it is async (a coroutine function, or returns awaitables)."""
+    return tuple((fn, inspect.iscoroutinefunction(fn)) for fn in fns)
 
 
 def chain_links(specs: Sequence[tuple[str, dict[str, Any]]], env: ChainEnv, *,

@@ -19,7 +19,7 @@ class DropParams:
     def __init__(self, params: list[str]) -> None:
         self.params = tuple(params)
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
         body = req.body
         for p in self.params:
             body.pop(p, None)

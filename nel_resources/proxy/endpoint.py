@@ -9,6 +9,7 @@ NeMo Evaluator's; a service's `proxy:` block gives the same settings, and an exp
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -48,6 +49,7 @@ class ClientEndpoint:
     def __init__(self, client: ModelClient, extra_body: dict[str, Any] | None = None,
                  extra_headers: dict[str, str] | None = None) -> None:
         self.client = client
+        self._post = client._post
         self.extra_body = dict(extra_body or {})
         self.extra_headers = dict(extra_headers or {})
         self._session: Any = None  # aiohttp.ClientSession for streams, made on first use
@@ -56,8 +58,13 @@ class ClientEndpoint:
         if self.extra_body:
             req.body.update(self.extra_body)
         headers = {**self.extra_headers, **req.headers} if self.extra_headers else req.headers
-        status, body, attempts, latency_ms = await self.client.exchange(req.body, req.path, headers)
-        return ProxyResponse(status, body, latency_ms, attempts, req.ctx)
+        # The client's retry loop called directly (what `ModelClient.exchange` does): one
+        # coroutine less per request on the hot path.
+        t0 = perf_counter()
+        status, body, attempts = await self._post(orjson.dumps(req.body), req.path, headers)
+        if status != 200 and isinstance(body, str):
+            body = body.encode()
+        return ProxyResponse(status, body, (perf_counter() - t0) * 1000.0, attempts, req.ctx)
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
         """Send a streamed request; yield each server-sent `data:` object as it arrives.

@@ -7,6 +7,7 @@ from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
 from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.streams import usage_of
 from nel_resources.proxy.types import ProxyResponse
 
 FIELDS: dict[str, FieldSpec] = {}
@@ -20,10 +21,10 @@ class LogTokens:
         self.log = proxy_logger()
         self.prompt = self.completion = self.total = 0
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         body = resp.body
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if isinstance(usage, dict):
+        usage = usage_of(resp)  # a stream's own, or the tokens counted on it
+        if usage is not None:
             pt, ct, tt = (usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           usage.get("total_tokens"))
             self.prompt += pt if isinstance(pt, int) else 0
@@ -31,7 +32,7 @@ class LogTokens:
             self.total += tt if isinstance(tt, int) else 0
             if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
                 self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
-                              body.get("model"), pt, ct, tt, resp.latency_ms,
+                              body.get("model") if isinstance(body, dict) else None, pt, ct, tt, resp.latency_ms,
                               " (cached)" if resp.cached else "")
         return resp
 

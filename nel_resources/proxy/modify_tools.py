@@ -21,7 +21,7 @@ class ModifyTools:
         self.strip = tuple(strip)
         self.add = add
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
         tools = req.body.get("tools")
         if not isinstance(tools, list):
             return req

@@ -8,6 +8,7 @@ Removal and renaming apply at every depth (a key inside `extra_body` or a messag
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import orjson
@@ -85,7 +86,9 @@ class PayloadModifier:
         self.remove = frozenset(cfg["params_to_remove"] or ())
         self.rename = dict(cfg["params_to_rename"] or {})
         self.rename_keys = frozenset(self.rename)
-        self._needles = tuple(orjson.dumps(k) + b":" for k in self.remove | self.rename_keys)
+        needles = [orjson.dumps(k) + b":" for k in sorted(self.remove | self.rename_keys)]
+        # One regex search (C) instead of a generator over the needles per request.
+        self._needles = re.compile(b"|".join(map(re.escape, needles))) if needles else None
         self.add = dict(cfg["params_to_add"] or {})
         self.h_add = {k: v for k, v in (cfg["headers_to_add"] or {}).items()
                       if k.lower() not in _HOP_BY_HOP}
@@ -104,10 +107,11 @@ class PayloadModifier:
             data = orjson.dumps(body)
         except TypeError:  # a value an earlier stage put in that JSON cannot hold: walk
             return True
-        return any(n in data for n in self._needles)
+        assert self._needles is not None
+        return self._needles.search(data) is not None
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        if self._needles and self._mentions(req.body):
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        if self._needles is not None and self._mentions(req.body):
             if self.remove:
                 _remove(req.body, self.remove)
             if self.rename:

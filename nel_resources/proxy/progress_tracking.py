@@ -34,7 +34,7 @@ class ProgressTracking:
         self._queue: asyncio.Queue[int | None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         self.completed += 1
         n = self.completed
         if n % self.every == 0:

@@ -25,7 +25,7 @@ class RaiseClientErrors:
     def __init__(self, env: ChainEnv) -> None:
         self.redact = env.redactor
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         if 400 <= resp.status < 500 and resp.status not in _RETRIABLE:
             body = resp.body
             text = (body.decode("utf-8", "replace") if isinstance(body, bytes)

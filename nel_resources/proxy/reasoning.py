@@ -46,7 +46,7 @@ class Reasoning:
     def __init__(self) -> None:
         self.split = 0
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         body = resp.body
         if isinstance(body, dict):
             for ch in body.get("choices") or ():
@@ -55,7 +55,7 @@ class Reasoning:
                     self.split += 1
         return resp
 
-    async def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
         # Streamed deltas are split by the caller once the message is whole; a `reasoning`
         # delta is renamed here so clients that read `reasoning_content` see it.
         for ch in chunk.get("choices") or ():

@@ -50,7 +50,7 @@ def interceptor(name: str | None = None, *, affects_answers: bool = True
     """Register a user interceptor factory.
 
     The factory takes the interceptor's `config:` as keyword arguments and returns an
-    object with any of the async hooks `on_request`, `on_response`, `on_chunk` (see
+    object with any of the hooks `on_request`, `on_response`, `on_chunk`, plain or async (see
     `nel_resources.proxy.types`). Example::
 
         @interceptor("shout")

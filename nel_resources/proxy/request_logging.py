@@ -32,12 +32,12 @@ class RequestLogging:
         text = self.redact.text(text)
         return text if len(text) <= self.max else text[: self.max] + "..."
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
         self.log.info("request %s session=%s keys=%s body=%s", req.path, req.ctx.session_id,
                       sorted(req.body), self._preview(req.body))
         return req
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         self.log.info("response status=%d latency_ms=%.1f%s body=%s", resp.status, resp.latency_ms,
                       " cached" if resp.cached else "", self._preview(resp.body))
         return resp

@@ -6,6 +6,7 @@ from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
 from nel_resources.proxy.fields import FieldSpec
+from nel_resources.proxy.streams import usage_of
 from nel_resources.proxy.types import ProxyResponse
 
 FIELDS = {"every": FieldSpec("int", 100, minimum=1)}
@@ -21,14 +22,15 @@ class ResponseStats:
         self.latency_ms = 0.0
         self.by_status: dict[int, int] = {}
 
-    async def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+    def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         self.n += 1
         self.by_status[resp.status] = self.by_status.get(resp.status, 0) + 1
         self.latency_ms += resp.latency_ms
-        body = resp.body
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
-            self.tokens += usage["total_tokens"]
+        usage = usage_of(resp)  # a stream's own, or the tokens counted on it
+        if usage is not None:
+            total = usage.get("total_tokens", usage.get("completion_tokens"))
+            if isinstance(total, int):
+                self.tokens += total
         if self.n % self.every == 0:
             proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
                                 self.latency_ms / self.n)

@@ -8,7 +8,8 @@ never holds it.
 Routes (on 127.0.0.1 only):
 - `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`: through the chain;
   `"stream": true` is streamed back as server-sent events, each chunk through the
-  interceptors' chunk hooks;
+  interceptors' chunk hooks, and the response hooks see the whole answer once it has
+  ended (`caching` stores it and replays a hit as a stream: `streams.py`);
 - `GET /v1/models`: passed through to the upstream;
 - a `/s/<session id>` prefix on those paths names the agent session (as NeMo Evaluator's
   proxy does; `turn_counter` counts per session); the `X-Nel-Repeat` header gives the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import signal
@@ -40,7 +42,8 @@ import orjson
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import AuthError, ModelClient, ModelError, client_for_service
-from nel_resources.proxy.chain import Chain
+from nel_resources.proxy.capture import Capture
+from nel_resources.proxy.chain import Chain, Link
 from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
 from nel_resources.proxy.http_server import Headers, Reply, start_server
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
@@ -48,9 +51,11 @@ from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyRespo
 if TYPE_CHECKING:
     from nel_resources.processes import ManagedProcess
 
+# The environment variable a child proxy reads its service from (`start_proxy`).
+_SERVICE_ENV = "NEL_PROXY_SERVICE_JSON"
 # API paths an agent may call through the chain (below /v1).
 CHAIN_PATHS = frozenset({"/chat/completions", "/completions", "/responses"})
-_SESSION = re.compile(r"^/s/([A-Za-z0-9_-]{1,128})(/.*)$")
+_SESSION = re.compile(r"^/s/([A-Za-z0-9_.:-]{1,128})(/.*)$")
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error",
@@ -71,12 +76,17 @@ class ProxyServer:
     Args:
         client: the service's client (`client_for_service`); its chain runs every request,
             and a service without interceptors gets an empty chain (a plain forwarder).
+        capture: records each exchange (`capture.py`); the first link of the chain.
     """
 
-    def __init__(self, client: ModelClient) -> None:
+    def __init__(self, client: ModelClient, capture: Capture | None = None) -> None:
         self.client = client
         if client.chain is None:
             client.chain = Chain([], ClientEndpoint(client))
+        if capture is not None:
+            client.chain = Chain([Link("capture", capture), *client.chain.links],
+                                 client.chain.endpoint)
+        self.capture = capture
         self.chain: Chain = client.chain
         endpoint = self.chain.endpoint
         self.endpoint: ClientEndpoint | None = endpoint if isinstance(endpoint, ClientEndpoint) else None
@@ -148,12 +158,19 @@ class ProxyServer:
                 return await self._stream(req)
             resp = await self.chain.run(req)
         except InterceptorError as exc:
-            return self._refused(exc)
+            return self._failed(req, self._refused(exc), str(exc))
         except AuthError as exc:
-            return _error(502, str(exc), "upstream_error")
+            return self._failed(req, _error(502, str(exc), "upstream_error"), str(exc))
         except ModelError as exc:
-            return _error(502, f"upstream failed after retries: {exc}", "upstream_error")
+            return self._failed(req, _error(502, f"upstream failed after retries: {exc}",
+                                            "upstream_error"), str(exc))
         return self._answer(resp)
+
+    def _failed(self, req: ProxyRequest, reply: Reply, message: str) -> Reply:
+        """The refusal, recorded by the capture (an exchange without an answer)."""
+        if self.capture is not None:
+            self.capture.failed(req.ctx, reply.status, self.client.redact_text(message))
+        return reply
 
     @staticmethod
     def _refused(exc: InterceptorError) -> Reply:
@@ -175,12 +192,11 @@ class ProxyServer:
             first = await anext(chunks, None)
         except UpstreamStreamError as exc:
             await chunks.aclose()
-            return _error(exc.status, exc.text, "upstream_error")
-        return self._events(first, chunks)
+            return self._failed(req, _error(exc.status, exc.text, "upstream_error"), exc.text)
+        return self._events(req, first, chunks)
 
-    @staticmethod
-    async def _events(first: dict[str, Any] | None, chunks: AsyncIterator[dict[str, Any]]
-                      ) -> AsyncIterator[bytes]:
+    async def _events(self, req: ProxyRequest, first: dict[str, Any] | None,
+                      chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             if first is not None:
                 yield b"data: " + orjson.dumps(first) + b"\n\n"
@@ -189,6 +205,8 @@ class ProxyServer:
             yield b"data: [DONE]\n\n"
         except (UpstreamStreamError, ModelError, InterceptorError, OSError, TimeoutError) as exc:
             # The status line is out: the error goes as a last event, as OpenAI's API does.
+            if self.capture is not None:
+                self.capture.failed(req.ctx, 200, self.client.redact_text(f"stream cut: {exc}"))
             yield b"data: " + orjson.dumps({"error": {"message": str(exc), "type": "upstream_error"}}) + b"\n\n"
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
@@ -214,12 +232,15 @@ def pick_service(config_path: str, service: str | None) -> tuple[str, ServiceCon
 
 
 async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None = None,
-                out: Any = sys.stdout) -> None:
+                out: Any = sys.stdout, capture_path: Path | None = None) -> None:
     """Serve the service's chain on 127.0.0.1 until SIGTERM or SIGINT.
 
     Prints `http://127.0.0.1:PORT/v1` once listening (and writes the port to `port_file`).
+    With `capture_path`, each exchange is appended to that JSONL file (`capture.py`).
     """
-    server = ProxyServer(client_for_service(service))
+    client = client_for_service(service)
+    capture = Capture(capture_path, client.redact_bytes) if capture_path is not None else None
+    server = ProxyServer(client, capture)
     await server.open()
     try:
         listener = await start_server(server.handle, port)
@@ -228,6 +249,9 @@ async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None
         raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
                        "pick another --port, or 0 for a free one") from None
     bound = listener.sockets[0].getsockname()[1]
+    # Everything built so far (config, modules, the chain) lives as long as the process:
+    # kept out of the collector's scans, which would otherwise walk it at every full pass.
+    gc.freeze()
     print(f"http://127.0.0.1:{bound}/v1", file=out, flush=True)
     if port_file is not None:
         tmp = port_file.with_suffix(".tmp")
@@ -250,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from nel_resources.proxy.arguments import add_proxy_arguments
 
     p = argparse.ArgumentParser(prog="nel proxy", description=__doc__.splitlines()[0])
-    add_proxy_arguments(p)
+    add_proxy_arguments(p, internal=True)
     args = p.parse_args(argv)
     try:
         return run(args)
@@ -263,25 +287,39 @@ def run(args: argparse.Namespace) -> int:
     """Serve until stopped; the exit status."""
     if not 0 <= args.port <= 65535:
         raise NelError(f"--port must be 0..65535, not {args.port}")
-    _, svc = pick_service(args.config, args.service)
+    env_var = getattr(args, "service_env", None)
+    if env_var and not args.config:
+        svc = ServiceConfig.model_validate_json(os.environ[env_var])
+    elif args.config:
+        _, svc = pick_service(args.config, args.service)
+    else:
+        raise NelError("give the config: -c CONFIG")
     import logging
 
     logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
+    main_coro = serve(svc, port=args.port, port_file=args.port_file,
+                      capture_path=getattr(args, "capture", None))
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(svc, port=args.port, port_file=args.port_file))
+        asyncio.run(main_coro)
     else:
-        uvloop.run(serve(svc, port=args.port, port_file=args.port_file))
+        uvloop.run(main_coro)
     return 0
 
 
-def start_proxy(config_path: str | os.PathLike[str], service: str | None = None, *,
+def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None = None, *,
                 timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
-                env: dict[str, str] | None = None, log_level: str = "INFO"
+                env: dict[str, str] | None = None, log_level: str = "INFO",
+                capture_path: str | os.PathLike[str] | None = None,
+                service_config: ServiceConfig | None = None
                 ) -> tuple[ManagedProcess, str]:
     """Start the proxy for a service as a child process (its own session); wait until it
     answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
+
+    The service is `service` of the config file at `config_path`, or `service_config`
+    itself (handed over in the child's environment, so a literal key stays off the disk).
+    With `capture_path`, it records each exchange there (`capture.py`).
 
     Raises:
         ProcessExitedError: the proxy exited first (a bad config: its log tail says why).
@@ -294,10 +332,19 @@ def start_proxy(config_path: str | os.PathLike[str], service: str | None = None,
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
     port_file = workdir / "port"
-    argv = [sys.executable, "-m", "nel_resources.proxy.server", "-c", str(config_path),
+    argv = [sys.executable, "-m", "nel_resources.proxy.server",
             "--port-file", str(port_file), "--log-level", log_level]
+    if service_config is not None:
+        env = {**(env or {}), _SERVICE_ENV: service_config.model_dump_json()}
+        argv += ["--service-env", _SERVICE_ENV]
+    elif config_path is not None:
+        argv += ["-c", str(config_path)]
+    else:
+        raise NelError("start_proxy needs a config path or a service config")
     if service:
         argv += ["--service", service]
+    if capture_path is not None:
+        argv += ["--capture", str(capture_path)]
     proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
                           env=env).start()
     try:

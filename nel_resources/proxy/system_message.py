@@ -24,7 +24,7 @@ class SystemMessage:
         self.message = system_message
         self.strategy = strategy
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
         body = req.body
         key = "input" if "input" in body and "messages" not in body else "messages"
         messages = body.get(key)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
+from collections import OrderedDict
 from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
@@ -51,9 +53,13 @@ class TurnCounter:
         self.position = cfg["position"]
         self.trigger = cfg["trigger"]
         self.interval = cfg["interval"]
-        self.turns: dict[str, int] = {}
+        self.turns: OrderedDict[str, int] = OrderedDict()
         self.refused = 0
         self.log = proxy_logger()
+        # The first turn that can get a reminder: the turns before it skip `_notice`.
+        mt = self.max_turns
+        self._notice_from = (self.interval if self.trigger == "periodic"
+                             else math.ceil(0.8 * mt - 1e-9) if mt is not None else 0)
 
     def _notice(self, n: int) -> str | None:
         assert self.max_turns is not None
@@ -67,12 +73,14 @@ class TurnCounter:
             return f"Turn {n} of {self.max_turns}: {left} turn(s) left. Start wrapping up."
         return None
 
-    async def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        key = _session_of(req)
+    def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        key = req.ctx.session_id or _session_of(req)
         # No await between read and write: the count is exact under concurrency.
         n = self.turns.get(key, 0) + 1
         if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
-            self.turns.pop(next(iter(self.turns)))
+            # popitem(last=False) is O(1); `next(iter(dict))` after many pops from the front
+            # of a plain dict walks every deleted slot, so each new session cost O(sessions).
+            self.turns.popitem(last=False)
         self.turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("session %s turn %d%s", key, n,
@@ -83,6 +91,8 @@ class TurnCounter:
             self.refused += 1
             raise InterceptorError("turn_counter", f"turn budget exhausted: turn {n} of "
                                    f"max_turns={self.max_turns} for session {key}")
+        if n < self._notice_from:
+            return req
         notice = self._notice(n)
         messages = req.body.get("messages")
         if notice is None or not isinstance(messages, list):

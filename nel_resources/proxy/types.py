@@ -1,7 +1,8 @@
 """The interceptor interface: requests, responses, stream chunks and what an interceptor is.
 
-An interceptor is any object with one or more of these async hooks (checked once, when
-the chain is built, so a request pays no `isinstance` per stage):
+An interceptor is any object with one or more of these hooks, each a plain or an async
+method (checked once, when the chain is built, so a request pays no `isinstance` per
+stage, and a hook that never awaits costs no coroutine: the built-in ones are plain):
 
 - `on_request(req)` returns the (possibly changed) request, or a `ProxyResponse` to answer
   without calling the model (the cache does that);

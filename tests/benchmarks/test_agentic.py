@@ -148,12 +148,12 @@ def test_cli_lists_explains_and_refuses_agent_benchmarks(tmp_path: Path) -> None
     info = run_nel("data", "info", "pinchbench", env=env)
     assert info.returncode == 0 and f"missing  {tmp_path / 'data' / 'pinchbench'}" in info.stdout
     assert "github.com/pinchbench/skill" in info.stdout
-    # one chat call cannot score an agent task: refused before any request
+    # their verifier is not wired to a solver's sandbox yet: refused before any request
     write_tasks(tmp_path / "data" / "terminal-bench-v1")
     cfg = config(tmp_path, {"name": "terminal-bench-v1", "sandbox": {"type": "local"},
                             "solver": {"type": "simple", "service": "m"}})
     proc = run_nel("eval", "run", str(cfg), "--no-progress", env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert "'terminal-bench-v1' is an agent benchmark" in lines[0] and "tool_calling" in lines[0]
+    assert "'terminal-bench-v1' is an agent benchmark" in lines[0] and "tests/test.sh" in lines[0]
     assert not (tmp_path / "out").exists()

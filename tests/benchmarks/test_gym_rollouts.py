@@ -8,242 +8,37 @@
 - nel's `gym://host:port?protocol=native&data=rows.jsonl` client runs `nel eval run`
   against a real NeMo Gym resources server (its `mcqa`, with its own example rows).
 
-Everything is started once for the module (Ray alone takes many seconds). Gym would build
-a uv venv per server; the test points each server's venv at the one `make peers` installed
-(`skip_venv_if_present`), so Gym installs nothing and never reaches the network.
+The Gym stack is the suite's shared one (`shared_gym`, tests/support/nemo_gym.py): Ray and
+Gym's servers start once for every Gym test module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from nel_resources.processes import ManagedProcess
-from nel_resources.reference_server import start_reference_server
 from tests.support.cli import run_nel
+from tests.support.nemo_gym import GSM8K_N as N
+from tests.support.nemo_gym import GYM_GROUP, NEL_AGENTS, SharedGym, gym_env
 from tests.support.peers import peer_gym_venv
-from tests.support.realcomponents import REPO_ROOT, require_real_component
-from tests.support.reference import http_json
-from tests.support.waiting import PROCESS_START_S, wait_for
+from tests.support.realcomponents import require_real_component
 
-N = 6  # gsm8k problems served and evaluated
-AGENTS = {"nel_default_agent": "nel_default", "nel_compat_agent": "nel_compat"}
-# nel serve flags per resources server (the launcher adds --host/-p from Gym's config)
-SERVE_FLAGS = {
-    "nel_default": ["-b", "gsm8k", "--max-problems", str(N), "--export-data", "{root}/data"],
-    "nel_compat": ["-b", "gsm8k", "--max-problems", str(N), "--gym-compat"],
-}
-# Gym runs `python app.py` in the server's directory; this one becomes `nel serve` on the
-# host and port Gym assigned it (read from the config Gym hands every server).
-LAUNCHER = """\
-import os, yaml
-me = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])[os.environ["NEMO_GYM_CONFIG_PATH"]]
-me = me["resources_servers"][{name!r}]
-argv = [{python!r}, "-m", "dagster_project.cli.main", "serve", *{flags!r},
-        "--host", str(me["host"]), "-p", str(me["port"])]
-env = {{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}}
-env["PYTHONPATH"] = {repo!r}
-os.chdir({repo!r})
-os.execve(argv[0], argv, env)
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _matches(prompts: list[str]) -> list[str]:
-    """Per prompt, a substring no other prompt has: the tail of its longest own line.
-
-    (Instructions shared by every prompt must not be the key, or one answer fits all.)
-    """
-    out = []
-    for i, prompt in enumerate(prompts):
-        others = "\n".join(p for j, p in enumerate(prompts) if j != i)
-        own = [line.strip()[-80:] for line in prompt.splitlines() if line.strip()]
-        unique = [tail for tail in own if tail not in others]
-        assert unique, f"prompt {i} has no line of its own"
-        out.append(max(unique, key=len))
-    return out
-
-
-def _session_members(sid: int) -> list[int]:
-    """Live processes of session `sid` (Ray's workers leave our process group, not our session)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
-            out.append(int(entry))
-    return out
-
-
-def _stop_gym(proc: ManagedProcess) -> None:
-    """SIGINT `ng_run` (it then stops its servers and its Ray cluster), then kill leftovers."""
-    sid = proc.pid
-    if proc.is_running():
-        os.kill(sid, signal.SIGINT)
-        with contextlib.suppress(BaseException):  # what is left is killed below
-            wait_for(lambda: not _session_members(sid), timeout=60, what="ng_run to shut down")
-    proc.stop()
-    for pid in _session_members(sid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@dataclass
-class GymStack:
-    root: Path
-    venv: Path
-    head_port: int
-    ref_url: str
-    gsm8k_gold: list[str]
-    mcqa_rows: Path
-    mcqa_answers: list[str]
-    ports: dict[str, int] = field(default_factory=dict)
-
-    def gym_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-        env["PYTHONPATH"] = ""  # our modules stay out of Gym's interpreters
-        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray binds 127.0.0.1 only
-        return env
-
-
-def _answers(gold: list[str], prompts: list[str], mcqa: list[dict[str, Any]]) -> tuple[
-        list[dict[str, str]], list[str]]:
-    """Reference-server answers: a mix of right and wrong, so equal rewards mean something."""
-    rows = []
-    for i, (g, key) in enumerate(zip(gold, _matches(prompts), strict=True)):
-        if i % 3 == 0:
-            rows.append({"match": key, "content": f"Adding it up.\n#### {g}"})
-        elif i % 3 == 1:
-            rows.append({"match": key, "content": f"#### {int(float(g)) + 1}"})
-        # i % 3 == 2: the server's default answer ("The answer is 42.")
-    letters = []
-    contents = [row["responses_create_params"]["input"][0]["content"] for row in mcqa]
-    for i, (row, key) in enumerate(zip(mcqa, _matches(contents), strict=True)):
-        gold_letter = row["expected_answer"]
-        letter = gold_letter if i % 2 == 0 else ("A" if gold_letter != "A" else "B")
-        letters.append(letter)
-        rows.append({"match": key, "content": f"Thinking done. \\boxed{{{letter}}}"})
-    return rows, letters
+pytestmark = pytest.mark.xdist_group(GYM_GROUP)
+AGENTS = NEL_AGENTS
 
 
 @pytest.fixture(scope="module")
-def gym_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GymStack]:
-    import asyncio
-
-    from benchmarks.serve import build_environment
-
-    venv = peer_gym_venv()
-    try:
-        env = build_environment("gsm8k", max_problems=N)
-        seeds = [asyncio.run(env.seed(i)) for i in range(N)]
-    except Exception as exc:  # the dataset lives in NEL_DATA_DIR
-        require_real_component(f"gsm8k data not available: {exc}")
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    mcqa_source = site / "resources_servers" / "mcqa" / "data" / "example.jsonl"
-    mcqa = [json.loads(line) for line in mcqa_source.read_text().splitlines() if line.strip()]
-    answers, letters = _answers([s.expected_answer for s in seeds], [s.prompt for s in seeds], mcqa)
-
-    root = tmp_path_factory.mktemp("gym")
-    mcqa_rows = root / "mcqa_example.jsonl"
-    mcqa_rows.write_text(mcqa_source.read_text())
-    ref, ref_url = start_reference_server(answers=answers, log_path=root / "reference.log")
-    stack = GymStack(root, venv, _free_port(), ref_url, [s.expected_answer for s in seeds],
-                     mcqa_rows, letters)
-    servers: dict[str, dict[str, Any]] = {
-        "policy_model": {"responses_api_models": {"openai_model": {
-            "entrypoint": "app.py", "openai_base_url": ref_url, "openai_api_key": "unused",
-            "openai_model": "reference"}}},
-        "mcqa": {"resources_servers": {"mcqa": {"entrypoint": "app.py", "domain": "knowledge"}}},
-    }
-    for name, flags in SERVE_FLAGS.items():
-        server_dir = root / "resources_servers" / name
-        server_dir.mkdir(parents=True)
-        (server_dir / "requirements.txt").write_text("")  # marks a local server dir for Gym
-        (server_dir / "app.py").write_text(LAUNCHER.format(
-            name=name, python=sys.executable, repo=str(REPO_ROOT),
-            flags=[f.format(root=root) for f in flags]))
-        servers[name] = {"resources_servers": {name: {"entrypoint": "app.py", "domain": "math"}}}
-    for agent, resources in AGENTS.items():
-        servers[agent] = {"responses_api_agents": {"simple_agent": {
-            "entrypoint": "app.py",
-            "resources_server": {"type": "resources_servers", "name": resources},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}}
-    for config in servers.values():
-        ((kind, inner),) = config.items()
-        ((name, _),) = inner.items()
-        link = root / "venvs" / kind / name / ".venv"
-        if not link.exists():
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(venv)
-    config_file = root / "gym.yaml"
-    # JSON is YAML: Gym reads this with OmegaConf.
-    config_file.write_text(json.dumps({
-        "head_server": {"host": "127.0.0.1", "port": stack.head_port},
-        "default_host": "127.0.0.1",
-        "uv_venv_dir": str(root / "venvs"),
-        "skip_venv_if_present": True,
-        **servers,
-    }, indent=1))
-    proc = ManagedProcess([str(venv / "bin" / "ng_run"), f"+config_paths=[{config_file}]"],
-                          cwd=root, env=stack.gym_env(), log_path=root / "ng_run.log",
-                          name="ng_run")
-    proc.start()
-    try:
-        head = f"http://127.0.0.1:{stack.head_port}/global_config_dict_yaml"
-        config = wait_for(lambda: _get_json(head), timeout=PROCESS_START_S * 2, alive=proc,
-                          what="NeMo Gym's head server (ng_run) to answer")
-        if isinstance(config, str):  # the head server answers YAML
-            import yaml
-
-            config = yaml.safe_load(config)
-        for name in servers:
-            ((_, inner),) = config[name].items()
-            ((_, spec),) = inner.items()
-            stack.ports[name] = int(spec["port"])
-        for name, port in stack.ports.items():
-            wait_for(lambda p=port: _answers_http(p), timeout=PROCESS_START_S * 2, alive=proc,
-                     what=f"Gym server {name} on port {port} to answer")
-        yield stack
-    finally:
-        _stop_gym(proc)
-        ref.stop()
-
-
-def _get_json(url: str) -> Any:
-    try:
-        status, _, body = http_json("GET", url, timeout=5)
-    except OSError:
-        return None
-    return body if status == 200 else None
-
-
-def _answers_http(port: int) -> bool:
-    try:
-        http_json("GET", f"http://127.0.0.1:{port}/", timeout=5)
-    except OSError:
-        return False
-    return True
+def gym_stack(shared_gym: SharedGym) -> SharedGym:
+    """The shared stack, with its `nel serve` servers (they need the gsm8k data)."""
+    if shared_gym.gsm8k_gold is None:
+        require_real_component(shared_gym.gsm8k_unavailable)
+    return shared_gym
 
 
 def _direct_rewards(out: Path, bench_dir: str) -> dict[int, float]:
@@ -268,7 +63,7 @@ class Collected:
 
 
 @pytest.fixture(scope="module")
-def collected(gym_stack: GymStack) -> Collected:
+def collected(gym_stack: SharedGym) -> Collected:
     """`ng_collect_rollouts` and one `nel eval run` (gsm8k directly, mcqa through gym://),
     side by side: neither waits for the other."""
     root = gym_stack.root
@@ -284,14 +79,14 @@ def collected(gym_stack: GymStack) -> Collected:
         [str(gym_stack.venv / "bin" / "ng_collect_rollouts"), f"+input_jsonl_fpath={inputs}",
          f"+output_jsonl_fpath={output}",
          f"+head_server={{host: 127.0.0.1, port: {gym_stack.head_port}}}"],
-        cwd=root, env=gym_stack.gym_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=root, env=gym_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
     try:
-        native_url = (f"gym://127.0.0.1:{gym_stack.ports['mcqa']}?protocol=native"
+        native_url = (f"gym://{gym_stack.url('mcqa').removeprefix('http://')}?protocol=native"
                       f"&data={gym_stack.mcqa_rows}")
         eval_out = root / "direct"
         eval_run = run_nel("eval", "run", "-b", "gsm8k", "-b", native_url, "--first-n", "-m",
-                           str(N), "--model-url", gym_stack.ref_url, "--model-id", "reference",
+                           str(N), "--model-url", gym_stack.policy_url, "--model-id", "reference",
                            "-o", str(eval_out), "--no-progress")
         out, err = collect.communicate(timeout=600)
     finally:
@@ -303,7 +98,7 @@ def collected(gym_stack: GymStack) -> Collected:
 
 
 def test_ng_collect_rollouts_against_nel_serve_equals_direct_run(
-        gym_stack: GymStack, collected: Collected) -> None:
+        gym_stack: SharedGym, collected: Collected) -> None:
     rows = [json.loads(line) for line in (gym_stack.root / "data" / "gsm8k.jsonl").read_text()
             .splitlines()]
     assert [r["uuid"] for r in rows] == [f"gsm8k-{i}" for i in range(N)]
@@ -341,7 +136,7 @@ def test_ng_collect_rollouts_against_nel_serve_equals_direct_run(
 
 
 def test_gym_native_client_against_a_nemo_gym_resources_server(
-        gym_stack: GymStack, collected: Collected) -> None:
+        gym_stack: SharedGym, collected: Collected) -> None:
     """nel eval run -b 'gym://…?protocol=native&data=…' scored by NeMo Gym's mcqa server."""
     import duckdb
 
@@ -359,8 +154,8 @@ def test_gym_native_client_against_a_nemo_gym_resources_server(
     # mcqa scores the boxed letter against the row's expected_answer, which nel sent
     assert [r[0] for r in rows] == list(range(len(gold)))
     assert [r[3] for r in rows] == gold
-    assert [r[2] for r in rows] == gym_stack.mcqa_answers
-    assert [r[1] for r in rows] == [float(a == g) for a, g in zip(gym_stack.mcqa_answers, gold,
+    assert [r[2] for r in rows] == gym_stack.mcqa_letters
+    assert [r[1] for r in rows] == [float(a == g) for a, g in zip(gym_stack.mcqa_letters, gold,
                                                                    strict=True)]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docker_engine import start_docker_engine
+from tests.support.postgres import start_postgres
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.slurm_cluster import start_slurm_cluster
 
@@ -23,6 +24,8 @@ CASES = [
                  start_slurm_cluster, {}, marks=pytest.mark.slurm, id="slurm"),
     pytest.param("docker/start_engine.sh", Path(os.environ.get("NEL_DOCKER_DIR", "/var/lib/nel-docker")),
                  start_docker_engine, {"NEL_DOCKER_PY_BASE": "1"}, marks=pytest.mark.docker, id="docker"),
+    pytest.param("postgres/start_postgres.sh", Path(os.environ.get("NEL_POSTGRES_DIR", "/var/lib/nel-postgres")),
+                 start_postgres, {}, id="postgres"),
 ]
 
 

@@ -221,6 +221,28 @@ def test_malformed_bodies_get_400_json(reference_server: StartServer) -> None:
     assert http_json("GET", f"{base}/chat/completions")[0] == 405
 
 
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"NOT-HTTP\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
+])
+def test_malformed_http_gets_4xx_json_and_a_closed_connection(
+    reference_server: StartServer, raw: bytes, status: int
+) -> None:
+    # The same HTTP/1.1 code as the proxy (nel_resources/http1.py): a 4xx, never a 5xx.
+    url = urlsplit(reference_server())
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(raw)
+        data = b""
+        while piece := sock.recv(65536):  # the server closes after the answer
+            data += piece
+    assert data.startswith(f"HTTP/1.1 {status} ".encode()), data
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower()
+    assert json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
 def test_fail_always_status(reference_server: StartServer) -> None:
     base = reference_server(fail_always_status=403)
     assert [chat(base, "x")[0] for _ in range(3)] == [403, 403, 403]

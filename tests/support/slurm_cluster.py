@@ -10,13 +10,18 @@ import subprocess
 from tests.support.realcomponents import REPO_ROOT, require_real_component
 
 
-def start_slurm_cluster() -> str:
+def start_slurm_cluster(*, accounting: bool = False) -> str:
     """Start the cluster if needed (idempotent: under a second when it is up; the first call
-    installs Debian's slurm packages) and return its SLURM_CONF."""
+    installs Debian's slurm packages) and return its SLURM_CONF.
+
+    `accounting` adds MariaDB + slurmdbd so `sacct` answers; switching it on restarts
+    slurmctld once (queued and running jobs survive), later starts keep it on.
+    """
     script = REPO_ROOT / "deploy" / "slurm" / "start_slurm.sh"
+    env = {**os.environ, **({"NEL_SLURM_ACCOUNTING": "1"} if accounting else {})}
     try:
         proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                              env=dict(os.environ), timeout=1200)
+                              env=env, timeout=1200)
     except subprocess.TimeoutExpired:
         require_real_component("deploy/slurm/start_slurm.sh did not finish in 20 minutes")
     if proc.returncode != 0:

@@ -1,8 +1,10 @@
 """Solvers: how a seeded problem becomes a model answer (NeMo Evaluator's `Solver` interface).
 
-Only the `simple` solver is built: one chat or completion request per problem
-(`ChatSolver`, `CompletionSolver`). The others NeMo Evaluator has (tool calling, gym
-delegation, harbor, openclaw, container) are refused until the issues that build them land.
+`simple` is one chat or completion request per problem (`ChatSolver`, `CompletionSolver`);
+`tool_calling` (`solvers.tool_calling.ToolCallingSolver`: nel's ReAct loop over sandbox and
+NeMo Gym resource-server tools) and `gym_delegation` (`solvers.gym_delegation`: a NeMo Gym
+agent runs the rollout) are built from a config by `solvers.factory.solver_for`. The other
+types NeMo Evaluator has are refused until the issues that build them land.
 """
 
 from nel_assets.engine.solvers.base import (

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -34,13 +33,11 @@ if TYPE_CHECKING:
     import aiohttp
 
     from benchmarks._types import SeedResult
-    from nel_resources.config.benchmarks import BenchmarkConfig
-    from nel_resources.config.services import ServiceConfig
 
-__all__ = ["GymAgentError", "GymDelegationSolver", "find_agent", "solver_for"]
+__all__ = ["GymAgentError", "GymDelegationSolver", "find_agent"]
 
-#: Seconds for one rollout when neither the solver's `run_timeout` nor the benchmark's
-#: `timeout` says (NeMo Evaluator 0.3.0's default).
+#: Seconds for one rollout when the benchmark's `timeout` does not say (NeMo Evaluator
+#: 0.3.0's default).
 DEFAULT_RUN_TIMEOUT = 3600.0
 _DISCOVERY_TIMEOUT = 30.0
 _AGENT_TYPE = "responses_api_agents"
@@ -233,6 +230,10 @@ class GymDelegationSolver:
             await self._http.close()
         self._http = None
 
+    async def close_tools(self) -> None:
+        """The shard's end (the same as `close`: the agent's model client is Gym's, not nel's)."""
+        await self.close()
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -240,31 +241,3 @@ def _is_number(value: Any) -> bool:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def solver_for(bench: BenchmarkConfig, services: Mapping[str, ServiceConfig],
-               client: Any = None, *, model_id: str | None = None) -> GymDelegationSolver:
-    """The `gym_delegation` solver of a benchmark's `solver:` block.
-
-    `solver.gym_service` names a `type: gym` service whose `url` is the Gym head server
-    (checked when the config loads); the rollout timeout is `solver.run_timeout`, else the
-    benchmark's `timeout`, else an hour. The agent calls its own model server (configured in
-    Gym); `client` (the run's `ModelClient`) or `model_id` only name the model in the
-    trajectory.
-
-    Raises:
-        NelError: when the block is not a `gym_delegation` one or the service has no url.
-    """
-    solver = bench.solver
-    if solver.type != "gym_delegation" or not solver.gym_service:
-        raise NelError(f"{bench.name}: solver_for builds `gym_delegation` solvers, not "
-                       f"{solver.type!r}")
-    svc = services.get(solver.gym_service)
-    if svc is None or not svc.url:
-        raise NelError(f"{bench.name}: solver.gym_service {solver.gym_service!r} needs a "
-                       "service with a `url` (the NeMo Gym head server)")
-    timeout = solver.run_timeout or bench.timeout or DEFAULT_RUN_TIMEOUT
-    return GymDelegationSolver(svc.url, gym_agent=solver.gym_agent,
-                               trust_reward=solver.trust_reward,
-                               model_id=model_id or str(getattr(client, "model", None) or ""),
-                               timeout=timeout)

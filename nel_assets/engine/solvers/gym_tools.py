@@ -30,13 +30,14 @@ import orjson
 
 from benchmarks.errors import NelError
 from nel_assets.engine.solvers.base import SolveContext, ToolOutcome
+from nel_assets.engine.solvers.output_cap import cap_text
 
 if TYPE_CHECKING:
     import aiohttp
 
     from benchmarks._types import SeedResult
 
-__all__ = ["GymResourceTools", "GymToolsError", "cap_output", "gym_run_body", "openapi_tools"]
+__all__ = ["GymResourceTools", "GymToolsError", "gym_run_body", "openapi_tools"]
 
 # Gym's protocol endpoints and the framework's own pages: never tools. (NeMo Gym reserves
 # verify, seed_session, aggregate_metrics and mcp; /run belongs to agents.)
@@ -47,24 +48,6 @@ _EMPTY_PARAMS: dict[str, Any] = {"type": "object", "properties": {}}
 
 class GymToolsError(NelError):
     """The resources server could not list its tools (down, not a Gym server, bad spec)."""
-
-
-def cap_output(text: str, limit: int) -> tuple[str, bool]:
-    """`text` cut to `limit` characters keeping its head and its tail (errors and final
-    lines are usually at the end), with a marker saying how much was dropped.
-
-    Returns:
-        (the text the model sees, whether it was cut).
-    """
-    if len(text) <= limit:
-        return text, False
-    marker = "\n[... {} characters cut ...]\n"
-    room = max(limit - len(marker.format(len(text))), 0)
-    head = room - room // 2
-    tail = room // 2
-    cut = len(text) - head - tail
-    out = text[:head] + marker.format(cut) + (text[-tail:] if tail else "")
-    return out[:limit] if len(out) > limit else out, True
 
 
 def _resolve(schema: Any, components: Mapping[str, Any], seen: tuple[str, ...] = ()) -> Any:
@@ -164,6 +147,7 @@ class GymResourceTools:
 
     def __init__(self, base_url: str, *, timeout: float, max_output_chars: int) -> None:
         self.base_url = base_url.rstrip("/")
+        self.name = f"the NeMo Gym resources server {self.base_url}"  # named in tool clashes
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self._tools: dict[str, tuple[str, dict[str, Any]]] | None = None
@@ -277,13 +261,13 @@ class GymResourceTools:
         text = _readable(raw)
         if status >= 400:  # the model sees the server's complaint (a 422 names the field)
             text = f"HTTP {status}: {text}"
-        text, truncated = cap_output(text, self.max_output_chars)
+        text, truncated = cap_text(text, self.max_output_chars)
         latency = (time.perf_counter() - started) * 1000
         return ToolOutcome(content=text, error=f"{name}: HTTP {status}" if status >= 400 else None,
                            latency_ms=latency, truncated=truncated)
 
     def _failed(self, message: str, started: float) -> ToolOutcome:
-        content, truncated = cap_output(message, self.max_output_chars)
+        content, truncated = cap_text(message, self.max_output_chars)
         return ToolOutcome(content=content, error=message,
                            latency_ms=(time.perf_counter() - started) * 1000, truncated=truncated)
 

@@ -98,6 +98,30 @@ def test_compare_runs_and_write_regression_on_two_real_runs(tmp_path: Path, refe
         compare_runs(str(tmp_path / "nowhere" / "eval-*.json"), str(tmp_path / "candidate"))
 
 
+def test_run_evaluation_runs_any_solver(reference_server) -> None:
+    """A user's own `Solver` (no model client at all) runs through the same loop: its
+    answers are verified by the benchmark, its failures are recorded per sample."""
+    install_nemo_imports()
+    from nemo_evaluator import get_environment, run_evaluation
+
+    from nel_assets.engine.solvers import SolveResult
+
+    env = get_environment(str(CAPITALS))
+
+    class Oracle:
+        async def solve(self, task: Any, ctx: Any = None) -> SolveResult:
+            if ctx.problem_idx == 0:
+                return SolveResult("", error="gave up", failure_category="my_reason")
+            return SolveResult(response=str(task.expected_answer))
+
+    bundle = asyncio.run(run_evaluation(env, Oracle()))
+    rows = bundle["_table"].to_pylist()
+    assert len(rows) == len(env) > 1
+    assert (rows[0]["reward"], rows[0]["failure_category"], rows[0]["error"]) == (
+        None, "my_reason", "gave up")
+    assert [r["reward"] for r in rows[1:]] == [1.0] * (len(rows) - 1)
+
+
 def test_run_evaluation_refuses_what_nel_has_not_built(reference_server) -> None:
     install_nemo_imports()
     from nemo_evaluator import ChatSolver, ModelClient, get_environment, run_evaluation
@@ -105,12 +129,12 @@ def test_run_evaluation_refuses_what_nel_has_not_built(reference_server) -> None
     env = get_environment(str(CAPITALS))
     client = ModelClient(base_url=reference_server(), model="m")
 
-    class MySolver:
-        async def solve(self, task: Any) -> Any:
+    class NotASolver:
+        def answer(self, task: Any) -> str:
             raise AssertionError("never called")
 
-    with pytest.raises(NelError, match="MySolver is not supported yet"):
-        asyncio.run(run_evaluation(env, MySolver()))
+    with pytest.raises(NelError, match="NotASolver is not a solver"):
+        asyncio.run(run_evaluation(env, NotASolver()))
     with pytest.raises(NelError, match="judge_client= is not supported yet"):
         asyncio.run(run_evaluation(env, ChatSolver(client), judge_client=client))
     with pytest.raises(NelError, match="n_repeats"):

@@ -1,14 +1,15 @@
 """NeMo Gym's side of agentic solvers, against the real NeMo Gym 0.4.0.
 
-One `ng_run` for the module (Ray alone takes many seconds): Gym's own `example_session_state_mgmt`
-resources server (a per-session counter: `seed_session` sets it, `increment_counter` and
-`get_counter_value` are its tools, `verify` rewards the expected count), its `simple_agent`
-on that server, and its `openai_model` in front of nel's reference server as the policy model.
+The suite's shared Gym stack (`shared_gym`, tests/support/nemo_gym.py; Ray alone takes many
+seconds): Gym's own `example_session_state_mgmt` resources server (a per-session counter:
+`seed_session` sets it, `increment_counter` and `get_counter_value` are its tools, `verify`
+rewards the expected count), its `simple_agent` on that server, and its `openai_model` in
+front of nel's reference server as the policy model.
 
 - `GymResourceTools` lists the server's tools from /openapi.json and calls them with each
   sample's Gym session (two samples' counters stay apart); bad arguments, unknown tools and a
   server that is down come back as errors.
-- `GymDelegationSolver` (built by `solver_for` from a config block) runs rollouts on the agent:
+- `GymDelegationSolver` (built by the factory's `solver_for` from a config block) runs rollouts on the agent:
   the reward is the agent's with `trust_reward: true` and None without; failures of the agent
   or of Gym are recorded per sample with a category.
 - Gym's recorded rollouts of that server (shipped with the package; a real model calling the
@@ -21,7 +22,6 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,18 +31,17 @@ import pytest
 
 from benchmarks._types import SeedResult
 from nel_assets.engine.solvers.base import SolveContext, Solver, SolveResult, ToolSource
-from nel_assets.engine.solvers.gym_delegation import GymDelegationSolver, solver_for
+from nel_assets.engine.solvers.factory import solver_for
+from nel_assets.engine.solvers.gym_delegation import GymDelegationSolver
 from nel_assets.engine.solvers.gym_steps import gym_output_steps, gym_output_text
 from nel_assets.engine.solvers.gym_tools import GymResourceTools, GymToolsError, gym_run_body
-from nel_resources.config.benchmarks import BenchmarkConfig
+from nel_resources.config.benchmarks import SolverConfig
 from nel_resources.config.services import ServiceConfig
 from nel_resources.processes import free_port
-from nel_resources.reference_server import start_reference_server
-from tests.support.nemo_gym import GymRun, gym_site, start_gym, stop_gym
-from tests.support.peers import peer_gym_venv
+from tests.support.nemo_gym import GYM_GROUP, POLICY_DEFAULT, GymRun, SharedGym
 
-SERVER = "example_session_state_mgmt"
-ANSWER = "I did what you asked."  # the reference model's reply; it calls no tools
+pytestmark = pytest.mark.xdist_group(GYM_GROUP)
+ANSWER = POLICY_DEFAULT  # the policy model's reply to the counter prompts; it calls no tools
 
 
 @dataclass
@@ -57,33 +56,8 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    venv = peer_gym_venv()
-    data = gym_site(venv) / "resources_servers" / SERVER / "data"
-    rows = [json.loads(line) for line in (data / "example.jsonl").read_text().splitlines()
-            if line.strip()]
-    root = tmp_path_factory.mktemp("gym")
-    ref, ref_url = start_reference_server(default_content=ANSWER, log_path=root / "ref.log")
-    servers: dict[str, dict[str, Any]] = {
-        "policy_model": {"responses_api_models": {"openai_model": {
-            "entrypoint": "app.py", "openai_base_url": ref_url, "openai_api_key": "unused",
-            "openai_model": "reference"}}},
-        "counter": {"resources_servers": {SERVER: {"entrypoint": "app.py", "domain": "agent"}}},
-        "counter_agent": {"responses_api_agents": {"simple_agent": {
-            "entrypoint": "app.py",
-            "resources_server": {"type": "resources_servers", "name": "counter"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-    }
-    try:
-        gym = start_gym(venv, root, servers)
-    except BaseException:
-        ref.stop()
-        raise
-    try:
-        yield Stack(gym, rows, data / "example_rollouts.jsonl")
-    finally:
-        stop_gym(gym)
-        ref.stop()
+def stack(shared_gym: SharedGym) -> Stack:
+    return Stack(shared_gym.gym, shared_gym.counter_rows, shared_gym.counter_recorded)
 
 
 def _seed(row: dict[str, Any], **changes: Any) -> SeedResult:
@@ -151,7 +125,8 @@ def test_resource_tools_errors_come_back_as_outcomes(stack: Stack) -> None:
             assert bad.error == "increment_counter: HTTP 422"
             assert bad.content.startswith("HTTP 422: ")
             # FastAPI's validation error is long: capped, head and tail kept
-            assert bad.truncated and len(bad.content) <= 120 and "characters cut" in bad.content
+            assert bad.truncated and len(bad.content) <= 120
+            assert "characters truncated" in bad.content
             unknown = await tools.call("rm_rf", {}, ctx)
             assert unknown.error is not None and "unknown tool 'rm_rf'" in unknown.error
             assert "get_counter_value, increment_counter" in unknown.content
@@ -182,10 +157,12 @@ def test_resource_tools_of_a_server_that_is_down() -> None:
 
 
 def _solver(stack: Stack, **solver: Any) -> GymDelegationSolver:
-    bench = BenchmarkConfig.model_validate({"name": "counter", "solver": {
-        "type": "gym_delegation", "gym_service": "gym", **solver}})
+    cfg = SolverConfig.model_validate({"type": "gym_delegation", "gym_service": "gym", **solver})
     services = {"gym": ServiceConfig.model_validate({"type": "gym", "url": stack.gym.head_url})}
-    return solver_for(bench, services, model_id="reference")
+    built = solver_for(cfg, None, system_prompt=None, services=services,  # type: ignore[arg-type]
+                       model_id="reference")
+    assert isinstance(built, GymDelegationSolver)
+    return built
 
 
 def test_delegation_runs_rollouts_on_the_gym_agent(stack: Stack) -> None:

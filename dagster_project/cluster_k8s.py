@@ -1,0 +1,154 @@
+"""`nel eval run` with `cluster.type: k8s`: plan the stale (model, shard) partitions here,
+write the Kubernetes manifests that run them (nel_resources.launchers.k8s) into the output
+dir, print the kubectl lines, and submit them when an API server is configured.
+
+Planning reads the result store at `output.dir`, which must be the same store the pods write
+(the shared volume, mounted here too), so a rerun submits only what is missing or stale.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.errors import NelError
+from nel_resources.config import ConfigError, NelConfig
+from nel_resources.launchers.k8s import (
+    K8sSettings,
+    StaleShards,
+    dns_label,
+    render_run,
+    settings_from,
+)
+
+__all__ = ["kube_api_configured", "launch_k8s", "pod_config"]
+
+
+def kube_api_configured(environ: dict[str, str] | None = None) -> str | None:
+    """Where the Kubernetes API would come from (a kubeconfig file or the in-cluster
+    service account), or None when nothing is configured."""
+    env = os.environ if environ is None else environ
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "the in-cluster service account"
+    paths = [p for p in (env.get("KUBECONFIG") or "").split(os.pathsep) if p]
+    paths = paths or [os.path.join(os.path.expanduser("~"), ".kube", "config")]
+    found = [p for p in paths if os.path.isfile(p)]
+    return found[0] if found else None
+
+
+def pod_config(cfg: NelConfig, bench_index: int, results_path: str) -> dict[str, Any]:
+    """The config a pod runs for one benchmark: this run's settings, `cluster.type: local`
+    (the pod is one shard), results on the shared volume; secrets only by reference."""
+    data = cfg.model_dump(mode="json", exclude_defaults=True)
+    data["benchmarks"] = [data["benchmarks"][bench_index]]
+    # the seed that picked the items, even when default: every pod must pick the same items
+    data["benchmarks"][0]["shuffle_seed"] = cfg.benchmarks[bench_index].shuffle_seed
+    data["cluster"] = {"type": "local"}
+    data.setdefault("output", {})["dir"] = results_path
+    data["output"].pop("dagster_home", None)
+    for svc in data.get("services", {}).values():
+        if svc.pop("api_key", None):
+            raise NelError("a service's api_key is written literally: pods get keys from a Secret, "
+                           "write `api_key_env: VAR` (and put VAR in the cluster.k8s.secret Secret)")
+    return data
+
+
+def _want_submit(cfg: NelConfig, flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    return cfg.cluster.submit if cfg.cluster.submit is not None else True
+
+
+def launch_k8s(cfg: NelConfig, *, submit: bool | None = None) -> int:
+    """Write (and submit, when asked and possible) the manifests of the stale partitions.
+
+    Returns the exit status. Raises ConfigError (exit 2) for a submission with no API server
+    configured or bad `cluster.k8s` settings, before anything is written.
+    """
+    from dagster_project.runner import validate_before_run
+    from nel_assets.engine import evaluate as ev
+    from nel_resources.store import ResultStore
+
+    try:
+        settings = settings_from(cfg.cluster.k8s)
+    except NelError as exc:
+        raise ConfigError(str(exc)) from None
+    want_submit = _want_submit(cfg, submit)
+    if want_submit and kube_api_configured() is None:
+        raise ConfigError("cluster.type k8s: no Kubernetes API server is configured (no $KUBECONFIG, "
+                          "~/.kube/config or in-cluster service account); set `cluster.submit: false` "
+                          "(or pass --no-submit) to write the manifests and apply them with kubectl")
+    resolved = validate_before_run(cfg)
+    out = Path(cfg.output.dir).expanduser().resolve()
+    store = ResultStore(out)
+    benches: list[StaleShards] = []
+    configs: dict[str, str] = {}
+    for i, bench in enumerate(resolved.benchmarks):
+        tasks = ev.plan(store, bench)
+        stale = tuple(sorted({t.shard for t in tasks if t.stale}))
+        keys = tuple(sorted({s.config.api_key_env for r in bench.runs for s in [r.service]
+                             if getattr(s.config, "api_key_env", None)}))
+        data = pod_config(cfg, i, settings.results_path)
+        configs[f"{bench.name}.yaml"] = yaml.safe_dump(data, sort_keys=False)
+        benches.append(StaleShards(bench.name, bench.shards, stale, data, keys))
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    docs = render_run(run_id, benches, settings, configs)
+    where = out / "k8s" / run_id
+    where.mkdir(parents=True, exist_ok=True)
+    shards_file, merge_file = where / "shards.yaml", where / "merge.yaml"
+    shards_file.write_text(yaml.safe_dump_all(docs[:-1], sort_keys=False))
+    merge_file.write_text(yaml.safe_dump_all(docs[-1:], sort_keys=False))
+    n_stale = sum(len(b.shards) for b in benches)
+    rid = dns_label(run_id, 40)
+    print(f"{n_stale} stale shard(s) in {sum(1 for b in benches if b.shards)} Indexed Job(s); "
+          f"manifests in {where}")
+    print(f"kubectl apply -f {shards_file}")
+    print(f"kubectl wait -n {settings.namespace} --for=condition=complete --timeout=24h job "
+          f"-l app.kubernetes.io/instance={rid},app.kubernetes.io/component=eval")
+    print(f"kubectl apply -f {merge_file}")
+    if not want_submit:
+        return 0
+    return _submit(docs, settings)
+
+
+def _submit(docs: list[dict[str, Any]], settings: K8sSettings) -> int:
+    """Create the shard objects, wait for their Jobs, then create the merge Job."""
+    try:
+        from kubernetes import client, config, utils
+    except ImportError:
+        raise NelError("submitting to Kubernetes needs the `kubernetes` package: "
+                       "pip install 'nel[k8s]'") from None
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config()
+        api = client.ApiClient()
+        for doc in docs[:-1]:
+            utils.create_from_dict(api, doc, namespace=settings.namespace)
+        batch = client.BatchV1Api(api)
+        names = [d["metadata"]["name"] for d in docs[1:-1]]
+        while names:
+            for name in list(names):
+                st = batch.read_namespaced_job_status(name, settings.namespace).status
+                if st.failed and st.failed > settings.backoff_limit:
+                    print(f"error: job {name} failed; the other shards' results are kept",
+                          file=sys.stderr)
+                    return 1
+                if st.succeeded is not None and st.succeeded >= 1 and not st.active:
+                    names.remove(name)
+            if names:
+                time.sleep(5)  # polling a remote API server's job status
+        utils.create_from_dict(api, docs[-1], namespace=settings.namespace)
+    except NelError:
+        raise
+    except Exception as exc:  # the API server refused or is unreachable: one line
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NelError(f"submitting to Kubernetes failed: {type(exc).__name__}: {reason[:300]}") from None
+    print(f"submitted; the merge Job {docs[-1]['metadata']['name']} is created")
+    return 0

@@ -1,0 +1,102 @@
+"""Which solver a run uses, built from its `solver:` block: None for `simple` (the loop's own
+single request), a `ToolCallingSolver` for `tool_calling` with its tool sources, a
+`GymDelegationSolver` for `gym_delegation` (a NeMo Gym agent runs each rollout).
+
+`tool_sources_for` is the one place tool sources are chosen: `sandbox_tools: true` gives the
+sandbox tools, `resource_service:` a NeMo Gym resource server's tools (`gym_tools`), both
+combined when both are set (the solver routes calls by tool name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from benchmarks.errors import NelError
+from nel_assets.engine.solvers.base import Solver, ToolSource
+from nel_resources.config import SandboxConfig, SolverConfig
+from nel_resources.model_client import ModelClient
+
+
+def tool_sources_for(solver_cfg: SolverConfig, services: Mapping[str, Any], *,
+                     sandbox: SandboxConfig | None = None) -> list[ToolSource]:
+    """The tool sources of a `tool_calling` solver block.
+
+    Args:
+        solver_cfg: The benchmark's `solver:` block.
+        services: Service name -> its base URL (str) or a config with `url`, for
+            `resource_service`.
+        sandbox: The benchmark's sandbox block (`sandbox_tools` needs a real one).
+
+    Raises:
+        NelError: a source that cannot be had (no sandbox, an unknown service), one line.
+    """
+    sources: list[ToolSource] = []
+    if solver_cfg.sandbox_tools:
+        if sandbox is None or sandbox.type == "none":
+            raise NelError("solver.sandbox_tools: true needs a sandbox on the benchmark: add "
+                           "`sandbox: {type: local}` (or `{type: docker, image: ...}`)")
+        from nel_assets.engine.solvers.sandbox_tools import SandboxTools
+
+        sources.append(SandboxTools(timeout=solver_cfg.tool_timeout))
+    if solver_cfg.resource_service:
+        url = _service_url(services, solver_cfg.resource_service, "resource_service")
+        from nel_assets.engine.solvers.gym_tools import GymResourceTools
+
+        sources.append(GymResourceTools(str(url), timeout=solver_cfg.tool_timeout,
+                                        max_output_chars=solver_cfg.max_output_chars))
+    return sources
+
+
+def _service_url(services: Mapping[str, Any], name: str, key: str) -> str:
+    svc = services.get(name)
+    url = svc if isinstance(svc, str) else getattr(svc, "url", None)
+    if not url:
+        known = ", ".join(sorted(services)) or "none defined"
+        raise NelError(f"solver.{key} {name!r} is not a service with a `url` (services: {known})")
+    return str(url)
+
+
+def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: str | None,
+               services: Mapping[str, Any], sandbox: SandboxConfig | None = None,
+               timeout: float | None = None, model_id: str | None = None) -> Solver | None:
+    """The solver a shard runs with, or None for `simple` (the loop's single request).
+
+    Args:
+        solver_cfg: The benchmark's `solver:` block.
+        client: The run's model client (`gym_delegation` only names its model: the Gym agent
+            calls the model server configured in Gym).
+        system_prompt: The run's system prompt (`tool_calling`).
+        services: Service name -> its base URL or a config with `url`: the
+            `resource_service` of `tool_calling`, the `gym_service` of `gym_delegation`.
+        sandbox: The benchmark's sandbox block.
+        timeout: The benchmark's `timeout`: a `gym_delegation` rollout's limit (default an
+            hour, as NeMo Evaluator 0.3.0).
+        model_id: The model under test as trajectories name it.
+
+    Raises:
+        NelError: a solver type nel cannot run, or a tool source or service that cannot be had.
+    """
+    if solver_cfg.type == "simple":
+        return None
+    if solver_cfg.type == "gym_delegation":
+        from nel_assets.engine.solvers.gym_delegation import (
+            DEFAULT_RUN_TIMEOUT,
+            GymDelegationSolver,
+        )
+
+        gym_url = _service_url(services, str(solver_cfg.gym_service), "gym_service")
+        return GymDelegationSolver(
+            gym_url, gym_agent=solver_cfg.gym_agent, trust_reward=solver_cfg.trust_reward,
+            model_id=model_id or str(getattr(client, "model", None) or ""),
+            timeout=timeout or DEFAULT_RUN_TIMEOUT)
+    if solver_cfg.type == "tool_calling":
+        from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
+
+        return ToolCallingSolver(
+            client, tool_sources_for(solver_cfg, services, sandbox=sandbox),
+            max_turns=solver_cfg.max_turns, system_prompt=system_prompt,
+            tool_timeout=solver_cfg.tool_timeout, max_output_chars=solver_cfg.max_output_chars,
+            response_mode=solver_cfg.response_mode,
+            artifact_cmd=sandbox.capture_cmd if sandbox is not None else None)
+    raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")
