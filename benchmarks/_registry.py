@@ -59,6 +59,7 @@ def _load_builtins() -> None:
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
         importlib.import_module("benchmarks.builtin")
+        importlib.import_module("benchmarks.agentic")  # agent benchmarks (local task files)
 
 
 def list_benchmarks() -> list[str]:
@@ -89,6 +90,10 @@ def get_factory(name: str) -> Factory:
     `--bench ./file.py` accepts): it is loaded and its benchmark returned.
     """
     _load_builtins()
+    if name.startswith("harbor://"):  # a Harbor dataset from its local cache
+        from benchmarks.agentic import harbor_uri_factory
+
+        return harbor_uri_factory(name)
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

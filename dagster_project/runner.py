@@ -247,8 +247,11 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     for bench in cfg.benchmarks:
         if bench.module:
             load_module(bench.module)
-        if not bench.name.startswith("gym://"):
-            get_factory(bench.name)
+        if bench.name.startswith("container://"):
+            pass  # a harness image; check_supported checked it is in the local engine
+        elif not bench.name.startswith("gym://"):
+            if getattr(get_factory(bench.name), "needs_task_files", False):
+                _refuse_agent_benchmark(cfg, bench)
         else:
             from benchmarks.remote import check_gym_benchmark
 
@@ -423,9 +426,26 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
         run_log.append(log_path, title, body)
 
 
+def _refuse_agent_benchmark(cfg: Any, bench: Any) -> None:
+    """An agent benchmark (terminal-bench, SWE-bench, PinchBench) is an agent working in a
+    sandbox, verified there by the task's own tests: nel loads its tasks (seeds), but running
+    that verifier in the agent's sandbox is not wired yet, so no solver can be scored on it:
+    say so before any request rather than record an error per sample."""
+    from nel_resources.config import ConfigError
+
+    i = cfg.benchmarks.index(bench)
+    line = cfg.line_of("benchmarks", i, "name")
+    raise ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.name: {bench.name!r} is an "
+                      "agent benchmark: nel loads its tasks, but running their verifier "
+                      "(tests/test.sh in the agent's sandbox) is not supported yet in nel; "
+                      "remove it from this run")
+
+
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
     """A model with no problem to evaluate (max_problems / problem_range select none) is a
     failure, not a silent success; its tasks are dropped."""
+    if bench.startswith("container://"):
+        return tasks  # the harness image picks its own problems
     models = {t.model for t in tasks}
     empty = sorted(m for m in models if not any(t.indices for t in tasks if t.model == m))
     for m in empty:

@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("name")
     imp.add_argument("path")
     imp.set_defaults(func=_cmd_import)
+    info = dsub.add_parser("info", help="where nel looks for an agent benchmark's task files "
+                           "and how to get them")
+    info.add_argument("name")
+    info.set_defaults(func=_cmd_info)
     run = dsub.add_parser(
         "import-run", help="bring a NeMo Evaluator 0.3.0 run into a nel output dir as a model partition",
         description="Read a NeMo Evaluator 0.3.0 output (a run directory, a benchmark directory, "
@@ -111,4 +115,32 @@ def _cmd_import_run(args: argparse.Namespace) -> int:
         print(f"{b['benchmark']}/{b['model']}: score {100 * s['mean']:.2f}% over {s.get('n_items')} items "
               f"({s.get('n_samples')} samples), imported from {b['imported_from']}")
     print(f"imported into {res.output} (Dagster home {res.dagster_home})")
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    """An agent benchmark's task files: the directories nel reads (found or not) and how to
+    get them; other benchmarks point at `nel data list`."""
+    from benchmarks.agentic import AGENT_BENCHMARKS, candidate_dirs, harbor_cache_dir
+    from nel_resources.config import ConfigError
+
+    name = args.name
+    if name.startswith("harbor://"):
+        d = harbor_cache_dir(name.removeprefix("harbor://"))
+        print(f"{name}: Harbor task directories, read from {d} "
+              f"({'present' if d.is_dir() else 'missing'}); nel does not download from the "
+              "Harbor registry: copy the dataset there or set HARBOR_DATASETS_DIR")
+        return 0
+    bench = AGENT_BENCHMARKS.get(name)
+    if bench is None:
+        raise ConfigError(f"nel data info: {name!r} is not an agent benchmark "
+                          f"({', '.join(sorted(AGENT_BENCHMARKS))}, harbor://NAME@VERSION); "
+                          "`nel data list` shows the others' files")
+    fmt = ("Harbor task directories (instruction.md, task.toml, environment/Dockerfile, "
+           "tests/test.sh)" if bench.format == "harbor" else "PinchBench task files (tasks/task_*.md)")
+    print(f"{name}: {fmt}")
+    for d in candidate_dirs(name):
+        print(f"  {'present' if d.is_dir() else 'missing'}  {d}")
+    print("  or: `params.tasks_dir: PATH` on the benchmark")
+    print(f"how to get them: {bench.how_to_get}")
     return 0

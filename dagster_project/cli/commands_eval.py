@@ -243,7 +243,7 @@ def _validate_benchmarks(cfg: Any) -> None:
             from benchmarks.plugins import load_module
 
             load_module(b.module)
-        if not b.name.startswith("gym://"):
+        if not b.name.startswith(("gym://", "container://")):  # container://: a harness image
             get_factory(b.name)  # raises UnknownBenchmarkError with suggestions
 
 

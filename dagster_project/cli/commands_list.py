@@ -63,8 +63,11 @@ def _builtin_rows() -> list[str]:
     for name in list_benchmarks():
         factory = get_factory(name)
         kind = _TYPES.get(name) or ("judge" if getattr(factory, "requires_judge", False) else "byob")
+        needs = ""
+        if getattr(factory, "needs_task_files", False):  # agent benchmarks: nothing downloads
+            kind, needs = "agent", " (needs local task files)"
         rows.append(f"{name:<30} type={kind:<17} source={_origin(name, factory):<40} "
-                    f"nel eval run --bench {name}")
+                    f"nel eval run --bench {name}{needs}")
     return rows
 
 

@@ -63,7 +63,11 @@ def make_env(factory: EnvironmentFactory) -> EvalEnvironment:
     if env is None:
         params = dict(factory.params)
         try:
-            env = get_benchmark(factory.name, hints=dict(factory.hints), **params)
+            if factory.name.startswith("container://"):  # a harness image is the benchmark
+                from nel_assets.engine.solvers.container_shard import HarnessEnvironment
+                env = HarnessEnvironment(factory.name, params)
+            else:
+                env = get_benchmark(factory.name, hints=dict(factory.hints), **params)
         except TypeError as exc:
             raise NelError(f"benchmark {factory.benchmark!r}: bad params {params}: {exc}") from None
         _ENV_CACHE[key] = env
@@ -241,6 +245,8 @@ def evaluate_shard(
     env = make_env(run.env)
     total = run.shards
     run_id = run_id or uuid.uuid4().hex[:12]
+    if run.benchmark.startswith("container://"):
+        return _evaluate_harness(run, store, env, base_url, run_id, t0)
     selection: dict[str, Any] = {}  # the `shuffle` block, filled once the dataset is loaded
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
@@ -318,6 +324,26 @@ def evaluate_shard(
                         time.perf_counter() - t0)
 
 
+def _evaluate_harness(run: RunSpec, store: ResultStore, env: EvalEnvironment, base_url: str | None,
+                      run_id: str, t0: float) -> ShardOutcome:
+    """A `container://` benchmark's one shard: the harness image runs the whole benchmark."""
+    from nel_assets.engine.solvers.container_shard import run_container_shard
+
+    fp = shard_fingerprint(env, run.fingerprint, [], asyncio.run(seed_hash(env, [])))
+    rows, summary = run_container_shard(run, base_url, run_id=run_id)
+    data_version = hashlib.sha256(orjson.dumps(
+        [summary.get("scores"), [(r["sample_id"], r.get("reward")) for r in rows]])).hexdigest()[:16]
+    path = store.write_shard(run.benchmark, run.model, 0, rows_to_table(rows), {
+        "fingerprint": fp, "data_version": data_version, "n_rows": len(rows), "run_id": run_id,
+        "n_failed": 0, "written_at": time.time(), "benchmark": run.benchmark, "model": run.model,
+        "shard": 0, "total": 1, "indices": None, "harness": summary})
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+    mean = sum(rewards) / len(rewards) if rewards else summary["scores"][next(iter(summary["scores"]))]["value"]
+    return ShardOutcome(path, len(rows), data_version, 0, 0, mean,
+                        sum(1 for r in rows if r.get("error")), time.perf_counter() - t0,
+                        {"harness": summary})
+
+
 def _interceptor_stats(store: ResultStore, bench_name: str, model: str) -> dict[str, Any]:
     """The shards' interceptor counters, summed (cache hits, misses, saved tokens, ...)."""
     out: dict[str, Any] = {}
@@ -372,7 +398,9 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
             written into the exports.
     """
     table = store.read_shards(bench_name, model)
-    if table.num_rows == 0:
+    harness = next((r["harness"] for r in store.shard_records(bench_name, model).values()
+                    if r.get("harness")), None)
+    if table.num_rows == 0 and harness is None:
         raise NelError(f"{bench_name}/{model}: no shard results to bundle yet")
     model_id = run.service.config.model if run is not None else None
     expected_shards = run.shards if run is not None else None
@@ -386,6 +414,12 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     if shuffle:
         extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
+    if harness is not None:  # a container:// harness: its scores, as it reported them
+        from nel_assets.engine.solvers.container_shard import harness_bundle_score
+
+        bundle["harness"] = harness
+        if table.num_rows == 0:
+            bundle["score"] = harness_bundle_score(harness)
     chain = _interceptor_stats(store, bench_name, model)
     if chain:  # runtime_stats.json is written from bundle["runtime"]
         bundle["runtime"]["interceptors"] = chain

@@ -63,6 +63,11 @@ class _Refusal(Exception):
         self.path, self.feature, self.instead = path, feature, instead
 
 
+class _Unavailable(_Refusal):
+    """A feature that exists but cannot run on this machine: `<what>; <fix>`, without
+    "not supported yet"."""
+
+
 def _changed(model: BaseModel, name: str, defaults: dict[str, Any]) -> bool:
     value = getattr(model, name)
     return name in defaults and value != defaults[name] and value not in (None, [], {})
@@ -82,6 +87,9 @@ def check_supported(cfg: NelConfig) -> None:
     except _Refusal as r:
         key = ".".join(str(p) for p in r.path)
         line = cfg.line_of(*r.path)
+        if isinstance(r, _Unavailable):
+            raise ConfigError(f"{cfg._where}:{line or '?'}: key {key}: {r.feature}; "
+                              f"{r.instead}") from None
         raise ConfigError(f"{cfg._where}:{line or '?'}: key {key}: {r.feature} is not "
                           f"supported yet in nel; {r.instead}") from None
 
@@ -220,8 +228,13 @@ def _check_services(cfg: NelConfig) -> None:
 def _check_benchmarks(cfg: NelConfig) -> None:
     for i, b in enumerate(cfg.benchmarks):
         at: tuple[Any, ...] = ("benchmarks", i)
-        _check_name(b.name, (*at, "name"))
-        if b.solver.type not in ("simple", "tool_calling", "gym_delegation"):
+        if b.name.startswith("container://") or b.solver.type == "container":
+            _check_container(cfg, b, at)
+        else:
+            _check_name(b.name, (*at, "name"))
+        if b.solver.type in ("harbor", "openclaw"):
+            _check_external_agent(b, at)
+        if b.solver.type not in ("simple", "tool_calling", "gym_delegation", "container"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                            "use `type: simple` (one model call per problem), `tool_calling` "
                            "or `gym_delegation`")
@@ -293,9 +306,85 @@ def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, .
                           f"{sb.type} sandbox cannot run here: {why}")
 
 
+def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """A `container://image#task` harness runs when its image is in the local Docker engine;
+    what the harness decides itself (problems, repeats, shards) is refused on nel's side."""
+    if not b.name.startswith("container://"):
+        raise _Refusal((*at, "name"), "`solver.type: container` without a harness image",
+                       "name the benchmark `container://<image>#<task>`")
+    from nel_resources.harness_image import missing_image_reason, parse_name
+
+    try:
+        image, _ = parse_name(b.name)
+    except Exception as exc:
+        raise _Refusal((*at, "name"), str(exc), "fix the name") from None
+    for key, fix in (("max_problems", "set `params.limit_samples` for the harness"),
+                     ("repeats", "set the harness's own repeats in `params`"),
+                     ("problem_range", "set the harness's own selection in `params`")):
+        if _changed(b, key, _BENCH_DEFAULTS):
+            raise _Refusal((*at, key), f"`{key}` on a container:// benchmark (the harness picks "
+                           "its problems)", fix)
+    if n_shards_of(cfg, b) > 1:
+        raise _Refusal((*at, "name"), "sharding a container:// benchmark (the harness is one run)",
+                       "remove the shard count (`shards` / `cluster.shards`) for this benchmark")
+    why = missing_image_reason(image)
+    if why:
+        path = (*at, "name")
+        raise ConfigError(f"{cfg._where}:{cfg.line_of(*path) or '?'}: key "
+                          f"{'.'.join(map(str, path))}: {why}")
+
+
+def n_shards_of(cfg: NelConfig, b: BenchmarkConfig) -> int:
+    from nel_resources.specs import n_shards
+
+    return n_shards(cfg, b)
+
+
+def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`harbor` and `openclaw` run an agent program nel does not ship: say what is missing."""
+    import importlib.util
+    import shutil
+
+    if b.solver.type == "harbor":
+        if importlib.util.find_spec("harbor") is None:
+            raise _Unavailable((*at, "solver", "type"), "the 'harbor' solver cannot run here: "
+                               "Harbor (the `harbor` Python package that runs Harbor agents such "
+                               "as terminus-2) is not installed and this machine's package index "
+                               "does not have it",
+                           "install it where it is published (`pip install harbor`, Python "
+                           ">= 3.12), or run the tasks with `solver.type: tool_calling`")
+        raise _Refusal((*at, "solver", "type"), "the 'harbor' solver (Harbor is installed, but "
+                       "nel does not drive it yet)", "use `solver.type: tool_calling`")
+    binary = b.solver.openclaw_bin
+    if shutil.which(binary) is None:
+        raise _Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
+                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install the OpenClaw CLI and "
+                       "put it on PATH (or give its path in `openclaw_bin`), or use "
+                       "`solver.type: tool_calling`")
+    raise _Refusal((*at, "solver", "type"), f"the 'openclaw' solver (`{binary}` is on PATH, but "
+                   "nel does not drive it yet)", "use `solver.type: tool_calling`")
+
+
+def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:
+    """`harbor://name@version` runs from its local task cache; without one it is refused
+    (the Harbor registry cannot be reached from here)."""
+    from benchmarks.agentic import harbor_cache_dir
+
+    d = harbor_cache_dir(name.removeprefix("harbor://"))
+    if not d.is_dir():
+        raise _Unavailable(at, f"benchmark {name!r} cannot be had here: there is no local "
+                           f"Harbor task cache at {d} and nel does not reach the Harbor registry "
+                           "(it downloads nothing)",
+                       "copy the dataset's task directories there (or set HARBOR_DATASETS_DIR "
+                       "to the folder holding it)")
+
+
 def _check_name(name: str, at: tuple[Any, ...]) -> None:
     scheme = name.split("://", 1)[0] if "://" in name else None
     if scheme is None or scheme == "gym":
+        return
+    if scheme == "harbor":
+        _check_harbor_name(name, at)
         return
     same = _NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else

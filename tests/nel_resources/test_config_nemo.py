@@ -67,16 +67,18 @@ RUN_REFUSED = {
     # simpleqa is graded by an LLM judge and these suites give it none
     "17_suite_release": "simpleqa is graded by an LLM judge",
     "wt12_multi_benchmark_suite": "simpleqa is graded by an LLM judge",
-    # tool_calling with sandbox tools runs; the walkthrough's SWE-bench task files are not here
-    "22_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
-    "wt09_tool_calling_sandbox": "unknown benchmark 'swebench-verified'",
-    # tool_calling on Gym tools and gym_delegation run; these configs' benchmarks are not here
-    "09_gym_runtime": "unknown benchmark 'swebench-multilingual'",
-    "10_gym_full": "unknown benchmark 'swebench-multilingual'",
-    "21_tool_calling_gym": "unknown benchmark 'swebench-multilingual'",
+    # tool_calling with sandbox tools runs; the walkthrough's SWE-bench tasks load from local
+    # task files, but their verifier (tests/test.sh in the agent's sandbox) is not wired yet
+    "22_tool_calling_sandbox": "'swebench-verified' is an agent benchmark",
+    "wt09_tool_calling_sandbox": "'swebench-verified' is an agent benchmark",
+    # tool_calling on Gym tools and gym_delegation run; these configs' benchmarks are agent
+    # benchmarks nel cannot score yet (or, research-bench, not here)
+    "09_gym_runtime": "'swebench-multilingual' is an agent benchmark",
+    "10_gym_full": "'swebench-multilingual' is an agent benchmark",
+    "21_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
     "23_tool_calling_combined": "unknown benchmark 'research-bench'",
-    "wt07_gym_delegation": "unknown benchmark 'swebench-multilingual'",
-    "wt08_tool_calling_gym": "unknown benchmark 'swebench-multilingual'",
+    "wt07_gym_delegation": "'swebench-multilingual' is an agent benchmark",
+    "wt08_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
 }
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
@@ -104,9 +106,11 @@ def test_copy_loads_and_is_run_or_refused_on_the_right_key(path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         check_supported(cfg)
     msg = str(err.value)
-    m = re.fullmatch(rf"{re.escape(str(path))}:(\d+): key {re.escape(key)}: (.+) is not supported "
-                     r"yet in nel; (.+)", msg)
-    assert m, msg
+    m = re.fullmatch(rf"{re.escape(str(path))}:(\d+): key {re.escape(key)}: (.+)", msg)
+    # not built yet, or built but unable to run on this machine (Harbor, a harbor:// cache,
+    # a container:// image not in the local Docker engine): each says so
+    assert m and re.search(r".+ is not supported yet in nel; .+|cannot (run|be had) here|Docker engine",
+                           m.group(2)), msg
     assert "\n" not in msg
     # the line named is where that key is written
     last = key.split(".")[-1]
@@ -460,7 +464,8 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
     assert rc == 2, (captured.out, captured.err)
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    assert f"key {key}:" in lines[0] and "is not supported yet in nel" in lines[0], lines[0]
+    assert f"key {key}:" in lines[0], lines[0]
+    assert re.search(r"is not supported yet in nel|cannot (run|be had) here|Docker engine", lines[0]), lines[0]
 
 
 def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:

@@ -1,0 +1,161 @@
+"""Harbor-format agent task directories, read into seeds a tool-calling solver can run.
+
+One task is one directory (the layout Harbor, Terminal-Bench 2 and NeMo Evaluator 0.3.0 use):
+
+    <task>/instruction.md        what the agent is asked to do
+    <task>/task.toml             timeouts and the environment (`[environment] docker_image`)
+    <task>/environment/Dockerfile  the container the agent works in (FROM + WORKDIR)
+    <task>/tests/test.sh         the verifier; it writes the reward to /logs/verifier/reward.txt
+    <task>/solution/solve.sh     optional reference solution
+
+Every subdirectory of a dataset directory holding an `instruction.md` is a task, in name
+order. Nothing is downloaded here: a dataset directory that is missing or holds no task is
+refused in one line naming the directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
+from benchmarks.errors import DataMissingError, NelError
+
+#: Where Harbor verifiers put their reward, and where the task's tests are expected to be.
+REWARD_FILE = "/logs/verifier/reward.txt"
+TESTS_DIR = "/tests"
+DEFAULT_WORKDIR = "/app"
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.IGNORECASE | re.MULTILINE)
+_WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class HarborTask:
+    """One task directory, parsed.
+
+    Attributes:
+        name: The directory name (the task id).
+        path: The task directory.
+        instruction: `instruction.md`'s text (the agent's prompt).
+        config: `task.toml`, parsed (empty when absent).
+        docker_image: `[environment] docker_image`, else the Dockerfile's `FROM` image.
+        dockerfile: `environment/Dockerfile`'s text ('' when absent).
+        workdir: The Dockerfile's last `WORKDIR` (default `/app`).
+        tests: `tests/` files, relative path -> text (copied to `/tests` to verify).
+    """
+
+    name: str
+    path: Path
+    instruction: str
+    config: dict[str, Any] = field(default_factory=dict)
+    docker_image: str | None = None
+    dockerfile: str = ""
+    workdir: str = DEFAULT_WORKDIR
+    tests: dict[str, str] = field(default_factory=dict)
+
+    def timeout(self, section: str) -> float | None:
+        """`[<section>] timeout_sec` of task.toml (`agent` or `verifier`), if set."""
+        v = (self.config.get(section) or {}).get("timeout_sec")
+        return float(v) if isinstance(v, int | float) else None
+
+
+def read_task(path: Path) -> HarborTask:
+    """Parse one task directory.
+
+    Raises:
+        NelError: one line when task.toml does not parse or tests/test.sh is missing.
+    """
+    cfg: dict[str, Any] = {}
+    toml = path / "task.toml"
+    if toml.is_file():
+        try:
+            cfg = tomllib.loads(toml.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise NelError(f"{toml}: does not parse as TOML: {exc}") from None
+    tests_dir = path / "tests"
+    if not (tests_dir / "test.sh").is_file():
+        raise NelError(f"task {path.name}: no tests/test.sh in {path} (every Harbor task needs "
+                       "its verifier)")
+    tests = {str(p.relative_to(tests_dir)): p.read_text(encoding="utf-8", errors="replace")
+             for p in sorted(tests_dir.rglob("*")) if p.is_file()}
+    dockerfile_path = path / "environment" / "Dockerfile"
+    dockerfile = dockerfile_path.read_text(encoding="utf-8") if dockerfile_path.is_file() else ""
+    image = (cfg.get("environment") or {}).get("docker_image")
+    if not image and dockerfile:
+        m = _FROM.search(dockerfile)
+        image = m.group(1) if m else None
+    workdirs = _WORKDIR.findall(dockerfile)
+    return HarborTask(name=path.name, path=path,
+                      instruction=(path / "instruction.md").read_text(encoding="utf-8"),
+                      config=cfg, docker_image=image, dockerfile=dockerfile,
+                      workdir=workdirs[-1] if workdirs else DEFAULT_WORKDIR, tests=tests)
+
+
+def task_dirs(root: Path) -> list[Path]:
+    """The task directories of a dataset directory, in name order."""
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "instruction.md").is_file())
+
+
+class HarborTaskSet(EvalEnvironment):
+    """A directory of Harbor-format tasks as a benchmark.
+
+    Each seed carries what a tool-calling solver needs to run the task in a sandbox:
+    `prompt` is the instruction; `sandbox_spec` names the task's image and working
+    directory; `metadata` holds the task id, the verifier command (`bash /tests/test.sh`),
+    the tests to copy to `/tests` before it runs, where the reward is written, the
+    Dockerfile, and the agent and verifier timeouts of task.toml.
+    """
+
+    version = "1"
+    #: Seeds need a sandbox (their task runs in the task's container).
+    needs_sandbox = True
+
+    def __init__(self, root: Path, *, label: str, only: frozenset[str] | None = None,
+                 num_examples: int | None = None) -> None:
+        super().__init__()
+        self.label = label
+        self.root = root
+        if not root.is_dir():
+            raise DataMissingError(f"{label}: no local task files at {root}")
+        dirs = [p for p in task_dirs(root) if only is None or p.name in only]
+        if not dirs:
+            raise DataMissingError(f"{label}: {root} holds no task directory (a folder with "
+                                   "instruction.md, task.toml, environment/, tests/test.sh)")
+        self.tasks = [read_task(p) for p in dirs[:num_examples]]
+        h = hashlib.sha256()
+        for t in self.tasks:
+            h.update(t.name.encode())
+            h.update(t.instruction.encode())
+            h.update(t.dockerfile.encode())
+            for rel, text in sorted(t.tests.items()):
+                h.update(rel.encode() + b"\0" + text.encode())
+        self._data_hash = h.hexdigest()[:16]
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def fingerprint(self) -> str:
+        return f"{super().fingerprint()}:{self.label}:{self._data_hash}"
+
+    async def seed(self, idx: int) -> SeedResult:
+        t = self.tasks[idx]
+        meta = {
+            "task_id": t.name, "category": (t.config.get("metadata") or {}).get("category"),
+            "verifier_command": f"bash {TESTS_DIR}/test.sh", "tests_dir": TESTS_DIR,
+            "tests": t.tests, "reward_file": REWARD_FILE, "docker_image": t.docker_image,
+            "dockerfile": t.dockerfile, "workdir": t.workdir,
+            "agent_timeout_s": t.timeout("agent"), "verifier_timeout_s": t.timeout("verifier"),
+        }
+        spec = {"image": t.docker_image or "", "workdir": t.workdir}
+        return SeedResult(t.instruction, "", meta, sandbox_spec=spec)
+
+    async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
+        # The reward is what tests/test.sh writes after the agent worked in the task's
+        # sandbox; that verifier is not wired to a solver's sandbox yet (`nel eval run`
+        # refuses these benchmarks before any request), so never score a reply here.
+        raise NelError(f"{self.label}: agent tasks are verified by running tests/test.sh in the "
+                       "sandbox the agent worked in, which nel does not do yet")
