@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -22,7 +22,6 @@ from nel_assets.engine.journal import Journal
 from nel_assets.engine.sandboxing import FactoryOpener
 from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import ModelClient, client_for_service
 from nel_resources.specs import (
     BenchmarkSpec,
     EnvironmentFactory,
@@ -31,6 +30,9 @@ from nel_resources.specs import (
     RunSpec,
 )
 from nel_resources.store import ResultStore, write_text_atomic
+
+if TYPE_CHECKING:  # aiohttp loads when a shard runs: not for a plan or an unchanged rerun
+    from nel_resources.model_client import ModelClient
 
 _ENV_CACHE: dict[str, EvalEnvironment] = {}
 _PROGRESS_HOOK: Callable[[int], None] | None = None
@@ -188,6 +190,8 @@ def make_client(service: ServiceConfig, base_url: str | None = None, *,
                 timeout: float | None = None) -> ModelClient:
     """A model client for a service (the URL may come from a launched service); `timeout`
     is the benchmark's own, which overrides the service's."""
+    from nel_resources.model_client import client_for_service
+
     return client_for_service(service, base_url, timeout=timeout)
 
 

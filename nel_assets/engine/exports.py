@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
+
+if TYPE_CHECKING:  # only annotations: the table arrives built
+    import pyarrow as pa
 
 from nel_assets.engine import nemo_format as nf
 from nel_resources.store import write_json_atomic
