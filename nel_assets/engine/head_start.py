@@ -1,8 +1,8 @@
 """Shard outcomes computed before the Dagster run that records them exists.
 
-`nel eval run` evaluates its first stale shard while Dagster is still being imported (the
-head start: ~1 s of imports, instance and definitions off the path to the first request),
-then executes that shard's Dagster run with a run id chosen in advance. The run's
+`nel eval run` evaluates its first stale shard before it imports Dagster (the head start:
+~1 s of imports, instance and definitions off the path to the first request), then executes
+that shard's Dagster run with a run id chosen in advance. The run's
 `shard_results` step calls `evaluate_shard` with that run id, which hands back the outcome
 kept here (or raises the error the head start met) instead of evaluating again: the run
 records the same materialization, metadata and data version, and its step fails the same
