@@ -691,7 +691,11 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             if t.model in failed:
                                 continue  # one failure per (benchmark, model) is enough
                             key = dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)})
-                            job = jobs_of(bench)["dataset_shards"] if refresh_dataset else jobs_of(bench)["shards"]
+                            # A head start that failed fails its run at the shard step, with its
+                            # own error: the dataset is seeded by the next run (a full disk must
+                            # be reported as the journal's, not as the dataset write after it).
+                            seed = refresh_dataset and not (head is not None and head.task is t and head.failed)
+                            job = jobs_of(bench)["dataset_shards"] if seed else jobs_of(bench)["shards"]
                             try:
                                 r = run(job, key, f"{bench.name} {t.model} shard {t.shard}",
                                         run_id=head.run_id if head is not None and head.task is t else None)
@@ -758,6 +762,7 @@ class _HeadStart:
 
         self.bench, self.task, self.run, self.store = bench, task, run, store
         self.run_id = str(uuid.uuid4())
+        self.failed = False
 
     @classmethod
     def pick(cls, resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
@@ -786,6 +791,7 @@ class _HeadStart:
                                     base_url=self.run.service.config.url, on_progress=advance)
         except Exception as exc:  # the Dagster run's step raises it, as if it had run the shard
             head_start.keep(*key, error=exc)
+            self.failed = True
         else:
             head_start.keep(*key, outcome=out)
 
