@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +254,8 @@ def _offline() -> bool:
 
 
 def _download(url: str, dest: Path, timeout: float) -> None:
+    import urllib.request  # only a download needs it (`nel list` reads SOURCES)
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
     try:

@@ -382,6 +382,9 @@ class ReferenceApp:
         """Forget all statistics and per-prompt attempt counters."""
         self.total = 0
         self.by_endpoint: dict[str, int] = {}
+        # Wall-clock time (time.time()) of each endpoint's first request since the reset:
+        # bench/bench_startup.py measures a client's start-up to its first request here.
+        self.first_at: dict[str, float] = {}
         self.by_status: dict[str, int] = {}
         self.prompts: dict[str, int] = {}
         self.faults: dict[str, int] = {}
@@ -409,6 +412,7 @@ class ReferenceApp:
         return {
             "total_requests": self.total,
             "by_endpoint": self.by_endpoint,
+            "first_at": self.first_at,
             "by_status": self.by_status,
             "prompts": self.prompts,
             "distinct_prompts": len(self.prompts),
@@ -478,6 +482,8 @@ class ReferenceApp:
                  or path in _RESPONSES_PATHS)
         endpoint = path if known else "other"
         self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + 1
+        if endpoint not in self.first_at:
+            self.first_at[endpoint] = time.time()
         self._arrived()
         self._truncate = False
         result = self._route(method, path, head, lower, body)

@@ -17,12 +17,11 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # pyarrow is imported where Parquet is read or written: not by the CLI's
+    import pyarrow as pa  # start-up, a plan, or the path to a run's first request
 
-from nel_resources.schema import empty_results
 
 _SLUG_RE = re.compile(r"[^a-z0-9_.-]+")
 
@@ -59,6 +58,8 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     """Write one Parquet file via a temp name + rename (never a partial file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    import pyarrow.parquet as pq
+
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
 
@@ -147,6 +148,11 @@ class ResultStore:
 
     def read_shards(self, bench: str, model: str, shards: Iterable[int] | None = None) -> pa.Table:
         """All committed shard rows of one (benchmark, model), concatenated."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from nel_resources.schema import empty_results
+
         base = self.bench_dir(bench) / "shard_results" / f"model={model}"
         tables = []
         if base.exists():

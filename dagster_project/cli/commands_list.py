@@ -72,9 +72,10 @@ def _builtin_rows() -> list[str]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from benchmarks.serve import import_plugins
+    if args.imports:  # benchmarks.serve (the HTTP app, asyncio) only when there is a module
+        from benchmarks.serve import import_plugins
 
-    import_plugins(args.imports)
+        import_plugins(args.imports)
     if args.data_dir and args.source not in ("all", "skills"):
         print("note: --data-dir is the NeMo Skills data directory, used only by --source skills",
               file=sys.stderr)

@@ -3,14 +3,13 @@ per-category scores, runtime stats and failure analysis."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-
-from nel_assets.engine import stats
+if TYPE_CHECKING:  # numpy, pyarrow and stats load when a bundle is built, not when a rerun
+    import pyarrow as pa  # checks BUNDLE_VERSION
 
 BUNDLE_VERSION = 2
 """2: the score carries one labelled interval (``ci_method``, ``ci_n_eff``, ``ci_note``,
@@ -25,11 +24,13 @@ def _f(x: Any) -> float | None:
     if x is None:
         return None
     x = float(x)
-    return None if np.isnan(x) else x
+    return None if math.isnan(x) else x
 
 
 def runtime_stats(table: pa.Table) -> dict[str, Any]:
     """Latency percentiles, token throughput, finish reasons, retries and errors."""
+    import numpy as np
+
     model_ms = np.asarray(_col(table, "model_ms"), dtype=float)
     total_ms = np.asarray(_col(table, "total_ms"), dtype=float)
     ok = np.array([e is None for e in _col(table, "error")], dtype=bool)
@@ -127,6 +128,7 @@ def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: i
 def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     """Secondary metrics from per-sample scoring details: each configured metric's mean,
     judge token totals, SimpleQA's aggregates and HealthBench's per-tag scores."""
+    import numpy as np
     import orjson
 
     from benchmarks.judges import simpleqa_metrics
@@ -176,6 +178,10 @@ def build_bundle(table: pa.Table, *, benchmark: str, model: str, model_id: str |
     show these numbers (fractions 0–1 in files, metadata and the view; percent in the CLI and
     human-readable reports, labelled there).
     """
+    import numpy as np
+
+    from nel_assets.engine import stats
+
     pid = np.asarray(_col(table, "problem_idx"), dtype=np.int64)
     reward = np.asarray([np.nan if r is None else r for r in _col(table, "reward")], dtype=float)
     category = _col(table, "category")
@@ -213,6 +219,8 @@ def bundle_row(bundle: dict[str, Any]) -> pa.Table:
     Fractions 0–1, with the interval's ``ci_method`` and ``level`` so a query sees which
     interval it is reading.
     """
+    import pyarrow as pa
+
     s = bundle["score"]
     rt = bundle["runtime"]
     row = {

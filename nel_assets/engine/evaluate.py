@@ -11,30 +11,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from benchmarks import EvalEnvironment, get_benchmark
 from benchmarks.errors import NelError
 from benchmarks.plugins import load_module
-from nel_assets.engine import nemo_format as nf
-from nel_assets.engine.artifacts import (
-    json_problem,
-    jsonl_problem,
-    parquet_problem,
-    read_json,
-    text_problem,
-)
-from nel_assets.engine.bundle import BUNDLE_VERSION, build_bundle, bundle_row
-from nel_assets.engine.exports import eval_file_name, write_exports
 from nel_assets.engine.journal import Journal
-from nel_assets.engine.report import render_markdown
 from nel_assets.engine.sandboxing import FactoryOpener
 from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import ModelClient, client_for_service
-from nel_resources.schema import rows_to_table
 from nel_resources.specs import (
     BenchmarkSpec,
     EnvironmentFactory,
@@ -43,6 +30,9 @@ from nel_resources.specs import (
     RunSpec,
 )
 from nel_resources.store import ResultStore, write_text_atomic
+
+if TYPE_CHECKING:  # aiohttp loads when a shard runs: not for a plan or an unchanged rerun
+    from nel_resources.model_client import ModelClient
 
 _ENV_CACHE: dict[str, EvalEnvironment] = {}
 _PROGRESS_HOOK: Callable[[int], None] | None = None
@@ -204,6 +194,8 @@ def make_client(service: ServiceConfig, base_url: str | None = None, *,
                 timeout: float | None = None) -> ModelClient:
     """A model client for a service (the URL may come from a launched service); `timeout`
     is the benchmark's own, which overrides the service's."""
+    from nel_resources.model_client import client_for_service
+
     return client_for_service(service, base_url, timeout=timeout)
 
 
@@ -238,6 +230,12 @@ def evaluate_shard(
     `sandboxes` opens the benchmark's sandbox factory (the Dagster sandbox resource); by
     default it is made from `run.sandbox`. It is open for the shard and always closed.
     """
+    if run_id is not None:
+        from nel_assets.engine import head_start
+
+        kept = head_start.take(run.benchmark, run.model, shard, run_id)
+        if kept is not None:  # evaluated already, before this run existed (`nel eval run`)
+            return kept
     t0 = time.perf_counter()
     on_progress = on_progress or _PROGRESS_HOOK
     svc = run.service.config
@@ -304,6 +302,8 @@ def evaluate_shard(
 
     chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
     rows, sent, prior, fp, idx_range = asyncio.run(go())
+    from nel_resources.schema import rows_to_table  # pyarrow: after the requests, not before
+
     table = rows_to_table(rows)
     data_version = hashlib.sha256(
         orjson.dumps([(r["sample_id"], r.get("reward"), r.get("response"), r.get("error")) for r in rows])
@@ -328,6 +328,7 @@ def _evaluate_harness(run: RunSpec, store: ResultStore, env: EvalEnvironment, ba
                       run_id: str, t0: float) -> ShardOutcome:
     """A `container://` benchmark's one shard: the harness image runs the whole benchmark."""
     from nel_assets.engine.solvers.container_shard import run_container_shard
+    from nel_resources.schema import rows_to_table
 
     fp = shard_fingerprint(env, run.fingerprint, [], asyncio.run(seed_hash(env, [])))
     rows, summary = run_container_shard(run, base_url, run_id=run_id)
@@ -367,6 +368,8 @@ def _nemo_config(run: RunSpec | None, bench_name: str, bundle: dict[str, Any],
                  shuffle: dict[str, Any] | None) -> dict[str, Any]:
     """The bundle's `config` as NeMo Evaluator 0.3.0 writes it (its `eval merge` reads
     `repeats` and `benchmark` there)."""
+    from nel_assets.engine import nemo_format as nf
+
     repeats = int(bundle["score"].get("n_repeats") or 1)
     if run is None:
         return nf.run_config(bench_name, model_id=bundle.get("model_id"), base_url=None,
@@ -397,6 +400,10 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
         config_json: the run's config without secrets (`ResolvedConfig.config_json`),
             written into the exports.
     """
+    from nel_assets.engine.bundle import build_bundle, bundle_row
+    from nel_assets.engine.exports import write_exports
+    from nel_assets.engine.report import render_markdown
+
     table = store.read_shards(bench_name, model)
     harness = next((r["harness"] for r in store.shard_records(bench_name, model).values()
                     if r.get("harness")), None)
@@ -443,6 +450,17 @@ def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[s
     answer means the bundle asset must be rebuilt from the store (`nel eval run` does that
     without sending a model request).
     """
+    from nel_assets.engine import nemo_format as nf
+    from nel_assets.engine.artifacts import (
+        json_problem,
+        jsonl_problem,
+        parquet_problem,
+        read_json,
+        text_problem,
+    )
+    from nel_assets.engine.bundle import BUNDLE_VERSION
+    from nel_assets.engine.exports import eval_file_name
+
     records = store.shard_records(bench_name, model)
     if not records:
         return []  # nothing committed yet: the shards run first

@@ -8,11 +8,14 @@ file or the new one, never a torn one (`artifacts.py` checks them on every run).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
+
+if TYPE_CHECKING:  # only annotations: the table arrives built
+    import pyarrow as pa
 
 from nel_assets.engine import nemo_format as nf
 from nel_resources.store import write_json_atomic
@@ -20,13 +23,27 @@ from nel_resources.store import write_json_atomic
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    buf: list[bytes] = []
     with open(tmp, "wb") as f:
+        # Lines are built one at a time (never the whole file's dicts at once) and written
+        # in batches: one write call per 1,000 lines, not two per line.
         for r in rows:
-            f.write(orjson.dumps(r, default=str))
-            f.write(b"\n")
+            buf.append(orjson.dumps(r, default=str, option=orjson.OPT_APPEND_NEWLINE))
+            if len(buf) >= 1000:
+                f.write(b"".join(buf))
+                buf.clear()
+        f.write(b"".join(buf))
     os.replace(tmp, path)
+
+
+def _spliced(line: dict[str, Any], traj: Any) -> dict[str, Any]:
+    """`line` with its `trajectory` replaced by the already-serialized ATIF document (the
+    same bytes orjson would write; each document is serialized once for both files)."""
+    if traj is not None and "trajectory" in line:
+        line["trajectory"] = traj
+    return line
 
 
 def eval_file_name(bundle: dict[str, Any]) -> str:
@@ -65,8 +82,11 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         "failure_analysis": out_dir / "failure_analysis.json",
     }
     trajs = [nf.atif(r) for r in rows]  # one ATIF document per step, in both files
-    _write_jsonl(paths["results"], [nf.result_row(r, t) for r, t in zip(rows, trajs, strict=True)])
-    _write_jsonl(paths["trajectories"], [nf.trajectory_row(r, t) for r, t in zip(rows, trajs, strict=True)])
+    frags = [None if t is None else orjson.Fragment(orjson.dumps(t, default=str)) for t in trajs]
+    _write_jsonl(paths["results"], (_spliced(nf.result_row(r, t), f)
+                                    for r, t, f in zip(rows, trajs, frags, strict=True)))
+    _write_jsonl(paths["trajectories"], (_spliced(nf.trajectory_row(r, t), f)
+                                         for r, t, f in zip(rows, trajs, frags, strict=True)))
     runtime = nf.runtime_block(rows, bundle["runtime"])
     write_json_atomic(paths["runtime_stats"], runtime)
     if has_failures(table):

@@ -24,14 +24,16 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
-from nel_assets.engine.loop import Judge, JudgeError
 from nel_resources.config import ScoringMetric, ServiceConfig
-from nel_resources.model_client import ModelClient, ModelError, client_for_service
 from nel_resources.specs import RunSpec
+
+if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a config is checked
+    from nel_assets.engine.loop import Judge
+    from nel_resources.model_client import ModelClient
 
 # Scorers a `type: scorer` metric may name (all share the scorer signature).
 SCORER_NAMES = ("answer_line", "exact_match", "fuzzy_match", "math_match", "mcq_extract",
@@ -126,6 +128,9 @@ class Grader:
             raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
 
     async def _ask(self, jm: _JudgeMetric, prompt: str) -> tuple[str, dict[str, Any]]:
+        from nel_assets.engine.loop import JudgeError
+        from nel_resources.model_client import ModelError
+
         messages: list[dict[str, Any]] = []
         if jm.service.system_prompt:
             messages.append({"role": "system", "content": jm.service.system_prompt})
@@ -149,6 +154,7 @@ class Grader:
     async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult,
                          response: str) -> tuple[float, dict[str, Any]]:
         from benchmarks.judges import JudgeParseError
+        from nel_assets.engine.loop import JudgeError
 
         kind = self._kind(jm)
         requests = kind.requests(seed, response)
@@ -225,6 +231,8 @@ async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
         NelError: a judge-graded benchmark without a judge metric, an unknown scorer, or an
             unreachable judge endpoint.
     """
+    from nel_resources.model_client import client_for_service
+
     check_scoring(run)
     scoring = run.scoring
     if scoring is None or not scoring.metrics:

@@ -20,13 +20,13 @@ import hashlib
 import re
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
 
-from nel_assets.engine import stats
+if TYPE_CHECKING:  # numpy/pyarrow load where rows are scored or written, not where artifacts are checked
+    import numpy as np
+    import pyarrow as pa
 
 FORMAT_VERSION = "0.3.0"
 """The NeMo Evaluator release whose files these are; written as the bundle's `sdk_version`
@@ -259,6 +259,8 @@ def _messages(row: dict[str, Any]) -> str:
 def runtime_block(rows: list[dict[str, Any]], nel_runtime: dict[str, Any]) -> dict[str, Any]:
     """`runtime_stats.json`: 0.3.0's keys (latency over answered steps, tokens, throughput
     over the run's wall time), then nel's runtime stats."""
+    import numpy as np
+
     ok = [r for r in rows if r.get("error") is None]
     lat = np.asarray([r["model_ms"] for r in ok if r.get("model_ms") is not None], dtype=float)
     elapsed = float(nel_runtime.get("wall_time_s") or 0.0)
@@ -313,6 +315,10 @@ def _ci(entry: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _bootstrap(values: np.ndarray) -> dict[str, Any]:
+    import numpy as np
+
+    from nel_assets.engine import stats
+
     if values.size == 0:
         return {}
     b = stats.bootstrap_ci(np.mean, values, n_resamples=1000, seed=0)
@@ -326,6 +332,10 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
     Values are nel's (failed requests left out); `ci_*` is nel's interval for the score
     (labelled by `ci_method`), `bootstrap_ci_*` a seeded bootstrap over questions.
     """
+    import numpy as np
+
+    from nel_assets.engine import stats
+
     per_q: dict[int, list[float]] = {}
     for r in rows:
         if r.get("reward") is not None:
@@ -358,6 +368,10 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
     """`scores.breakdowns`: the mean reward per value of every scoring-details field that
     every row has as a short string or a bool, with 2 to `max_groups` distinct values (0.3.0's
     rule); `{field: [{group, n, mean_reward, ci_lower, ci_upper}]}` over scored rows."""
+    import numpy as np
+
+    from nel_assets.engine import stats
+
     fields: dict[str, list[tuple[str, float]]] = {}
     n = 0
     for r in rows:
@@ -385,6 +399,8 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
 
 def summary_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """0.3.0's `scores.summary` over the scored rewards."""
+    import numpy as np
+
     arr = np.asarray([r["reward"] for r in rows if r.get("reward") is not None], dtype=float)
     if arr.size == 0:
         return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "median": 0.0, "n": 0}
@@ -431,6 +447,8 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     """The `eval-<ts>-<bench>.json` document: 0.3.0's bundle with nel's keys added
     (`model`, `model_id`, `metrics`, `per_category`, `bundle` = nel's own bundle, `nel_config`).
     `runtime` is `runtime_block`'s result when the caller has it already."""
+    import pyarrow as pa
+
     rows = table.to_pylist() if isinstance(table, pa.Table) else table
     score = bundle["score"]
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
@@ -499,6 +517,10 @@ def regression_keys(base_items: dict[str, Any], cand_items: dict[str, Any],
         cand_items: the candidate's.
         comp: nel's comparison of the two (`compare_scores` + `runtime`).
     """
+    import numpy as np
+
+    from nel_assets.engine import stats
+
     def interval(items: dict[str, Any]) -> dict[str, Any]:
         n = int(sum(items["n_samples"])) if items.get("binary") else None
         return stats.score_interval(np.asarray(items["scores"], dtype=float), None, n_samples=n)

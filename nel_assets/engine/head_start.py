@@ -1,0 +1,54 @@
+"""Shard outcomes computed before the Dagster run that records them exists.
+
+`nel eval run` evaluates its first stale shard before it imports Dagster (the head start:
+~1 s of imports, instance and definitions off the path to the first request), then executes
+that shard's Dagster run with a run id chosen in advance. The run's
+`shard_results` step calls `evaluate_shard` with that run id, which hands back the outcome
+kept here (or raises the error the head start met) instead of evaluating again: the run
+records the same materialization, metadata and data version, and its step fails the same
+way, as if it had evaluated the shard itself. No Dagster import here.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+_Key = tuple[str, str, int, str]  # (benchmark, model, shard, run id)
+
+
+@dataclass(frozen=True)
+class _Done:
+    outcome: Any = None
+    error: BaseException | None = None
+
+
+_lock = threading.Lock()
+_done: dict[_Key, _Done] = {}
+
+
+def keep(benchmark: str, model: str, shard: int, run_id: str, *, outcome: Any = None,
+         error: BaseException | None = None) -> None:
+    """Keep a shard's outcome (or the exception that ended it) for the run `run_id`."""
+    with _lock:
+        _done[(benchmark, model, shard, run_id)] = _Done(outcome, error)
+
+
+def take(benchmark: str, model: str, shard: int, run_id: str) -> Any | None:
+    """The outcome kept for this shard and run (once), None when there is none; re-raises the
+    kept exception."""
+    with _lock:
+        done = _done.pop((benchmark, model, shard, run_id), None)
+    if done is None:
+        return None
+    if done.error is not None:
+        raise done.error
+    return done.outcome
+
+
+def discard(run_id: str) -> None:
+    """Forget what was kept for `run_id` (its Dagster run did not take it)."""
+    with _lock:
+        for key in [k for k in _done if k[3] == run_id]:
+            del _done[key]
