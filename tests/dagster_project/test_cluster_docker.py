@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from benchmarks.datasets import load_file
 from tests.support.cli import run_nel, summary_json
 from tests.support.cluster_runs import MODEL, items, local_run, shard_materializations, write_config
 from tests.support.dagster_ui import FINISHED, graphql, running_webserver
-from tests.support.docker_engine import start_docker_engine
 from tests.support.gsm8k import answers_for
 from tests.support.waiting import RUN_FINISH_S, wait_for
 
@@ -33,19 +31,13 @@ N, SHARDS = 12, 2
 
 
 @pytest.fixture(scope="module")
-def nel_image() -> Iterator[str]:
+def nel_image(docker_host: str) -> str:
     """nel:local, built (or found up to date) on the project's own Docker engine."""
-    host = start_docker_engine()
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DOCKER_HOST", host)
     from nel_resources.launchers.docker import LOCAL_TAG
     from nel_resources.launchers.nel_image import build_nel_image
 
-    try:
-        build_nel_image(LOCAL_TAG)
-        yield LOCAL_TAG
-    finally:
-        mp.undo()
+    build_nel_image(LOCAL_TAG)
+    return LOCAL_TAG
 
 
 def test_docker_shards_equal_local_run(tmp_path: Path, reference_server, server_stats, data_dir: Path,

@@ -27,7 +27,7 @@ from nel_resources.model_client import ModelClient
 from nel_resources.reference_server import start_reference_server
 from tests.nel_assets.engine.solvers.scripts import AGENT_TASKS, PROBE_SCRIPT
 from tests.support import require_real_component, server_stats
-from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+from tests.support.docker_engine import BASE_IMAGE
 
 
 @pytest.fixture(scope="module")
@@ -259,17 +259,6 @@ def test_a_source_whose_session_cannot_open_fails_the_sample_before_any_turn(url
     assert res.failure_category == "tool_error" and res.turns == 0
     assert res.error == "gym:tools: opening the sample's session failed: HTTP 503 from /seed_session"
     assert src.ended == ["7:1"] and server_stats(url)["total_requests"] == before
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    host = start_docker_engine()
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DOCKER_HOST", host)
-    try:
-        yield host
-    finally:
-        mp.undo()
 
 
 def test_a_scripted_model_solves_agent_tasks_in_a_docker_sandbox(url: str, docker_host: str) -> None:
