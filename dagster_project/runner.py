@@ -251,7 +251,9 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
             pass  # a harness image; check_supported checked it is in the local engine
         elif not bench.name.startswith("gym://"):
             if getattr(get_factory(bench.name), "needs_task_files", False):
-                _refuse_agent_benchmark(cfg, bench)
+                from dagster_project.agent_benchmarks import check_agent_benchmark
+
+                check_agent_benchmark(cfg, bench)
         else:
             from benchmarks.remote import check_gym_benchmark
 
@@ -424,21 +426,6 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
     # A full or read-only disk: the failure itself is still reported in one line.
     with suppress(OSError):
         run_log.append(log_path, title, body)
-
-
-def _refuse_agent_benchmark(cfg: Any, bench: Any) -> None:
-    """An agent benchmark (terminal-bench, SWE-bench, PinchBench) is an agent working in a
-    sandbox, verified there by the task's own tests: nel loads its tasks (seeds), but running
-    that verifier in the agent's sandbox is not wired yet, so no solver can be scored on it:
-    say so before any request rather than record an error per sample."""
-    from nel_resources.config import ConfigError
-
-    i = cfg.benchmarks.index(bench)
-    line = cfg.line_of("benchmarks", i, "name")
-    raise ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.name: {bench.name!r} is an "
-                      "agent benchmark: nel loads its tasks, but running their verifier "
-                      "(tests/test.sh in the agent's sandbox) is not supported yet in nel; "
-                      "remove it from this run")
 
 
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:

@@ -110,6 +110,7 @@ def _factory(bench: AgentBenchmark) -> Any:
     make.__doc__ = f"{bench.name}: agent tasks from local task files ({bench.format} format)."
     make.needs_task_files = True  # type: ignore[attr-defined]  # `nel list` says so
     make.needs_sandbox = True  # type: ignore[attr-defined]
+    make.task_format = bench.format  # type: ignore[attr-defined]  # what `nel eval run` can verify
     return make
 
 
@@ -150,4 +151,5 @@ def harbor_uri_factory(uri: str) -> Any:
 
     make.needs_task_files = True  # type: ignore[attr-defined]
     make.needs_sandbox = True  # type: ignore[attr-defined]
+    make.task_format = "harbor"  # type: ignore[attr-defined]
     return make

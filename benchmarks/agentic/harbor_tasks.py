@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
+from benchmarks.agentic.harbor_verifier import REWARD_FILE, SCRATCH_DIRS, TESTS_DIR, run_verifier
 from benchmarks.errors import DataMissingError, NelError
 
-#: Where Harbor verifiers put their reward, and where the task's tests are expected to be.
-REWARD_FILE = "/logs/verifier/reward.txt"
-TESTS_DIR = "/tests"
 DEFAULT_WORKDIR = "/app"
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.IGNORECASE | re.MULTILINE)
 _WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)", re.IGNORECASE | re.MULTILINE)
@@ -107,12 +105,16 @@ class HarborTaskSet(EvalEnvironment):
     `prompt` is the instruction; `sandbox_spec` names the task's image and working
     directory; `metadata` holds the task id, the verifier command (`bash /tests/test.sh`),
     the tests to copy to `/tests` before it runs, where the reward is written, the
-    Dockerfile, and the agent and verifier timeouts of task.toml.
+    Dockerfile, and the agent and verifier timeouts of task.toml. `verify` runs the task's
+    tests in the sandbox the agent worked in (`harbor_verifier`).
     """
 
     version = "1"
     #: Seeds need a sandbox (their task runs in the task's container).
     needs_sandbox = True
+    #: What is scored is the state the agent left in the sandbox, not its last message (an
+    #: agent that ends without a word may still have done the task).
+    answer_is_sandbox_state = True
 
     def __init__(self, root: Path, *, label: str, only: frozenset[str] | None = None,
                  num_examples: int | None = None) -> None:
@@ -150,12 +152,21 @@ class HarborTaskSet(EvalEnvironment):
             "dockerfile": t.dockerfile, "workdir": t.workdir,
             "agent_timeout_s": t.timeout("agent"), "verifier_timeout_s": t.timeout("verifier"),
         }
-        spec = {"image": t.docker_image or "", "workdir": t.workdir}
+        # /tests and /logs must be writable for the verifier: per-sample scratch mounts
+        spec = {"image": t.docker_image or "", "workdir": t.workdir,
+                "scratch_dirs": list(SCRATCH_DIRS)}
         return SeedResult(t.instruction, "", meta, sandbox_spec=spec)
 
-    async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
-        # The reward is what tests/test.sh writes after the agent worked in the task's
-        # sandbox; that verifier is not wired to a solver's sandbox yet (`nel eval run`
-        # refuses these benchmarks before any request), so never score a reply here.
-        raise NelError(f"{self.label}: agent tasks are verified by running tests/test.sh in the "
-                       "sandbox the agent worked in, which nel does not do yet")
+    async def verify(self, response: str, expected: str, *, sandbox: Any = None,
+                     **metadata: Any) -> VerifyResult:
+        """Run the task's tests/test.sh in the agent's sandbox; the reward is what it writes
+        to /logs/verifier/reward.txt (else its exit status), with its output in the details."""
+        if sandbox is None:
+            raise NelError(f"{self.label}: a task is verified by running its tests/test.sh in the "
+                           "sandbox the agent worked in: give the benchmark a `sandbox:`")
+        idx = {t.name: t for t in self.tasks}
+        task = idx.get(str(metadata.get("task_id")))
+        if task is None:
+            raise NelError(f"{self.label}: no task {metadata.get('task_id')!r} in {self.root}")
+        return await run_verifier(sandbox, tests=task.tests, task_id=task.name,
+                                  timeout_s=task.timeout("verifier"))

@@ -311,7 +311,8 @@ async def run_shard(
             if sandbox is None and spec.sandboxes is not None:
                 sandbox = await sbx.verify_sandbox()
             return await verified(seed, row, answer, reasoning, t_start, sandbox,
-                                  bool(getattr(solver, "answer_is_sandbox_state", False)),
+                                  bool(getattr(solver, "answer_is_sandbox_state", False)
+                                       or getattr(env, "answer_is_sandbox_state", False)),
                                   res.scoring_details)
         raise AssertionError("unreachable")
 

@@ -13,6 +13,10 @@ its configured type as `verify(..., sandbox=...)`, as NeMo Evaluator passes it. 
   sandbox was used its workdir reaches the verify sandbox through a shared host volume.
   Sandboxes start lazily: a solver that never asks for one (nel's `simple` solver) costs a
   sandbox during verify only. Every sandbox started is stopped, whatever happens.
+- A seed may ask for scratch directories (`sandbox_spec["scratch_dirs"]`, e.g. a Harbor
+  task's `/tests` and `/logs`, which its verifier writes to on a read-only root): each is
+  a fresh host directory of the sample, mounted writable in every sandbox of the sample
+  and removed with it.
 
 Sandbox work is asynchronous end to end (the types run their processes with asyncio), so
 nothing here blocks the event loop. No Dagster import.
@@ -119,16 +123,32 @@ def spec_for(seed: SeedResult) -> SandboxSpec:
 class SampleSandboxes:
     """One sample's sandboxes, started on first use and all stopped by `SandboxPool.sample`."""
 
-    def __init__(self, pool: SandboxPool, spec: SandboxSpec) -> None:
+    def __init__(self, pool: SandboxPool, spec: SandboxSpec, scratch: list[str] | None = None) -> None:
         self._pool = pool
         self._spec = spec
+        self._scratch_paths = list(scratch or [])
+        self._scratch: Path | None = None
         self._solve: Sandbox | None = None
         self._verify: Sandbox | None = None
         self._shared: Path | None = None
         self._started: list[Sandbox] = []
 
+    def _with_scratch(self, spec: SandboxSpec) -> SandboxSpec:
+        if not self._scratch_paths:
+            return spec
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="nel-sbx-scratch-"))
+            for i in range(len(self._scratch_paths)):
+                d = self._scratch / str(i)
+                d.mkdir()
+                d.chmod(0o777)  # the sandbox's unprivileged uid writes there
+            self._scratch.chmod(0o755)
+        vols = [VolumeMount(str(self._scratch / str(i)), p) for i, p in enumerate(self._scratch_paths)]
+        return SandboxSpec(spec.image, spec.workdir, dict(spec.env), dict(spec.files),
+                           spec.entrypoint, [*spec.volumes, *vols])
+
     async def _start(self, spec: SandboxSpec) -> Sandbox:
-        sb = self._pool.factory.create(spec)
+        sb = self._pool.factory.create(self._with_scratch(spec))
         self._started.append(sb)  # stopped by close(), even when its start fails
         await sb.start()  # waits for one of the factory's `concurrency` slots
         return sb
@@ -167,9 +187,11 @@ class SampleSandboxes:
                 await sb.stop()
             except Exception as exc:  # stop the others all the same
                 errors.append(exc)
-        if self._shared is not None:
-            await asyncio.to_thread(shutil.rmtree, self._shared, True)
-            self._shared = None
+        for attr in ("_shared", "_scratch"):
+            d = getattr(self, attr)
+            if d is not None:
+                await asyncio.to_thread(shutil.rmtree, d, True)
+                setattr(self, attr, None)
         if errors:
             raise errors[0]
 
@@ -185,7 +207,8 @@ class SandboxPool:
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:
         """One sample's sandboxes; all of them are stopped when the block ends."""
-        s = SampleSandboxes(self, spec_for(seed))
+        raw = seed.sandbox_spec if isinstance(seed.sandbox_spec, dict) else {}
+        s = SampleSandboxes(self, spec_for(seed), [str(p) for p in raw.get("scratch_dirs") or []])
         try:
             yield s
         finally:
@@ -214,9 +237,18 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
             # One sandbox up and down before the first model request: a sandbox that cannot
             # start (no bwrap, no such image, no engine) fails the run now, in one line,
             # instead of after every answer has been paid for.
-            async with running(factory.create(SandboxSpec())):
+            async with running(factory.create(await _probe_spec(run, env))):
                 pass
         except SandboxError as exc:
             raise NelError(f"benchmark {run.benchmark!r}: its {run.sandbox.type} sandbox cannot "
                            f"run: {exc}") from None
         yield SandboxPool(factory, stateful=run.sandbox.stateful)
+
+
+async def _probe_spec(run: RunSpec, env: EvalEnvironment) -> SandboxSpec:
+    """What the pre-flight sandbox starts from: the default spec, or, for a docker block
+    that names no image (agent tasks bring their own), the first problem's image."""
+    assert run.sandbox is not None
+    if run.sandbox.type != "docker" or run.sandbox.image or not len(env):
+        return SandboxSpec()
+    return SandboxSpec(image=spec_for(await env.seed(0)).image)

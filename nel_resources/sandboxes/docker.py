@@ -208,9 +208,22 @@ class DockerSandboxFactory:
         self._live.pop(box.cid, None)
         if self.reuse and await self._clean(box):
             self._idle.setdefault(shape, []).append(box)
+            await self._trim_idle()
             return
         await _docker("rm", "-f", box.cid)
         shutil.rmtree(box.work.parent, ignore_errors=True)
+
+    async def _trim_idle(self) -> None:
+        # At most `concurrency` containers wait warm: a shape seen once (a sample's own
+        # volumes, e.g. a Harbor task's scratch /tests and /logs) is never reused, so
+        # without a bound they would pile up until the factory closes. The earliest shape's oldest goes first.
+        while sum(map(len, self._idle.values())) > self.concurrency_:
+            shape = next(iter(self._idle))
+            old = self._idle[shape].pop(0)
+            if not self._idle[shape]:
+                del self._idle[shape]
+            await _docker("rm", "-f", old.cid)
+            shutil.rmtree(old.work.parent, ignore_errors=True)
 
     async def _clean(self, box: _Box) -> bool:
         """Make a used container as good as new: nothing running, workdir and /tmp empty."""

@@ -88,9 +88,13 @@ def test_terminal_bench_task_dirs_load_into_seeds_a_tool_calling_solver_can_run(
     assert m["tests"] == TASKS["fix-greeting"]["tests"]
     assert m["reward_file"] == "/logs/verifier/reward.txt"
     assert m["agent_timeout_s"] == 600.0 and m["verifier_timeout_s"] == 120.0
-    assert fix.sandbox_spec == {"image": "localdebian:bookworm-py", "workdir": "/app"}
+    # /tests and /logs: per-sample scratch mounts the verifier writes to
+    scratch = ["/tests", "/logs"]
+    assert fix.sandbox_spec == {"image": "localdebian:bookworm-py", "workdir": "/app",
+                                "scratch_dirs": scratch}
     # task.toml's docker_image wins over the Dockerfile's FROM; the last WORKDIR counts
-    assert count.sandbox_spec == {"image": "nel-tasks/count-lines:1", "workdir": "/srv/work"}
+    assert count.sandbox_spec == {"image": "nel-tasks/count-lines:1", "workdir": "/srv/work",
+                                  "scratch_dirs": scratch}
     assert count.metadata["agent_timeout_s"] is None
     # an edited test changes the fingerprint (shards rerun)
     before = env.fingerprint()
@@ -148,12 +152,13 @@ def test_cli_lists_explains_and_refuses_agent_benchmarks(tmp_path: Path) -> None
     info = run_nel("data", "info", "pinchbench", env=env)
     assert info.returncode == 0 and f"missing  {tmp_path / 'data' / 'pinchbench'}" in info.stdout
     assert "github.com/pinchbench/skill" in info.stdout
-    # their verifier is not wired to a solver's sandbox yet: refused before any request
+    # the simple solver's model cannot act in the task's sandbox: refused before any request
     write_tasks(tmp_path / "data" / "terminal-bench-v1")
     cfg = config(tmp_path, {"name": "terminal-bench-v1", "sandbox": {"type": "local"},
                             "solver": {"type": "simple", "service": "m"}})
     proc = run_nel("eval", "run", str(cfg), "--no-progress", env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert "'terminal-bench-v1' is an agent benchmark" in lines[0] and "tests/test.sh" in lines[0]
+    assert "key benchmarks.0.solver: 'terminal-bench-v1' is an agent benchmark" in lines[0]
+    assert "`solver: {type: tool_calling, sandbox_tools: true}`" in lines[0]
     assert not (tmp_path / "out").exists()

@@ -67,12 +67,13 @@ RUN_REFUSED = {
     # simpleqa is graded by an LLM judge and these suites give it none
     "17_suite_release": "simpleqa is graded by an LLM judge",
     "wt12_multi_benchmark_suite": "simpleqa is graded by an LLM judge",
-    # tool_calling with sandbox tools runs; the walkthrough's SWE-bench tasks load from local
-    # task files, but their verifier (tests/test.sh in the agent's sandbox) is not wired yet
-    "22_tool_calling_sandbox": "'swebench-verified' is an agent benchmark",
-    "wt09_tool_calling_sandbox": "'swebench-verified' is an agent benchmark",
-    # tool_calling on Gym tools and gym_delegation run; these configs' benchmarks are agent
-    # benchmarks nel cannot score yet (or, research-bench, not here)
+    # tool_calling with sandbox tools runs the walkthrough's SWE-bench tasks (verified by
+    # their tests/test.sh in the agent's sandbox) from local task files, which are not here
+    "22_tool_calling_sandbox": "swebench-verified: no local task files in ",
+    "wt09_tool_calling_sandbox": "swebench-verified: no local task files in ",
+    # tool_calling on Gym tools and gym_delegation run; their agents do not work in the
+    # sandbox a Harbor task's tests run in, so nel refuses them for these agent benchmarks
+    # (and research-bench is not here)
     "09_gym_runtime": "'swebench-multilingual' is an agent benchmark",
     "10_gym_full": "'swebench-multilingual' is an agent benchmark",
     "21_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",

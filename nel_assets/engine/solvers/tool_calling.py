@@ -146,8 +146,18 @@ class ToolCallingSolver:
         """Run the loop for one problem; failures come back in the result, never raised
         (except AuthError, which stops the run, and a tool-name clash, a config error)."""
         ctx = ctx or SolveContext("0:0")
+        limit = agent_timeout(task)
         try:
-            return await self._solve(task, ctx)
+            if limit is None:
+                return await self._solve(task, ctx)
+            started: list[SolveResult] = []
+            try:
+                async with asyncio.timeout(limit) as cm:
+                    return await self._solve(task, ctx, started)
+            except TimeoutError:
+                if not cm.expired():
+                    raise
+                return _timed_out(started[0] if started else SolveResult(""), limit)
         finally:
             # Sources that keep per-sample state (a bash working directory, a Gym session
             # cookie) forget it here.
@@ -164,7 +174,8 @@ class ToolCallingSolver:
             if close is not None:
                 await close()
 
-    async def _solve(self, task: SeedResult, ctx: SolveContext) -> SolveResult:
+    async def _solve(self, task: SeedResult, ctx: SolveContext,
+                     started: list[SolveResult] | None = None) -> SolveResult:
         route, specs = await self.routes(ctx)
         responses = self.client.protocol == "responses"
         wire_tools = [_responses_tool(s) for s in specs] if responses else specs
@@ -176,6 +187,8 @@ class ToolCallingSolver:
              "message": _text(m.get("content"))}
             for m in messages if m.get("role") in ("system", "user")]
         result = SolveResult(response="", steps=steps)
+        if started is not None:
+            started.append(result)  # what the loop did so far, if the agent timeout cuts it
         for src in self.sources:
             # A source with per-sample sessions (a Gym resources server's `seed_session`)
             # opens the sample's session before the first turn.
@@ -286,6 +299,32 @@ class ToolCallingSolver:
     async def close(self) -> None:
         """Close the client's connections."""
         await self.client.close()
+
+
+def agent_timeout(task: SeedResult) -> float | None:
+    """The task's own cap on the whole agent loop, in seconds (a Harbor task's `[agent]
+    timeout_sec`: seed metadata `agent_timeout_s`, or NeMo Evaluator's `agent_timeout_sec`)."""
+    for key in ("agent_timeout_s", "agent_timeout_sec"):
+        v = (task.metadata or {}).get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
+def _timed_out(result: SolveResult, limit: float) -> SolveResult:
+    """The loop as far as it got when the task's agent timeout ended it. As in Harbor, this
+    is no error of the run: the sandbox is verified as the agent left it (usually a 0)."""
+    result.response = result.response or _last_said(result.steps)
+    calls = sum(len(st.get("tool_calls") or []) for st in result.steps if st.get("source") == "agent")
+    result.scoring_details = {"tool_calls": calls, **result.scoring_details,
+                              "agent_timed_out": True, "agent_timeout_s": limit}
+    result.steps.append({"source": "system",
+                         "message": f"agent timeout: the loop was stopped after {limit:g}s "
+                                    "(the task's [agent] timeout_sec)",
+                         "extra": {"agent_timed_out": True}})
+    for i, st in enumerate(result.steps, start=1):
+        st["step_id"] = i
+    return result
 
 
 def _source_name(src: Any) -> str:
