@@ -96,6 +96,13 @@ def check_supported(cfg: NelConfig) -> None:
 
 def _check_cluster(cfg: NelConfig) -> None:
     c = cfg.cluster
+    # Each type reads only its own block: another type's block would be silently ignored.
+    own = "k8s" if c.type == "kubernetes" else c.type
+    for block in ("slurm", "k8s", "docker", "ray"):
+        if block != own and getattr(c, block):
+            raise _Refusal(("cluster", block), f"a `{block}:` block in a {c.type} cluster "
+                           f"(only `type: {block}` reads it)", f"remove `{block}:` or set "
+                           f"`type: {block}`")
     if c.type in ("docker", "ray"):  # nel_resources/launchers/{docker,ray_tasks}.py
         from nel_resources.launchers.docker import docker_block_refusal
         from nel_resources.launchers.ray_tasks import ray_block_refusal

@@ -325,6 +325,8 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
      "the docker setting 'privileged'"),
     ("cluster:\n  type: ray\n  ray:\n    runtime_env: {}\n", "cluster.ray.runtime_env",
      "the Ray setting 'runtime_env'"),
+    ("cluster:\n  type: ray\n  docker:\n    network: host\n", "cluster.docker",
+     "a `docker:` block in a ray cluster"),
     ("cluster:\n  type: local\n  gpus: [0]\n", "cluster.gpus", "cluster.gpus"),
     ("    sandbox:\n      type: ecs_fargate\n      region: us-east-1\n", "benchmarks.0.sandbox.region",
      "finding the ECS cluster"),
