@@ -257,7 +257,7 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     if args.submit and cfg.cluster.type == "slurm":
         raise ConfigError("--submit: submitting over SSH (cluster.hostname) is not supported yet "
                           "in nel; run `nel eval run` on the SLURM submit host without --submit")
-    if args.submit and cfg.cluster.type not in ("local", "k8s", "kubernetes"):
+    if args.submit and cfg.cluster.type not in ("local", "k8s", "kubernetes", "docker", "ray"):
         raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
                           "is not supported yet in nel; run locally (cluster.type: local)")
 
@@ -282,9 +282,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from nel_resources.config import load_config
 
         cfg = load_config(data=data, source=cfg)  # keeps file:line for refusals
-    if args.submit:
-        # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run.
-        print("note: --submit has no effect with cluster.type: local; running here",
+    if args.submit and cfg.cluster.type in ("local", "docker", "ray"):
+        # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run. For
+        # docker and ray nel starts the containers / Ray tasks itself, with or without it.
+        where = ("running here" if cfg.cluster.type == "local"
+                 else "nel launches the shards itself")
+        print(f"note: --submit has no effect with cluster.type: {cfg.cluster.type}; {where}",
               file=sys.stderr)
     if args.dry_run:
         from dagster_project.dry_run import plan_run, print_plan

@@ -176,6 +176,21 @@ def test_refused_and_no_op_flags(tmp_path: Path, reference_server, server_stats,
     assert p.returncode == 0 and " DEBUG " in p.stderr
 
 
+def test_submit_on_a_docker_or_ray_cluster_is_a_noted_no_op(tmp_path: Path, data_dir) -> None:
+    """nel launches docker containers and Ray tasks itself: `--submit` changes nothing there
+    and says so (a dry run: nothing is launched, no request is sent)."""
+    for kind in ("docker", "ray"):
+        cfg = tmp_path / f"{kind}.yaml"
+        cfg.write_text("services:\n  m: {type: api, url: 'http://127.0.0.1:9/v1', model: m}\n"
+                       "benchmarks:\n  - name: gsm8k\n    max_problems: 2\n"
+                       f"cluster:\n  type: {kind}\noutput:\n  dir: {tmp_path / kind}\n")
+        p = run_nel("eval", "run", str(cfg), "--submit", "--dry-run", env=_env(data_dir))
+        assert p.returncode == 0, p.stderr
+        assert f"--submit has no effect with cluster.type: {kind}; nel launches the shards itself" \
+            in p.stderr
+        assert "1 partition(s) would run" in p.stdout
+
+
 def test_nemo_api_key_is_the_default_key_variable(tmp_path: Path, reference_server, data_dir) -> None:
     url = reference_server(require_api_key="sekrit-123")
     unset = ["NEMO_API_KEY", "NVIDIA_API_KEY", "NEL_API_KEY_ENV"]
