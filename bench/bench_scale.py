@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from _demo_benchmark import demo_module  # bench/ is this script's sys.path[0]
 
 from nel_assets.engine import evaluate as ev
 from nel_assets.engine.bundle import build_bundle
@@ -42,33 +43,7 @@ from nel_resources.schema import RESULT_SCHEMA
 from nel_resources.specs import resolve
 from nel_resources.store import ResultStore
 
-MODULE = '''
-from pathlib import Path
-
-from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
-from benchmarks._types import SeedResult
-from benchmarks.datasets import load_file
-
-
-@register("scale_demo")
-class ScaleDemo(DatasetEnvironment):
-    name = "scale_demo"
-    version = "1"
-
-    def __init__(self, *, path: str, protocol: str = "chat", num_fewshot: int | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
-        self.rows = load_file(Path(path))
-        self._finish_init()
-
-    def build_seed(self, row, idx):
-        return SeedResult(f"Q{idx}: {row['q']}", row["a"], {})
-
-    async def verify(self, response, expected, **metadata):
-        from benchmarks.scoring import numeric_match
-
-        return numeric_match(response, expected)
-'''
+MODULE = demo_module("scale_demo")
 
 # (models, shards) for each partition count
 SIZES = {100: (10, 10), 1_000: (10, 100), 10_000: (100, 100)}

@@ -26,34 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _demo_benchmark import demo_module  # noqa: E402  (bench/ is this script's sys.path[0])
+
 from nel_resources.launchers.slurm import SbatchHeader, SlurmLauncher, array_spec, render_script  # noqa: E402
 
 N_TASKS = 16
-MODULE = '''
-from pathlib import Path
-
-from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
-from benchmarks._types import SeedResult
-from benchmarks.datasets import load_file
-
-
-@register("plan_demo")
-class PlanDemo(DatasetEnvironment):
-    name = "plan_demo"
-    version = "1"
-
-    def __init__(self, *, path: str, protocol: str = "chat", num_fewshot: int | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
-        self.rows = load_file(Path(path))
-        self._finish_init()
-
-    def build_seed(self, row, idx):
-        return SeedResult(row["q"], row["a"], {})
-
-    async def verify(self, response, expected, **metadata):
-        return float(response.strip() == expected)
-'''
+MODULE = demo_module("plan_demo")
 
 
 def _script(d: Path, name: str) -> Path:
