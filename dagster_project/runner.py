@@ -174,6 +174,14 @@ class _RunAborted(Exception):
         self.reason = reason
 
 
+class _HomeUnusable(NelError):
+    """The Dagster instance cannot be opened at `home` (one line; exit 2 when nothing ran)."""
+
+    def __init__(self, home: Path, reason: str) -> None:
+        super().__init__(f"cannot use the Dagster home {home}: {reason}")
+        self.reason = reason
+
+
 def _os_reason(exc: OSError) -> str:
     """`strerror` and a hint for the errors a user can fix where nel writes."""
     import errno
@@ -581,7 +589,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     resources: dict[str, Any] = {}
 
     def dagster_ready() -> None:
-        """Import Dagster and open the instance (once); NelError when it cannot be used."""
+        """Import Dagster and open the instance (once); _HomeUnusable when it cannot be used."""
         nonlocal dg, instance, resources
         if dg is not None:
             return
@@ -597,7 +605,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             instance = open_instance(home)  # opens (creates) its storage
         except Exception as exc:  # any storage error: nothing has run in Dagster yet
             _log_exception(log_path, f"cannot open the Dagster instance at {home}")
-            raise NelError(f"cannot use the Dagster home {home}: {_storage_reason(exc)}") from None
+            raise _HomeUnusable(home, _storage_reason(exc)) from None
         resources = build_resources(resolved, str(store.root))
         dg = dagster
 
@@ -689,7 +697,16 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                     try:
                         if head is not None and head.bench is bench:
                             head.evaluate(advance)
-                        defs = ready_defs()
+                        try:
+                            defs = ready_defs()
+                        except _HomeUnusable as exc:
+                            if head is None:
+                                raise
+                            # After a head start the run is under way (its answers are in the
+                            # journal): a home that cannot be opened now fails the run like any
+                            # instance failure, one line per pair, not as a usage error.
+                            raise _RunAborted(f"the Dagster instance at {home} failed: "
+                                              f"{exc.reason}") from None
                         register(bench.name, models, todo)
                         for t in todo:
                             remote = launched.get((t.model, t.shard)) if launched is not None else None

@@ -76,6 +76,9 @@ def stop_reason(return_code: int, stderr: bytes) -> StopReason | None:
         return "memory"
     if b"[Errno 27] File too large" in last:
         return "file_size"
-    if b"[Errno 11] Resource temporarily unavailable" in last or b"fork: Resource" in tail:
+    # Python's EAGAIN, bash's "fork: Resource temporarily unavailable", dash's "Cannot fork"
+    # (dash, the image's /bin/sh, exits 2 when its own fork fails at the pids limit).
+    if (b"[Errno 11] Resource temporarily unavailable" in last or b"fork: Resource" in tail
+            or b"Cannot fork" in tail):
         return "pids"
     return None

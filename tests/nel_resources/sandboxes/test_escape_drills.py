@@ -69,7 +69,9 @@ def test_fork_bomb(shared_factory: SandboxFactory) -> None:
 def test_shell_fork_bomb(shared_factory: SandboxFactory) -> None:
     m = _marker()
     r = _drill(shared_factory, f"b() {{ b | b & }}; b; : {m}; sleep 30", marker=m)
-    assert r.stopped == "timeout"
+    # bash forks on until the timeout; dash exits by itself once its own fork hits the limit
+    assert r.stopped in ("timeout", "pids"), r
+    assert not r.ok
 
 
 def test_memory_hog(shared_factory: SandboxFactory) -> None:
