@@ -128,6 +128,11 @@ def _is_missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+# The types a missing label can have (None, or a NaN float); a column with neither has no
+# missing label, which lets the label passes below skip their per-value checks.
+_MISSING_TYPES = frozenset({type(None), float, np.float64, np.float32, np.float16})
+
+
 def _codes(labels: Any, *, singleton_missing: bool = True) -> np.ndarray:
     """Integer codes 0..G-1 for arbitrary labels.
 
@@ -146,11 +151,16 @@ def _codes(labels: Any, *, singleton_missing: bool = True) -> np.ndarray:
         codes[miss] = start + np.arange(int(miss.sum())) if singleton_missing else start
         return codes
     # object arrays (mixed / None): a dict pass is O(n) and robust to unorderable types
+    values = arr.tolist()
     table: dict[Any, int] = {}
+    if not _MISSING_TYPES & set(map(type, values)):
+        # No None or float (so no NaN): codes by first appearance in one C-level pass
+        # (setdefault), the same codes as the loop below gives.
+        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
     out = np.empty(arr.shape[0], dtype=np.int64)
     nxt = 0
     missing_code = -1
-    for i, v in enumerate(arr.tolist()):
+    for i, v in enumerate(values):
         if _is_missing(v):
             if singleton_missing:
                 out[i] = -1 - i  # unique negative placeholder, remapped below
@@ -173,8 +183,11 @@ def _codes(labels: Any, *, singleton_missing: bool = True) -> np.ndarray:
 
 def _label_list(labels: np.ndarray) -> list[Any]:
     """Labels as JSON-friendly Python objects (numpy scalars -> Python; NaN -> None)."""
+    values = np.asarray(labels, dtype=object).tolist()
+    if set(map(type, values)) <= {str, int}:
+        return values  # nothing to convert (the usual ids and labels)
     out = []
-    for v in np.asarray(labels, dtype=object).tolist():
+    for v in values:
         if _is_missing(v):
             out.append(None)
         elif isinstance(v, np.generic):
@@ -650,12 +663,19 @@ def maj_at_k(
     starts = np.concatenate(([0], np.cumsum(n_valid)[:-1]))
     rank = np.arange(rows.shape[0]) - starts[q]
     answers = ext[rows]
-    votes = np.array(
-        [not (a is None or a == "" or _is_missing(a)) for a in answers.tolist()], dtype=bool
-    )
+    if {type(a) for a in answers.tolist()} <= {str}:
+        # Only strings (the usual extracted column): one vectorised comparison, and str()
+        # of a str is itself.
+        votes = np.asarray(answers != "", dtype=bool).reshape(-1)
+        voted = answers[votes]
+    else:
+        votes = np.array(
+            [not (a is None or a == "" or _is_missing(a)) for a in answers.tolist()], dtype=bool
+        )
+        voted = np.array([str(a) for a in answers[votes]], dtype=object)
     acode = np.full(rows.shape[0], -1, dtype=np.int64)
     if votes.any():
-        acode[votes] = _codes(np.array([str(a) for a in answers[votes]], dtype=object))
+        acode[votes] = _codes(voted)
     n_ans = int(acode.max()) + 1 if votes.any() else 1
     pair_all = q.astype(np.int64) * n_ans + acode
     c_rows = corr[rows]
