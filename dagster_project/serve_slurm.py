@@ -234,7 +234,7 @@ def serve_on_slurm(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         NelError: bad flags or config, no SLURM here, or sbatch refused the job (exit 2).
         KeyboardInterrupt: after cancelling the job.
     """
-    from nel_resources.launchers.slurm import SlurmLauncher
+    from nel_resources.launchers.slurm import SlurmError, SlurmLauncher
 
     cfg = _load_cluster(args.slurm)
     pool = _pool(cfg, args.node_pool)
@@ -247,9 +247,6 @@ def serve_on_slurm(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     run_dir = out / "slurm" / f"serve-{stamp}"
     argv = job_argv(parser, args)
-    if args.host in ("127.0.0.1", "localhost", "::1"):
-        _say(f"note: the server binds {args.host}, so only processes on its node reach it "
-             "(--host 0.0.0.0 serves the other nodes)")
     if not submit:
         script = write_script(cfg, pool, run_dir, argv, endpoint, args.benchmark)
         print(f"wrote {script}")
@@ -258,8 +255,15 @@ def serve_on_slurm(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     sl = SlurmLauncher()
     _claim(endpoint, sl)
     script = write_script(cfg, pool, run_dir, argv, endpoint, args.benchmark)
-    job_id = sl.submit(script)
+    try:
+        job_id = sl.submit(script)
+    except SlurmError as exc:
+        where = f" (partition {pool.partition!r})" if pool is not None else ""
+        raise NelError(f"SLURM refused the serve job{where}: {exc}") from None
     log = run_dir / f"serve-{job_id}.log"
+    if args.host in ("127.0.0.1", "localhost", "::1"):
+        _say(f"note: the server binds {args.host}, so only processes on its node reach it "
+             "(--host 0.0.0.0 serves the other nodes)")
     if args.no_wait:
         _say(f"submitted serve job {job_id}; {endpoint} appears once it serves")
         _print_job(job_id, endpoint, log, None)
