@@ -135,6 +135,13 @@ def test_serve_job_writes_its_endpoint_serves_gym_and_stops_by_scancel(
                                                            "expected": row["expected"]}).json()
                 assert row["reward"] == local_verify["reward"]
 
+        # a second server into the same output dir would take this one's endpoint: refused
+        again = run_nel("serve", "-b", "gsm8k", "--port", "0", "--slurm", str(cfg), env=slurm_env, cwd=tmp_path)
+        assert again.returncode == 2 and again.stderr.strip() == (
+            f"error: {out / 'endpoint.txt'} belongs to SLURM job {job_id}, which is RUNNING: stop it "
+            f"(scancel {job_id}) or serve into another --output-dir"), again.stderr
+        assert (out / "endpoint.txt").read_text().strip() == endpoint
+
         # the printed stop command ends the job, its server process, and withdraws endpoint.txt
         subprocess.run(shlex.split(info["stop"]), env={**os.environ, **slurm_env}, check=True)
         wait_for(lambda: queued(slurm_env, job_id) == "", timeout=120, what=f"job {job_id} to leave the queue")
