@@ -724,6 +724,7 @@ def serve(
     read_timeout: float = 10.0,
     verify_timeout: float = DEFAULT_VERIFY_TIMEOUT,
     sandbox: SandboxProvider | None = None,
+    endpoint_file: str | Path | None = None,
 ) -> None:
     """Serve a benchmark until interrupted.
 
@@ -744,6 +745,9 @@ def serve(
             body; slower clients are cut off.
         verify_timeout: See `generate_app`.
         sandbox: See `generate_app` (one worker only: the sandboxes live in this process).
+        endpoint_file: Once the server answers `/health`, write `host:port` there
+            (benchmarks.serve_endpoint); removed when serving ends. With `port=0` the
+            bound port is printed on stderr even without a file.
 
     Raises:
         NelError: for an unknown benchmark, `workers > 1` with an unregistered instance or
@@ -789,7 +793,10 @@ def serve(
         os.environ[ENV_MAX_BODY] = str(max_body_bytes)
         os.environ[ENV_MAX_PROBLEMS] = "" if max_problems is None else str(max_problems)
         os.environ[ENV_IMPORTS] = os.pathsep.join(imports)
-        uvicorn.run("benchmarks.serve:_worker_app", factory=True, workers=workers, **settings)
+        if endpoint_file is None and port != 0:
+            uvicorn.run("benchmarks.serve:_worker_app", factory=True, workers=workers, **settings)
+            return
+        _run_workers_announced(workers, settings, endpoint_file, env)
         return
     name = benchmark_name
     if isinstance(env, str):
@@ -806,7 +813,67 @@ def serve(
         verify_timeout=verify_timeout,
         sandbox=sandbox,
     )
-    uvicorn.run(app, **settings)
+    if endpoint_file is None and port != 0:
+        uvicorn.run(app, **settings)
+        return
+    _run_announced(app, settings, endpoint_file, name or str(getattr(env, "name", "")))
+
+
+def _announcer(settings: Mapping[str, Any], port_of: Callable[[], int | None],
+               endpoint_file: str | Path | None, name: str) -> Any:
+    from benchmarks.serve_endpoint import EndpointAnnouncer
+
+    return EndpointAnnouncer(settings["host"], port_of,
+                             Path(endpoint_file) if endpoint_file is not None else None,
+                             benchmark=name)
+
+
+def _run_announced(app: Any, settings: dict[str, Any], endpoint_file: str | Path | None,
+                   name: str) -> None:
+    """`uvicorn.run(app)` for one worker, plus the endpoint announcement: the port is read
+    from the bound socket (with `port=0` nothing else knows it)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, **settings))
+
+    def port_of() -> int | None:
+        if not server.started:
+            return None
+        for listener in getattr(server, "servers", []):
+            for sock in listener.sockets:
+                return int(sock.getsockname()[1])
+        return None
+
+    announcer = _announcer(settings, port_of, endpoint_file, name)
+    announcer.start()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass  # as uvicorn.run: Ctrl-C is a normal way to stop
+    finally:
+        announcer.withdraw()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE (e.g. the port is taken)
+
+
+def _run_workers_announced(workers: int, settings: dict[str, Any],
+                           endpoint_file: str | Path | None, name: str) -> None:
+    """`uvicorn.run(..., workers=N)` with the announcement: the socket is bound here, before
+    the workers fork (as uvicorn does), so its port is known even with `port=0`."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config("benchmarks.serve:_worker_app", factory=True, workers=workers, **settings)
+    sock = config.bind_socket()
+    port = int(sock.getsockname()[1])
+    announcer = _announcer(settings, lambda: port, endpoint_file, name)
+    announcer.start()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        announcer.withdraw()
 
 
 # --------------------------------------------------------------------------- export

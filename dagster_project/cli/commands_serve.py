@@ -5,6 +5,9 @@ Flags as NeMo Evaluator 0.3.0's (`-b/--benchmark` a name or a .py file[:name], `
 purpose: `--host` is 127.0.0.1 (the peer binds 0.0.0.0); expose a server with
 `--host 0.0.0.0`.
 
+`--slurm [CONFIG.yaml]` runs the same `nel serve` as a SLURM job instead
+(dagster_project.serve_slurm): the job writes `<output dir>/endpoint.txt` once it serves.
+
 Only argparse is imported here; the server stack (FastAPI, uvicorn, the benchmark) is
 imported inside the handler so `nel --help` stays fast.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a benchmark over HTTP (seed/verify) for RL training",
-        description=(
+        description=textwrap.fill(
             "Serve a benchmark with the NeMo Evaluator 0.3.0 protocol (GET /health, "
             "GET /dataset_size, POST /seed_session, POST /verify) and NeMo Gym's "
             "POST /aggregate_metrics, so NeMo Gym agents and ng_collect_rollouts can use it; "
             "or export it as Gym JSONL with --export-data."
         ),
+        epilog=_SLURM_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "-b",
@@ -150,10 +156,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
+    p.add_argument(
+        "--endpoint-file",
+        metavar="PATH",
+        help="once the server answers /health, write its host:port to PATH (atomically; "
+        "removed when it stops). The host is this machine's name with --host 0.0.0.0, else "
+        "the bound address; with --port 0 the port is the free one the server got",
+    )
     from dagster_project.cli.sandbox_flags import add_sandbox_flags
 
     add_sandbox_flags(p)
-    p.set_defaults(func=_run)
+    slurm = p.add_argument_group("on SLURM (see below)")
+    slurm.add_argument(
+        "--slurm",
+        nargs="?",
+        const="",
+        metavar="CONFIG.yaml",
+        help="submit this `nel serve` as a SLURM job and wait until it serves; CONFIG.yaml "
+        "gives `cluster:` (type slurm: walltime, node_pools, account, ...) and `output.dir`; "
+        "without it: the cluster's default partition, walltime 04:00:00",
+    )
+    slurm.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="where endpoint.txt, the job script and its log go (default: the config's "
+        "output.dir, else ./eval_results)",
+    )
+    slurm.add_argument(
+        "--node-pool",
+        metavar="NAME",
+        help="which of the config's cluster.node_pools to run on (needed when it has several)",
+    )
+    slurm.add_argument(
+        "--slurm-timeout",
+        type=_positive_seconds,
+        default=900.0,
+        metavar="SECONDS",
+        help="cancel the job when it has not served after this long (default 900)",
+    )
+    slurm.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="print the job id once submitted instead of waiting for endpoint.txt",
+    )
+    p.set_defaults(func=_run, serve_parser=p)
+
+
+_SLURM_EPILOG = """\
+on SLURM:
+  nel serve -b gsm8k --gym-compat --host 0.0.0.0 --port 0 --slurm slurm.yaml
+  submits one job running that same `nel serve` (every serve option passes through) on a
+  node of the config's pool; the job's server binds, and once it answers /health writes
+  <output dir>/endpoint.txt (host:port, plus endpoint.json naming the job). This command
+  waits for it, then prints the endpoint, gym://<endpoint>, the job id and `scancel <id>`
+  to stop it. A job that ends before serving is reported with the tail of its log (exit 1);
+  Ctrl-C while waiting cancels the job (exit 130). `cluster.submit: false` writes the job
+  script only. `--port 0` takes a free port on the node (a fixed port can be taken on a
+  shared node); the default --host 127.0.0.1 is reachable from that node only.
+"""
 
 
 def _positive_seconds(text: str) -> float:
@@ -181,6 +241,15 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.export_only and not args.export_data:
         raise NelError("--export-only needs --export-data DIR (where to write the rows)")
+    if args.slurm is not None:
+        from dagster_project.serve_slurm import serve_on_slurm
+
+        return serve_on_slurm(args, args.serve_parser)
+    for flag, value in (("--output-dir", args.output_dir), ("--node-pool", args.node_pool),
+                        ("--no-wait", args.no_wait), ("--slurm-timeout", args.slurm_timeout != 900.0)):
+        if value:
+            raise NelError(f"{flag} goes with --slurm (it says where the SLURM job writes or "
+                           "runs); remove it or add --slurm")
     sandbox_cfg = sandbox_config(args)
     if sandbox_cfg is not None and args.workers > 1:
         raise NelError("--sandbox serves with one worker (--workers 1): the sandboxes and their "
@@ -216,8 +285,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     # With several workers each one rebuilds the benchmark by name (the copy built above
     # only validated the name); with one, the process serves the copy it already has.
-    if sandboxes is not None:
-        _exit_on_sigterm()
+    if sandboxes is not None or args.endpoint_file:
+        _exit_on_sigterm()  # the endpoint file is removed on the way out too
     try:
         serve(
             args.benchmark if args.workers > 1 else env,
@@ -234,6 +303,7 @@ def _run(args: argparse.Namespace) -> int:
             read_timeout=args.read_timeout,
             verify_timeout=args.verify_timeout,
             sandbox=sandboxes.open if sandboxes is not None else None,
+            endpoint_file=args.endpoint_file,
         )
     finally:
         if sandboxes is not None:
