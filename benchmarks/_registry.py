@@ -140,7 +140,26 @@ def get_benchmark(name: str, *, hints: Mapping[str, Any] | None = None,
 
         return GymEnvironment(name, **params)
     factory = get_factory(name)
+    _check_params(name, factory, params)
     return factory(**{**accepted_params(factory, hints or {}), **params})
+
+
+def _check_params(name: str, factory: Factory, params: Mapping[str, Any]) -> None:
+    """NelError naming a parameter the benchmark does not declare (a user's `--param` or
+    `params:` typo), instead of the TypeError its constructor would raise."""
+    target = factory.__init__ if isinstance(factory, type) else factory
+    try:
+        declared = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return  # no signature to check against: the constructor decides
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in declared.values()):
+        return
+    named = [k for k, p in declared.items() if k != "self" and p.kind in
+             (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = [k for k in params if k not in named]
+    if unknown:
+        takes = f"its parameters: {', '.join(named)}" if named else "it takes none"
+        raise NelError(f"benchmark {name!r} has no parameter {unknown[0]!r} ({takes})")
 
 
 def get_environment(name: str, **kwargs: Any) -> EvalEnvironment:

@@ -115,3 +115,17 @@ def test_byob_module_runs_end_to_end(tmp_path: Path, reference_server, server_st
     assert bundle["per_category"]["asia"]["mean"] == 0.0
     assert bundle["per_category"]["europe"]["mean"] == 1.0
     assert server_stats(url)["by_endpoint"]["/v1/chat/completions"] == 6
+
+
+def test_an_unknown_benchmark_parameter_is_one_line_everywhere(data_dir: Path) -> None:
+    """A `--param` / `params:` typo names the parameter and what the benchmark takes, in
+    Python and through `nel validate` and `nel serve` (which printed a TypeError traceback)."""
+    with pytest.raises(NelError, match=r"benchmark 'gsm8k' has no parameter 'bogus' \(its parameters: "):
+        get_benchmark("gsm8k", bogus=1)
+    env = {"NEL_DATA_DIR": str(data_dir)}
+    for cmd in (["validate", "-b", "gsm8k", "--param", "bogus=1"],
+                ["serve", "-b", "gsm8k", "-p", "0", "--param", "bogus=1"]):
+        p = run_nel(*cmd, env=env, timeout=120)
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert "Traceback" not in p.stderr
+        assert "has no parameter 'bogus'" in p.stderr.strip().splitlines()[-1], p.stderr

@@ -161,8 +161,10 @@ def test_a_job_that_fails_before_serving_is_reported_with_its_log_tail(
     assert r.returncode == 1, r.stderr
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error: serve job")]
     job_id = line.split()[3]
-    assert f"error: serve job {job_id} ended FAILED (exit 1:0" in line and "before it served" in line
-    assert f"  | nel: serve job {job_id} on " in r.stderr and "bogus" in r.stderr.split(line, 1)[1]
+    # the job's nel serve stopped on a usage error (exit 2), and its one line is in the tail
+    assert f"error: serve job {job_id} ended FAILED (exit 2:0" in line and "before it served" in line
+    tail = r.stderr.split(line, 1)[1]
+    assert f"  | nel: serve job {job_id} on " in r.stderr and "has no parameter 'bogus'" in tail
     assert not (tmp_path / "out" / "endpoint.txt").exists()
     assert queued(slurm_env, job_id) == ""
 
