@@ -20,7 +20,12 @@ own CPU per request (printed) and by the three processes' CPU summed over 2 core
 machine busy with other work the ratios move with the load, the CPU-per-request lines
 less so.
 
-    python bench/bench_interceptors.py --requests 3000 --rounds 4
+    python bench/bench_interceptors.py --requests 3000 --rounds 4 [--baseline DIR]
+
+`--baseline DIR` (a checkout of another nel, e.g. `git worktree add ../base main`) adds
+`chain@base`: that checkout's chain, same server, same rounds. Then `chain` and
+`chain@base` both run each round in a fresh client process (the same worker code), so
+neither has the other's warm process; `direct` and `proxy` stay in this one.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import asyncio
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -87,6 +94,26 @@ async def _latency_p50(url: str, n: int) -> float:
         return statistics.median(out)
 
 
+# One round in a fresh process of a checkout: its `_round` with the proxy logger quiet.
+_WORKER = """
+import asyncio, logging, sys
+log = logging.getLogger("nel.proxy")
+log.setLevel(logging.WARNING); log.addHandler(logging.NullHandler()); log.propagate = False
+from bench.bench_interceptors import _round
+rps, us = asyncio.run(_round(sys.argv[1], True, int(sys.argv[2]), int(sys.argv[3])))
+print(rps, us)
+"""
+
+
+def _round_in(checkout: Path, url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """A chained round run by `checkout`'s code in a new process: (req/s, client us/req)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency)],
+                         cwd=checkout, env=env, capture_output=True, text=True, check=True)
+    rps, us = out.stdout.split()[-2:]
+    return float(rps), float(us)
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -108,14 +135,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--latency-requests", type=int, default=500)
+    p.add_argument("--baseline", metavar="DIR", help="another nel checkout: adds chain@base")
     a = p.parse_args()
+    here = Path(__file__).resolve().parent.parent
+    base = Path(a.baseline).resolve() if a.baseline else None
     logging.getLogger("nel.proxy").setLevel(logging.WARNING)
     logging.getLogger("nel.proxy").addHandler(logging.NullHandler())
     logging.getLogger("nel.proxy").propagate = False
     proc, url = start_reference_server()
     proxy, proxy_url = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
     try:
-        modes = ("direct", "chain", "proxy")
+        modes: tuple[str, ...] = ("direct", "chain", "proxy") + (("chain@base",) if base else ())
         res: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
         proxy_cpu: list[float] = []
@@ -124,13 +154,18 @@ def main() -> None:
             for mode in order:
                 target = proxy_url if mode == "proxy" else url
                 p0 = _cpu_seconds(proxy.pid)  # type: ignore[attr-defined]
-                rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
+                if mode == "chain@base" and base is not None:
+                    rps, us = _round_in(base, url, a.requests, a.concurrency)
+                elif mode == "chain" and base is not None:
+                    rps, us = _round_in(here, url, a.requests, a.concurrency)
+                else:
+                    rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
                 if mode == "proxy":
                     proxy_cpu.append((_cpu_seconds(proxy.pid) - p0) / a.requests * 1e6)  # type: ignore[attr-defined]
                 res[mode].append(rps)
                 cpu[mode].append(us)
-                print(f"round {r} {mode:6s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
-        d, c, x = (statistics.median(res[m]) for m in modes)
+                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
+        d, c, x = (statistics.median(res[m]) for m in ("direct", "chain", "proxy"))
         dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
         print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
               f"ratio chain/direct {c / d:.3f}, proxy/direct {x / d:.3f}")
@@ -138,6 +173,10 @@ def main() -> None:
         # machine is running (throughput on a shared 2-core machine moves with its load).
         print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
               f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
+        if base is not None:
+            cb, cbc = statistics.median(res["chain@base"]), statistics.median(cpu["chain@base"])
+            print(f"baseline {base}: chain@base {cb:.0f} req/s (ratio to direct {cb / d:.3f}), "
+                  f"client cpu {cbc:.1f} us/req; this chain / chain@base {c / cb:.3f}")
         print(f"proxy process cpu per request: {statistics.median(proxy_cpu):.1f} us "
               "(its own core time; the client's above is extra)")
         lat: dict[str, list[float]] = {"direct": [], "proxy": []}
