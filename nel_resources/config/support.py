@@ -112,7 +112,18 @@ def _check_cluster(cfg: NelConfig) -> None:
             raise _Refusal(("cluster", c.type, bad[0]), bad[1], f"remove `{bad[0]}`")
         return
     if c.type in ("k8s", "kubernetes"):
-        return  # manifests for the stale partitions (dagster_project.cluster_k8s)
+        # manifests for the stale partitions (dagster_project.cluster_k8s); the block's keys
+        # and values are checked here too, so `--dry-run` refuses what a run would refuse.
+        from benchmarks.errors import NelError
+        from nel_resources.launchers.k8s import settings_from
+
+        try:
+            settings_from(c.k8s)
+        except NelError as exc:
+            key = str(exc).split(":", 1)[0].removeprefix("cluster.k8s.")
+            line = cfg.line_of("cluster", "k8s", key)
+            raise ConfigError(f"{cfg._where}:{line or '?'}: {exc}") from None
+        return
     if c.type == "slurm":
         _check_slurm(cfg)
         return

@@ -347,6 +347,22 @@ def test_unbuilt_features_are_refused_on_their_key(tmp_path: Path, yaml_tail: st
         line - 1] or key.split(".")[-1].isdigit()
 
 
+@pytest.mark.parametrize(("block", "why"), [
+    ("    bogus: 1\n", "cluster.k8s.bogus: unknown key; known keys: "),
+    ("    cpu: lots\n", "cluster.k8s.cpu: 'lots' is not a Kubernetes quantity"),
+])
+def test_a_bad_k8s_block_is_refused_before_any_run(tmp_path: Path, block: str, why: str) -> None:
+    """The k8s launcher's own key check runs in check_supported, so `--dry-run` and a run
+    refuse the same key (the dry run used to plan past it)."""
+    _, cfg = _load(tmp_path, BASE + "cluster:\n  type: k8s\n  k8s:\n" + block)
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)
+    msg = str(err.value)
+    assert why in msg and "\n" not in msg, msg
+    line = int(msg.split(":")[1])
+    assert block.split(":")[0].strip() in (tmp_path / "cfg.yaml").read_text().splitlines()[line - 1]
+
+
 @pytest.mark.parametrize(("service_yaml", "key", "feature"), [
     ("    proxy:\n      interceptors:\n        - name: endpoint\n        - name: streaming\n",
      "services.model.proxy.interceptors.1.name", "the 'streaming' interceptor (collecting streamed answers for the other interceptors)"),
