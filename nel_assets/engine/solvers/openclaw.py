@@ -151,8 +151,8 @@ class OpenClawSolver:
                 stderr: str, latency_ms: float) -> SolveResult:
         from nel_resources.proxy.capture import captured_steps, read_capture
 
-        steps = captured_steps(self.capture_path, sample) if self.capture_path.exists() else []
-        n_calls = oc.add_tool_details(steps, oc.transcript_tool_results(state, session))
+        captured = captured_steps(self.capture_path, sample) if self.capture_path.exists() else []
+        steps, n_calls = oc.tool_steps(captured, oc.transcript_tool_results(state, session))
         turns = sum(1 for s in steps if s.get("source") == "agent")
         details = {"tool_calls": n_calls, "agent": "openclaw"}
 

@@ -25,6 +25,8 @@ __all__ = ["PROVIDER", "OpenClawHome", "agent_command", "agent_env", "make_home"
 
 #: The provider name nel's generated config gives the model under test.
 PROVIDER = "nel"
+# Seconds OpenClaw's own run limit exceeds nel's (see `agent_command`).
+_OWN_LIMIT_MARGIN = 30
 # What of nel's environment an agent run keeps (no keys, no proxies, no user config).
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL",
              "TERM")
@@ -91,11 +93,13 @@ def agent_command(binary: str, message: str, session_id: str, *, thinking: str |
                   timeout: float) -> list[str]:
     """`openclaw agent` for one embedded (`--local`) turn with a JSON result on stdout.
 
-    OpenClaw's own turn limit is set to nel's (rounded up), so it is nel that ends a run
-    that overstays, not OpenClaw's default of 600 s.
+    OpenClaw's own turn limit is nel's plus a margin, so it is always nel that ends a run
+    that overstays (category `timeout`), never OpenClaw's default of 600 s or a race
+    between the two.
     """
+    limit = math.ceil(timeout) + _OWN_LIMIT_MARGIN
     cmd = [binary, "agent", "--agent", "main", "--message", message, "--session-id", session_id,
-           "--json", "--local", "--timeout", str(max(1, math.ceil(timeout)))]
+           "--json", "--local", "--timeout", str(limit)]
     if thinking:
         cmd += ["--thinking", thinking]
     return cmd

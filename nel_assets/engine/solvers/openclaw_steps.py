@@ -11,7 +11,7 @@ steps (`captured_steps`). OpenClaw's own transcript (its agent database,
 event per row, the session JSONL of older releases) adds what only the agent knows about
 its tools: exit code, duration, whether the call failed. Tool call ids differ between the
 two (OpenClaw rewrites them for the provider), so results are paired in the order they
-were made.
+were made. The steps then take the shape of nel's own tool loop (`tool_steps`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_tool_details", "answer_text", "error_text", "parse_result", "transcript_tool_results",
+__all__ = ["answer_text", "error_text", "parse_result", "tool_steps", "transcript_tool_results",
            "usage"]
 
 _DECODER = json.JSONDecoder()
@@ -128,29 +128,43 @@ def transcript_tool_results(state_dir: Path, session_id: str) -> list[dict[str, 
     return out
 
 
-def add_tool_details(steps: list[dict[str, Any]], results: list[dict[str, Any]]) -> int:
-    """Attach OpenClaw's tool details to the observations of the captured steps.
+def tool_steps(steps: list[dict[str, Any]], results: list[dict[str, Any]]
+               ) -> tuple[list[dict[str, Any]], int]:
+    """The captured steps in the shape nel's own tool loop records, with OpenClaw's details.
 
-    Tool calls and results pair up in order; a result with an exit code keeps it as
-    `exit_code` (and `error` when non-zero or flagged an error), its duration as
-    `latency_ms`. Returns how many tool calls the agent made (the steps' or the
-    transcript's count, whichever saw more).
+    `captured_steps` hangs each tool result on the agent step that called it; here each
+    becomes a `system` step of its own after that agent step, with `extra` naming the tool,
+    the turn, the exit code and duration OpenClaw recorded, and `error` for a failed call
+    (`exec failed with exit code 2`), so the bundle's failure analysis and the README's
+    queries read OpenClaw runs as they read `tool_calling` ones. Results pair with
+    OpenClaw's in order. Returns the steps (renumbered from 1) and the number of tool calls.
     """
     pending = iter(results)
+    out: list[dict[str, Any]] = []
     n_calls = 0
     for step in steps:
+        out.append(step)
         if step.get("source") != "agent":
             continue
-        n_calls += len(step.get("tool_calls") or [])
-        for res in (step.get("observation") or {}).get("results") or []:
-            detail = next(pending, None)
-            if detail is None:
-                return max(n_calls, len(results))
-            res["exit_code"] = detail["exit_code"]
-            res["latency_ms"] = detail["latency_ms"]
-            res["tool_name"] = detail["tool_name"]
-            if detail["is_error"] or (isinstance(detail["exit_code"], int) and detail["exit_code"]):
-                res["error"] = (f"{detail['tool_name']} failed"
-                                + (f" with exit code {detail['exit_code']}"
-                                   if detail["exit_code"] is not None else ""))
-    return max(n_calls, len(results))
+        calls = step.get("tool_calls") or []
+        n_calls += len(calls)
+        names = {c.get("tool_call_id"): c.get("function_name") for c in calls}
+        turn = (step.get("extra") or {}).get("turn")
+        for k, res in enumerate((step.pop("observation", None) or {}).get("results") or []):
+            detail = next(pending, None) or {}
+            name = detail.get("tool_name") or names.get(res.get("source_call_id")) or (
+                calls[k].get("function_name") if k < len(calls) else None)
+            code = detail.get("exit_code")
+            error = None
+            if detail.get("is_error") or (isinstance(code, int) and code):
+                error = f"exit code {code}" if isinstance(code, int) and code else "tool error"
+            content = str(res.get("content") or "")
+            out.append({"source": "system", "message": content,
+                        "observation": {"results": [{
+                            "source_call_id": res.get("source_call_id"), "content": content,
+                            "is_error": error is not None}]},
+                        "extra": {"turn": turn, "function_name": name, "exit_code": code,
+                                  "latency_ms": detail.get("latency_ms"), "error": error}})
+    for i, step in enumerate(out, start=1):
+        step["step_id"] = i
+    return out, max(n_calls, len(results))

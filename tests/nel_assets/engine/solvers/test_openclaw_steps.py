@@ -1,6 +1,6 @@
 """The `openclaw` solver's pure parts: its generated home and command, the result document
 `openclaw agent --json` prints, OpenClaw's transcript database, and the pairing of tool
-details with the captured steps. (The real CLI runs in tests/dagster_project/test_openclaw_e2e.py.)"""
+details with the captured steps (in the shape of nel's own tool loop). (The real CLI runs in tests/dagster_project/test_openclaw_e2e.py.)"""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_each_sample_home_points_at_its_proxy_session_and_holds_no_key(tmp_path:
     env = agent_env(home)
     assert env["HOME"] == str(home.home) and "OPENAI_API_KEY" not in env
     cmd = agent_command("openclaw", "Q?", "nel-0-0", thinking="off", timeout=7.2)
-    assert cmd[cmd.index("--timeout") + 1] == "8" and cmd[-2:] == ["--thinking", "off"]
+    # OpenClaw's own limit is past nel's: nel's kill (category timeout) always comes first
+    assert cmd[cmd.index("--timeout") + 1] == "38" and cmd[-2:] == ["--thinking", "off"]
     assert {"--json", "--local"} <= set(cmd)
 
 
@@ -70,18 +71,35 @@ def _tool_result(name: str, code: int, ms: int) -> dict:
         "details": {"status": "completed", "exitCode": code, "durationMs": ms}}}
 
 
-def test_tool_details_from_the_transcript_complete_the_captured_steps(tmp_path: Path) -> None:
+def test_tool_results_become_steps_with_the_transcript_s_exit_codes(tmp_path: Path) -> None:
     _transcript(tmp_path, [{"type": "session", "id": "s"},
                            {"type": "message", "message": {"role": "user", "content": "q"}},
                            _tool_result("exec", 0, 12), _tool_result("exec", 2, 30)])
     results = oc.transcript_tool_results(tmp_path, "s")
     assert [r["exit_code"] for r in results] == [0, 2]
-    steps = [{"source": "agent", "tool_calls": [{"function_name": "exec"}] * 2,
-              "observation": {"results": [{"content": "a"}, {"content": "b"}]}},
-             {"source": "agent", "message": "done"}]
-    assert oc.add_tool_details(steps, results) == 2
-    first, second = steps[0]["observation"]["results"]
-    assert first["exit_code"] == 0 and first["latency_ms"] == 12 and "error" not in first
-    assert second["error"] == "exec failed with exit code 2"
+    calls = [{"tool_call_id": "c0", "function_name": "exec"},
+             {"tool_call_id": "c1", "function_name": "exec"}]
+    captured = [{"source": "user", "message": "q"},
+                {"source": "agent", "tool_calls": calls, "extra": {"turn": 1},
+                 "observation": {"results": [{"source_call_id": "c0", "content": "a"},
+                                             {"source_call_id": "c1", "content": "b"}]}},
+                {"source": "agent", "message": "done", "extra": {"turn": 2}}]
+    steps, n_calls = oc.tool_steps(captured, results)
+    assert n_calls == 2
+    # each result is a step of its own after its call, as nel's own tool loop writes them
+    assert [s["source"] for s in steps] == ["user", "agent", "system", "system", "agent"]
+    assert [s["step_id"] for s in steps] == [1, 2, 3, 4, 5] and "observation" not in steps[1]
+    ok, bad = steps[2], steps[3]
+    assert ok["message"] == "a" and ok["extra"] == {"turn": 1, "function_name": "exec",
+                                                    "exit_code": 0, "latency_ms": 12,
+                                                    "error": None}
+    assert bad["extra"]["error"] == "exit code 2" and bad["observation"]["results"] == [
+        {"source_call_id": "c1", "content": "b", "is_error": True}]
+    # the bundle's failure analysis reads them as it reads tool_calling's
+    from nel_assets.engine.bundle import tool_failures
+
+    assert tool_failures([json.dumps(steps)], ["0:0"])["exec"] == {
+        "calls": 2, "failed": 1,
+        "examples": [{"sample_id": "0:0", "what": "exec() failed on turn 1 with exit code 2"}]}
     # no database (the agent never started), or another schema: the traffic alone
     assert oc.transcript_tool_results(tmp_path / "none", "s") == []
