@@ -5,9 +5,9 @@ tool call (OpenClaw's `exec` runs `echo Paris`), one answered wrong, one whose m
 fails (HTTP 400: OpenClaw does not retry it; a 5xx it retries with back-off, 8 calls in all,
 which would double this test's time). Then the answers are scored by the benchmark's scorer, the captured
 model turns (with the tool call, its result and exit code) are in trajectories.jsonl and
-in the store's `steps` column (DuckDB), the failure is a recorded `model_error`. A run that
-hangs ends as `timeout` with OpenClaw's process group gone; a CLI that is not there is one
-line before any request."""
+in the store's `steps` column (DuckDB), the failure is a recorded `model_error`. Through the
+Dagster graph, a run whose model hangs ends as `timeout` with OpenClaw's process group gone;
+a CLI that is not there is one line before any request."""
 
 from __future__ import annotations
 
@@ -141,20 +141,35 @@ def test_the_store_answers_which_tool_ran_with_duckdb(run: dict[str, Any]) -> No
     assert fa["tools"] == {"exec": {"calls": 1, "failed": 0, "examples": []}}
 
 
-def test_a_hanging_model_ends_the_sample_as_timeout_and_kills_the_agent(tmp_path: Path) -> None:
-    proc, url = start_reference_server(hang_rate=1.0, fail_attempts=1000)
+def test_the_dagster_graph_ends_a_hanging_run_as_timeout_and_kills_the_agent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from nel_assets.factory import build_defs, build_resources
+    from nel_resources.config import load_config
+    from nel_resources.specs import resolve
+    from nel_resources.store import ResultStore
+
     homes = tmp_path / "tmp"  # the run's temp dir: OpenClaw's per-sample homes are in it
     homes.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(homes))
+    proc, url = start_reference_server(hang_rate=1.0, fail_attempts=1000)
+    out = tmp_path / "out"
     try:
-        cfg = write_config(tmp_path, url, timeout=5, max_problems=1)
-        s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress",
-                                 env={"TMPDIR": str(homes)}, timeout=300), status=4)
+        cfg = resolve(load_config(write_config(tmp_path, url, timeout=5, max_problems=1)))
+        with dg.DagsterInstance.ephemeral() as instance:
+            instance.add_dynamic_partitions("model", ["ref"])
+            done = dg.materialize(
+                [*build_defs(cfg, str(out)).assets], instance=instance,  # type: ignore[list-item]
+                resources=build_resources(cfg, str(out)),
+                partition_key=dg.MultiPartitionKey({"model": "ref", "shard": "0"}),
+                selection=[dg.AssetKey(["openclaw_capitals", "shard_results"])])
+            assert done.success
     finally:
         proc.stop()
-    (res,) = s["results"]  # every sample failed: exit status 4
-    assert res["failed"] == 1 and res["n_samples"] == 0
-    (t,) = trajectories(tmp_path / "out").values()
-    assert t["failure_category"] == "timeout" and "within 5s" in t["error"]
+    (row,) = ResultStore(out).read_shards("openclaw_capitals", "ref").to_pylist()
+    assert row["failure_category"] == "timeout" and "within 5s" in row["error"]
+    assert row["reward"] is None
     # no OpenClaw process of the run is left (its group was killed on the timeout)
     assert [p.name for p in Path("/proc").iterdir()
             if p.name.isdigit() and _home(p).startswith(str(homes))] == []

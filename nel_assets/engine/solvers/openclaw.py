@@ -200,9 +200,13 @@ async def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float
                ) -> tuple[int | None, str, str]:
     """Run `cmd` in its own process group; (exit status or None on timeout, stdout, stderr).
 
-    On timeout, and if the caller is cancelled, the whole group is killed (OpenClaw's shell
-    tools run as its children), and the output so far is returned.
+    On timeout (and if the caller is cancelled) every process of the run is killed, and the
+    output so far is returned. OpenClaw starts its agent worker in a session of its own, so
+    killing the CLI's group is not enough: the run's processes are found by their `HOME`
+    (the sample's own directory, which they all inherit) as well as by descent. After a
+    normal exit the same sweep ends whatever the agent left running in the background.
     """
+    home = env["HOME"]
     proc = await asyncio.create_subprocess_exec(
         *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, cwd=str(cwd), start_new_session=True)
@@ -211,20 +215,60 @@ async def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float
         out, err = await asyncio.wait_for(asyncio.shield(comm), timeout)
         return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     except TimeoutError:
-        _kill_group(proc.pid)
-        try:  # the pipes close once the group is gone (unless a child left the group)
-            out, err = await asyncio.wait_for(comm, 10.0)
+        _kill_run(proc.pid, home)
+        try:  # the pipes close once every process that holds them is gone
+            out, err = await asyncio.wait_for(comm, 30.0)
         except TimeoutError:
             out, err = b"", b""
         return None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     finally:
         if proc.returncode is None:
-            _kill_group(proc.pid)
+            _kill_run(proc.pid, home)
             with contextlib.suppress(Exception):
                 await proc.wait()
+        _kill_run(None, home)  # what the agent left behind
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+def _kill_run(leader: int | None, home: str) -> None:
+    """SIGKILL the run's processes: `leader`'s group and descendants, and every process
+    whose HOME is the run's."""
+    procs = _processes()
+    doomed = {pid for pid, (_, env_home) in procs.items() if env_home == home}
+    if leader is not None:
+        doomed.add(leader)
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [leader]
+        while todo:  # descendants, before a dying parent hands them to init
+            for child in children.get(todo.pop(), []):
+                if child not in doomed:
+                    doomed.add(child)
+                    todo.append(child)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, signal.SIGKILL)
+    doomed.discard(os.getpid())
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
+
+def _processes() -> dict[int, tuple[int, str | None]]:
+    """pid -> (parent pid, HOME) of the processes this user can read, from /proc."""
+    out: dict[int, tuple[int, str | None]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue  # gone, or not ours
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        home = next((v[5:].decode("utf-8", "replace") for v in environ.split(b"\0")
+                     if v.startswith(b"HOME=")), None)
+        out[int(entry.name)] = (ppid, home)
+    return out
