@@ -11,8 +11,8 @@ as a child in its own process group. The answer is the text of the run's final m
 the trajectory is the proxy's record of every model call (`captured_steps`) with the tool
 details OpenClaw keeps in its transcript (`openclaw_steps`).
 
-A run that outlasts the benchmark's `timeout` (default 600 s, as NeMo Evaluator) has its
-whole process group killed: category `timeout`. A run that exits non-zero is a
+A run that outlasts the benchmark's `timeout` (default 600 s, as NeMo Evaluator) has all
+its processes killed: category `timeout`. A run that exits non-zero is a
 `model_error` when a model call through the proxy failed, else an `agent_error`; stdout
 that holds no result is `malformed_output`, a result without text `empty_response`. Each
 is the sample's error; the trajectory keeps what was captured up to then.
@@ -57,7 +57,7 @@ class OpenClawSolver:
             are the proxy's; the agent never holds the key).
         openclaw_bin: the OpenClaw CLI (a name on PATH or a path).
         thinking: OpenClaw's `--thinking` level ("" for none).
-        timeout: seconds for one run, after which its process group is killed.
+        timeout: seconds for one run, after which all its processes are killed.
         max_concurrent: agent runs at once in a shard (each is a Node process of ~1 GB),
             also OpenClaw's own `maxConcurrent`.
         context_window: the model's context window as OpenClaw is told (None: its default).
@@ -147,8 +147,8 @@ class OpenClawSolver:
             finally:
                 shutil.rmtree(home.home, ignore_errors=True)
 
-    def _result(self, prompt: str, sample: str, state: Path, session: str, rc: int | None, stdout: str,
-                stderr: str, latency_ms: float) -> SolveResult:
+    def _result(self, prompt: str, sample: str, state: Path, session: str, rc: int | None,
+                stdout: str, stderr: str, latency_ms: float) -> SolveResult:
         from nel_resources.proxy.capture import captured_steps, read_capture
 
         captured = captured_steps(self.capture_path, sample) if self.capture_path.exists() else []
@@ -161,8 +161,8 @@ class OpenClawSolver:
                                turns=turns, scoring_details=details)
 
         if rc is None:
-            return failed(f"OpenClaw did not finish within {self.timeout:g}s (its process "
-                          "group was killed)", "timeout")
+            return failed(f"OpenClaw did not finish within {self.timeout:g}s (its processes "
+                          "were killed)", "timeout")
         doc = oc.parse_result(stdout)
         if rc != 0:
             bad = [r for r in (read_capture(self.capture_path, sample)
