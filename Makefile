@@ -22,6 +22,8 @@ PEER_VENV ?= .venv-peers/nemo-evaluator
 # symlink its per-server venvs to this one, so Gym installs nothing at run time).
 PEER_GYM_VENV ?= .venv-peers/nemo-gym
 PY312 ?= env PYENV_VERSION=3.12.1 python3.12
+# The OpenClaw CLI agent with its own Node, from npm (deploy/agents/install_openclaw.sh).
+OPENCLAW_LINK ?= .venv-peers/openclaw
 
 .PHONY: setup system-deps peers bytecode run test test-fast lint bench clean
 
@@ -43,6 +45,7 @@ peers:
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-evaluator-0.3.0-stats \
 	  'nemo-evaluator[stats]==0.3.0' $(PEER_VENV)  # [stats]: scipy, else its compare is always INCONCLUSIVE
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-gym-0.4.0 'nemo-gym==0.4.0' $(PEER_GYM_VENV)
+	bash deploy/agents/install_openclaw.sh $(OPENCLAW_LINK)  # the `openclaw` solver's CLI (npm: Node 24 + OpenClaw)
 
 system-deps:
 	bash deploy/install_system_deps.sh

@@ -131,6 +131,10 @@ class ServerConfig:
     # A JSONL script of tool-calling turns per prompt (see `ToolScript`): the model then
     # answers with tool calls, turn by turn, as an agent would.
     tool_script: str | None = None
+    # Match answers, tool scripts and `fault_match` against all the user messages of a chat
+    # (joined), and number script turns over the whole chat: agents such as OpenClaw add a
+    # runtime-context user message after the task, which would otherwise be "the prompt".
+    match_conversation: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -250,15 +254,17 @@ def _script_calls(turn: Mapping[str, Any], turn_no: int) -> list[tuple[str, str,
     return out
 
 
-def _chat_state(messages: list[Any]) -> tuple[int, str]:
-    """(assistant turns after the last user message, the last tool result's text)."""
+def _chat_state(messages: list[Any], whole: bool = False) -> tuple[int, str]:
+    """(assistant turns after the last user message, or in the whole chat when `whole`;
+    the last tool result's text)."""
     turns, last_tool = 0, ""
     for msg in messages:
         if not isinstance(msg, dict):
             continue
         role = msg.get("role")
         if role == "user":
-            turns = 0
+            if not whole:
+                turns = 0
         elif role == "assistant":
             turns += 1
         elif role == "tool":
@@ -708,6 +714,7 @@ class ReferenceApp:
         """Count the request (model, last user prompt, system message); return
         ``(model, prompt, prompt_tokens)``."""
         prompt, system, prompt_tokens = "", None, 0
+        users: list[str] = []
         for msg in messages:
             if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
                 raise _BadRequest("each message must be an object with a string 'role'")
@@ -715,8 +722,11 @@ class ReferenceApp:
             prompt_tokens += len(text.split())
             if msg["role"] == "user":
                 prompt = text
+                users.append(text)
             elif msg["role"] in ("system", "developer"):
                 system = text
+        if self.config.match_conversation:
+            prompt = "\n".join(users)
         model = req.get("model") or self.config.model_name
         self.models[str(model)] = self.models.get(str(model), 0) + 1
         self._observe_prompt(prompt)
@@ -737,10 +747,11 @@ class ReferenceApp:
         if fault is not None:
             return fault
         if self.script is not None:
-            done, last_tool = _chat_state(messages)
+            done, last_tool = _chat_state(messages, self.config.match_conversation)
             turn = self.script.turn(prompt, done)
             if turn is not None:
-                return self._scripted_chat(model, turn, done, last_tool, prompt_tokens)
+                return self._scripted_chat(model, turn, done, last_tool, prompt_tokens,
+                                           req)
         n = self._n_choices(req)
         content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, req, False)
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -815,7 +826,7 @@ class ReferenceApp:
         }))
 
     def _scripted_chat(self, model: Any, turn: Mapping[str, Any], turn_no: int, last_tool: str,
-                       prompt_tokens: int) -> Reply:
+                       prompt_tokens: int, req: Mapping[str, Any] | None = None) -> Reply:
         content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
         calls = _script_calls(turn, turn_no)
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
@@ -824,12 +835,28 @@ class ReferenceApp:
                                       "function": {"name": name, "arguments": args}}
                                      for cid, name, args in calls]
         c_tokens = len(content.split()) + sum(len(a.split()) for _, _, a in calls)
+        rid, created, finish = self._next_id("chatcmpl"), int(time.time()), (
+            "tool_calls" if calls else "stop")
+        usage = _usage(prompt_tokens, c_tokens, 0)
+        if req is not None and req.get("stream"):
+            # One delta with the text and every call (each with its `index`), as a
+            # streaming server sends a turn it has finished.
+            base = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                    "model": model}
+            delta: dict[str, Any] = {"role": "assistant", "content": content or None}
+            if calls:
+                delta["tool_calls"] = [{"index": i, **tc}
+                                       for i, tc in enumerate(message["tool_calls"])]
+            events = [{**base, "choices": [{"index": 0, "delta": d, "logprobs": None,
+                                            "finish_reason": f}]}
+                      for d, f in ((delta, None), ({}, finish))]
+            return _sse(events, usage if _include_usage(req) else None, {**base, "choices": []})
         return Reply(200, orjson.dumps({
-            "id": self._next_id("chatcmpl"), "object": "chat.completion",
-            "created": int(time.time()), "model": model,
+            "id": rid, "object": "chat.completion",
+            "created": created, "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if calls else "stop"}],
-            "usage": _usage(prompt_tokens, c_tokens, 0), "system_fingerprint": None,
+                         "finish_reason": finish}],
+            "usage": usage, "system_fingerprint": None,
         }))
 
     def _scripted_responses(self, model: Any, turn: Mapping[str, Any], turn_no: int,
@@ -1178,6 +1205,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-script", help='JSONL rows {"match", "turns": [{"tool_calls": '
                    '[{"name", "arguments"}]} | {"content"}], "repeat_last"}: answer with '
                    "scripted tool calls (see ToolScript)")
+    p.add_argument("--match-conversation", action="store_true",
+                   help="match answers, scripts and --fault-match against all user messages "
+                   "of a chat (agents that add context messages after the task)")
     return p
 
 

@@ -46,6 +46,7 @@ LONGEST_FIRST = (
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
     "tests/dagster_project/test_builtin_e2e.py",  # ~100 s over its tests
+    "tests/dagster_project/test_openclaw_e2e.py",  # ~47 s at load 3 (3 OpenClaw runs at once)
     "tests/dagster_project/test_compare_gate_cli.py",  # ~110 s with its fixture
     "tests/dagster_project/test_peer_results_read.py",  # 90 s under load (real peer runs)
 )

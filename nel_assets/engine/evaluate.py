@@ -281,7 +281,9 @@ def evaluate_shard(
             spec.sandboxes = pool
             spec.solver = solver_for(run.solver, client, system_prompt=run.system_prompt,
                                      services=run.tool_services, sandbox=run.sandbox,
-                                     timeout=run.timeout, model_id=run.model_id)
+                                     timeout=run.timeout, model_id=run.model_id,
+                                     service=svc.model_copy(update={"url": base_url})
+                                     if base_url else svc)
             try:
                 prepare = getattr(spec.solver, "prepare", None)
                 if idx and prepare is not None:

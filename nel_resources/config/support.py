@@ -252,7 +252,8 @@ def _check_benchmarks(cfg: NelConfig) -> None:
             _check_name(b.name, (*at, "name"))
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
-        if b.solver.type not in ("simple", "tool_calling", "gym_delegation", "container"):
+        if b.solver.type not in ("simple", "tool_calling", "gym_delegation", "container",
+                                 "openclaw"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                            "use `type: simple` (one model call per problem), `tool_calling` "
                            "or `gym_delegation`")
@@ -376,11 +377,35 @@ def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     binary = b.solver.openclaw_bin
     if shutil.which(binary) is None:
         raise _Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
-                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install the OpenClaw CLI and "
-                       "put it on PATH (or give its path in `openclaw_bin`), or use "
-                       "`solver.type: tool_calling`")
-    raise _Refusal((*at, "solver", "type"), f"the 'openclaw' solver (`{binary}` is on PATH, but "
-                   "nel does not drive it yet)", "use `solver.type: tool_calling`")
+                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install it with "
+                       "`make peers` (deploy/agents/install_openclaw.sh) and put "
+                       "`.venv-peers/openclaw/bin` on PATH or give its path in `openclaw_bin`, "
+                       "or use `solver.type: tool_calling`")
+    _check_openclaw(b, at)
+
+
+# `openclaw` keys nel does not honour, with why (the others are: openclaw_bin, thinking,
+# max_concurrent, context_window, idle_timeout_seconds).
+_OPENCLAW_UNBUILT = {
+    "web_search_provider": ("OpenClaw's web search (it calls a search service on the "
+                            "internet)", "remove `web_search_provider`"),
+    "config_path": ("a custom `openclaw.json` (nel writes each sample's config, pointing "
+                    "OpenClaw at its capture proxy)", "remove `config_path`"),
+    "skip_preflight": ("skipping the OpenClaw preflight (nel checks the CLI before any "
+                       "request)", "remove `skip_preflight`"),
+}
+
+
+def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """The OpenClaw CLI runs on this machine, outside any sandbox, with the keys above."""
+    for key, (what, fix) in _OPENCLAW_UNBUILT.items():
+        if key in b.solver.model_fields_set and getattr(b.solver, key) not in (None, False):
+            raise _Refusal((*at, "solver", key), what, fix)
+    if b.sandbox is not None and b.sandbox.type != "none":
+        raise _Refusal((*at, "sandbox"), "the 'openclaw' solver in a sandbox (nel runs the "
+                       "OpenClaw CLI on this machine, in a fresh home per sample; no image "
+                       "with Node 24 and OpenClaw is built here)", "remove `sandbox` from "
+                       "this benchmark")
 
 
 def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:

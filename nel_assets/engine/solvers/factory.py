@@ -1,6 +1,7 @@
 """Which solver a run uses, built from its `solver:` block: None for `simple` (the loop's own
 single request), a `ToolCallingSolver` for `tool_calling` with its tool sources, a
-`GymDelegationSolver` for `gym_delegation` (a NeMo Gym agent runs each rollout).
+`GymDelegationSolver` for `gym_delegation` (a NeMo Gym agent runs each rollout), an
+`OpenClawSolver` for `openclaw` (the OpenClaw CLI agent, through nel's capture proxy).
 
 `tool_sources_for` is the one place tool sources are chosen: `sandbox_tools: true` gives the
 sandbox tools, `resource_service:` a NeMo Gym resource server's tools (`gym_tools`), both
@@ -14,7 +15,7 @@ from typing import Any
 
 from benchmarks.errors import NelError
 from nel_assets.engine.solvers.base import Solver, ToolSource
-from nel_resources.config import SandboxConfig, SolverConfig
+from nel_resources.config import SandboxConfig, ServiceConfig, SolverConfig
 from nel_resources.model_client import ModelClient
 
 
@@ -59,7 +60,8 @@ def _service_url(services: Mapping[str, Any], name: str, key: str) -> str:
 
 def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: str | None,
                services: Mapping[str, Any], sandbox: SandboxConfig | None = None,
-               timeout: float | None = None, model_id: str | None = None) -> Solver | None:
+               timeout: float | None = None, model_id: str | None = None,
+               service: ServiceConfig | None = None) -> Solver | None:
     """The solver a shard runs with, or None for `simple` (the loop's single request).
 
     Args:
@@ -73,6 +75,8 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
         timeout: The benchmark's `timeout`: a `gym_delegation` rollout's limit (default an
             hour, as NeMo Evaluator 0.3.0).
         model_id: The model under test as trajectories name it.
+        service: The model service with its effective URL (`openclaw` puts its capture
+            proxy in front of it).
 
     Raises:
         NelError: a solver type nel cannot run, or a tool source or service that cannot be had.
@@ -99,4 +103,15 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
             tool_timeout=solver_cfg.tool_timeout, max_output_chars=solver_cfg.max_output_chars,
             response_mode=solver_cfg.response_mode,
             artifact_cmd=sandbox.capture_cmd if sandbox is not None else None)
+    if solver_cfg.type == "openclaw":
+        from nel_assets.engine.solvers.openclaw import DEFAULT_TIMEOUT, OpenClawSolver
+
+        if service is None:
+            raise NelError("the 'openclaw' solver needs the model service (solver_for(service=))")
+        return OpenClawSolver(
+            service, openclaw_bin=solver_cfg.openclaw_bin, thinking=solver_cfg.thinking,
+            timeout=timeout or DEFAULT_TIMEOUT, max_concurrent=solver_cfg.max_concurrent,
+            context_window=solver_cfg.context_window,
+            idle_timeout_seconds=solver_cfg.idle_timeout_seconds, system_prompt=system_prompt,
+            model_id=model_id or "")
     raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")

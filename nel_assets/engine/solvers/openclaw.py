@@ -1,0 +1,274 @@
+"""The `openclaw` solver: the OpenClaw CLI agent works each problem on its own.
+
+Per shard, nel starts its capture proxy in front of the benchmark's model service (the
+service's interceptor chain and key, `nel_resources.proxy.run_proxy`). Per sample it makes
+a fresh OpenClaw home and workspace (`openclaw_home`), whose config points OpenClaw at the
+sample's session on that proxy, and runs
+
+    openclaw agent --agent main --message <prompt> --session-id <id> --json --local
+
+as a child in its own process group. The answer is the text of the run's final message;
+the trajectory is the proxy's record of every model call (`captured_steps`) with the tool
+details OpenClaw keeps in its transcript (`openclaw_steps`).
+
+A run that outlasts the benchmark's `timeout` (default 600 s, as NeMo Evaluator) has all
+its processes killed: category `timeout`. A run that exits non-zero is a
+`model_error` when a model call through the proxy failed, else an `agent_error`; stdout
+that holds no result is `malformed_output`, a result without text `empty_response`. Each
+is the sample's error; the trajectory keeps what was captured up to then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks.errors import NelError
+from nel_assets.engine.solvers import openclaw_steps as oc
+from nel_assets.engine.solvers.base import SolveContext, SolveResult
+from nel_assets.engine.solvers.openclaw_home import agent_command, agent_env, make_home
+from nel_resources.model_client import ModelResponse
+
+if TYPE_CHECKING:
+    from benchmarks._types import SeedResult
+    from nel_resources.config import ServiceConfig
+    from nel_resources.processes import ManagedProcess
+
+__all__ = ["DEFAULT_TIMEOUT", "OpenClawSolver"]
+
+#: Seconds for one agent run when the benchmark's `timeout` does not say (NeMo Evaluator's).
+DEFAULT_TIMEOUT = 600.0
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class OpenClawSolver:
+    """Runs each problem as one `openclaw agent --local` turn against nel's capture proxy.
+
+    Args:
+        service: the model service under test, with its effective URL (its chain and key
+            are the proxy's; the agent never holds the key).
+        openclaw_bin: the OpenClaw CLI (a name on PATH or a path).
+        thinking: OpenClaw's `--thinking` level ("" for none).
+        timeout: seconds for one run, after which all its processes are killed.
+        max_concurrent: agent runs at once in a shard (each is a Node process of ~1 GB),
+            also OpenClaw's own `maxConcurrent`.
+        context_window: the model's context window as OpenClaw is told (None: its default).
+        idle_timeout_seconds: how long OpenClaw waits on a silent model call.
+        system_prompt: written to the workspace's `AGENTS.md` (OpenClaw puts it in the
+            system message of every model call).
+        model_id: the model under test as trajectories name it.
+    """
+
+    def __init__(self, service: ServiceConfig, *, openclaw_bin: str = "openclaw",
+                 thinking: str = "high", timeout: float = DEFAULT_TIMEOUT,
+                 max_concurrent: int = 4, context_window: int | None = None,
+                 idle_timeout_seconds: int = 600, system_prompt: str | None = None,
+                 model_id: str = "") -> None:
+        self.service = service
+        self.openclaw_bin = openclaw_bin
+        self.thinking = thinking
+        self.timeout = timeout
+        self.max_concurrent = max_concurrent
+        self.context_window = context_window
+        self.idle_timeout_seconds = idle_timeout_seconds
+        self.system_prompt = system_prompt
+        self.model_id = model_id or str(service.model or "")
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._proxy: ManagedProcess | None = None
+        self._proxy_url: str | None = None
+        self._root: Path | None = None
+
+    @property
+    def capture_path(self) -> Path:
+        """The proxy's record of every model call of the shard (JSONL, `capture.py`)."""
+        if self._root is None:
+            raise NelError("OpenClawSolver: prepare() was not called")
+        return self._root / "capture.jsonl"
+
+    async def prepare(self) -> None:
+        """Check the CLI and start the capture proxy (before any sample runs)."""
+        if shutil.which(self.openclaw_bin) is None:
+            raise NelError(f"the 'openclaw' solver cannot run here: the OpenClaw CLI "
+                           f"`{self.openclaw_bin}` is not on PATH (install it with `make "
+                           "peers`, or give its path in `solver.openclaw_bin`)")
+        if self._proxy is not None:
+            return
+        from nel_resources.proxy.server import start_proxy
+
+        self._root = Path(tempfile.mkdtemp(prefix="nel-openclaw-"))
+        self._proxy, self._proxy_url = await asyncio.to_thread(
+            start_proxy, None, service_config=self.service, capture_path=self.capture_path,
+            log_path=self._root / "proxy.log")
+
+    async def close_tools(self) -> None:
+        """Stop the proxy and remove the shard's OpenClaw homes (the shard's end)."""
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            await asyncio.to_thread(proxy.stop)
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def _session_url(self, session: str) -> str:
+        assert self._proxy_url is not None
+        return self._proxy_url[: -len("/v1")] + f"/s/{session}/v1"
+
+    async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
+        """One OpenClaw run on `task`; failures come back as `SolveResult.error` + category."""
+        if self._proxy is None:
+            await self.prepare()
+        assert self._root is not None
+        sample = ctx.sample_id if ctx is not None else "0:0"
+        name = _SAFE.sub("-", f"nel-{sample}")
+        async with self._slots:
+            home = make_home(self._root / "homes", name, base_url=self._session_url(sample),
+                             model=self.service.model or "model",
+                             system_prompt=self.system_prompt,
+                             context_window=self.context_window,
+                             max_concurrent=self.max_concurrent,
+                             idle_timeout_seconds=self.idle_timeout_seconds)
+            try:
+                cmd = agent_command(self.openclaw_bin, task.prompt, name,
+                                    thinking=self.thinking, timeout=self.timeout)
+                started = time.perf_counter()
+                rc, stdout, stderr = await _run(cmd, agent_env(home), home.workspace,
+                                                self.timeout)
+                latency_ms = (time.perf_counter() - started) * 1000.0
+                return self._result(task.prompt, sample, home.state, name, rc, stdout, stderr,
+                                    latency_ms)
+            finally:
+                shutil.rmtree(home.home, ignore_errors=True)
+
+    def _result(self, prompt: str, sample: str, state: Path, session: str, rc: int | None,
+                stdout: str, stderr: str, latency_ms: float) -> SolveResult:
+        from nel_resources.proxy.capture import captured_steps, read_capture
+
+        captured = captured_steps(self.capture_path, sample) if self.capture_path.exists() else []
+        steps, n_calls = oc.tool_steps(captured, oc.transcript_tool_results(state, session))
+        turns = sum(1 for s in steps if s.get("source") == "agent")
+        details = {"tool_calls": n_calls, "agent": "openclaw"}
+
+        def failed(message: str, category: str) -> SolveResult:
+            return SolveResult("", error=message, failure_category=category, steps=steps,
+                               turns=turns, scoring_details=details)
+
+        if rc is None:
+            return failed(f"OpenClaw did not finish within {self.timeout:g}s (its processes "
+                          "were killed)", "timeout")
+        doc = oc.parse_result(stdout)
+        if rc != 0:
+            bad = [r for r in (read_capture(self.capture_path, sample)
+                               if self.capture_path.exists() else [])
+                   if r.get("error") or int(r.get("status") or 0) >= 400]
+            if bad:
+                last = bad[-1]
+                return failed(f"model call failed (HTTP {last.get('status')}: "
+                              f"{str(last.get('error') or '')[:300]}); OpenClaw exited {rc}: "
+                              f"{oc.error_text(doc, stderr)}", "model_error")
+            return failed(f"OpenClaw exited {rc}: {oc.error_text(doc, stderr)}", "agent_error")
+        if doc is None:
+            return failed("OpenClaw printed no JSON result (stdout: "
+                          f"{stdout.strip()[:200]!r})", "malformed_output")
+        text = oc.answer_text(doc)
+        if not text:
+            return failed("OpenClaw finished without an answer", "empty_response")
+        prompt_tokens, completion_tokens = oc.usage(doc)
+        if prompt_tokens is None:  # the captured calls' own counts
+            metrics = [s.get("metrics") or {} for s in steps if s.get("source") == "agent"]
+            prompt_tokens = sum(m.get("prompt_tokens", 0) for m in metrics) if metrics else None
+            completion_tokens = (sum(m.get("completion_tokens", 0) for m in metrics)
+                                 if metrics else None)
+        mr = ModelResponse(content=text, finish_reason="stop", prompt_tokens=prompt_tokens,
+                           completion_tokens=completion_tokens, latency_ms=round(latency_ms, 2),
+                           model=self.model_id)
+        return SolveResult(text, model_response=mr,
+                           trajectory=[{"role": "user", "content": prompt},
+                                       {"role": "assistant", "content": text}],
+                           steps=steps, turns=turns, prompt_tokens=prompt_tokens,
+                           completion_tokens=completion_tokens, scoring_details=details)
+
+
+async def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float
+               ) -> tuple[int | None, str, str]:
+    """Run `cmd` in its own process group; (exit status or None on timeout, stdout, stderr).
+
+    On timeout (and if the caller is cancelled) every process of the run is killed, and the
+    output so far is returned. OpenClaw starts its agent worker in a session of its own, so
+    killing the CLI's group is not enough: the run's processes are found by their `HOME`
+    (the sample's own directory, which they all inherit) as well as by descent. After a
+    normal exit the same sweep ends whatever the agent left running in the background.
+    """
+    home = env["HOME"]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=str(cwd), start_new_session=True)
+    comm = asyncio.ensure_future(proc.communicate())
+    try:
+        out, err = await asyncio.wait_for(asyncio.shield(comm), timeout)
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    except TimeoutError:
+        _kill_run(proc.pid, home)
+        try:  # the pipes close once every process that holds them is gone
+            out, err = await asyncio.wait_for(comm, 30.0)
+        except TimeoutError:
+            out, err = b"", b""
+        return None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    finally:
+        if proc.returncode is None:
+            _kill_run(proc.pid, home)
+            with contextlib.suppress(Exception):
+                await proc.wait()
+        _kill_run(None, home)  # what the agent left behind
+
+
+def _kill_run(leader: int | None, home: str) -> None:
+    """SIGKILL the run's processes: `leader`'s group and descendants, and every process
+    whose HOME is the run's."""
+    procs = _processes()
+    doomed = {pid for pid, (_, env_home) in procs.items() if env_home == home}
+    if leader is not None:
+        doomed.add(leader)
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [leader]
+        while todo:  # descendants, before a dying parent hands them to init
+            for child in children.get(todo.pop(), []):
+                if child not in doomed:
+                    doomed.add(child)
+                    todo.append(child)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, signal.SIGKILL)
+    doomed.discard(os.getpid())
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _processes() -> dict[int, tuple[int, str | None]]:
+    """pid -> (parent pid, HOME) of the processes this user can read, from /proc."""
+    out: dict[int, tuple[int, str | None]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue  # gone, or not ours
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        home = next((v[5:].decode("utf-8", "replace") for v in environ.split(b"\0")
+                     if v.startswith(b"HOME=")), None)
+        out[int(entry.name)] = (ppid, home)
+    return out

@@ -1,0 +1,68 @@
+"""`solver.type: openclaw` in a config: what nel honours, and what it refuses in one line
+naming the key, before any request (the CLI itself runs in
+tests/dagster_project/test_openclaw_e2e.py)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nel_resources.config import ConfigError, load_config
+from nel_resources.config.support import check_supported
+from nel_resources.specs import solver_fingerprint
+
+
+def config(tmp_path: Path, **bench: Any) -> Path:
+    # A stand-in executable: these checks never run it (the e2e tests run the real CLI).
+    cli = tmp_path / "openclaw"
+    cli.write_text("#!/bin/sh\nexit 1\n")
+    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
+    solver = {"type": "openclaw", "service": "m", "openclaw_bin": str(cli),
+              **bench.pop("solver", {})}
+    path = tmp_path / "nel.yaml"
+    path.write_text(yaml.safe_dump({
+        "services": {"m": {"type": "api", "url": "http://127.0.0.1:9/v1", "model": "m"}},
+        "benchmarks": [{"name": "gsm8k", "solver": solver, **bench}],
+        "output": {"dir": str(tmp_path / "out")}}))
+    return path
+
+
+def test_the_honoured_keys_pass_and_reach_the_fingerprint(tmp_path: Path) -> None:
+    cfg = load_config(config(tmp_path, solver={"thinking": "off", "max_concurrent": 2,
+                                               "context_window": 8192,
+                                               "idle_timeout_seconds": 60}))
+    check_supported(cfg)
+    fp = solver_fingerprint(cfg.benchmarks[0].solver)
+    assert fp is not None and fp["type"] == "openclaw" and fp["thinking"] == "off"
+    assert fp["context_window"] == 8192
+
+
+@pytest.mark.parametrize(("bench", "key", "says"), [
+    ({"solver": {"web_search_provider": "tavily"}}, "benchmarks.0.solver.web_search_provider",
+     "OpenClaw's web search"),
+    ({"solver": {"config_path": "/etc/openclaw.json"}}, "benchmarks.0.solver.config_path",
+     "a custom `openclaw.json`"),
+    ({"solver": {"skip_preflight": True}}, "benchmarks.0.solver.skip_preflight",
+     "skipping the OpenClaw preflight"),
+    ({"sandbox": {"type": "local"}}, "benchmarks.0.sandbox",
+     "the 'openclaw' solver in a sandbox"),
+], ids=["web_search_provider", "config_path", "skip_preflight", "sandbox"])
+def test_what_nel_does_not_honour_is_refused_in_one_line(tmp_path: Path, bench: dict[str, Any],
+                                                         key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        check_supported(load_config(config(tmp_path, **bench)))
+    msg = str(exc.value)
+    assert len(msg.splitlines()) == 1 and f"key {key}: {says}" in msg
+
+
+def test_a_cli_that_is_not_there_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "openclaw"
+    with pytest.raises(ConfigError) as exc:
+        check_supported(load_config(config(tmp_path, solver={"openclaw_bin": str(missing)})))
+    msg = str(exc.value)
+    assert "key benchmarks.0.solver.openclaw_bin" in msg and f"`{missing}` is not on PATH" in msg
+    assert "make peers" in msg
