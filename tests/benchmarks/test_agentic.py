@@ -128,7 +128,7 @@ def config(tmp_path: Path, bench: dict[str, Any]) -> Path:
 
 @pytest.mark.parametrize(("bench", "key", "says"), [
     ({"name": "gsm8k", "solver": {"type": "harbor", "service": "m", "agent": "terminus-2"}},
-     "benchmarks.0.solver.type", "Harbor (the `harbor` Python package"),
+     "benchmarks.0.solver.type", "the 'harbor' solver (running Harbor agents"),
     ({"name": "gsm8k", "solver": {"type": "openclaw", "service": "m"}},
      "benchmarks.0.solver.openclaw_bin", "the OpenClaw CLI `openclaw` is not on PATH"),
     ({"name": "harbor://terminal-bench@2.0"}, "benchmarks.0.name",
