@@ -22,6 +22,9 @@ PEER_VENV ?= .venv-peers/nemo-evaluator
 # symlink its per-server venvs to this one, so Gym installs nothing at run time).
 PEER_GYM_VENV ?= .venv-peers/nemo-gym
 PY312 ?= env PYENV_VERSION=3.12.1 python3.12
+# Harbor, whose agents (terminus-2, ...) the `harbor` solver runs: Python >= 3.12. 0.24.0:
+# 0.25.0 needs a certifi newer than any the package index serves.
+PEER_HARBOR_VENV ?= .venv-peers/harbor
 # The OpenClaw CLI agent with its own Node, from npm (deploy/agents/install_openclaw.sh).
 OPENCLAW_LINK ?= .venv-peers/openclaw
 
@@ -45,6 +48,7 @@ peers:
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-evaluator-0.3.0-stats \
 	  'nemo-evaluator[stats]==0.3.0' $(PEER_VENV)  # [stats]: scipy, else its compare is always INCONCLUSIVE
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-gym-0.4.0 'nemo-gym==0.4.0' $(PEER_GYM_VENV)
+	PY312='$(PY312)' bash deploy/peers/install_peer.sh harbor-0.24.0 'harbor==0.24.0' $(PEER_HARBOR_VENV)
 	bash deploy/agents/install_openclaw.sh $(OPENCLAW_LINK)  # the `openclaw` solver's CLI (npm: Node 24 + OpenClaw)
 
 system-deps:

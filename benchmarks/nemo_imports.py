@@ -17,8 +17,9 @@ one clear line instead of mixing the two. (The real 0.3.0 needs Python 3.12; nel
 3.11, so in practice it is not in nel's environment at all.)
 
 Names for features nel has not built yet (sandbox image builds, judge post-processing
-from a scorer, solvers other than chat/completion) are refused at import, before any
-request, with one line naming them.
+from a scorer, the NAT, VLM and oracle solvers) are refused at import, before any
+request, with one line naming them; so are the classes of solvers nel runs from the config
+(`tool_calling`, `gym_delegation`, `openclaw`, `harbor`), with the `solver:` to write instead.
 
 This table names modules of higher layers (`nel_assets`, `nel_resources`) as strings,
 imported only when a user file asks for those names: it is the public-API mapping, not a
@@ -99,16 +100,19 @@ MODULES: dict[str, dict[str, str]] = {
 _SANDBOX = ("NeMo Evaluator's sandbox classes are not provided by nel (give the benchmark a "
             "`sandbox:` block; a scorer gets it as `sample.sandbox`)")
 _SOLVER = "solvers other than `simple` (chat/completion) are not supported yet in nel"
+# Solvers nel runs from the config, not as NeMo Evaluator's Python classes.
+_CONFIG_SOLVER = ("nel runs this solver from the config, not as NeMo Evaluator's Python class: "
+                  "set `solver: {{type: {kind}, ...}}` on the benchmark")
 # Names NeMo Evaluator exports for features nel has not built yet.
 REFUSED: dict[str, str] = {
     "image_builder": "sandbox image builds (image_builder) are not supported yet in nel",
     "needs_judge": "judge post-processing requested by a BYOB scorer (needs_judge) is not "
                    "supported yet in nel",
     "NatSolver": _SOLVER,
-    "OpenClawSolver": _SOLVER,
+    "OpenClawSolver": _CONFIG_SOLVER.format(kind="openclaw"),
     "VLMSolver": _SOLVER,
-    "HarborSolver": _SOLVER,
-    "ReActSolver": _SOLVER,
+    "HarborSolver": _CONFIG_SOLVER.format(kind="harbor"),
+    "ReActSolver": _CONFIG_SOLVER.format(kind="tool_calling"),
     "OracleSolver": _SOLVER,
 }
 
@@ -123,8 +127,10 @@ REFUSED_MODULES: dict[str, str] = {
     f"{ROOT}.executors": "cluster launching (other than local) is not supported yet in nel",
     **{f"{ROOT}.environments.{m}": _HARNESS
        for m in ("harbor", "container", "skills", "lm_eval", "vlmevalkit")},
-    **{f"{ROOT}.solvers.{m}": _SOLVER
-       for m in ("nat", "openclaw", "vlm", "harbor", "react", "oracle", "gym", "byob_agent")},
+    **{f"{ROOT}.solvers.{m}": _SOLVER for m in ("nat", "vlm", "oracle", "byob_agent")},
+    **{f"{ROOT}.solvers.{m}": _CONFIG_SOLVER.format(kind=kind)
+       for m, kind in (("openclaw", "openclaw"), ("harbor", "harbor"),
+                       ("gym", "gym_delegation"), ("react", "tool_calling"))},
 }
 
 

@@ -3,7 +3,8 @@ SWE-bench, `harbor://`, PinchBench).
 
 A Harbor-format benchmark runs when an agent works in the task's sandbox and the task's own
 verifier then runs there (`benchmarks.agentic.harbor_verifier`): that is nel's
-`tool_calling` solver with `sandbox_tools: true`, in a `docker` sandbox (the task's image) or a
+`tool_calling` solver with `sandbox_tools: true`, or the `harbor` solver (a Harbor agent), in a
+`docker` sandbox (the task's image) or a
 `local` one (this machine's tools). Everything else is refused in one line naming the key:
 another solver (its agent does not work in the sandbox the tests run in), another sandbox
 type (nel mounts the verifier's /tests and /logs only in these two), a task image the local
@@ -57,10 +58,13 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                              "and automated checks of the agent's workspace) is not supported yet "
                              "in nel; remove it from this run")
     solver = bench.solver
-    if solver.type != "tool_calling" or not solver.sandbox_tools:
+    if solver.type == "harbor":
+        pass  # a Harbor agent works in the sample's sandbox, as the tests need
+    elif solver.type != "tool_calling" or not solver.sandbox_tools:
         raise refuse("solver", f"{bench.name!r} is an agent benchmark (Harbor tasks): nel runs it "
-                               "with `solver: {type: tool_calling, sandbox_tools: true}`, whose "
-                               "agent works in the sandbox the task's tests then run in; "
+                               "with `solver: {type: tool_calling, sandbox_tools: true}` or "
+                               "`{type: harbor, agent: terminus-2}`, whose agent works in the "
+                               "sandbox the task's tests then run in; "
                                f"the {solver.type} solver without it is not supported yet in nel "
                                "for these tasks")
     sandbox = bench.sandbox

@@ -25,7 +25,8 @@ from nel_resources.config.services import GenerationParams, ServiceConfig
 SolverType = Literal["simple", "harbor", "agent", "tool_calling", "gym_delegation", "nat",
                      "openclaw", "container", "oracle", "custom"]
 _HARBOR = frozenset({"agent", "agent_kwargs", "container_env", "run_timeout", "cmd_timeout",
-                     "timeout_strategy", "max_agent_timeout", "skill", "skill_dir"})
+                     "timeout_strategy", "max_agent_timeout", "skill", "skill_dir",
+                     "harbor_bin"})
 _SOLVER_KEYS: dict[str, frozenset[str]] = {
     "simple": frozenset({"generation", "image_detail"}),
     "harbor": _HARBOR,
@@ -80,6 +81,7 @@ class SolverConfig(_Strict):
     skill: str | None = None
     skill_dir: str | None = None
     framework: str = "harbor"
+    harbor_bin: str = "harbor"  # nel's: Harbor's CLI, whose venv runs the agent (Python >= 3.12)
     resource_service: str | None = None
     sandbox_tools: bool = False
     max_turns: int = Field(50, ge=1)

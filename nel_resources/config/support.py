@@ -8,6 +8,7 @@ to do instead>`. Later issues remove entries as the features land.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -158,13 +159,6 @@ def _check_slurm(cfg: NelConfig) -> None:
     for name, (what, instead) in _SLURM_UNBUILT.items():
         if _changed(c, name, _CLUSTER_DEFAULTS):
             raise _Refusal(("cluster", name), f"cluster.{name} ({what})", instead)
-    used: dict[str, tuple[str, ...]] = {}
-    for name, svc in cfg.services.items():
-        if svc.node_pool is not None:
-            used.setdefault(svc.node_pool, ("services", name, "node_pool"))
-    if len(used) > 1:
-        raise _Refusal(list(used.values())[1], "services on different node pools (a "
-                       "heterogeneous SLURM job)", "put every service on one node pool")
     submit = c.submit is not False
     for name, svc in cfg.services.items():
         at = ("services", name)
@@ -174,6 +168,7 @@ def _check_slurm(cfg: NelConfig) -> None:
             raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}.node_pool: "
                               f"{svc.node_pool!r} is not one of cluster.node_pools "
                               f"({', '.join(c.node_pools)})")
+        _check_het_placement(cfg, name, svc)
         if svc.type in ("vllm", "sglang", "trt_llm"):
             gpus = _pool_gpus(pool) if pool is not None else None
             tp = svc.tensor_parallel_size or 1
@@ -186,6 +181,23 @@ def _check_slurm(cfg: NelConfig) -> None:
                 raise _Refusal((*at, "type"), f"launching {svc.type} servers in SLURM jobs "
                                "(no GPU node here to run them on)", "set `cluster.submit: "
                                "false` to write the job scripts, or use `type: llama_cpp`")
+
+
+def _check_het_placement(cfg: NelConfig, name: str, svc: ServiceConfig) -> None:
+    """Services on several node pools make heterogeneous jobs (dagster_project.slurm_het):
+    the eval client runs on the first pool and every other pool is a component that runs
+    the launched services placed on it. A service nel does not start (`type: api`, ...)
+    placed on another pool would get nodes that run nothing: refused."""
+    named = {s.node_pool for s in cfg.services.values() if s.node_pool}
+    first = next(iter(cfg.cluster.node_pools), None)
+    if (len(named) < 2 or svc.node_pool is None or svc.node_pool == first
+            or svc.node_pool not in cfg.cluster.node_pools or svc.type in LAUNCHED_TYPES):
+        return
+    line = cfg.line_of("services", name, "node_pool")
+    raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}.node_pool: nel starts no "
+                      f"server for a `type: {svc.type}` service, so node pool {svc.node_pool!r} "
+                      f"would run nothing for it; remove `node_pool` (its requests come from the "
+                      f"eval client on the first pool, {first!r})")
 
 
 def _pool_gpus(pool: Any) -> int | None:
@@ -253,7 +265,7 @@ def _check_benchmarks(cfg: NelConfig) -> None:
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
         if b.solver.type not in ("simple", "tool_calling", "gym_delegation", "container",
-                                 "openclaw"):
+                                 "openclaw", "harbor"):
             raise _Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                            "use `type: simple` (one model call per problem), `tool_calling` "
                            "or `gym_delegation`")
@@ -364,11 +376,8 @@ def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     import shutil
 
     if b.solver.type == "harbor":
-        # Harbor is published for Python >= 3.12 (nel runs on 3.11), so it would run in a venv
-        # of its own as the peers do; the driver for its agents is not built yet.
-        raise _Refusal((*at, "solver", "type"), "the 'harbor' solver (running Harbor agents such "
-                       "as terminus-2, from the `harbor` package for Python >= 3.12)",
-                       "run the tasks with `solver.type: tool_calling` and `sandbox_tools: true`")
+        _check_harbor(b, at)
+        return
     binary = b.solver.openclaw_bin
     if shutil.which(binary) is None:
         raise _Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
@@ -377,6 +386,25 @@ def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
                        "`.venv-peers/openclaw/bin` on PATH or give its path in `openclaw_bin`, "
                        "or use `solver.type: tool_calling`")
     _check_openclaw(b, at)
+
+
+def _check_harbor(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """A Harbor agent runs in Harbor's own venv (Python >= 3.12), in the sample's sandbox."""
+    from nel_resources.harbor_install import harbor_python
+
+    if harbor_python(b.solver.harbor_bin) is None:
+        raise _Unavailable((*at, "solver", "harbor_bin"), f"the 'harbor' solver cannot run "
+                           f"here: Harbor's CLI `{b.solver.harbor_bin}` is not on PATH",
+                           "install it with `make peers` (Harbor 0.24.0 in a Python 3.12 venv) "
+                           "and put `.venv-peers/harbor/bin` on PATH or give its path in "
+                           "`harbor_bin`")
+    if b.sandbox is None or b.sandbox.type == "none":
+        raise _Unavailable((*at, "sandbox"), "the 'harbor' solver runs its agent in the "
+                           "sample's sandbox and this benchmark has none",
+                           "add `sandbox: {type: docker}` (the task's image) or `{type: local}`")
+    if b.solver.skill_dir and not Path(b.solver.skill_dir).expanduser().is_dir():
+        raise _Unavailable((*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} "
+                           "is not a directory", "give the skill's local directory")
 
 
 # `openclaw` keys nel does not honour, with why (the others are: openclaw_bin, thinking,

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -191,9 +191,14 @@ def captured_steps(capture_path: str | os.PathLike[str], session_id: str) -> lis
     its history (a shorter conversation than before) starts over from its new messages.
     Failed exchanges are agent steps with an empty message and `extra.error`.
     """
+    return steps_of(read_capture(capture_path, session_id))
+
+
+def steps_of(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`captured_steps` of one session's records, already read (`read_capture`)."""
     steps: list[dict[str, Any]] = []
     seen = 0
-    for rec in read_capture(capture_path, session_id):
+    for rec in records:
         request = rec.get("request") or {}
         messages = request.get("messages")
         if messages is None and request.get("prompt") is not None:
@@ -232,4 +237,4 @@ def captured_steps(capture_path: str | os.PathLike[str], session_id: str) -> lis
     return steps
 
 
-__all__ = ["Capture", "captured_steps", "read_capture"]
+__all__ = ["Capture", "captured_steps", "read_capture", "steps_of"]

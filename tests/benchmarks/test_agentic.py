@@ -127,13 +127,16 @@ def config(tmp_path: Path, bench: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize(("bench", "key", "says"), [
+    ({"name": "gsm8k", "solver": {"type": "harbor", "service": "m", "agent": "terminus-2",
+                                  "harbor_bin": "/nonexistent/harbor"}},
+     "benchmarks.0.solver.harbor_bin", "Harbor's CLI `/nonexistent/harbor` is not on PATH"),
     ({"name": "gsm8k", "solver": {"type": "harbor", "service": "m", "agent": "terminus-2"}},
-     "benchmarks.0.solver.type", "the 'harbor' solver (running Harbor agents"),
+     "benchmarks.0.sandbox", "the 'harbor' solver runs its agent in the sample's sandbox"),
     ({"name": "gsm8k", "solver": {"type": "openclaw", "service": "m"}},
      "benchmarks.0.solver.openclaw_bin", "the OpenClaw CLI `openclaw` is not on PATH"),
     ({"name": "harbor://terminal-bench@2.0"}, "benchmarks.0.name",
      "no local Harbor task cache at"),
-], ids=["harbor", "openclaw", "harbor-uri"])
+], ids=["harbor", "harbor-no-sandbox", "openclaw", "harbor-uri"])
 def test_what_cannot_run_here_is_refused_in_one_line(no_data: Path, bench: dict[str, Any], key: str,
                                                     says: str) -> None:
     with pytest.raises(ConfigError) as exc:
@@ -161,4 +164,5 @@ def test_cli_lists_explains_and_refuses_agent_benchmarks(tmp_path: Path) -> None
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "key benchmarks.0.solver: 'terminal-bench-v1' is an agent benchmark" in lines[0]
     assert "`solver: {type: tool_calling, sandbox_tools: true}`" in lines[0]
+    assert "`{type: harbor, agent: terminus-2}`" in lines[0]
     assert not (tmp_path / "out").exists()

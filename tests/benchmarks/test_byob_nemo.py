@@ -279,7 +279,12 @@ def test_environment_base_class_contract() -> None:
 
 @pytest.mark.parametrize(("line", "says"), [
     ("from nemo_evaluator import image_builder", "image_builder: sandbox image builds"),
-    ("from nemo_evaluator.solvers import OpenClawSolver", "OpenClawSolver: solvers other than"),
+    ("from nemo_evaluator.solvers import OpenClawSolver",
+     "OpenClawSolver: nel runs this solver from the config, not as NeMo Evaluator's Python class: "
+     "set `solver: {type: openclaw, ...}`"),
+    ("from nemo_evaluator.solvers import HarborSolver", "set `solver: {type: harbor, ...}`"),
+    ("from nemo_evaluator.solvers import ReActSolver", "set `solver: {type: tool_calling, ...}`"),
+    ("from nemo_evaluator.solvers import OracleSolver", "OracleSolver: solvers other than"),
     ("import nemo_evaluator.sandbox", "nemo_evaluator.sandbox: NeMo Evaluator's sandbox classes"),
     ("from nemo_evaluator.scoring import get_scorer",
      "nemo_evaluator.scoring.get_scorer: nel does not provide 'get_scorer' (nemo_evaluator.scoring "

@@ -24,13 +24,7 @@ from tests.nel_assets.engine.solvers.scripts import call
 from tests.support import server_stats
 from tests.support.cli import run_nel, summary_json
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
-
-TOML = ('[metadata]\ncategory = "{category}"\n\n[agent]\ntimeout_sec = {agent}\n\n'
-        '[verifier]\ntimeout_sec = 60.0\n\n[environment]\ndocker_image = "{image}"\n')
-# The verifier compares the agent's file with a file of its own tests directory.
-TEST_SH = ('#!/bin/bash\nmkdir -p /logs/verifier\n'
-           'if cmp -s /tests/expected.txt /app/{file}; then echo 1 > /logs/verifier/reward.txt; '
-           'echo PASS; else echo 0 > /logs/verifier/reward.txt; echo FAIL; fi\n')
+from tests.support.harbor_tasks import write_task_set as write_tasks
 
 TASKS: dict[str, dict[str, Any]] = {
     "a-greet": {"instruction": "Task greet: write the word hello into /app/greeting.txt.",
@@ -69,17 +63,7 @@ SCRIPT: list[dict[str, Any]] = [
 
 
 def write_task_set(root: Path, image: str = BASE_IMAGE) -> Path:
-    for name, t in TASKS.items():
-        d = root / name
-        (d / "environment").mkdir(parents=True)
-        (d / "tests").mkdir()
-        (d / "instruction.md").write_text(t["instruction"] + "\n")
-        (d / "task.toml").write_text(TOML.format(category=name[2:], agent=t.get("agent_timeout", 120.0),
-                                                 image=image))
-        (d / "environment" / "Dockerfile").write_text(f"FROM {image}\nWORKDIR /app\n")
-        (d / "tests" / "test.sh").write_text(TEST_SH.format(file=t["file"]))
-        (d / "tests" / "expected.txt").write_text(t["expected"])
-    return root
+    return write_tasks(root, TASKS, image, agent_timeout=120.0)
 
 
 @pytest.fixture(scope="module")

@@ -27,16 +27,18 @@ REFUSED_KEY = {
     "06_humaneval_docker": None,
     "07_swebench_harbor": "benchmarks.0.name",
     "07_swebench_harbor_prod": "benchmarks.0.name",
-    "07_swebench_multilingual_harbor": "benchmarks.0.solver.type",
+    # the harbor solver runs here (Harbor 0.24.0, `make peers`): these are refused on what
+    # they run it in
+    "07_swebench_multilingual_harbor": "benchmarks.0.sandbox.ecr_repository",
     "07_swebench_pro_harbor": "benchmarks.0.name",
     "07a_swebench_harbor_docker": "benchmarks.0.name",
     "08_terminalbench_harbor": "benchmarks.0.name",
     "08a_terminalbench_harbor_docker": "benchmarks.0.name",
-    "08b_terminalbench_v1_harbor": "benchmarks.0.solver.type",
+    "08b_terminalbench_v1_harbor": "benchmarks.0.sandbox.region",
     "09_gym_runtime": None,
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
-    "10_gym_full": None, "10_nmp_harbor": "benchmarks.0.solver.type",
-    "11_gym_env_harbor": "benchmarks.0.solver.type", "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
+    "10_gym_full": None, "10_nmp_harbor": "output.export.0",
+    "11_gym_env_harbor": None, "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # SLURM runs here; a vLLM server has no GPU node to run on (`submit: false` writes the scripts)
     "15_slurm_gsm8k_vllm": "services.model.type", "15a_slurm_gsm8k_vllm_sharded": "services.model.type",
@@ -81,6 +83,8 @@ RUN_REFUSED = {
     "wt07_gym_delegation": "'swebench-multilingual' is an agent benchmark",
     "wt08_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
+    # a Gym resources server's native protocol serves no problems of its own
+    "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
 }
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.

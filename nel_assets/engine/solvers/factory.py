@@ -1,7 +1,8 @@
 """Which solver a run uses, built from its `solver:` block: None for `simple` (the loop's own
 single request), a `ToolCallingSolver` for `tool_calling` with its tool sources, a
 `GymDelegationSolver` for `gym_delegation` (a NeMo Gym agent runs each rollout), an
-`OpenClawSolver` for `openclaw` (the OpenClaw CLI agent, through nel's capture proxy).
+`OpenClawSolver` for `openclaw` (the OpenClaw CLI agent, through nel's capture proxy), a
+`HarborSolver` for `harbor` (a Harbor agent in the sample's sandbox, through the same proxy).
 
 `tool_sources_for` is the one place tool sources are chosen: `sandbox_tools: true` gives the
 sandbox tools, `resource_service:` a NeMo Gym resource server's tools (`gym_tools`), both
@@ -113,5 +114,18 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
             timeout=timeout or DEFAULT_TIMEOUT, max_concurrent=solver_cfg.max_concurrent,
             context_window=solver_cfg.context_window,
             idle_timeout_seconds=solver_cfg.idle_timeout_seconds, system_prompt=system_prompt,
+            model_id=model_id or "")
+    if solver_cfg.type == "harbor":
+        from nel_assets.engine.solvers.harbor_agent import HarborSolver
+
+        if service is None:
+            raise NelError("the 'harbor' solver needs the model service (solver_for(service=))")
+        return HarborSolver(
+            service, agent=str(solver_cfg.agent), agent_kwargs=solver_cfg.agent_kwargs,
+            container_env=solver_cfg.container_env,
+            run_timeout=solver_cfg.run_timeout or timeout, cmd_timeout=solver_cfg.cmd_timeout,
+            timeout_strategy=solver_cfg.timeout_strategy,
+            max_agent_timeout=solver_cfg.max_agent_timeout, skill=solver_cfg.skill,
+            skill_dir=solver_cfg.skill_dir, harbor_bin=solver_cfg.harbor_bin,
             model_id=model_id or "")
     raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,12 +34,12 @@ from benchmarks.errors import NelError
 from nel_assets.engine.solvers import openclaw_steps as oc
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
 from nel_assets.engine.solvers.openclaw_home import agent_command, agent_env, make_home
+from nel_assets.engine.solvers.shard_proxy import ShardProxy
 from nel_resources.model_client import ModelResponse
 
 if TYPE_CHECKING:
     from benchmarks._types import SeedResult
     from nel_resources.config import ServiceConfig
-    from nel_resources.processes import ManagedProcess
 
 __all__ = ["DEFAULT_TIMEOUT", "OpenClawSolver"]
 
@@ -82,16 +81,17 @@ class OpenClawSolver:
         self.system_prompt = system_prompt
         self.model_id = model_id or str(service.model or "")
         self._slots = asyncio.Semaphore(max_concurrent)
-        self._proxy: ManagedProcess | None = None
-        self._proxy_url: str | None = None
-        self._root: Path | None = None
+        self._shard = ShardProxy(service, "nel-openclaw-")
+
+    @property
+    def _root(self) -> Path | None:
+        """The shard's scratch directory (the OpenClaw homes live in it)."""
+        return self._shard.root
 
     @property
     def capture_path(self) -> Path:
         """The proxy's record of every model call of the shard (JSONL, `capture.py`)."""
-        if self._root is None:
-            raise NelError("OpenClawSolver: prepare() was not called")
-        return self._root / "capture.jsonl"
+        return self._shard.capture_path
 
     async def prepare(self) -> None:
         """Check the CLI and start the capture proxy (before any sample runs)."""
@@ -99,37 +99,21 @@ class OpenClawSolver:
             raise NelError(f"the 'openclaw' solver cannot run here: the OpenClaw CLI "
                            f"`{self.openclaw_bin}` is not on PATH (install it with `make "
                            "peers`, or give its path in `solver.openclaw_bin`)")
-        if self._proxy is not None:
-            return
-        from nel_resources.proxy.server import start_proxy
-
-        self._root = Path(tempfile.mkdtemp(prefix="nel-openclaw-"))
-        self._proxy, self._proxy_url = await asyncio.to_thread(
-            start_proxy, None, service_config=self.service, capture_path=self.capture_path,
-            log_path=self._root / "proxy.log")
+        await self._shard.start()
 
     async def close_tools(self) -> None:
         """Stop the proxy and remove the shard's OpenClaw homes (the shard's end)."""
-        proxy, self._proxy = self._proxy, None
-        if proxy is not None:
-            await asyncio.to_thread(proxy.stop)
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
-
-    def _session_url(self, session: str) -> str:
-        assert self._proxy_url is not None
-        return self._proxy_url[: -len("/v1")] + f"/s/{session}/v1"
+        await self._shard.stop()
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
         """One OpenClaw run on `task`; failures come back as `SolveResult.error` + category."""
-        if self._proxy is None:
+        if not self._shard.running:
             await self.prepare()
         assert self._root is not None
         sample = ctx.sample_id if ctx is not None else "0:0"
         name = _SAFE.sub("-", f"nel-{sample}")
         async with self._slots:
-            home = make_home(self._root / "homes", name, base_url=self._session_url(sample),
+            home = make_home(self._root / "homes", name, base_url=self._shard.session_url(sample),
                              model=self.service.model or "model",
                              system_prompt=self.system_prompt,
                              context_window=self.context_window,
@@ -149,10 +133,8 @@ class OpenClawSolver:
 
     def _result(self, prompt: str, sample: str, state: Path, session: str, rc: int | None,
                 stdout: str, stderr: str, latency_ms: float) -> SolveResult:
-        from nel_resources.proxy.capture import captured_steps, read_capture
-
-        captured = captured_steps(self.capture_path, sample) if self.capture_path.exists() else []
-        steps, n_calls = oc.tool_steps(captured, oc.transcript_tool_results(state, session))
+        captured = self._shard.session(sample)
+        steps, n_calls = oc.tool_steps(captured.steps(), oc.transcript_tool_results(state, session))
         turns = sum(1 for s in steps if s.get("source") == "agent")
         details = {"tool_calls": n_calls, "agent": "openclaw"}
 
@@ -165,13 +147,8 @@ class OpenClawSolver:
                           "were killed)", "timeout")
         doc = oc.parse_result(stdout)
         if rc != 0:
-            bad = [r for r in (read_capture(self.capture_path, sample)
-                               if self.capture_path.exists() else [])
-                   if r.get("error") or int(r.get("status") or 0) >= 400]
-            if bad:
-                last = bad[-1]
-                return failed(f"model call failed (HTTP {last.get('status')}: "
-                              f"{str(last.get('error') or '')[:300]}); OpenClaw exited {rc}: "
+            if captured.failed:
+                return failed(f"{ShardProxy.describe_failure(captured.failed[-1])}; OpenClaw exited {rc}: "
                               f"{oc.error_text(doc, stderr)}", "model_error")
             return failed(f"OpenClaw exited {rc}: {oc.error_text(doc, stderr)}", "agent_error")
         if doc is None:
