@@ -31,7 +31,8 @@ _IMAGES: dict[str | None, str] = {}
 
 def preflight(resolved: Any) -> None:
     """Before anything is written: the Docker engine reachable and the image there (nel's
-    own built when it is not), or the Ray address reachable. NelError (one line) if not."""
+    own built when it is not), or the Ray address reachable and, in a `ray job submit` driver,
+    the output dir outside the job's working_dir copy. NelError (one line) if not."""
     cluster = resolved.config.cluster
     if cluster.type == "docker":
         from nel_resources.launchers.docker import check_docker_usable, resolve_image
@@ -39,8 +40,13 @@ def preflight(resolved: Any) -> None:
         check_docker_usable()
         _IMAGES[cluster.image] = resolve_image(cluster)
     elif cluster.type == "ray":
-        from nel_resources.launchers.ray_tasks import check_reachable, ray_address
+        from nel_resources.launchers.ray_tasks import (
+            check_job_output_dir,
+            check_reachable,
+            ray_address,
+        )
 
+        check_job_output_dir(resolved.config.output.dir)
         address = ray_address(cluster)
         if address is not None:
             check_reachable(address)

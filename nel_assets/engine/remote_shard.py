@@ -111,7 +111,7 @@ def run_job(job: PartitionJob) -> dict[str, Any]:
 
     ctx = ray.get_runtime_context()
     return run_partition(job.config_path, job.benchmark, job.model, job.shard, job.total,
-                         job.base_url, f"ray task {ctx.get_task_id()}")
+                         job.base_url, f"ray task {ctx.get_task_id()} node {ctx.get_node_id()[:12]}")
 
 
 def launched_outcome(store: ResultStore, benchmark: str, model: str, shard: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
 from nel_resources.container_image import docker_bin
+from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
 
 #: nel's image when `cluster.image` is unset or `local`: built here from deploy/docker/Dockerfile.
@@ -36,7 +37,6 @@ DOCKER_KEYS = {"network": "the container network (default host)",
                "gpus": "docker run --gpus", "max_parallel": "containers at once"}
 _WORKER = ["python", "-m", "nel_assets.engine.remote_shard"]
 _OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "  # remote_shard.OUTCOME_PREFIX (no upward import)
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def docker_block_refusal(cluster: ClusterConfig) -> tuple[str, str] | None:
@@ -62,12 +62,7 @@ def resolve_image(cluster: ClusterConfig) -> str:
 def forwarded_env(config_path: Path, cluster: ClusterConfig) -> dict[str, str]:
     """Variables the containers get: `container_env`, NEL_DATA_DIR, and every `${VAR}` (and
     `api_key_env`) the effective config refers to that is set here (API keys by reference)."""
-    text = config_path.read_text(encoding="utf-8")
-    names = set(_ENV_REF.findall(text))
-    names |= set(re.findall(r"api_key_env:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)", text))
-    env = {n: os.environ[n] for n in sorted(names) if n in os.environ}
-    if os.environ.get("NEL_DATA_DIR"):
-        env["NEL_DATA_DIR"] = os.environ["NEL_DATA_DIR"]
+    env = referenced_env(config_path)
     env.update(cluster.container_env)
     return env
 

@@ -7,6 +7,11 @@ sets for the driver, as NeMo Evaluator's Ray pattern runs) nel connects to that 
 workers need nel installed and the output directory on a shared filesystem. An address that
 cannot be reached is one line, before any shard runs.
 
+A task does not inherit the driver's environment (a cluster's workers are started by its
+raylets), so the variables the effective config refers to (`${VAR}`, `api_key_env`,
+NEL_DATA_DIR) travel with each task as an argument and are set around the shard's work: not
+through a runtime_env, which Ray shows in its dashboard, API keys included.
+
 Keys of `cluster.ray`: `address`, `num_cpus` (per task, default 1), `num_gpus` (per task),
 `max_retries` (Ray's retries of a task whose worker died; default 0: a failed shard is
 reported and the next `nel eval run` reruns it).
@@ -16,17 +21,20 @@ No Dagster here.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
+from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
 
 RAY_KEYS = {"address": "a Ray cluster to connect to", "num_cpus": "CPUs per task",
@@ -53,6 +61,25 @@ def ray_address(cluster: ClusterConfig) -> str | None:
     return None if addr in (None, "local") else str(addr)
 
 
+def check_job_output_dir(output_dir: str) -> None:
+    """NelError (one line) when nel runs as a `ray job submit` driver and the output dir is
+    inside the job's working_dir copy: the driver's cwd, an unpacked copy on the head node
+    only (tasks on other nodes would write elsewhere), which Ray deletes when it is unused."""
+    job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray for a job's driver only
+    if not job:
+        return
+    try:
+        runtime_env = json.loads(job).get("runtime_env") or {}
+    except (ValueError, AttributeError):  # not the JSON object Ray writes: not a job of ours to judge
+        return
+    if not isinstance(runtime_env, dict) or not runtime_env.get("working_dir"):
+        return
+    out, cwd = Path(output_dir).expanduser().resolve(), Path.cwd().resolve()
+    if out == cwd or cwd in out.parents:
+        raise NelError(f"output.dir {out} is inside this Ray job's working_dir copy ({cwd}), which "
+                       "Ray deletes: give output.dir (or -o) an absolute path on storage the cluster's nodes share")
+
+
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """NelError (one line) when nothing listens at a Ray address (`auto` is Ray's own)."""
     if address == "auto":
@@ -69,6 +96,21 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
                        "start it (ray start --head) or fix cluster.ray.address") from None
 
 
+def connect(ray: Any, address: str) -> None:
+    """`ray.init` on a running cluster; NelError (one line) when the driver cannot join it.
+
+    Ray's native client logs each refused handshake (a wrong token: ~20 s of one-line
+    warnings on stderr) before ray.init gives up; nel's line comes last and says what to fix."""
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, RuntimeError, AuthenticationError: all one line
+        reason = last_line(str(exc).split(". ")[0], type(exc).__name__)
+        raise NelError(
+            f"cannot join the Ray cluster at {address}: {reason}; nel must run on one of its nodes "
+            "(or through `ray job submit`) and, when the cluster uses token authentication, with its "
+            "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)") from None
+
+
 @contextmanager
 def ray_session(cluster: ClusterConfig, n_tasks: int) -> Iterator[Any]:
     """`ray`, initialised: connected to the configured cluster, or a private local one
@@ -81,7 +123,7 @@ def ray_session(cluster: ClusterConfig, n_tasks: int) -> Iterator[Any]:
     tmp = None
     if address is not None:
         check_reachable(address)
-        ray.init(address=address, log_to_driver=False)
+        connect(ray, address)
     else:
         # A short path: Ray's unix sockets live under it (108-byte limit).
         tmp = tempfile.mkdtemp(prefix="nelray", dir="/tmp")
@@ -95,6 +137,22 @@ def ray_session(cluster: ClusterConfig, n_tasks: int) -> Iterator[Any]:
         ray.shutdown()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_in_env(work: Callable[[PartitionJob], dict[str, Any]], env: Mapping[str, str],
+               job: PartitionJob) -> dict[str, Any]:
+    """The Ray task: `work(job)` with the runner's forwarded variables set, then restored
+    (a worker process runs other tasks after this one)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        return work(job)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class RayLauncher:
@@ -114,8 +172,9 @@ class RayLauncher:
                                     "max_retries": int(self.cluster.ray.get("max_retries", 0))}
             if self.cluster.ray.get("num_gpus"):
                 opts["num_gpus"] = self.cluster.ray.get("num_gpus")
-            task = ray.remote(self.work).options(**opts)
-            refs = [task.remote(j) for j in jobs]
+            task = ray.remote(run_in_env).options(**opts)
+            env = referenced_env(Path(jobs[0].config_path))
+            refs = [task.remote(self.work, env, j) for j in jobs]
             results: list[PartitionResult] = []
             for job, ref in zip(jobs, refs, strict=True):
                 try:
