@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,7 +293,8 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
              shard_only: tuple[int, int] | None = None,
              only: set[tuple[str, str, int]] | None = None,
-             merge_only: set[tuple[str, str]] | None = None) -> RunSummary:
+             merge_only: set[tuple[str, str]] | None = None,
+             elsewhere: Mapping[str, str | None] | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
 
     A failure of one (benchmark, model) (missing data, a dead or refusing endpoint, a
@@ -313,6 +314,9 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         merge_only: evaluate nothing; build the bundles, reports and comparisons of these
             (benchmark, model) pairs from shards evaluated elsewhere (the SLURM merge job);
             a partition still missing or stale is a failure naming it.
+        elsewhere: launched services this process must not start, by name: the base URL
+            where another process serves it, or None when this run does not use it (a
+            component of a heterogeneous SLURM job, dagster_project.slurm_het).
 
     Raises:
         NelError: the config or output location cannot work at all (nothing ran).
@@ -389,7 +393,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                                   shard_only=shard_only,
                                   outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
                                   artifact_issues=artifact_issues, bundle=only is None,
-                                  merged=merge_only or set())
+                                  merged=merge_only or set(), elsewhere=elsewhere or {})
         except OSError as exc:
             # Mid-run (the output's disk filled, a file became unwritable): what is stored
             # stays; the run ends as failed with one line, not a traceback.
@@ -572,7 +576,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                  outcomes: list[BenchOutcome], gates: dict[str, dict[str, Any]],
                  failures: list[BenchFailure], log_path: Path,
                  artifact_issues: dict[tuple[str, str], list[str]], bundle: bool = True,
-                 merged: set[tuple[str, str]] | None = None) -> int:
+                 merged: set[tuple[str, str]] | None = None,
+                 elsewhere: Mapping[str, str | None] | None = None) -> int:
     """Materialize the stale partitions of every benchmark; returns the number of runs.
 
     A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
@@ -673,7 +678,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     any_todo = any(todo for _, _, todo in plans) and head is None
     if any_todo:
         from nel_resources.services.launch import launched_services
-    with run_log.dagster_logs_to(log_path), (launched_services(resolved, resources) if any_todo else _nothing()):
+    with run_log.dagster_logs_to(log_path), (launched_services(resolved, resources, elsewhere) if any_todo else _nothing()):
         pending = list(plans)
         try:
             while pending:

@@ -1,12 +1,19 @@
-"""`nel eval run` with `cluster.type: slurm`: one SLURM array job whose tasks are exactly the
-missing or stale (benchmark, model, shard) partitions, then a merge job (`afterok` on the
-array) that builds the bundles, reports and comparisons.
+"""`nel eval run` with `cluster.type: slurm`: SLURM array jobs whose tasks are exactly the
+missing or stale (benchmark, model, shard) partitions (one array, or several when there are
+more partitions than the cluster's MaxArraySize allows in one), then a merge job (`afterok`
+on every array) that builds the bundles, reports and comparisons. With services on several
+node pools each partition is instead one heterogeneous job (dagster_project.slurm_het: SLURM
+has no arrays of those) and the merge job waits on all of them. Both ways are a `_Submitter`
+(`_ArraySubmitter`, `_HetSubmitter`): the waiting, failure, auto_resume and Ctrl-C handling
+below is the same for both.
 
 Layout of one submission, `<output>/slurm/<stamp>/`:
-  partitions-<k>.json  the array index -> partition list of attempt k (0, then auto-resumes)
+  partitions-<k>.json  the array index -> partition list of attempt k (0, then auto-resumes);
+                       `partitions-<k>-<j>.json` for array j when attempt k was split
   eval.sbatch          the array script: task i runs `nel eval run ... --slurm-task <list>`
   merge.sbatch         the merge script: `nel eval run ... --slurm-merge <dir>`
-  jobs.json            the job ids submitted so far (the merge job reads the arrays' ids)
+  jobs.json            the job ids submitted so far, each array with its partition file
+                       (the merge job reads them from here)
   logs/                one log per task and one for the merge
 
 How the Dagster instance learns about remote work: every task runs `nel eval run` for its
@@ -24,19 +31,32 @@ the waiting CLI when some did not.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
+from dagster_project.slurm_het import (
+    HetPlan,
+    describe_plan,
+    elsewhere_for,
+    het_plan,
+    pool_header,
+    services_of,
+    wait_for_services,
+    write_het_script,
+)
 from nel_resources.config import ConfigError, NelConfig
 from nel_resources.launchers.slurm import (
+    DEFAULT_MAX_ARRAY_SIZE,
     INFRA_STATES,
     SbatchHeader,
     SlurmError,
@@ -46,7 +66,6 @@ from nel_resources.launchers.slurm import (
     describe,
     metadata_of,
     render_script,
-    task_index,
     walltime_seconds,
 )
 
@@ -71,23 +90,18 @@ class Partition:
 
 
 def eval_pool(cfg: NelConfig) -> str:
-    """The node pool the array's tasks run on: the one the services or sandboxes name, else
-    the first (as NeMo Evaluator picks it). check_supported refuses more than one."""
+    """The node pool the eval client (array tasks, merge job) runs on: the one the services
+    or sandboxes name, else the first (as NeMo Evaluator picks it); with services on several
+    pools (a heterogeneous job, dagster_project.slurm_het), the first."""
     used = [s.node_pool for s in cfg.services.values() if s.node_pool]
     used += [s.node_pool for s in cfg.sandboxes.values() if s.node_pool]
     pools = list(cfg.cluster.node_pools)
-    return used[0] if used else pools[0]
+    return used[0] if used and len(set(used)) == 1 else pools[0]
 
 
 def header_for(cfg: NelConfig, job_name: str, log: str) -> SbatchHeader:
-    """The `#SBATCH` lines of `cluster:` and its node pool."""
-    c = cfg.cluster
-    pool = c.node_pools[eval_pool(cfg)]
-    return SbatchHeader(job_name=job_name, log=log, walltime=c.walltime, partition=pool.partition,
-                        nodes=pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
-                        gpus_per_node=pool.gpus_per_node, account=c.account,
-                        comment=c.sbatch_comment, extra_flags={**c.sbatch_extra_flags,
-                                                               **pool.sbatch_extra_flags})
+    """The `#SBATCH` lines of `cluster:` and the eval client's node pool."""
+    return pool_header(cfg, eval_pool(cfg), job_name, log)
 
 
 def _nel_command(argv: list[str], extra: list[str]) -> str:
@@ -102,23 +116,40 @@ def _nel_command(argv: list[str], extra: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def _preamble(cfg: NelConfig) -> list[str]:
+    return [*_service_comments(cfg), f"cd {shlex.quote(os.getcwd())}"]
+
+
+def write_merge_script(cfg: NelConfig, run_dir: Path, argv: list[str]) -> Path:
+    """merge.sbatch: bundles, reports and comparisons once every task succeeded."""
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    body = "\n".join([*_preamble(cfg), _nel_command(argv, ["--slurm-merge", str(run_dir)])])
+    path = run_dir / "merge.sbatch"
+    path.write_text(render_script(header_for(cfg, "nel-merge", str(run_dir / "logs" / "merge-%j.log")),
+                                  body, env=dict(cfg.cluster.container_env)))
+    path.chmod(0o755)
+    return path
+
+
+def write_het_scripts(cfg: NelConfig, plan: HetPlan, run_dir: Path, argv: list[str],
+                      groups: set[tuple[str, ...]]) -> dict[tuple[str, ...], Path]:
+    """One job script per set of pools some partitions need (dagster_project.slurm_het)."""
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    return {g: write_het_script(cfg, plan, g, run_dir, lambda extra: _nel_command(argv, extra),
+                                _preamble(cfg)) for g in sorted(groups)}
+
+
 def write_scripts(cfg: NelConfig, run_dir: Path, argv: list[str]) -> tuple[Path, Path]:
     """Write eval.sbatch (the array; its argument is a partition list) and merge.sbatch."""
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in cfg.cluster.container_env.items()}
-    cd = "\n".join([*_service_comments(cfg), f"cd {shlex.quote(os.getcwd())}"])
+    merge_script = write_merge_script(cfg, run_dir, argv)
     eval_body = "\n".join([
-        cd, 'echo "nel: array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID} on $(hostname)"',
+        *_preamble(cfg),
+        'echo "nel: array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID} on $(hostname)"',
         _nel_command(argv, ["--slurm-task"]) + ' "$1"'])
-    merge_body = "\n".join([cd, _nel_command(argv, ["--slurm-merge", str(run_dir)])])
     eval_script = run_dir / "eval.sbatch"
-    merge_script = run_dir / "merge.sbatch"
     eval_script.write_text(render_script(header_for(cfg, "nel-eval", str(run_dir / "logs" / "eval-%A_%a.log")),
-                                         eval_body, env=env))
-    merge_script.write_text(render_script(header_for(cfg, "nel-merge", str(run_dir / "logs" / "merge-%j.log")),
-                                          merge_body, env=env))
-    for p in (eval_script, merge_script):
-        p.chmod(0o755)
+                                         eval_body, env=dict(cfg.cluster.container_env)))
+    eval_script.chmod(0o755)
     return eval_script, merge_script
 
 
@@ -136,13 +167,17 @@ def _service_comments(cfg: NelConfig) -> list[str]:
                 cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
             except NelError as exc:
                 cmd = f"(cannot be built here: {exc})"
-            lines.append(f"# nel launches services.{name} ({svc.type}) in the job: {cmd}")
+            plan = het_plan(cfg)
+            where = (f"on its own component (node pool {plan.pool_of[name]}, bound to the node's "
+                     "address)" if plan is not None and name in plan.pool_of else "in the job")
+            lines.append(f"# nel launches services.{name} ({svc.type}) {where}: {cmd}")
     return lines
 
 
-def write_partitions(run_dir: Path, attempt: int, parts: list[Partition]) -> Path:
-    """The array index -> partition list of one attempt."""
-    path = run_dir / f"partitions-{attempt}.json"
+def write_partitions(run_dir: Path, attempt: int, parts: list[Partition], array: int | None = None) -> Path:
+    """The array index -> partition list of one array: `partitions-<attempt>.json`, or
+    `partitions-<attempt>-<array>.json` when the attempt was split into several arrays."""
+    path = run_dir / (f"partitions-{attempt}.json" if array is None else f"partitions-{attempt}-{array}.json")
     path.write_text(json.dumps([asdict(p) for p in parts], indent=1))
     return path
 
@@ -183,25 +218,55 @@ def _say(msg: str) -> None:
 
 
 class _Jobs:
-    """jobs.json: every array (with its partition list) and merge job of a submission."""
+    """jobs.json: every array (with its partition list), heterogeneous job (with its
+    partition list and index) and merge job of a submission."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / "jobs.json"
         self.arrays: list[dict[str, Any]] = []
+        self.hetjobs: list[dict[str, Any]] = []
         self.merge: str | None = None
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"arrays": self.arrays, "merge": self.merge}, indent=1))
+        doc: dict[str, Any] = {"arrays": self.arrays, "merge": self.merge}
+        if self.hetjobs:
+            doc["hetjobs"] = self.hetjobs
+        tmp.write_text(json.dumps(doc, indent=1))
         os.replace(tmp, self.path)
 
+    def mark_recorded(self, job_ids: list[str]) -> None:
+        """The CLI recorded these arrays' or heterogeneous jobs' outcomes: the merge job does
+        not record them again."""
+        for a in [*self.arrays, *self.hetjobs]:
+            if a["job_id"] in job_ids:
+                a["recorded"] = True
+        self.save()
+
     def all_ids(self) -> list[str]:
-        return [a["job_id"] for a in self.arrays] + ([self.merge] if self.merge else [])
+        return ([a["job_id"] for a in self.arrays] + [h["job_id"] for h in self.hetjobs]
+                + ([self.merge] if self.merge else []))
+
+
+@dataclass
+class _Batch:
+    """What one attempt submitted: the jobs to wait on and each task's partition."""
+
+    job_ids: list[str]
+    by_task: dict[str, Partition]  # `123_4` (array task) or `123` (a heterogeneous job)
+    what: str  # `array job 123` / `3 array jobs 1, 2, 3` / `4 heterogeneous jobs (123-126)`
+    detail: str  # `7 tasks in arrays of at most 3, the cluster's MaxArraySize` / `4 tasks`
+    unit: str  # how one task is named in messages: `task` / `job`
 
 
 def run_on_slurm(cfg: NelConfig, argv: list[str], *, resume: bool = True, wait: bool = True,
                  launcher: SlurmLauncher | None = None) -> tuple[int, Any]:
-    """Submit the stale partitions of `cfg` as one array plus an `afterok` merge job.
+    """Submit the stale partitions of `cfg`: array jobs plus an `afterok` merge job, or, with
+    services on several node pools, one heterogeneous job per partition plus the merge job
+    (dagster_project.slurm_het).
+
+    One array holds at most the cluster's MaxArraySize tasks (its indices stay below it):
+    more partitions than that are split into several arrays and the merge job waits on all.
 
     Returns:
         (exit status, the run summary or None): with `wait`, the summary of the finished run
@@ -226,31 +291,42 @@ def run_on_slurm(cfg: NelConfig, argv: list[str], *, resume: bool = True, wait: 
         return _finish(cfg, plan_failures)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     run_dir = out / "slurm" / stamp
-    eval_script, merge_script = write_scripts(cfg, run_dir, argv)
-    part_file = write_partitions(run_dir, 0, parts)
-    if not submit:
-        print(f"wrote {eval_script} (array of {len(parts)} tasks: {part_file})")
-        print(f"wrote {merge_script} (run it after the array: --dependency=afterok:<array id>)")
-        print(f"to submit: sbatch --array={array_spec(len(parts))} {eval_script} {part_file}")
-        return 0, None
+    plan = het_plan(cfg)
+    if plan is not None:
+        order = list(cfg.cluster.node_pools)
+        group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
+        # Partitions of one script next to each other: `submit: false` prints one range each.
+        parts = sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
+                                             group_of[p]))
+        scripts = write_het_scripts(cfg, plan, run_dir, argv, set(group_of.values()))
+        merge_script = write_merge_script(cfg, run_dir, argv)
+        if not submit:
+            return _print_het_submission(scripts, group_of, parts, write_partitions(run_dir, 0, parts),
+                                         merge_script)
+    else:
+        eval_script, merge_script = write_scripts(cfg, run_dir, argv)
+        if not submit:
+            return _write_only(run_dir, eval_script, merge_script, parts)
     if launcher is None:
         from nel_resources.launchers.resource import SlurmLauncherResource
 
         launcher = SlurmLauncherResource().launcher()
     sl = launcher
-    limit = sl.max_array_size()
-    if len(parts) >= limit:
-        raise NelError(f"{len(parts)} partitions to run, but the cluster's MaxArraySize is {limit}: "
-                       "use fewer shards per run (or raise MaxArraySize in slurm.conf); nothing "
-                       "was submitted")
-    _record_planned(home, parts)
     jobs = _Jobs(run_dir)
+    sub: _Submitter
+    if plan is not None:
+        _check_pools(cfg, sl, run_dir, [plan.eval_pool, *sorted(set(plan.pool_of.values()))])
+        sub = _HetSubmitter(sl, jobs, run_dir, merge_script, scripts, group_of)
+        how = describe_plan(plan)
+    else:
+        sub = _ArraySubmitter(sl, jobs, run_dir, merge_script, eval_script, sl.max_array_size())
+        how = ""
+    _record_planned(home, parts)
     previous = signal.getsignal(signal.SIGTERM)
     if previous in (signal.SIG_DFL, signal.SIG_IGN, None):
         signal.signal(signal.SIGTERM, _interrupt)  # `kill` cancels the jobs as Ctrl-C does
     try:
-        return _submit_and_wait(cfg, sl, jobs, run_dir, eval_script, merge_script, parts, fresh,
-                                home, plan_failures, wait=wait)
+        return _submit_and_wait(cfg, sub, parts, fresh, home, plan_failures, how, wait=wait)
     except KeyboardInterrupt:
         ids = jobs.all_ids()
         if ids:
@@ -264,88 +340,241 @@ def run_on_slurm(cfg: NelConfig, argv: list[str], *, resume: bool = True, wait: 
             signal.signal(signal.SIGTERM, previous)
 
 
+def _print_het_submission(scripts: dict[tuple[str, ...], Path], group_of: dict[Partition, tuple[str, ...]],
+                          parts: list[Partition], part_file: Path, merge_script: Path) -> tuple[int, Any]:
+    """`submit: false` with services on several pools: what was written, how to submit it."""
+    for group, script in scripts.items():
+        idx = [i for i, p in enumerate(parts) if group_of[p] == group]
+        comps = "the eval pool only" if not group else f"{len(group) + 1} components: + {', '.join(group)}"
+        print(f"wrote {script} ({comps}; partitions {idx[0]}-{idx[-1]} of {part_file})")
+        print(f"to submit: for i in $(seq {idx[0]} {idx[-1]}); do sbatch {script} {part_file} $i; done")
+    print(f"wrote {merge_script} (run it after those jobs: --dependency=afterok:<id>:<id>...)")
+    return 0, None
+
+
+def _check_pools(cfg: NelConfig, sl: SlurmLauncher, run_dir: Path, pools: list[str]) -> None:
+    """`sbatch --test-only` each node pool alone: a pool the cluster cannot satisfy (no such
+    partition, more nodes than it has...) is refused naming the pool, before any submission."""
+    for name in pools:
+        probe = run_dir / f".probe-{name}.sbatch"
+        probe.write_text(render_script(pool_header(cfg, name, "nel-probe", "/dev/null"), "true"))
+        try:
+            why = sl.test_only(probe)
+        finally:
+            probe.unlink(missing_ok=True)
+        if why is not None:
+            pool = cfg.cluster.node_pools[name]
+            raise NelError(f"cluster.node_pools.{name} (partition {pool.partition}, {pool.nodes} "
+                           f"node{'s' if pool.nodes != 1 else ''}) cannot be satisfied by this "
+                           f"cluster: {why}; nothing was submitted")
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _submit_array(sl: SlurmLauncher, jobs: _Jobs, eval_script: Path, merge_script: Path,
-                  part_file: Path, n: int) -> str:
-    array_id = sl.submit(eval_script, array=array_spec(n), args=[str(part_file)])
-    jobs.arrays.append({"job_id": array_id, "partitions": part_file.name})
-    jobs.save()  # before the merge job can start (it reads the arrays from here)
-    try:
-        jobs.merge = sl.submit(merge_script, dependency=f"afterok:{array_id}")
-    except SlurmError as exc:  # e.g. the array already failed: its afterok can never be met
-        _say(f"the merge job was not submitted: {exc}")
-        jobs.merge = None
-    jobs.save()
-    return array_id
+def split(parts: list[Partition], per_array: int) -> list[list[Partition]]:
+    """`parts` in consecutive chunks of at most `per_array` (one chunk per array job)."""
+    if per_array < 1:
+        raise ValueError("an array holds at least one task")
+    return [parts[i:i + per_array] for i in range(0, len(parts), per_array)]
 
 
-def _submit_and_wait(cfg: NelConfig, sl: SlurmLauncher, jobs: _Jobs, run_dir: Path,
-                     eval_script: Path, merge_script: Path, parts: list[Partition], fresh: int,
-                     home: Path, plan_failures: list[Any], *, wait: bool) -> tuple[int, Any]:
-    c = cfg.cluster
-    array_id = _submit_array(sl, jobs, eval_script, merge_script, run_dir / "partitions-0.json", len(parts))
-    _say(f"submitted array job {array_id} ({len(parts)} task{'s' if len(parts) != 1 else ''}; "
-         f"{fresh} shard{'s' if fresh != 1 else ''} up to date) and merge job {jobs.merge} "
-         f"(afterok:{array_id}); scripts and logs in {run_dir}")
+def _write_only(run_dir: Path, eval_script: Path, merge_script: Path, parts: list[Partition]) -> tuple[int, Any]:
+    """`submit: false`: the partition files and the commands that would submit them, split
+    by the cluster's MaxArraySize when `scontrol` answers here (else SLURM's default)."""
+    per_array = DEFAULT_MAX_ARRAY_SIZE  # no cluster answers from here: SLURM's default limit
+    if SlurmLauncher.unavailable_reason() is None:
+        with contextlib.suppress(SlurmError):
+            per_array = SlurmLauncher().max_array_size()
+    chunks = split(parts, per_array)
+    files = [write_partitions(run_dir, 0, parts) if len(chunks) == 1 else
+             write_partitions(run_dir, 0, chunk, j) for j, chunk in enumerate(chunks)]
+    print(f"wrote {eval_script} ({len(parts)} tasks in {len(chunks)} array"
+          f"{'s' if len(chunks) > 1 else ''}: {', '.join(str(f) for f in files)})")
+    ids = ":".join(f"<array {j} id>" for j in range(len(chunks))) if len(chunks) > 1 else "<array id>"
+    print(f"wrote {merge_script} (run it after the arrays: --dependency=afterok:{ids})")
+    for chunk, f in zip(chunks, files, strict=True):
+        print(f"to submit: sbatch --array={array_spec(len(chunk))} {eval_script} {f}")
+    return 0, None
+
+
+class _Submitter:
+    """Submits one attempt's partitions (0, then each auto_resume) as SLURM jobs and the merge
+    job `afterok` on all of them, recording each id in jobs.json as soon as SLURM gives it
+    (so Ctrl-C, or a refused later job, cancels exactly what was submitted). Subclasses say
+    which jobs: `_ArraySubmitter` (arrays of at most MaxArraySize tasks) or `_HetSubmitter`
+    (one heterogeneous job per partition)."""
+
+    unit = "task"  # how one task is named in messages
+
+    def __init__(self, sl: SlurmLauncher, jobs: _Jobs, run_dir: Path, merge_script: Path) -> None:
+        self.sl, self.jobs, self.run_dir, self.merge_script = sl, jobs, run_dir, merge_script
+
+    def submit(self, attempt: int, parts: list[Partition]) -> _Batch:
+        """Submit `parts` as attempt `attempt`, then its merge job (jobs.merge; None if SLURM
+        refused it, e.g. because a job already failed so its afterok can never be met)."""
+        batch = self._submit_jobs(attempt, parts)
+        self.jobs.save()  # before the merge job can start (it reads the jobs from here)
+        try:
+            self.jobs.merge = self.sl.submit(self.merge_script, dependency=dependency(batch.job_ids))
+        except SlurmError as exc:
+            _say(f"the merge job was not submitted: {exc}")
+            self.jobs.merge = None
+        self.jobs.save()
+        return batch
+
+    def _submit_jobs(self, attempt: int, parts: list[Partition]) -> _Batch:
+        raise NotImplementedError
+
+    def _each(self, entries: list[dict[str, Any]], record: list[dict[str, Any]],
+              submit: Callable[[int], str]) -> list[str]:
+        """Submit job i of this attempt with `submit(i)` for each of `entries` (its jobs.json
+        entry), appending the entry with its id to `record` and saving jobs.json at once. If
+        SLURM refuses one, those this attempt already submitted are cancelled (no
+        half-submitted attempt)."""
+        ids: list[str] = []
+        for i, entry in enumerate(entries):
+            try:
+                job_id = submit(i)
+            except SlurmError as exc:
+                if not ids:
+                    raise
+                self.sl.cancel(ids)
+                raise NelError(f"{exc} (after {len(ids)} of {len(entries)} jobs of this attempt; "
+                               "those were cancelled)") from None
+            ids.append(job_id)
+            record.append({"job_id": job_id, **entry})
+            self.jobs.save()
+        return ids
+
+
+class _ArraySubmitter(_Submitter):
+    """Arrays of at most `per_array` (the cluster's MaxArraySize) tasks of one script."""
+
+    def __init__(self, sl: SlurmLauncher, jobs: _Jobs, run_dir: Path, merge_script: Path,
+                 eval_script: Path, per_array: int) -> None:
+        super().__init__(sl, jobs, run_dir, merge_script)
+        self.eval_script, self.per_array = eval_script, per_array
+
+    def _submit_jobs(self, attempt: int, parts: list[Partition]) -> _Batch:
+        chunks = split(parts, self.per_array)
+        files = [write_partitions(self.run_dir, attempt, chunk, j if len(chunks) > 1 else None)
+                 for j, chunk in enumerate(chunks)]
+        ids = self._each([{"partitions": f.name} for f in files], self.jobs.arrays,
+                         lambda j: self.sl.submit(self.eval_script, array=array_spec(len(chunks[j])),
+                                                  args=[str(files[j])]))
+        by_task = {f"{job}_{i}": p for job, chunk in zip(ids, chunks, strict=True) for i, p in enumerate(chunk)}
+        tasks = f"{len(parts)} task{'s' if len(parts) != 1 else ''}"
+        if len(ids) == 1:
+            return _Batch(ids, by_task, f"array job {ids[0]}", tasks, self.unit)
+        return _Batch(ids, by_task, f"{len(ids)} array jobs {', '.join(ids)}",
+                      f"{tasks} in arrays of at most {self.per_array}, the cluster's MaxArraySize", self.unit)
+
+
+class _HetSubmitter(_Submitter):
+    """One job per partition (SLURM has no arrays of heterogeneous jobs), each with the script
+    of the node pools its services need (dagster_project.slurm_het)."""
+
+    unit = "job"
+
+    def __init__(self, sl: SlurmLauncher, jobs: _Jobs, run_dir: Path, merge_script: Path,
+                 scripts: dict[tuple[str, ...], Path], group_of: dict[Partition, tuple[str, ...]]) -> None:
+        super().__init__(sl, jobs, run_dir, merge_script)
+        self.scripts, self.group_of = scripts, group_of
+
+    def _submit_jobs(self, attempt: int, parts: list[Partition]) -> _Batch:
+        part_file = write_partitions(self.run_dir, attempt, parts)
+        ids = self._each([{"partitions": part_file.name, "index": i} for i in range(len(parts))],
+                         self.jobs.hetjobs,
+                         lambda i: self.sl.submit(self.scripts[self.group_of[parts[i]]],
+                                                  args=[str(part_file), str(i)]))
+        span = ids[0] if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+        return _Batch(ids, dict(zip(ids, parts, strict=True)),
+                      f"{len(ids)} heterogeneous job{'s' if len(ids) != 1 else ''} ({span})",
+                      f"{len(parts)} task{'s' if len(parts) != 1 else ''}", self.unit)
+
+
+def dependency(job_ids: list[str]) -> str:
+    """`afterok:<a>:<b>...`: the merge job runs once every task of every job succeeded."""
+    return "afterok:" + ":".join(job_ids)
+
+
+def _submit_and_wait(cfg: NelConfig, sub: _Submitter, parts: list[Partition], fresh: int,
+                     home: Path, plan_failures: list[Any], how: str, *, wait: bool) -> tuple[int, Any]:
+    c, sl, jobs, run_dir = cfg.cluster, sub.sl, sub.jobs, sub.run_dir
+    batch = sub.submit(0, parts)
+    # Hundreds of heterogeneous jobs would make an unreadable line: their ids are in jobs.json.
+    after = dependency(batch.job_ids) if len(batch.job_ids) <= 8 else f"afterok on all {len(batch.job_ids)}"
+    _say(f"submitted {batch.what} ({batch.detail}; {fresh} shard{'s' if fresh != 1 else ''} up to date"
+         f"{'; ' + how if how else ''}) and merge job {jobs.merge} ({after}); scripts and logs in {run_dir}")
     if not wait:
-        print(f"array job {array_id}, merge job {jobs.merge}")
+        print(f"{batch.what}, merge job {jobs.merge}")
         return 0, None
-    current, attempt, used_s = parts, 0, 0
+    attempt, used_s = 0, 0
     missing: list[tuple[Partition, TaskState]] = []
     while True:
-        by_index = dict(enumerate(current))
+        def show(st: TaskState, batch: _Batch = batch) -> None:
+            p = batch.by_task.get(st.job_id)
+            if p is not None:
+                _say(f"{p.label()} ({batch.unit} {st.job_id}): {describe(st)}")
 
-        def show(st: TaskState, by_index: dict[int, Partition] = by_index) -> None:
-            i = task_index(st.job_id)
-            if i is not None and i in by_index:
-                _say(f"{by_index[i].label()} (task {st.job_id}): {describe(st)}")
-
-        states = sl.wait([array_id], on_change=show)
-        ended = {task_index(t): st for t, st in states.items()}
-        failed = [(p, ended.get(i) or TaskState(f"{array_id}_{i}", "UNKNOWN")) for i, p in by_index.items()
-                  if not (ended.get(i) and ended[i].ok)]
-        used_s += sum(st.elapsed_s or 0 for st in states.values())
+        states = sl.wait(batch.job_ids, on_change=show)
+        failed = [(p, states.get(t) or TaskState(t, "UNKNOWN")) for t, p in batch.by_task.items()
+                  if not (t in states and states[t].ok)]
+        used_s += sum(st.elapsed_s or 0 for t, st in states.items() if t in batch.by_task)
         retry = [p for p, st in failed if st.state in INFRA_STATES]
         within = c.max_walltime is None or used_s < walltime_seconds(c.max_walltime)
         if retry and c.auto_resume and attempt < c.max_retries and within:
             sl.cancel([jobs.merge or ""])  # its afterok can no longer be met
-            _record_outcomes(home, dict(by_index), states)
+            _record_outcomes(home, batch.by_task, states)
+            jobs.mark_recorded(batch.job_ids)
             attempt += 1
             missing += [(p, st) for p, st in failed if p not in retry]
-            current = retry
-            part_file = write_partitions(run_dir, attempt, retry)
-            array_id = _submit_array(sl, jobs, eval_script, merge_script, part_file, len(retry))
-            _say(f"auto_resume {attempt}/{c.max_retries}: resubmitted {len(retry)} task(s) as "
-                 f"array job {array_id}, merge job {jobs.merge}")
+            batch = sub.submit(attempt, retry)
+            _say(f"auto_resume {attempt}/{c.max_retries}: resubmitted {len(retry)} task(s) "
+                 f"({', '.join(p.label() for p in retry)}) as {batch.what} ({batch.detail}), "
+                 f"merge job {jobs.merge}")
             continue
+        if retry:
+            _say(f"not resubmitted ({', '.join(p.label() for p in retry)}): "
+                 + _no_resume_reason(c, attempt, used_s))
         missing += failed
         break
     lost = {p for p, _ in missing}
     ran = [p for p in parts if p not in lost]
     if missing:
         sl.cancel([jobs.merge or ""])
-        _record_outcomes(home, dict(enumerate(current)), states)
+        _record_outcomes(home, batch.by_task, states)
         for p, st in missing:
-            _say(f"{p.label()} is missing: task {st.job_id} ended {describe(st)} "
+            _say(f"{p.label()} is missing: {batch.unit} {st.job_id} ended {describe(st)} "
                  f"(log: {run_dir / 'logs'})")
-        return _finish(cfg, plan_failures, ran)
+        return _finish(cfg, plan_failures, ran, parts)
     if jobs.merge is None:  # the store still has every shard: the summary builds the bundles
-        return _finish(cfg, plan_failures, ran)
+        return _finish(cfg, plan_failures, ran, parts)
     merge = sl.wait([jobs.merge])
     st = merge.get(jobs.merge)
     _say(f"merge job {jobs.merge}: {describe(st) if st else 'no longer known to SLURM'}")
     if st is None or not st.ok:
         _say(f"the merge job failed: see {run_dir / 'logs'}")
-    return _finish(cfg, plan_failures, ran)
+    return _finish(cfg, plan_failures, ran, parts)
 
 
-def _finish(cfg: NelConfig, plan_failures: list[Any], ran: list[Partition] | None = None) -> tuple[int, Any]:
+def _no_resume_reason(c: Any, attempt: int, used_s: int) -> str:
+    """Why tasks the cluster ended are not resubmitted (auto_resume off, retries spent, or
+    max_walltime reached)."""
+    if not c.auto_resume:
+        return "auto_resume is off"
+    if attempt >= c.max_retries:
+        return f"max_retries ({c.max_retries}) spent"
+    return f"the tasks' summed run time ({used_s} s) reached max_walltime {c.max_walltime}"
+
+
+def _finish(cfg: NelConfig, plan_failures: list[Any], ran: list[Partition] | None = None,
+            submitted: list[Partition] | None = None) -> tuple[int, Any]:
     """The run's summary, read from the store as a local run reports it (nothing is
     evaluated here: a shard still missing is a failure naming it); `ran` are the partitions
-    the tasks evaluated."""
+    the tasks evaluated, `submitted` all those the run submitted (the rest were fresh)."""
     from dagster_project.runner import run_eval
 
     summary = run_eval(cfg, progress=False, merge_only=set())
@@ -353,7 +582,8 @@ def _finish(cfg: NelConfig, plan_failures: list[Any], ran: list[Partition] | Non
         done = [p for p in ran or [] if p.benchmark == oc.benchmark]
         oc.shards_run = [(p.model, p.shard) for p in done]
         oc.run_reasons = {f"{p.model}/{p.shard}": p.reason for p in done}
-        oc.shards_fresh = max(0, oc.shards_total - len(done))
+        sent = [p for p in submitted or ran or [] if p.benchmark == oc.benchmark]
+        oc.shards_fresh = max(0, oc.shards_total - len(sent))  # a missing shard is not fresh
     known = {(f.benchmark, f.model) for f in summary.failures}
     summary.failures += [f for f in plan_failures if (f.benchmark, f.model) not in known]
     return summary.exit_status, summary
@@ -373,10 +603,11 @@ def _record_planned(home: Path, parts: list[Partition]) -> None:
         instance.add_dynamic_partitions(MODEL_PARTITIONS.name, new)
 
 
-def _record_outcomes(home: Path, by_index: dict[int, Partition],
+def _record_outcomes(home: Path, by_task: dict[str, Partition],
                      states: dict[str, TaskState], launcher: SlurmLauncher | None = None) -> int:
     """How each task ended, as an AssetObservation of its partition (metadata: SLURM job id,
-    state, exit code, elapsed seconds, sacct figures). Returns how many were recorded."""
+    state, exit code, elapsed seconds, sacct figures). `by_task`: task id (`123_4`, or a
+    heterogeneous job's `123`) -> partition. Returns how many were recorded."""
     import dagster as dg
 
     sl = launcher or SlurmLauncher()
@@ -385,10 +616,9 @@ def _record_outcomes(home: Path, by_index: dict[int, Partition],
     instance = dg.DagsterInstance.from_config(str(home))
     n = 0
     for tid, st in states.items():
-        i = task_index(tid)
-        if i is None or i not in by_index:
+        p = by_task.get(tid)
+        if p is None:
             continue
-        p = by_index[i]
         final = acct.get(tid, st)
         instance.report_runless_asset_event(dg.AssetObservation(
             asset_key=dg.AssetKey([p.asset_name, "shard_results"]),
@@ -400,10 +630,12 @@ def _record_outcomes(home: Path, by_index: dict[int, Partition],
 
 # -- inside the jobs -------------------------------------------------------------------------
 
-def task_partition(part_file: Path, env: dict[str, str] | None = None) -> Partition:
-    """The partition of this array task (SLURM_ARRAY_TASK_ID indexes the list)."""
+def task_partition(part_file: Path, env: dict[str, str] | None = None,
+                   index: int | None = None) -> Partition:
+    """The partition of this task: `index` (a heterogeneous job's argument), else the array
+    task's SLURM_ARRAY_TASK_ID, indexes the list."""
     e = os.environ if env is None else env
-    raw = e.get("SLURM_ARRAY_TASK_ID", "")
+    raw = str(index) if index is not None else e.get("SLURM_ARRAY_TASK_ID", "")
     if not raw.isdigit():
         raise NelError("--slurm-task runs inside a SLURM array task (SLURM_ARRAY_TASK_ID is not set)")
     parts = read_partitions(part_file)
@@ -413,27 +645,51 @@ def task_partition(part_file: Path, env: dict[str, str] | None = None) -> Partit
     return parts[i]
 
 
-def run_task(cfg: NelConfig, part_file: Path, *, resume: bool = True) -> Any:
-    """One array task: evaluate its one partition into the shared store and instance."""
+def run_task(cfg: NelConfig, part_file: Path, *, resume: bool = True, index: int | None = None,
+             svc_dir: Path | None = None) -> Any:
+    """One task: evaluate its one partition into the shared store and instance. In a
+    heterogeneous job (`index` given), the services of other pools are not started here:
+    their components write their URLs into `svc_dir`, waited for first."""
     from dagster_project.runner import run_eval
 
-    p = task_partition(part_file)
+    p = task_partition(part_file, index=index)
     print(f"nel: {p.label()} ({p.reason})", flush=True)
-    return run_eval(cfg, resume=resume, progress=False, only={(p.benchmark, p.model, p.shard)})
+    plan = het_plan(cfg)
+    elsewhere: dict[str, str | None] | None = None
+    if plan is not None:
+        from dagster_project import runner
+
+        needed = services_of(runner.validate_before_run(cfg), p.benchmark, p.model)
+        remote = [n for n in needed if n in plan.pool_of]
+        urls = wait_for_services(cfg, remote, svc_dir) if remote and svc_dir is not None else {}
+        if remote and svc_dir is None:
+            raise NelError(f"{', '.join(remote)} run on another node pool: --slurm-services is needed")
+        for name, url in urls.items():
+            print(f"nel: services.{name} at {url} (node pool {plan.pool_of[name]})", flush=True)
+        elsewhere = elsewhere_for(cfg, plan, needed, urls)
+    return run_eval(cfg, resume=resume, progress=False, only={(p.benchmark, p.model, p.shard)},
+                    elsewhere=elsewhere)
 
 
 def run_merge(cfg: NelConfig, run_dir: Path, *, resume: bool = True) -> Any:
-    """The merge job: bundles, reports and comparisons of every partition the arrays ran,
+    """The merge job: bundles, reports and comparisons of every partition the tasks ran,
     then each task's SLURM outcome recorded on its partition."""
     from dagster_project.runner import dagster_home_for, run_eval
 
     doc = json.loads((run_dir / "jobs.json").read_text())
-    arrays = [(a["job_id"], read_partitions(run_dir / a["partitions"])) for a in doc["arrays"]]
-    pairs = {(p.benchmark, p.model) for _, parts in arrays for p in parts}
+    submitted: list[tuple[str, dict[str, Partition]]] = []
+    for a in doc["arrays"]:
+        parts = read_partitions(run_dir / a["partitions"])
+        submitted.append((a["job_id"], {f"{a['job_id']}_{i}": p for i, p in enumerate(parts)}))
+    for h in doc.get("hetjobs", []):
+        p = read_partitions(run_dir / h["partitions"])[int(h["index"])]
+        submitted.append((h["job_id"], {h["job_id"]: p}))
+    pairs = {(p.benchmark, p.model) for _, by_task in submitted for p in by_task.values()}
     summary = run_eval(cfg, resume=resume, progress=False, merge_only=pairs)
+    # Jobs of an attempt auto_resume replaced were recorded by the CLI when it resubmitted.
+    todo = [(job, by_task) for (job, by_task), rec in zip(submitted, [*doc["arrays"], *doc.get("hetjobs", [])],
+                                                          strict=True) if not rec.get("recorded")]
     sl = SlurmLauncher()
-    home = dagster_home_for(cfg)
-    for job_id, parts in arrays:
-        states = sl.states([job_id])
-        _record_outcomes(home, dict(enumerate(parts)), states, sl)
+    states = sl.states([job for job, _ in todo])
+    _record_outcomes(dagster_home_for(cfg), {t: p for _, by_task in todo for t, p in by_task.items()}, states, sl)
     return summary

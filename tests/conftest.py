@@ -33,6 +33,8 @@ from tests.support.nemo_gym import shared_gym  # noqa: F401  (the suite's one Ne
 #: 2026-11-22), handed to xdist workers first. A module not listed just runs later.
 LONGEST_FIRST = (
     "tests/dagster_project/test_stale_only.py",  # 374 s at 8 shards, 343 s at 4
+    "tests/dagster_project/test_slurm_arrays.py",  # ~350 s (auto_resume waits on a real TIMEOUT)
+    "tests/dagster_project/test_slurm_het.py",  # ~60 s (heterogeneous jobs wait on backfill passes)
     "tests/dagster_project/test_jobs.py",  # 167 s
     "tests/dagster_project/test_daemon_checkpoint.py",  # 166 s
     # The modules of the `nemo_gym` group share one ng_run (tests/support/nemo_gym.py):
@@ -41,11 +43,14 @@ LONGEST_FIRST = (
     "tests/nel_assets/engine/solvers/test_gym_solvers.py",
     "tests/dagster_project/test_gym_solvers_e2e.py",
     "tests/dagster_project/test_cluster_ray.py",  # ~147 s under load (two local Ray clusters)
+    "tests/dagster_project/test_cluster_ray_remote.py",  # ~100 s at load 5 (a Ray head, 2 jobs)
     "tests/dagster_project/test_report_cli.py",  # 130 s with its fixture
     "tests/dagster_project/test_cluster_docker.py",  # ~124 s under load (+ a first image build)
+    "tests/deploy/test_docker_compose_up.py",  # ~175 s at load 12-15 (+ the Postgres image, once)
     "tests/dagster_project/test_eval_run.py",  # ~120 s over its tests
     "tests/dagster_project/test_ui_browser.py",  # 86 s
     "tests/dagster_project/test_builtin_e2e.py",  # ~100 s over its tests
+    "tests/dagster_project/test_harbor_solver_e2e.py",  # ~100 s alone (3 terminus-2 runs + a 20 s timeout)
     "tests/dagster_project/test_openclaw_e2e.py",  # ~47 s at load 3 (3 OpenClaw runs at once)
     "tests/dagster_project/test_compare_gate_cli.py",  # ~110 s with its fixture
     "tests/dagster_project/test_peer_results_read.py",  # 90 s under load (real peer runs)
@@ -209,3 +214,15 @@ def docker_host() -> Iterator[str]:
         yield host
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def nel_image(docker_host: str) -> str:
+    """nel:local, built (or found up to date: its `nel.context` label) on the project's own
+    Docker engine. The modules using it share the xdist group NEL_IMAGE_GROUP, so two
+    workers never build it at once."""
+    from nel_resources.launchers.docker import LOCAL_TAG
+    from nel_resources.launchers.nel_image import build_nel_image
+
+    build_nel_image(LOCAL_TAG)
+    return LOCAL_TAG

@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Inside the jobs `cluster.type: slurm` submits (dagster_project.slurm_run); not for users.
     run.add_argument("--slurm-task", help=argparse.SUPPRESS)
     run.add_argument("--slurm-merge", help=argparse.SUPPRESS)
+    # Heterogeneous jobs (dagster_project.slurm_het): the task's index, and a service's component.
+    run.add_argument("--slurm-index", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--slurm-service", help=argparse.SUPPRESS)
+    run.add_argument("--slurm-services", help=argparse.SUPPRESS)
     _add_peer_run_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -270,7 +274,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config_from_args(args)
     _refuse_unsupported_flags(args, cfg)
-    if args.slurm_task or args.slurm_merge or (cfg.cluster.type == "slurm" and not args.dry_run):
+    if (args.slurm_task or args.slurm_merge or args.slurm_service
+            or (cfg.cluster.type == "slurm" and not args.dry_run)):
         return _run_slurm(args, cfg)
     from nel_assets.engine.sharding import shard_from_env
 
@@ -337,8 +342,14 @@ def _run_slurm(args: argparse.Namespace, cfg: Any) -> int:
     from dagster_project import slurm_run
 
     _validate_benchmarks(cfg)
+    if args.slurm_service:
+        from dagster_project.slurm_het import serve_service
+
+        return serve_service(cfg, args.slurm_service, Path(args.slurm_services or "."))
     if args.slurm_task:
-        summary = slurm_run.run_task(cfg, Path(args.slurm_task), resume=not args.fresh)
+        summary = slurm_run.run_task(cfg, Path(args.slurm_task), resume=not args.fresh,
+                                     index=args.slurm_index,
+                                     svc_dir=Path(args.slurm_services) if args.slurm_services else None)
     elif args.slurm_merge:
         summary = slurm_run.run_merge(cfg, Path(args.slurm_merge), resume=not args.fresh)
     else:

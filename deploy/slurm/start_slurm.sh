@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start (installing it first if needed) a single-node SLURM cluster on this machine:
-# munged + slurmctld + slurmd from Debian's packages (Slurm 22.05), no systemd, no cgroups.
+# Start (installing it first if needed) a SLURM cluster on this machine:
+# munged + slurmctld + two slurmd (two nodes on this one machine, see 5.) from Debian's packages (Slurm 22.05), no systemd, no cgroups.
 # Used by the `slurm` sandbox tests and by the SLURM launcher; idempotent: when the cluster
 # already answers it only re-checks and returns (well under a second).
 #
@@ -11,11 +11,20 @@
 #   NEL_SLURM_NO_INSTALL=1  never run apt-get (the packages must be there)
 #   NEL_SLURM_ACCOUNTING=1  also run a private MariaDB (127.0.0.1:3307) and slurmdbd
 #                        (127.0.0.1:6819) so that `sacct` answers
+# A second, separate cluster (a test that needs settings the shared one must not get, e.g. a
+# small MaxArraySize) runs beside the first with its own NEL_SLURM_DIR and:
+#   NEL_SLURM_PORT       slurmctld's port; the node's slurmd takes the next one and the `het`
+#                        node's slurmd the third after it (default 6817: 6818, 6820)
+#   NEL_SLURM_MAX_ARRAY_SIZE  MaxArraySize (default: SLURM's, 1001)
+#   NEL_SLURM_CPUS       CPUs each node declares (default: the machine's), so more tasks run
+#                        at once than there are cores
+# Only the default cluster (6817) links /etc/slurm/slurm.conf and may have accounting.
 # Needs root.
 set -euo pipefail
 
 D=${NEL_SLURM_DIR:-/var/lib/nel-slurm}
 ACCT=${NEL_SLURM_ACCOUNTING:-0}
+PORT=${NEL_SLURM_PORT:-6817}
 export SLURM_CONF="$D/slurm.conf"
 say() { echo "[nel slurm] $*" >&2; }
 alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -26,7 +35,11 @@ apt_install() {
     || { apt-get -o DPkg::Lock::Timeout=600 -q update >/dev/null \
          && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$@" >/dev/null; }
 }
-node_ready() { sinfo -h -N -o '%t' 2>/dev/null | grep -Eq '^(idle|mix|alloc)'; }
+# Both nodes (this machine's and its `het` twin, see 5.) answer.
+node_ready() { [[ $(sinfo -h -N -o '%N %t' 2>/dev/null | grep -E ' (idle|mix|alloc)' | sort -u | wc -l) -ge 2 ]]; }
+if [[ "$PORT" != 6817 && "$ACCT" == 1 ]]; then
+  say "NEL_SLURM_ACCOUNTING=1 is for the default cluster only (its MariaDB/slurmdbd ports are fixed)"; exit 2
+fi
 
 # One start at a time: pytest's xdist workers each start the cluster from their own fixture,
 # and on a fresh machine two starts at once would race on the config file and the daemons.
@@ -47,9 +60,11 @@ if [[ "${NEL_SLURM_NO_INSTALL:-0}" != 1 ]]; then
   fi
 fi
 
-# 2. the fast path: already up with the wanted accounting setting
+# 2. the fast path: already up with the wanted accounting setting (and MaxArraySize)
 if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP && node_ready \
-   && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; }; then
+   && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; } \
+   && { [[ -z "${NEL_SLURM_MAX_ARRAY_SIZE:-}" ]] \
+        || scontrol show config 2>/dev/null | grep -E "^MaxArraySize += +${NEL_SLURM_MAX_ARRAY_SIZE}\$" >/dev/null; }; then  # no -q: pipefail + SIGPIPE
   say "already up"; echo "export SLURM_CONF=$SLURM_CONF"; exit 0
 fi
 
@@ -109,13 +124,30 @@ CONF
   fi
 fi
 
-# 5. slurm.conf: one node (this machine at 127.0.0.1) in one default partition `debug`
+# 5. slurm.conf: this machine (127.0.0.1) as node $HOST (slurmd on port $PORT+1) in the
+# default partition `debug`, and again as node $HOST-het (a second slurmd on $PORT+3, 6820 for
+# the default cluster, whose slurmdbd has 6819) in partition `het`; a second cluster
+# (NEL_SLURM_PORT) gets its own pair the same way, so heterogeneous jobs run on either. The
+# second node is for heterogeneous jobs: the backfill scheduler (the only one that starts
+# them) reserves whole nodes for a component it plans, so on one node a component always
+# waits for the previous one to end and the job never starts; with two nodes, a job with one
+# component in `debug` and one in `het` starts. Jobs that name no partition still run on
+# $HOST only (MaxArraySize and NEL_SLURM_CPUS apply to both nodes).
+# bf_interval=2: heterogeneous jobs wait for a backfill pass (every 30 s by default).
 HOST=$(hostname -s)
+HET="${HOST}-het"
 read -r CPUS MEM < <(slurmd -C | awk '/NodeName/{for(i=1;i<=NF;i++){split($i,a,"=");v[a[1]]=a[2]}; print v["CPUs"], v["RealMemory"]}')
 MEM=$(( MEM > 1024 ? MEM - 512 : MEM ))
+EXTRA_LINES=""
+[[ -n "${NEL_SLURM_MAX_ARRAY_SIZE:-}" ]] && EXTRA_LINES+="MaxArraySize=$NEL_SLURM_MAX_ARRAY_SIZE"$'\n'
+if [[ -n "${NEL_SLURM_CPUS:-}" ]]; then
+  CPUS=$NEL_SLURM_CPUS
+  EXTRA_LINES+="SlurmdParameters=config_overrides"$'\n'  # declare more CPUs than the cores
+fi
+NAME=nelcluster; [[ "$PORT" == 6817 ]] || NAME="nelcluster$PORT"
 NEW="$SLURM_CONF.new.$$"
 cat > "$NEW" <<CONF
-ClusterName=nelcluster
+ClusterName=${NAME}
 SlurmctldHost=${HOST}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
@@ -130,7 +162,7 @@ ${ACCT_LINES}
 JobCompType=jobcomp/filetxt
 JobCompLoc=$D/log/jobcomp.txt
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -138,30 +170,35 @@ MinJobAge=300
 KillWait=5
 SlurmctldTimeout=30
 SlurmdTimeout=30
-SlurmctldPort=6817
-SlurmdPort=6818
-StateSaveLocation=$D/ctld
-SlurmdSpoolDir=$D/spool
+SlurmctldPort=${PORT}
+SlurmdPort=$((PORT + 1))
+${EXTRA_LINES}StateSaveLocation=$D/ctld
+SlurmdSpoolDir=$D/spool/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
-SlurmdPidFile=$D/run/slurmd.pid
+SlurmdPidFile=$D/run/slurmd-%n.pid
 SlurmctldLogFile=$D/log/slurmctld.log
-SlurmdLogFile=$D/log/slurmd.log
+SlurmdLogFile=$D/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+NodeName=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
+NodeName=${HET} NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 3)) CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
+PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=het Nodes=${HET} MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 CHANGED=0; cmp -s "$NEW" "$SLURM_CONF" || CHANGED=1
 mv "$NEW" "$SLURM_CONF"
 mkdir -p /etc/slurm
-if [[ ! -e /etc/slurm/slurm.conf || -L /etc/slurm/slurm.conf ]]; then ln -sfn "$SLURM_CONF" /etc/slurm/slurm.conf; fi
+if [[ "$PORT" == 6817 ]] && [[ ! -e /etc/slurm/slurm.conf || -L /etc/slurm/slurm.conf ]]; then
+  ln -sfn "$SLURM_CONF" /etc/slurm/slurm.conf
+fi
 if [[ "$ACCT" == 1 ]] && [[ ! -e /etc/slurm/slurmdbd.conf || -L /etc/slurm/slurmdbd.conf ]]; then
   ln -sfn "$D/slurmdbd.conf" /etc/slurm/slurmdbd.conf
 fi
 
 # 6. daemons (a changed config, e.g. accounting switched on, restarts them)
 if [[ "$CHANGED" == 1 ]]; then
-  for p in slurmd slurmctld; do
+  # slurmd.pid: the name before the second node (per-node pid files) existed
+  for p in slurmd "slurmd-$HOST" "slurmd-$HET" slurmctld; do
     if alive "$D/run/$p.pid"; then pid=$(cat "$D/run/$p.pid"); kill "$pid"
       for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; fi
   done
@@ -171,16 +208,21 @@ if ! alive "$D/run/slurmctld.pid"; then
   setsid slurmctld -f "$SLURM_CONF" </dev/null 9>&-      # daemonizes, writes its pid file
 fi
 for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
-if ! alive "$D/run/slurmd.pid"; then
-  say "starting slurmd"
-  setsid slurmd -f "$SLURM_CONF" -N "$HOST" </dev/null 9>&-
-fi
+for n in "$HOST" "$HET"; do
+  mkdir -p "$D/spool/$n"
+  if ! alive "$D/run/slurmd-$n.pid"; then
+    say "starting slurmd for node $n"
+    setsid slurmd -f "$SLURM_CONF" -N "$n" </dev/null 9>&-
+  fi
+done
 for _ in $(seq 150); do
   node_ready && break
-  st=$(sinfo -h -N -o '%t' 2>/dev/null | head -1)
-  [[ "$st" =~ ^(down|drain) ]] && scontrol update nodename="$HOST" state=resume 2>/dev/null || true
+  for n in "$HOST" "$HET"; do
+    st=$(sinfo -h -n "$n" -N -o '%t' 2>/dev/null | head -1)
+    [[ "$st" =~ ^(down|drain) ]] && scontrol update nodename="$n" state=resume 2>/dev/null || true
+  done
   sleep 0.2
 done
-node_ready || { say "node not ready:"; sinfo -N -l >&2; tail -20 "$D/log/slurmd.log" "$D/log/slurmctld.log" >&2; exit 1; }
+node_ready || { say "nodes not ready:"; sinfo -N -l >&2; tail -20 "$D/log/slurmd-$HOST.log" "$D/log/slurmd-$HET.log" "$D/log/slurmctld.log" >&2; exit 1; }
 say "up: $(sinfo -h -N -o '%N %t %c CPUs %m MB')"
 echo "export SLURM_CONF=$SLURM_CONF"

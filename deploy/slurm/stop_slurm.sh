@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop the single-node SLURM cluster that start_slurm.sh started, by its PID files only.
+# Stop the SLURM cluster that start_slurm.sh started (its slurmctld and both slurmd), by its PID
+# files only.
 # Env: NEL_SLURM_DIR (as for start_slurm.sh); STOP_MUNGE=1 also stops munged;
 # PURGE=1 also removes the cluster's state, logs and the /etc/slurm links to them.
 set -uo pipefail
@@ -24,7 +25,8 @@ if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP; then
   scancel --full --user="$(id -un)" 2>/dev/null || true
   for _ in $(seq 100); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.1; done
 fi
-stop_pidfile "$D/run/slurmd.pid" slurmd
+# slurmd-<node>.pid per node; slurmd.pid from before the `het` node existed
+for f in "$D"/run/slurmd*.pid; do stop_pidfile "$f" "$(basename "$f" .pid)"; done
 stop_pidfile "$D/run/slurmctld.pid" slurmctld
 stop_pidfile "$D/run/slurmdbd.pid" slurmdbd      # only with NEL_SLURM_ACCOUNTING=1
 stop_pidfile "$D/run/mysqld.pid" mariadbd        # its private MariaDB

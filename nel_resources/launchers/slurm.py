@@ -37,6 +37,8 @@ TERMINAL_STATES = frozenset({
     "OUT_OF_MEMORY", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 # Ends caused by the cluster rather than by the task's own work: `auto_resume` retries these.
 INFRA_STATES = frozenset({"TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
+# SLURM's default MaxArraySize (slurm.conf(5)): array indices run from 0 to one less.
+DEFAULT_MAX_ARRAY_SIZE = 1001
 _ARRAY_ID_RE = re.compile(r"^(\d+)_(\d+)$")
 
 
@@ -95,6 +97,22 @@ def render_script(header: SbatchHeader, body: str, *, env: Mapping[str, str] | N
     parts = ["#!/bin/bash", *header.lines(), "", "set -euo pipefail"]
     parts += [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items()]
     return "\n".join([*parts, "", body.rstrip(), ""])
+
+
+def render_het_script(headers: Sequence[SbatchHeader], body: str, *,
+                      env: Mapping[str, str] | None = None) -> str:
+    """A heterogeneous job script: one `#SBATCH` block per component, separated by
+    `#SBATCH hetjob` (component K is `srun --het-group=K`); the body runs on component 0."""
+    if not headers:
+        raise ValueError("a heterogeneous job needs at least one component")
+    lines = ["#!/bin/bash"]
+    for i, header in enumerate(headers):
+        if i:
+            lines.append("#SBATCH hetjob")
+        lines += header.lines()
+    lines += ["", "set -euo pipefail"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items()]
+    return "\n".join([*lines, "", body.rstrip(), ""])
 
 
 def array_spec(n: int, *, limit: int | None = None) -> str:
@@ -178,10 +196,25 @@ class SlurmLauncher:
             raise SlurmError(f"sbatch printed no job id: {out!r}")
         return job_id
 
+    def test_only(self, script: Path) -> str | None:
+        """`sbatch --test-only`: None if the cluster could run `script` (nothing is
+        submitted), else SLURM's reason in one line (`Invalid partition name specified`)."""
+        try:
+            p = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
+                               text=True, env=self.env, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"sbatch --test-only failed: {exc}"
+        if p.returncode == 0:
+            return None
+        said = [line for line in (p.stderr + p.stdout).splitlines() if line.strip()]
+        last = said[-1] if said else f"exit {p.returncode}"
+        return re.sub(r"^(sbatch: error: |allocation failure: )", "", last.strip())
+
     def max_array_size(self) -> int:
-        """The cluster's MaxArraySize (array indices must stay below it)."""
+        """The cluster's MaxArraySize: array indices must stay below it, so one array holds at
+        most this many tasks (0..MaxArraySize-1)."""
         m = re.search(r"^MaxArraySize\s*=\s*(\d+)", self._run(["scontrol", "show", "config"]), re.M)
-        return int(m.group(1)) if m else 1001
+        return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
     # -- monitoring -----------------------------------------------------------------------
     def states(self, job_ids: Iterable[str]) -> dict[str, TaskState]:
@@ -197,6 +230,8 @@ class SlurmLauncher:
                 rec = _scontrol_record(line)
                 if "JobId" not in rec:
                     continue
+                if rec.get("HetJobOffset", "0") != "0":
+                    continue  # a heterogeneous job is reported once, as its leader (component 0)
                 for task_id in _task_ids(rec):
                     out[task_id] = TaskState(task_id, rec.get("JobState", "UNKNOWN"),
                                              rec.get("ExitCode", ""), _elapsed(rec.get("RunTime")),
@@ -276,6 +311,11 @@ class SlurmLauncher:
             rec = dict(zip(fields, line.split("|"), strict=False))
             jid = rec.get("JobID", "")
             base, _, step = jid.partition(".")
+            leader, plus, offset = base.partition("+")
+            if plus:  # heterogeneous job `12+0`: reported once, as the leader's id
+                if offset != "0":
+                    continue
+                base = leader
             if not base or (step and step != "batch"):
                 continue
             if step == "batch":  # the batch step carries the memory figures
@@ -325,12 +365,6 @@ def _elapsed(runtime: str | None) -> int | None:
 def _sort_key(task_id: str) -> tuple[int, int]:
     m = _ARRAY_ID_RE.match(task_id)
     return (int(m.group(1)), int(m.group(2))) if m else (int(task_id) if task_id.isdigit() else 0, -1)
-
-
-def task_index(task_id: str) -> int | None:
-    """The array index of `123_4` (4), None for a plain job id."""
-    m = _ARRAY_ID_RE.match(task_id)
-    return int(m.group(2)) if m else None
 
 
 def describe(st: TaskState) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,18 +240,28 @@ def launched_resources(resolved: ResolvedConfig, resources: dict[str, Any],
 
 
 @contextmanager
-def launched_services(resolved: ResolvedConfig, resources: dict[str, Any]) -> Iterator[dict[str, str]]:
+def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
+                      elsewhere: Mapping[str, str | None] | None = None) -> Iterator[dict[str, str]]:
     """Start every launched service the config's benchmarks use; point their resources at
-    the running servers. Yields {service name: base URL}."""
+    the running servers. Yields {service name: base URL}.
+
+    `elsewhere` names services another process runs (a component of a heterogeneous SLURM
+    job): their resources point at the given URL, and one given None is not started."""
     from nel_resources.resources import ModelService
 
     urls: dict[str, str] = {}
+    away = dict(elsewhere or {})
     with ExitStack() as stack:
         for name in sorted(resolved.used_services):
             spec = resolved.services[name]
             if spec.config.type not in LAUNCHED_TYPES:
                 continue
-            url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
+            if name in away:
+                if away[name] is None:
+                    continue
+                url = str(away[name])
+            else:
+                url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]

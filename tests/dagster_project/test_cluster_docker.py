@@ -1,6 +1,6 @@
 """`cluster.type: docker` and dagster-docker's run launcher on the real Docker engine, with
 nel's image built here (deploy/docker/Dockerfile, offline from the local base image; built
-once per session and reused while the source is unchanged).
+once and reused while the source is unchanged: the `nel_image` fixture of tests/conftest.py).
 
 - `nel eval run` with 2 shards as containers equals the local run item by item, and each
   partition's Dagster record says which container computed it;
@@ -22,22 +22,14 @@ import yaml
 from benchmarks.datasets import load_file
 from tests.support.cli import run_nel, summary_json
 from tests.support.cluster_runs import MODEL, items, local_run, shard_materializations, write_config
-from tests.support.dagster_ui import FINISHED, graphql, running_webserver
+from tests.support.dagster_ui import FINISHED, LAUNCH_RUN, RUN_STATUS, graphql, running_webserver
+from tests.support.docker_engine import NEL_IMAGE_GROUP
 from tests.support.gsm8k import answers_for
 from tests.support.waiting import RUN_FINISH_S, wait_for
 
-pytestmark = pytest.mark.docker
+# nel:local (the `nel_image` fixture) is shared with tests/deploy/test_docker_compose_up.py.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group(NEL_IMAGE_GROUP)]
 N, SHARDS = 12, 2
-
-
-@pytest.fixture(scope="module")
-def nel_image(docker_host: str) -> str:
-    """nel:local, built (or found up to date) on the project's own Docker engine."""
-    from nel_resources.launchers.docker import LOCAL_TAG
-    from nel_resources.launchers.nel_image import build_nel_image
-
-    build_nel_image(LOCAL_TAG)
-    return LOCAL_TAG
 
 
 def test_docker_shards_equal_local_run(tmp_path: Path, reference_server, server_stats, data_dir: Path,
@@ -69,20 +61,6 @@ def test_docker_shards_equal_local_run(tmp_path: Path, reference_server, server_
     assert s2["shards_run"] == 0 and s2["requests_sent"] == 0
 
 
-_LAUNCH = """
-mutation Launch($p: ExecutionParams!) {
-  launchRun(executionParams: $p) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on InvalidSubsetError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-  }
-}
-"""
-_RUN = """
-query Run($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value } } } }
-"""
 
 
 def test_run_launched_from_the_webserver_executes_in_a_container(
@@ -111,7 +89,7 @@ def test_run_launched_from_the_webserver_executes_in_a_container(
     container = ""
     with running_webserver(home, cfg, data_dir, tmp_path / "webserver.log",
                            ready_asset=["gsm8k", "shard_results"]) as (_, base):
-        launched = graphql(base, _LAUNCH, {"p": {
+        launched = graphql(base, LAUNCH_RUN, {"p": {
             "selector": {"repositoryLocationName": "dagster_project.definitions",
                          "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
                          "assetSelection": [{"path": ["gsm8k", "shard_results"]}]},
@@ -123,13 +101,13 @@ def test_run_launched_from_the_webserver_executes_in_a_container(
         run_id = launched["run"]["runId"]
 
         def finished() -> dict[str, Any] | None:
-            run = graphql(base, _RUN, {"id": run_id})["runOrError"]
+            run = graphql(base, RUN_STATUS, {"id": run_id})["runOrError"]
             return run if run.get("status") in FINISHED else None
 
         try:
             run = wait_for(finished, timeout=RUN_FINISH_S, what=f"run {run_id} to finish", interval=1.0)
         finally:
-            tags = {t["key"]: t["value"] for t in graphql(base, _RUN, {"id": run_id})["runOrError"]["tags"]}
+            tags = {t["key"]: t["value"] for t in graphql(base, RUN_STATUS, {"id": run_id})["runOrError"]["tags"]}
             container = tags.get("docker/container_id", "")
     try:
         assert container, tags  # DockerRunLauncher started the run's container

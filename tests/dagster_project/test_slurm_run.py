@@ -24,8 +24,7 @@ import yaml
 
 from dagster_project import exit_codes
 from tests.support.cli import nel_env, run_nel
-from tests.support.realcomponents import REPO_ROOT
-from tests.support.slurm_cluster import start_slurm_cluster
+from tests.support.slurm_cluster import gsm8k_byob_dir, start_slurm_cluster
 from tests.support.waiting import wait_for
 
 N_ROWS, N_SHARDS = 8, 4
@@ -82,17 +81,7 @@ def model_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data_dir = Path(os.environ.get("NEL_DATA_DIR", REPO_ROOT.parent / "shared" / "datasets"))
-    src = data_dir / "gsm8k" / "test.jsonl"
-    if not src.exists():
-        pytest.skip(f"GSM8K rows not found at {src} (set NEL_DATA_DIR)")
-    d = tmp_path_factory.mktemp("slurmbench")
-    rows = [json.loads(line) for line in src.read_text().splitlines()[:N_ROWS]]
-    (d / "rows.jsonl").write_text("".join(json.dumps({"question": r["question"],
-                                                      "answer": r["answer"].split("####")[-1].strip()}) + "\n"
-                                          for r in rows))
-    (d / "slurm_demo.py").write_text(MODULE)
-    return d
+    return gsm8k_byob_dir(tmp_path_factory.mktemp("slurmbench"), N_ROWS, "slurm_demo.py", MODULE)
 
 
 def write_config(path: Path, url: str, bench_dir: Path, out: Path, *, cluster: dict[str, Any]) -> Path:
@@ -149,6 +138,7 @@ def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
     assert r.returncode == exit_codes.EVAL_FAILED, r.stderr
     (first,) = run_dirs(out)
     jobs = json.loads((first / "jobs.json").read_text())
+    assert len(jobs["arrays"]) == 1  # FAILED is the task's own fault: auto_resume leaves it
     parts = json.loads((first / jobs["arrays"][0]["partitions"]).read_text())
     assert [(p["model"], p["shard"]) for p in parts] == [("ref", s) for s in range(N_SHARDS)]
     assert f"submitted array job {jobs['arrays'][0]['job_id']} (4 tasks; 0 shards up to date)" in r.stderr

@@ -21,7 +21,8 @@ def test_compose_file_has_every_service_and_the_sharded_profile(tmp_path: Path) 
     exe = shutil.which("docker-compose")
     if exe is None:
         require_real_component("docker-compose is not installed (deploy/install_system_deps.sh)")
-    env = {**os.environ, "NEL_WORK": str(tmp_path), "NEL_SHARD_IDX": "2", "NEL_TOTAL_SHARDS": "4"}
+    env = {**os.environ, "NEL_WORK": str(tmp_path), "NEL_SHARD_IDX": "2", "NEL_TOTAL_SHARDS": "4",
+           "NEL_SERVE_PORT": "19091"}
     proc = subprocess.run([exe, "-f", str(COMPOSE), "--profile", "sharded", "config"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -30,6 +31,9 @@ def test_compose_file_has_every_service_and_the_sharded_profile(tmp_path: Path) 
     shard = services["eval-shard"]
     assert shard["environment"]["NEL_SHARD_IDX"] == "2" and shard["environment"]["NEL_TOTAL_SHARDS"] == "4"
     assert "/work/out/shard_2" in shard["command"]
+    # `nel serve` (on the host network) listens, and is health-checked, on NEL_SERVE_PORT
+    assert services["serve"]["command"][-2:] == ["--port", "19091"]
+    assert "127.0.0.1:19091/health" in " ".join(services["serve"]["healthcheck"]["test"])
     assert all(f"{tmp_path}:/work" in " ".join(map(str, services[s]["volumes"]))
                for s in ("webserver", "daemon", "eval", "eval-shard"))
     # only the shard service is behind the profile (a plain `up` does not start it)

@@ -58,3 +58,43 @@ def test_no_daemon_keeps_the_lock(
     with open(state_dir / ".start.lock", "w") as probe:
         # a daemon that inherited descriptor 9 would hold the lock for its whole life
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+@pytest.mark.slurm
+# On the worker of the arrays module (xdist): that module's tests count on its cluster's CPUs.
+@pytest.mark.xdist_group("tests/dagster_project/test_slurm_arrays.py")
+def test_the_second_slurm_cluster_runs_heterogeneous_jobs_on_its_own_nodes(tmp_path: Path) -> None:
+    """The second cluster (NEL_SLURM_PORT=6837, tests/support/slurm_cluster.ARRAYS_CLUSTER)
+    gets its own `<host>-het` node, its slurmd on 6837+3 rather than the default cluster's
+    6820, so a heterogeneous job starts there too; and its start is idempotent."""
+    from nel_resources.launchers.resource import SlurmLauncherResource
+    from nel_resources.launchers.slurm import SbatchHeader, render_het_script
+    from tests.dagster_project.test_slurm_arrays import MAX_ARRAY_SIZE
+    from tests.support.slurm_cluster import ARRAYS_CLUSTER
+
+    conf = start_slurm_cluster(separate=ARRAYS_CLUSTER, max_array_size=MAX_ARRAY_SIZE, cpus=8)
+    again = subprocess.run(["bash", str(REPO_ROOT / "deploy" / "slurm" / "start_slurm.sh")],
+                           env={**os.environ, **ARRAYS_CLUSTER, "NEL_SLURM_MAX_ARRAY_SIZE": str(MAX_ARRAY_SIZE),
+                                "NEL_SLURM_CPUS": "8"}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "already up" in again.stderr, again.stderr
+    env = {**os.environ, "SLURM_CONF": conf}
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %P"], env=env, capture_output=True, text=True,
+                           check=True).stdout.split("\n")
+    assert sorted(n for n in nodes if n) == [f"{host} debug*", f"{host}-het het"]
+    shown = subprocess.run(["scontrol", "show", "node", f"{host}-het"], env=env, capture_output=True,
+                           text=True, check=True).stdout
+    assert " Port=6840 " in shown, shown
+
+    launcher = SlurmLauncherResource(slurm_conf=conf, poll_seconds=0.2).launcher()
+    log = str(tmp_path / "h-%j.log")
+    script = tmp_path / "h.sbatch"
+    script.write_text(render_het_script(
+        [SbatchHeader("nel-het", log, walltime="00:05:00", partition="debug"),
+         SbatchHeader("nel-het", log, walltime="00:05:00", partition="het")],
+        'echo "comp0 on $SLURMD_NODENAME"; srun --het-group=1 --ntasks=1 bash -c \'echo "comp1 on $SLURMD_NODENAME"\''))
+    job = launcher.submit(script)
+    states = launcher.wait([job])
+    assert list(states) == [job] and states[job].state == "COMPLETED", states
+    lines = (tmp_path / f"h-{job}.log").read_text().splitlines()
+    assert f"comp0 on {host}" in lines and f"comp1 on {host}-het" in lines, lines

@@ -203,6 +203,22 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+#: GraphQL: launch a run (`{"p": ExecutionParams}`); the answer's `__typename` says how it went.
+LAUNCH_RUN = """
+mutation Launch($p: ExecutionParams!) {
+  launchRun(executionParams: $p) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+#: GraphQL: a run's status and tags (`{"id": run id}`).
+RUN_STATUS = """
+query Run($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value } } } }
+"""
 RUNS = """
 query Runs($tags: [ExecutionTag!]) {
   runsOrError(filter: {tags: $tags}, limit: 50) {

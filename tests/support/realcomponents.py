@@ -42,9 +42,13 @@ def llama_model_path() -> Path:
 
 
 def start_llama_server(
-    model: Path, *, alias: str = "stories260K", timeout: float = 120.0, attempts: int = 3
+    model: Path, *, alias: str = "stories260K", timeout: float = 120.0, attempts: int = 3,
+    n_ctx: int = 512,
 ) -> tuple[ManagedProcess, str]:
     """Start ``llama_cpp.server`` on a free port with one thread; wait for /v1/models.
+
+    `n_ctx`: the context window (stories260K was trained on 512 tokens; an agent's long
+    prompt needs more, and the server allows it).
 
     llama_cpp.server cannot bind port 0 and report it, so a port is picked first; if another
     process grabs it in between the server exits at once and we retry on a fresh port.
@@ -56,7 +60,7 @@ def start_llama_server(
     def make(port: int) -> ManagedProcess:
         return ManagedProcess(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", alias,
-             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512",
+             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
              "--n_threads", "1", "--n_threads_batch", "1"],
             name="llama-server",
             # One thread as asked, and keep BLAS/OpenMP from spreading over the shared cores.

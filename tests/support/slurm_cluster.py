@@ -1,24 +1,40 @@
-"""The single-node SLURM cluster for the `slurm` sandbox (and launcher) tests: installed and
-started by the project's own `deploy/slurm/start_slurm.sh`. Skips locally when it cannot
-start; fails in CI."""
+"""The SLURM cluster (this machine as two nodes, partitions `debug` and `het`) for the
+`slurm` sandbox (and launcher) tests: installed and started by the project's own
+`deploy/slurm/start_slurm.sh`. Skips locally when it cannot start; fails in CI."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
 
 from tests.support.realcomponents import REPO_ROOT, require_real_component
 
+#: The second cluster of the tests that need settings the shared one must not get (a small
+#: MaxArraySize would refuse other tests' arrays): its own state directory and ports.
+ARRAYS_CLUSTER = {"NEL_SLURM_DIR": "/var/lib/nel-slurm-arrays", "NEL_SLURM_PORT": "6837"}
 
-def start_slurm_cluster(*, accounting: bool = False) -> str:
+
+def start_slurm_cluster(*, accounting: bool = False, separate: dict[str, str] | None = None,
+                        max_array_size: int | None = None, cpus: int | None = None) -> str:
     """Start the cluster if needed (idempotent: under a second when it is up; the first call
     installs Debian's slurm packages) and return its SLURM_CONF.
 
     `accounting` adds MariaDB + slurmdbd so `sacct` answers; switching it on restarts
     slurmctld once (queued and running jobs survive), later starts keep it on.
+    `separate` (e.g. ARRAYS_CLUSTER) starts a second cluster beside the shared one, with its
+    own `max_array_size` (MaxArraySize) and `cpus` (CPUs its node declares); those two are
+    refused for the shared cluster, which other tests use at the same time.
     """
+    if separate is None and (max_array_size is not None or cpus is not None):
+        raise ValueError("max_array_size/cpus change a cluster other tests share: pass separate=")
     script = REPO_ROOT / "deploy" / "slurm" / "start_slurm.sh"
-    env = {**os.environ, **({"NEL_SLURM_ACCOUNTING": "1"} if accounting else {})}
+    env = {**os.environ, **({"NEL_SLURM_ACCOUNTING": "1"} if accounting else {}), **(separate or {})}
+    if max_array_size is not None:
+        env["NEL_SLURM_MAX_ARRAY_SIZE"] = str(max_array_size)
+    if cpus is not None:
+        env["NEL_SLURM_CPUS"] = str(cpus)
     try:
         proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
                               env=env, timeout=1200)
@@ -30,3 +46,19 @@ def start_slurm_cluster(*, accounting: bool = False) -> str:
         if line.startswith("export SLURM_CONF="):
             return line.split("=", 1)[1]
     require_real_component(f"start_slurm.sh printed no SLURM_CONF: {proc.stdout!r}")
+
+
+def gsm8k_byob_dir(root: Path, n_rows: int, module_name: str, module_text: str) -> Path:
+    """`root` with the first `n_rows` GSM8K test problems as `rows.jsonl` (question, bare
+    answer) and a BYOB module over them (`module_name`), for SLURM runs small enough to repeat.
+    Skips (fails in CI) when the data is not there."""
+    data_dir = Path(os.environ.get("NEL_DATA_DIR", REPO_ROOT.parent / "shared" / "datasets"))
+    src = data_dir / "gsm8k" / "test.jsonl"
+    if not src.exists():
+        require_real_component(f"GSM8K rows not found at {src} (set NEL_DATA_DIR)")
+    rows = [json.loads(line) for line in src.read_text().splitlines()[:n_rows]]
+    (root / "rows.jsonl").write_text("".join(
+        json.dumps({"question": r["question"], "answer": r["answer"].split("####")[-1].strip()}) + "\n"
+        for r in rows))
+    (root / module_name).write_text(module_text)
+    return root

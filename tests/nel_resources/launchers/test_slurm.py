@@ -12,6 +12,7 @@ from nel_resources.launchers.slurm import (
     _scontrol_record,
     _task_ids,
     array_spec,
+    render_het_script,
     render_script,
     walltime_seconds,
 )
@@ -76,6 +77,32 @@ def test_real_array_states_exit_codes_and_cancel(tmp_path: Path, launcher: Slurm
     assert {s.state for s in launcher.states([held]).values()} == {"PENDING"}  # for an hour
     launcher.cancel([held])
     assert launcher.wait_gone([held])
+
+
+def test_real_heterogeneous_job_is_one_task_and_test_only_names_the_reason(
+        tmp_path: Path, launcher: SlurmLauncher) -> None:
+    """Component 0 in partition `debug`, component 1 in `het` (start_slurm.sh's second node):
+    states and accounting report the job once, under the leader's id."""
+    log = str(tmp_path / "h-%j.log")
+    headers = [SbatchHeader("nel-het", log, walltime="00:05:00", partition="debug"),
+               SbatchHeader("nel-het", log, walltime="00:05:00", partition="het")]
+    script = tmp_path / "h.sbatch"
+    script.write_text(render_het_script(headers, 'srun --het-group=1 --ntasks=1 bash -c '
+                                        '\'echo "comp1 on $SLURMD_NODENAME"\'; exit 3'))
+    text = script.read_text()
+    assert text.count("#SBATCH hetjob") == 1
+    assert text.index("--partition=debug") < text.index("#SBATCH hetjob") < text.index("--partition=het")
+    assert launcher.test_only(script) is None
+    job = launcher.submit(script)
+    states = launcher.wait([job])
+    assert list(states) == [job] and states[job].state == "FAILED" and states[job].exit_code == "3:0"
+    assert (tmp_path / f"h-{job}.log").read_text().strip().endswith("-het")
+    acct = launcher.accounting([job], expect=[job])
+    assert acct[job].state == "FAILED" and acct[job].exit_code == "3:0"
+
+    bad = tmp_path / "bad.sbatch"
+    bad.write_text(render_het_script([headers[0], SbatchHeader("x", log, partition="no-such")], "true"))
+    assert launcher.test_only(bad) == "Invalid partition name specified"
 
 
 def test_definitions_of_a_slurm_config_carry_the_launcher_resource(tmp_path: Path) -> None:

@@ -271,16 +271,17 @@ def exec_port() -> Iterator[int]:
 
 
 def _procs_with(marker: str) -> list[str]:
-    return [p.read_text() for p in Path("/proc").glob("[0-9]*/cmdline")
-            if _readable(p) and marker in p.read_text(errors="replace")]
-
-
-def _readable(p: Path) -> bool:
-    try:
-        p.read_bytes()
-        return True
-    except OSError:
-        return False
+    """Command lines holding `marker`. Each is read once: a process may exit between two
+    reads of its /proc entry (CI once failed on a second read of a process gone by then)."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = p.read_text(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append(cmd)
+    return found
 
 
 def test_exec_server_runs_commands_with_timeout_cap_and_cleanup(exec_port: int,
