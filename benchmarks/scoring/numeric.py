@@ -344,7 +344,7 @@ def extract_number(text: str, language: str | None = None) -> Extraction | None:
     text = localize_numbers(text, language)
     # The last marker of each kind that points at a number; the latest of them wins.
     finals: list[Extraction] = []
-    for m in reversed(last_matches(_HASH_RE, text)):
+    for m in reversed(last_matches(_HASH_RE, text) if "####" in text else ()):
         ext = _from_segment(m.group(1), "hash_marker", m.start(1))
         if ext:
             finals.append(ext)
