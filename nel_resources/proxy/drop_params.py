@@ -18,6 +18,8 @@ class DropParams:
 
     def __init__(self, params: list[str]) -> None:
         self.params = tuple(params)
+        # Nothing to drop: the chain leaves the hook out instead of calling it per request.
+        self.idle_hooks = () if self.params else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         body = req.body

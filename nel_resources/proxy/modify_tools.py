@@ -20,6 +20,8 @@ class ModifyTools:
     def __init__(self, strip: list[str], add: dict[str, dict[str, Any]]) -> None:
         self.strip = tuple(strip)
         self.add = add
+        # Nothing to strip or add: the chain leaves the hook out instead of calling it.
+        self.idle_hooks = () if self.strip or self.add else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         tools = req.body.get("tools")

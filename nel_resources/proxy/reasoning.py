@@ -26,7 +26,9 @@ def _split(msg: dict[str, Any]) -> bool:
         msg["reasoning_content"] = msg.pop("reasoning")
         return True
     content = msg.get("content")
-    if not isinstance(content, str):
+    # The substring test (C, no regex machinery) turns away the common answer without
+    # a think block; the anchored regex then decides on the few that mention one.
+    if not isinstance(content, str) or "<think>" not in content:
         return False
     m = _OPEN.match(content)
     if m is None:

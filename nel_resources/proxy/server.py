@@ -112,9 +112,10 @@ class ProxyServer:
                 "requests": self.requests_in, "upstream_requests": self.client.requests_sent,
                 "interceptors": self.chain.names, "stats": self.chain.stats()}))
         session = None
-        m = _SESSION.match(path)
-        if m:
-            session, path = m.group(1), m.group(2)
+        if path.startswith("/s/"):  # the regex only for paths that can name a session
+            m = _SESSION.match(path)
+            if m:
+                session, path = m.group(1), m.group(2)
         if not path.startswith("/v1/"):
             return _error(404, f"unknown path {path}: {_NOT_SERVED}")
         sub = path[3:]

@@ -75,13 +75,15 @@ class TurnCounter:
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         key = req.ctx.session_id or _session_of(req)
+        turns = self.turns
         # No await between read and write: the count is exact under concurrency.
-        n = self.turns.get(key, 0) + 1
-        if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
+        n = turns.get(key, 0) + 1
+        # n == 1 exactly when the session is new (a stored count is at least 1).
+        if n == 1 and len(turns) >= _MAX_SESSIONS:
             # popitem(last=False) is O(1); `next(iter(dict))` after many pops from the front
             # of a plain dict walks every deleted slot, so each new session cost O(sessions).
-            self.turns.popitem(last=False)
-        self.turns[key] = n
+            turns.popitem(last=False)
+        turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("session %s turn %d%s", key, n,
                            f"/{self.max_turns}" if self.max_turns else "")

@@ -10,7 +10,10 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   reverse order, like NeMo Evaluator's adapter pipeline;
 - `on_chunk(chunk, ctx)` sees each streamed chunk (a parsed SSE `data:` object) and returns
   it (changed or not), or None to drop it;
-- `close()` releases what it holds; `stats()` returns counters for runtime stats.
+- `close()` releases what it holds; `stats()` returns counters for runtime stats;
+- `idle_hooks` (optional, a collection of hook names): hooks its config leaves nothing to
+  do in (`drop_params` with no params); the chain leaves them out when it is built, so a
+  request does not pay for calling them.
 
 The request and response are plain dataclasses with slots: the chain is on the hot path.
 """
