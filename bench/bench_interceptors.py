@@ -10,6 +10,11 @@ requests/s and the client's CPU per request for each round, the medians and the 
 direct; then the proxy's added latency: p50 of one request at a time through the proxy
 minus direct, over `--latency-requests` requests, alternating rounds.
 
+Each round also prints how the 2 cores were shared: the cores each process kept busy
+over the round (its CPU seconds / the round's wall time: client, reference server,
+proxy), so a round slowed by the machine's other load shows as the processes getting
+less than their share.
+
 Cores: the client, the proxy and the reference server are three single-threaded processes
 (the proxy under uvloop, the client on asyncio's default loop), not pinned; the OS shares
 this machine's 2 cores between them and whatever else runs. In `direct` and `chain` two
@@ -23,9 +28,9 @@ less so.
     python bench/bench_interceptors.py --requests 3000 --rounds 4 [--baseline DIR]
 
 `--baseline DIR` (a checkout of another nel, e.g. `git worktree add ../base main`) adds
-`chain@base`: that checkout's chain, same server, same rounds. Then `chain` and
-`chain@base` both run each round in a fresh client process (the same worker code), so
-neither has the other's warm process; `direct` and `proxy` stay in this one.
+`chain@base`: that checkout's chain, same server, same rounds. Then every mode's client
+runs each round in a fresh process (the same worker code; `chain@base` in that
+checkout), so no mode has a warmer process than another.
 """
 
 from __future__ import annotations
@@ -100,15 +105,17 @@ import asyncio, logging, sys
 log = logging.getLogger("nel.proxy")
 log.setLevel(logging.WARNING); log.addHandler(logging.NullHandler()); log.propagate = False
 from bench.bench_interceptors import _round
-rps, us = asyncio.run(_round(sys.argv[1], True, int(sys.argv[2]), int(sys.argv[3])))
+rps, us = asyncio.run(_round(sys.argv[1], sys.argv[4] == "chain", int(sys.argv[2]), int(sys.argv[3])))
 print(rps, us)
 """
 
 
-def _round_in(checkout: Path, url: str, n: int, concurrency: int) -> tuple[float, float]:
-    """A chained round run by `checkout`'s code in a new process: (req/s, client us/req)."""
+def _round_in(checkout: Path, url: str, n: int, concurrency: int, chain: bool
+              ) -> tuple[float, float]:
+    """A round run by `checkout`'s code in a new process: (req/s, client us/req)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency)],
+    out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency),
+                          "chain" if chain else "plain"],
                          cwd=checkout, env=env, capture_output=True, text=True, check=True)
     rps, us = out.stdout.split()[-2:]
     return float(rps), float(us)
@@ -154,17 +161,25 @@ def main() -> None:
             for mode in order:
                 target = proxy_url if mode == "proxy" else url
                 p0 = _cpu_seconds(proxy.pid)  # type: ignore[attr-defined]
-                if mode == "chain@base" and base is not None:
-                    rps, us = _round_in(base, url, a.requests, a.concurrency)
-                elif mode == "chain" and base is not None:
-                    rps, us = _round_in(here, url, a.requests, a.concurrency)
+                s0 = _cpu_seconds(proc.pid)  # type: ignore[attr-defined]
+                chained = mode.startswith("chain")
+                if base is not None:
+                    rps, us = _round_in(base if mode == "chain@base" else here, target,
+                                        a.requests, a.concurrency, chained)
                 else:
-                    rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
+                    rps, us = asyncio.run(_round(target, chained, a.requests, a.concurrency))
+                wall = a.requests / rps
+                proxy_s = _cpu_seconds(proxy.pid) - p0  # type: ignore[attr-defined]
+                server_s = _cpu_seconds(proc.pid) - s0  # type: ignore[attr-defined]
                 if mode == "proxy":
-                    proxy_cpu.append((_cpu_seconds(proxy.pid) - p0) / a.requests * 1e6)  # type: ignore[attr-defined]
+                    proxy_cpu.append(proxy_s / a.requests * 1e6)
                 res[mode].append(rps)
                 cpu[mode].append(us)
-                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
+                cores = (f"cores: client {us * a.requests / 1e6 / wall:.2f}, "
+                         f"server {server_s / wall:.2f}"
+                         + (f", proxy {proxy_s / wall:.2f}" if mode == "proxy" else ""))
+                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req  "
+                      f"{cores}", flush=True)
         d, c, x = (statistics.median(res[m]) for m in ("direct", "chain", "proxy"))
         dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
         print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
