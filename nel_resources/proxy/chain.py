@@ -32,7 +32,12 @@ class Link:
 
 
 class Chain:
-    """An interceptor chain bound to one endpoint."""
+    """An interceptor chain bound to one endpoint.
+
+    Attributes:
+        plain: none of the request and response hooks that run is async, so a
+            request goes through the chain in plain calls only.
+    """
 
     def __init__(self, links: Sequence[Link], endpoint: Endpoint) -> None:
         req_side = [lk for lk in links if hasattr(lk.impl, "on_request")]
@@ -50,9 +55,7 @@ class Chain:
         self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if _active(lk.impl, "on_chunk"))
         self._send = endpoint.send
         # When no request or response hook is async (the built-in ones are all plain but
-        # `caching`), both stages are plain loops over the bound methods: no flag tested
-        # per hook, and `before`/`after` let a caller that sends by itself (nel's client)
-        # run the chain without a coroutine per stage.
+        # `caching`), `run` loops over the bound methods alone: no flag tested per hook.
         self.plain = not any(a for _, a in self._on_request + self._on_response)
         self._before = tuple(fn for fn, _ in self._on_request)
         self._after = tuple(fn for fn, _ in self._on_response)
@@ -61,21 +64,6 @@ class Chain:
     def names(self) -> tuple[str, ...]:
         """The interceptors' names, in chain order."""
         return tuple(lk.name for lk in self.links)
-
-    def before(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
-        """The request stage of a `plain` chain: the request to send, or the answer a
-        hook gave instead (a cache hit)."""
-        for hook in self._before:
-            req = hook(req)
-            if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
-                return req
-        return req
-
-    def after(self, resp: ProxyResponse) -> ProxyResponse:
-        """The response stage of a `plain` chain."""
-        for hook in self._after:
-            resp = hook(resp)
-        return resp
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
         for hook, is_async in self._on_request:
