@@ -55,7 +55,8 @@ class Chain:
         self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if _active(lk.impl, "on_chunk"))
         self._send = endpoint.send
         # When no request or response hook is async (the built-in ones are all plain but
-        # `caching`), `run` loops over the bound methods alone: no flag tested per hook.
+        # `caching`), `run` loops over the bound methods alone (no flag tested per hook),
+        # and `before`/`after` run the stages as plain calls.
         self.plain = not any(a for _, a in self._on_request + self._on_response)
         self._before = tuple(fn for fn, _ in self._on_request)
         self._after = tuple(fn for fn, _ in self._on_response)
@@ -64,6 +65,23 @@ class Chain:
     def names(self) -> tuple[str, ...]:
         """The interceptors' names, in chain order."""
         return tuple(lk.name for lk in self.links)
+
+    def before(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
+        """The request stage of a `plain` chain, as a plain call: the request to send, or
+        the answer a hook gave instead (a cache hit). For a caller that sends by itself
+        (nel's client around its own transport): no coroutine level between its wait on
+        the wire and the event loop."""
+        for hook in self._before:
+            req = hook(req)
+            if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
+                return req
+        return req
+
+    def after(self, resp: ProxyResponse) -> ProxyResponse:
+        """The response stage of a `plain` chain, as a plain call (see `before`)."""
+        for hook in self._after:
+            resp = hook(resp)
+        return resp
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
         for hook, is_async in self._on_request:

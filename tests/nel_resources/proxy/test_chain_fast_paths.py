@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import ModelError, client_for_service
@@ -177,3 +178,37 @@ def test_an_answer_from_a_request_hook_skips_the_endpoint_in_both_stage_kinds(
     assert server_stats(server)["total_requests"] == 1  # only the second reached the model
     prefix = "async " if observer == "test_fast:slow_seen" else ""
     assert _seen_log == [f"{prefix}short", f"{prefix}long"]  # the response hook saw both
+
+
+def test_the_endpoints_extra_body_and_headers_reach_the_server_with_a_plain_chain() -> None:
+    """nel's client runs a plain chain's stages itself around its transport: what the
+    `endpoint` adds (body fields, headers) still goes out, at a real HTTP server."""
+    seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+
+    async def go() -> tuple[Any, bool]:
+        async def chat(request: web.Request) -> web.Response:
+            seen.append((dict(request.headers), await request.json()))
+            return web.json_response({"choices": [{"message": {"role": "assistant", "content": "4"},
+                                                   "finish_reason": "stop"}], "model": "tiny"})
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        svc = _svc(f"http://127.0.0.1:{port}/v1", [
+            {"name": "endpoint", "config": {"extra_body": {"seed": 7}, "extra_headers": {"X-Extra": "yes"}}},
+            {"name": "system_message", "config": {"system_message": "S"}}])
+        try:
+            async with client_for_service(svc) as client:
+                assert client.chain is not None
+                return await client.generate([{"role": "user", "content": "q"}]), client.chain.plain
+        finally:
+            await runner.cleanup()
+
+    resp, plain = asyncio.run(go())
+    assert plain and resp.content == "4"
+    [(headers, body)] = seen
+    assert headers["X-Extra"] == "yes" and body["seed"] == 7
+    assert body["messages"][0] == {"role": "system", "content": "S"}
