@@ -441,7 +441,7 @@ class ModelClient:
             else:
                 data, headers = endpoint.wire(req)
                 t0 = time.perf_counter()
-                status, obj, attempts = await self._post(data, req.path, headers)
+                status, obj, attempts, _ = await self._post(data, req.path, headers)
                 resp = endpoint.answer(req, status, obj, attempts, t0)
             try:
                 resp = chain.after(resp)
@@ -450,7 +450,7 @@ class ModelClient:
             return self._chained_answer(resp)
         data = body if body is not None else self.encode(messages, prompt, overrides)
         t0 = time.perf_counter()
-        status, obj, attempts = await self._post(data, self._url[len(self.base_url):], None)
+        status, obj, attempts, _ = await self._post(data, self._url[len(self.base_url):], None)
         if status != 200:
             raise ModelError(f"HTTP {status}: {obj}", "error", status, attempts)
         return self._from_obj(obj, (time.perf_counter() - t0) * 1000.0, attempts)
@@ -501,15 +501,16 @@ class ModelClient:
         """One request of the chain's endpoint: (status, parsed body or error text, attempts,
         latency in ms). Retryable failures are retried here; a 4xx comes back as an answer."""
         t0 = time.perf_counter()
-        status, obj, attempts = await self._post(orjson.dumps(body), path, headers)
+        status, obj, attempts, _ = await self._post(orjson.dumps(body), path, headers)
         if status != 200:
             obj = obj.encode() if isinstance(obj, str) else obj
         return status, obj, attempts, (time.perf_counter() - t0) * 1000.0
 
     async def _post(self, data: bytes, subpath: str, headers: dict[str, str] | None
-                    ) -> tuple[int, Any, int]:
-        """POST with retries: (200, parsed body, attempts), or (status, redacted error text,
-        attempts) for a 4xx that retrying cannot fix. Raises ModelError after the last retry."""
+                    ) -> tuple[int, Any, int, bytes]:
+        """POST with retries: (200, parsed body, attempts, the redacted bytes it was parsed
+        from), or (status, redacted error text, attempts, b"") for a 4xx that retrying cannot
+        fix. Raises ModelError after the last retry."""
         attempt = 0
         while True:
             attempt += 1
@@ -532,8 +533,10 @@ class ModelClient:
             else:
                 self._limit.record(throttled=status == 429)
                 if status == 200:
+                    if self._redact:
+                        raw = self._redact.bytes(raw)
                     try:
-                        return 200, self._load(raw), attempt
+                        return 200, self._parse(raw), attempt, raw
                     except _BadBody as exc:  # cut short on the way: as retryable as a reset
                         category, message = "error", str(exc)
                 else:
@@ -549,7 +552,7 @@ class ModelClient:
                     retryable = (status in self._retry_status if self._retry_status is not None
                                  else status == 429 or status >= 500)
                     if not retryable:  # the request itself is wrong, retrying cannot help
-                        return status, text, attempt
+                        return status, text, attempt, b""
                     if status == 429:
                         category, message = "rate_limit", f"HTTP 429: {text}"
                     else:
@@ -605,9 +608,9 @@ class ModelClient:
         """How many times 429s shrank the concurrency."""
         return self._limit.cuts
 
-    def _load(self, raw: bytes) -> dict[str, Any]:
-        if self._redact:
-            raw = self._redact.bytes(raw)
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
+        """A 200's (redacted) body as a JSON object."""
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

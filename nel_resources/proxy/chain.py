@@ -60,6 +60,13 @@ class Chain:
         self.plain = not any(a for _, a in self._on_request + self._on_response)
         self._before = tuple(fn for fn, _ in self._on_request)
         self._after = tuple(fn for fn, _ in self._on_response)
+        # Whether a request's / response's `raw` bytes can outlive its stage: only when
+        # every hook that runs in it reports its changes (`types.py`); otherwise the chain
+        # drops them and the body is encoded again, as it always was.
+        self.raw_requests = all(_reports(lk.impl, "on_request") for lk in self.links
+                                if _active(lk.impl, "on_request"))
+        self.raw_responses = all(_reports(lk.impl, "on_response") for lk in self.links
+                                 if _active(lk.impl, "on_response"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -71,6 +78,8 @@ class Chain:
         the answer a hook gave instead (a cache hit). For a caller that sends by itself
         (nel's client around its own transport): no coroutine level between its wait on
         the wire and the event loop."""
+        if not self.raw_requests:
+            req.raw = None
         for hook in self._before:
             req = hook(req)
             if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
@@ -81,6 +90,8 @@ class Chain:
         """The response stage of a `plain` chain, as a plain call (see `before`)."""
         for hook in self._after:
             resp = hook(resp)
+        if not self.raw_responses:
+            resp.raw = None
         return resp
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
@@ -102,6 +113,8 @@ class Chain:
 
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
+        if not self.raw_requests:
+            req.raw = None
         if self.plain:
             # The stages' loops inlined: no call per stage on the hot path.
             for hook in self._before:
@@ -113,6 +126,8 @@ class Chain:
                 resp = await self._send(req)
             for hook in self._after:
                 resp = hook(resp)
+            if not self.raw_responses:
+                resp.raw = None
             return resp
         # Both stages inlined (not `_request_stage`): two coroutines less per request.
         for hook, is_async in self._on_request:
@@ -129,6 +144,8 @@ class Chain:
             resp = hook(resp)
             if is_async:
                 resp = await resp
+        if not self.raw_responses:
+            resp.raw = None
         return resp
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
@@ -140,6 +157,7 @@ class Chain:
         A request answered at the request stage (a cache hit) is replayed as a stream.
         """
         req.stream = True
+        req.raw = None  # the endpoint encodes a streamed request itself (`"stream": true`)
         out = await self._request_stage(req)
         if isinstance(out, ProxyResponse):
             resp = await self._response_stage(out)
@@ -200,6 +218,11 @@ class Chain:
 def _active(impl: Any, hook: str) -> bool:
     """Whether `impl` has `hook` and its config leaves it something to do."""
     return hasattr(impl, hook) and hook not in getattr(impl, "idle_hooks", ())
+
+
+def _reports(impl: Any, hook: str) -> bool:
+    """Whether `impl`'s `hook` leaves the body alone or drops `raw` when it changes it."""
+    return hook in getattr(impl, "reports_changes", ())
 
 
 def _hooks(fns: Iterable[Callable[..., Any]]) -> tuple[tuple[Callable[..., Any], bool], ...]:

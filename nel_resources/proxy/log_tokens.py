@@ -17,6 +17,9 @@ AFFECTS_ANSWERS = False
 class LogTokens:
     """Logs and sums `usage`."""
 
+    # Reads answers only: the proxy may forward the upstream's bytes (`types.py`).
+    reports_changes = ("on_response",)
+
     def __init__(self) -> None:
         self.log = proxy_logger()
         self.prompt = self.completion = self.total = 0

@@ -17,6 +17,9 @@ AFFECTS_ANSWERS = True
 class ModifyTools:
     """Rewrites `tools[*].function.parameters.properties` (and `required`)."""
 
+    # A request without tools keeps the agent's bytes (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, strip: list[str], add: dict[str, dict[str, Any]]) -> None:
         self.strip = tuple(strip)
         self.add = add
@@ -27,6 +30,7 @@ class ModifyTools:
         tools = req.body.get("tools")
         if not isinstance(tools, list):
             return req
+        req.raw = None  # tools to rewrite: the body is encoded again (`types.py`)
         for tool in tools:
             if not isinstance(tool, dict):
                 continue

@@ -82,6 +82,9 @@ def _merge(into: dict[str, Any], add: dict[str, Any]) -> None:
 class PayloadModifier:
     """Edits the body and headers of each request."""
 
+    # A body it edits loses the agent's bytes; headers are sent apart (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.remove = frozenset(cfg["params_to_remove"] or ())
         self.rename = dict(cfg["params_to_rename"] or {})
@@ -120,12 +123,14 @@ class PayloadModifier:
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         if self._needles is not None and self._mentions(req.body):
+            req.raw = None  # a key to remove or rename is there: the body changes
             if self.remove:
                 _remove(req.body, self.remove)
             if self.rename:
                 req.body = _rename(req.body, self.rename, self.rename_keys)
         if self.add:
             _merge(req.body, self.add)
+            req.raw = None
         if self.h_remove or self.h_rename or self.h_add:
             headers = {self.h_rename.get(k.lower(), k): v for k, v in req.headers.items()
                        if k.lower() not in self.h_remove}

@@ -45,6 +45,9 @@ def _split(msg: dict[str, Any]) -> bool:
 class Reasoning:
     """Splits reasoning from the answer in each choice."""
 
+    # An answer it splits loses its upstream bytes (`types.py`); the others keep them.
+    reports_changes = ("on_response",)
+
     def __init__(self) -> None:
         self.split = 0
 
@@ -55,6 +58,7 @@ class Reasoning:
                 msg = ch.get("message") if isinstance(ch, dict) else None
                 if isinstance(msg, dict) and _split(msg):
                     self.split += 1
+                    resp.raw = None
         return resp
 
     def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:

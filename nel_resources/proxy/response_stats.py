@@ -16,6 +16,9 @@ AFFECTS_ANSWERS = False
 class ResponseStats:
     """Running counts of the answers (no lock: nothing awaits between read and write)."""
 
+    # Reads answers only: the proxy may forward the upstream's bytes (`types.py`).
+    reports_changes = ("on_response",)
+
     def __init__(self, every: int) -> None:
         self.every = every
         self.n = self.tokens = 0

@@ -150,10 +150,13 @@ class ProxyServer:
             if not rep.isdigit():
                 return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep.decode(errors='replace')!r}")
             repeat = int(rep)
+        send_raw: bytes | None = raw  # the agent's bytes go upstream unless a hook edits
         if self.client.model and "model" not in body:
             body["model"] = self.client.model
+            send_raw = None
         self.requests_in += 1
-        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")))
+        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")),
+                           send_raw)
         try:
             if req.stream:
                 return await self._stream(req)
@@ -182,7 +185,9 @@ class ProxyServer:
     @staticmethod
     def _answer(resp: ProxyResponse) -> Reply:
         if isinstance(resp.body, dict):
-            return Reply(resp.status, orjson.dumps(resp.body))
+            # The upstream's own bytes while every hook left the body as it came (`raw`).
+            raw = resp.raw
+            return Reply(resp.status, raw if raw is not None else orjson.dumps(resp.body))
         text = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body)
         return _error(resp.status, text, "upstream_error")
 

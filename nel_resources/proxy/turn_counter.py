@@ -47,6 +47,9 @@ def _session_of(req: ProxyRequest) -> str:
 class TurnCounter:
     """Counts turns and enforces the budget."""
 
+    # Only a turn notice changes the request; it drops the agent's bytes (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.every = cfg["every"]
         self.max_turns: int | None = cfg["max_turns"]
@@ -99,6 +102,7 @@ class TurnCounter:
         messages = req.body.get("messages")
         if notice is None or not isinstance(messages, list):
             return req
+        req.raw = None  # the notice goes into the body below
         if self.position == "system_message":
             messages.append({"role": "system", "content": notice})
             return req
