@@ -16,6 +16,10 @@ Routes (on 127.0.0.1 only):
   sample's repeat index (the cache keeps repeats apart by it);
 - `GET /health`, `GET /stats` (requests in, requests sent upstream, interceptor counters).
 
+A body no hook changed passes as the bytes it came in: the agent's request goes upstream
+as it was sent, the upstream's answer comes back as it was sent (no re-encoding; which
+hooks allow it: `reports_changes` in `types.py`).
+
 Malformed requests get 4xx with one line saying what is wrong; a spent turn budget gets 429
 (`session_budget_exhausted`, like NeMo Evaluator); an upstream that cannot be reached after
 the retries gets 502.
