@@ -10,6 +10,11 @@ requests/s and the client's CPU per request for each round, the medians and the 
 direct; then the proxy's added latency: p50 of one request at a time through the proxy
 minus direct, over `--latency-requests` requests, alternating rounds.
 
+Each round also prints how the 2 cores were shared: the cores each process kept busy
+over the round (its CPU seconds / the round's wall time: client, reference server,
+proxy), so a round slowed by the machine's other load shows as the processes getting
+less than their share.
+
 Cores: the client, the proxy and the reference server are three single-threaded processes
 (the proxy under uvloop, the client on asyncio's default loop), not pinned; the OS shares
 this machine's 2 cores between them and whatever else runs. In `direct` and `chain` two
@@ -23,9 +28,10 @@ less so.
     python bench/bench_interceptors.py --requests 3000 --rounds 4 [--baseline DIR]
 
 `--baseline DIR` (a checkout of another nel, e.g. `git worktree add ../base main`) adds
-`chain@base`: that checkout's chain, same server, same rounds. Then `chain` and
-`chain@base` both run each round in a fresh client process (the same worker code), so
-neither has the other's warm process; `direct` and `proxy` stay in this one.
+`chain@base` and `proxy@base`: that checkout's chain in-process and its proxy process,
+same server, same rounds. Then every mode's client
+runs each round in a fresh process (the same worker code; `chain@base` in that
+checkout), so no mode has a warmer process than another.
 """
 
 from __future__ import annotations
@@ -100,15 +106,17 @@ import asyncio, logging, sys
 log = logging.getLogger("nel.proxy")
 log.setLevel(logging.WARNING); log.addHandler(logging.NullHandler()); log.propagate = False
 from bench.bench_interceptors import _round
-rps, us = asyncio.run(_round(sys.argv[1], True, int(sys.argv[2]), int(sys.argv[3])))
+rps, us = asyncio.run(_round(sys.argv[1], sys.argv[4] == "chain", int(sys.argv[2]), int(sys.argv[3])))
 print(rps, us)
 """
 
 
-def _round_in(checkout: Path, url: str, n: int, concurrency: int) -> tuple[float, float]:
-    """A chained round run by `checkout`'s code in a new process: (req/s, client us/req)."""
+def _round_in(checkout: Path, url: str, n: int, concurrency: int, chain: bool
+              ) -> tuple[float, float]:
+    """A round run by `checkout`'s code in a new process: (req/s, client us/req)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency)],
+    out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency),
+                          "chain" if chain else "plain"],
                          cwd=checkout, env=env, capture_output=True, text=True, check=True)
     rps, us = out.stdout.split()[-2:]
     return float(rps), float(us)
@@ -120,13 +128,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_proxy(url: str, tmp: Path) -> tuple[object, str]:
+def _start_proxy(url: str, tmp: Path, checkout: Path | None = None) -> tuple[object, str]:
+    """The proxy with the bench's chain; `checkout`: that nel's proxy code instead of ours."""
     cfg = tmp / "proxy.yaml"
     cfg.write_text(yaml.safe_dump({
         "services": {"m": {"type": "api", "url": url, "model": "tiny", "max_concurrent": 64,
                            "interceptors": CHAIN}},
         "benchmarks": [{"name": "gsm8k"}]}))
-    return start_proxy(cfg, "m", log_level="WARNING")  # log_tokens quiet, as in-process
+    if checkout is None:
+        return start_proxy(cfg, "m", log_level="WARNING")  # log_tokens quiet, as in-process
+    # `python -m` puts the child's working directory first on its path: started from the
+    # other checkout (and with it on PYTHONPATH), the child runs that checkout's proxy.
+    cwd = os.getcwd()
+    os.chdir(checkout)
+    try:
+        return start_proxy(cfg, "m", log_level="WARNING", env={"PYTHONPATH": str(checkout)})
+    finally:
+        os.chdir(cwd)
 
 
 def main() -> None:
@@ -135,7 +153,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--latency-requests", type=int, default=500)
-    p.add_argument("--baseline", metavar="DIR", help="another nel checkout: adds chain@base")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="another nel checkout: adds chain@base and proxy@base")
     a = p.parse_args()
     here = Path(__file__).resolve().parent.parent
     base = Path(a.baseline).resolve() if a.baseline else None
@@ -143,28 +162,43 @@ def main() -> None:
     logging.getLogger("nel.proxy").addHandler(logging.NullHandler())
     logging.getLogger("nel.proxy").propagate = False
     proc, url = start_reference_server()
-    proxy, proxy_url = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
+    proxies: dict[str, tuple[object, str]] = {}
     try:
-        modes: tuple[str, ...] = ("direct", "chain", "proxy") + (("chain@base",) if base else ())
+        proxies["proxy"] = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
+        if base is not None:
+            proxies["proxy@base"] = _start_proxy(
+                url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), base)
+        modes: tuple[str, ...] = ("direct", "chain", "proxy") + (
+            ("chain@base", "proxy@base") if base else ())
         res: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
-        proxy_cpu: list[float] = []
+        proxy_cpu: dict[str, list[float]] = {m: [] for m in proxies}
         for r in range(a.rounds):
             order = modes if r % 2 == 0 else modes[::-1]
             for mode in order:
-                target = proxy_url if mode == "proxy" else url
-                p0 = _cpu_seconds(proxy.pid)  # type: ignore[attr-defined]
-                if mode == "chain@base" and base is not None:
-                    rps, us = _round_in(base, url, a.requests, a.concurrency)
-                elif mode == "chain" and base is not None:
-                    rps, us = _round_in(here, url, a.requests, a.concurrency)
+                # (a mode without a proxy reads ours, idle, and prints no proxy share)
+                this_proxy, target = proxies.get(mode, (proxies["proxy"][0], url))
+                p0 = _cpu_seconds(this_proxy.pid)  # type: ignore[attr-defined]
+                s0 = _cpu_seconds(proc.pid)  # type: ignore[attr-defined]
+                chained = mode.startswith("chain")
+                if base is not None:
+                    # The client of `proxy@base` is ours, as for `proxy`: only the proxy differs.
+                    rps, us = _round_in(base if mode == "chain@base" else here, target,
+                                        a.requests, a.concurrency, chained)
                 else:
-                    rps, us = asyncio.run(_round(target, mode == "chain", a.requests, a.concurrency))
-                if mode == "proxy":
-                    proxy_cpu.append((_cpu_seconds(proxy.pid) - p0) / a.requests * 1e6)  # type: ignore[attr-defined]
+                    rps, us = asyncio.run(_round(target, chained, a.requests, a.concurrency))
+                wall = a.requests / rps
+                proxy_s = _cpu_seconds(this_proxy.pid) - p0  # type: ignore[attr-defined]
+                server_s = _cpu_seconds(proc.pid) - s0  # type: ignore[attr-defined]
+                if mode in proxies:
+                    proxy_cpu[mode].append(proxy_s / a.requests * 1e6)
                 res[mode].append(rps)
                 cpu[mode].append(us)
-                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req", flush=True)
+                cores = (f"cores: client {us * a.requests / 1e6 / wall:.2f}, "
+                         f"server {server_s / wall:.2f}"
+                         + (f", proxy {proxy_s / wall:.2f}" if mode in proxies else ""))
+                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req  "
+                      f"{cores}", flush=True)
         d, c, x = (statistics.median(res[m]) for m in ("direct", "chain", "proxy"))
         dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
         print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
@@ -177,18 +211,25 @@ def main() -> None:
             cb, cbc = statistics.median(res["chain@base"]), statistics.median(cpu["chain@base"])
             print(f"baseline {base}: chain@base {cb:.0f} req/s (ratio to direct {cb / d:.3f}), "
                   f"client cpu {cbc:.1f} us/req; this chain / chain@base {c / cb:.3f}")
-        print(f"proxy process cpu per request: {statistics.median(proxy_cpu):.1f} us "
+            xb = statistics.median(res["proxy@base"])
+            print(f"baseline {base}: proxy@base {xb:.0f} req/s (ratio to direct {xb / d:.3f}), "
+                  f"process cpu {statistics.median(proxy_cpu['proxy@base']):.1f} us/req; "
+                  f"this proxy / proxy@base {x / xb:.3f}")
+        print(f"proxy process cpu per request: {statistics.median(proxy_cpu['proxy']):.1f} us "
               "(its own core time; the client's above is extra)")
-        lat: dict[str, list[float]] = {"direct": [], "proxy": []}
+        lat: dict[str, list[float]] = {"direct": [], **{m: [] for m in proxies}}
         for r in range(a.rounds):
-            for mode in (("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")):
-                target = proxy_url if mode == "proxy" else url
+            for mode in (list(lat) if r % 2 == 0 else list(lat)[::-1]):
+                target = proxies[mode][1] if mode in proxies else url
                 lat[mode].append(asyncio.run(_latency_p50(target, a.latency_requests)))
-        ld, lp = statistics.median(lat["direct"]), statistics.median(lat["proxy"])
-        print(f"latency p50 one at a time: direct {ld:.3f} ms, proxy {lp:.3f} ms, "
-              f"proxy adds {lp - ld:.3f} ms")
+        ld = statistics.median(lat["direct"])
+        for mode in proxies:
+            lp = statistics.median(lat[mode])
+            print(f"latency p50 one at a time: direct {ld:.3f} ms, {mode} {lp:.3f} ms, "
+                  f"{mode} adds {lp - ld:.3f} ms")
     finally:
-        proxy.stop()  # type: ignore[attr-defined]
+        for running, _ in proxies.values():
+            running.stop()  # type: ignore[attr-defined]
         proc.stop()
 
 

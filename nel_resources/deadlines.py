@@ -40,9 +40,16 @@ class Deadlines:
 
     def arm(self, timeout: float) -> Deadline:
         """A deadline `timeout` seconds from now for the current task."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        assert task is not None
+        # The current task of the loop this client last ran on: `get_running_loop()` costs
+        # a getpid system call on every use (CPython checks for a fork), once per request.
+        # A loop that is not running has no current task, so None sends a client moved to
+        # a new loop (or its first request) to ask for the running one.
+        loop = self._loop
+        task = asyncio.current_task(loop) if loop is not None else None
+        if task is None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task(loop)
+            assert task is not None
         entry = Deadline(loop.time() + timeout, task)
         self._armed.add(entry)
         if self._handle is None or self._loop is not loop:

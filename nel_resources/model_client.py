@@ -421,31 +421,71 @@ class ModelClient:
             raise self._auth_failed
         if self._session is None and self._pool is None:
             await self.open()
-        if self.chain is not None:
-            return await self._generate_chained(messages, prompt, overrides, body, repeat, session_id)
+        chain = self.chain
+        if chain is not None:
+            endpoint = chain.endpoint
+            if not (chain.plain and isinstance(endpoint, _client_endpoint())
+                    and endpoint.client is self):
+                return await self._generate_chained(messages, prompt, overrides, body, repeat,
+                                                    session_id)
+            # A plain chain around this client's own transport: its stages run here as
+            # plain calls, so the wait on the wire suspends and resumes through no extra
+            # coroutine levels (each one costs at every suspension), as `Chain.run` would.
+            try:
+                req = chain.before(self._chain_request(messages, prompt, overrides, body,
+                                                       repeat, session_id))
+            except _chain_types()[0] as exc:
+                raise self._refused(exc) from None
+            if isinstance(req, _proxy_response()):  # answered by a hook (a cache hit)
+                resp = req
+            else:
+                data, headers = endpoint.wire(req)
+                t0 = time.perf_counter()
+                status, obj, attempts, _ = await self._post(data, req.path, headers)
+                resp = endpoint.answer(req, status, obj, attempts, t0)
+            try:
+                resp = chain.after(resp)
+            except _chain_types()[0] as exc:
+                raise self._refused(exc) from None
+            return self._chained_answer(resp)
         data = body if body is not None else self.encode(messages, prompt, overrides)
         t0 = time.perf_counter()
-        status, obj, attempts = await self._post(data, self._url[len(self.base_url):], None)
+        status, obj, attempts, _ = await self._post(data, self._url[len(self.base_url):], None)
         if status != 200:
             raise ModelError(f"HTTP {status}: {obj}", "error", status, attempts)
         return self._from_obj(obj, (time.perf_counter() - t0) * 1000.0, attempts)
 
-    async def _generate_chained(self, messages: list[dict[str, Any]] | None, prompt: str | None,
-                                overrides: dict[str, Any] | None, body: bytes | None,
-                                repeat: int | None, session_id: str | None) -> ModelResponse:
-        InterceptorError, ProxyRequest, RequestContext = _chain_types()
-        assert self.chain is not None
+    def _chain_request(self, messages: list[dict[str, Any]] | None, prompt: str | None,
+                       overrides: dict[str, Any] | None, body: bytes | None,
+                       repeat: int | None, session_id: str | None) -> Any:
+        """A new request for the chain (a `ProxyRequest`)."""
+        _, ProxyRequest, RequestContext = _chain_types()
         # A fresh copy per request: interceptors edit bodies in place, and the loop shares
         # one encoded body between a problem's repeats.
         payload = orjson.loads(body if body is not None else self.encode(messages, prompt, overrides))
-        req = ProxyRequest(payload, {}, self._url[len(self.base_url):],
-                           RequestContext(session_id, repeat))
+        return ProxyRequest(payload, {}, self._url[len(self.base_url):],
+                            RequestContext(session_id, repeat))
+
+    def _refused(self, exc: Exception) -> Exception:
+        """What an interceptor's refusal becomes: the run's stop, or the sample's error."""
+        if getattr(exc, "fatal", False):
+            return ChainStopError(self._redact.text(str(exc)))
+        return ModelError(self._redact.text(str(exc)), "interceptor", None, 0)
+
+    async def _generate_chained(self, messages: list[dict[str, Any]] | None, prompt: str | None,
+                                overrides: dict[str, Any] | None, body: bytes | None,
+                                repeat: int | None, session_id: str | None) -> ModelResponse:
+        """One request through a chain that awaits (an async hook, or another endpoint)."""
+        assert self.chain is not None
+        req = self._chain_request(messages, prompt, overrides, body, repeat, session_id)
         try:
             resp = await self.chain.run(req)
-        except InterceptorError as exc:
-            if exc.fatal:
-                raise ChainStopError(self._redact.text(str(exc))) from None
-            raise ModelError(self._redact.text(str(exc)), "interceptor", None, 0) from None
+        except _chain_types()[0] as exc:
+            raise self._refused(exc) from None
+        return self._chained_answer(resp)
+
+    def _chained_answer(self, resp: Any) -> ModelResponse:
+        """The chain's response as nel's answer, or the error it is."""
         if resp.status != 200 or not isinstance(resp.body, dict):
             text = resp.body if isinstance(resp.body, str | bytes) else orjson.dumps(resp.body)
             if isinstance(text, bytes):
@@ -461,15 +501,16 @@ class ModelClient:
         """One request of the chain's endpoint: (status, parsed body or error text, attempts,
         latency in ms). Retryable failures are retried here; a 4xx comes back as an answer."""
         t0 = time.perf_counter()
-        status, obj, attempts = await self._post(orjson.dumps(body), path, headers)
+        status, obj, attempts, _ = await self._post(orjson.dumps(body), path, headers)
         if status != 200:
             obj = obj.encode() if isinstance(obj, str) else obj
         return status, obj, attempts, (time.perf_counter() - t0) * 1000.0
 
     async def _post(self, data: bytes, subpath: str, headers: dict[str, str] | None
-                    ) -> tuple[int, Any, int]:
-        """POST with retries: (200, parsed body, attempts), or (status, redacted error text,
-        attempts) for a 4xx that retrying cannot fix. Raises ModelError after the last retry."""
+                    ) -> tuple[int, Any, int, bytes]:
+        """POST with retries: (200, parsed body, attempts, the redacted bytes it was parsed
+        from), or (status, redacted error text, attempts, b"") for a 4xx that retrying cannot
+        fix. Raises ModelError after the last retry."""
         attempt = 0
         while True:
             attempt += 1
@@ -492,8 +533,10 @@ class ModelClient:
             else:
                 self._limit.record(throttled=status == 429)
                 if status == 200:
+                    if self._redact:
+                        raw = self._redact.bytes(raw)
                     try:
-                        return 200, self._load(raw), attempt
+                        return 200, self._parse(raw), attempt, raw
                     except _BadBody as exc:  # cut short on the way: as retryable as a reset
                         category, message = "error", str(exc)
                 else:
@@ -509,7 +552,7 @@ class ModelClient:
                     retryable = (status in self._retry_status if self._retry_status is not None
                                  else status == 429 or status >= 500)
                     if not retryable:  # the request itself is wrong, retrying cannot help
-                        return status, text, attempt
+                        return status, text, attempt, b""
                     if status == 429:
                         category, message = "rate_limit", f"HTTP 429: {text}"
                     else:
@@ -565,9 +608,9 @@ class ModelClient:
         """How many times 429s shrank the concurrency."""
         return self._limit.cuts
 
-    def _load(self, raw: bytes) -> dict[str, Any]:
-        if self._redact:
-            raw = self._redact.bytes(raw)
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
+        """A 200's (redacted) body as a JSON object."""
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -655,6 +698,22 @@ class NemoModelClient(ModelClient):
             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             timeout=timeout, max_concurrent=max_concurrent, **nel_options,
         )
+
+
+@functools.cache
+def _proxy_response() -> type:
+    """The chain's response type, imported on first use (plain runs never load it)."""
+    from nel_resources.proxy.types import ProxyResponse
+
+    return ProxyResponse
+
+
+@functools.cache
+def _client_endpoint() -> type:
+    """The endpoint that sends through a `ModelClient`, imported on first use."""
+    from nel_resources.proxy.endpoint import ClientEndpoint
+
+    return ClientEndpoint
 
 
 @functools.cache

@@ -42,6 +42,9 @@ class Capture:
     """Writes one line per exchange; the first link of the proxy's chain (so its request
     hook sees the agent's request untouched and its response hook the final answer)."""
 
+    # Both hooks only read (the request is snapshotted): bytes may pass through (`types.py`).
+    reports_changes = ("on_request", "on_response")
+
     def __init__(self, path: str | os.PathLike[str], redact: Callable[[bytes], bytes]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,12 @@ class Link:
 
 
 class Chain:
-    """An interceptor chain bound to one endpoint."""
+    """An interceptor chain bound to one endpoint.
+
+    Attributes:
+        plain: none of the request and response hooks that run is async, so a
+            request goes through the chain in plain calls only.
+    """
 
     def __init__(self, links: Sequence[Link], endpoint: Endpoint) -> None:
         req_side = [lk for lk in links if hasattr(lk.impl, "on_request")]
@@ -41,17 +46,53 @@ class Chain:
         self.endpoint = endpoint
         # Bound methods collected once, each with whether it must be awaited: a plain hook
         # is called without making a coroutine, so a request pays only the hooks' own work.
+        # An interceptor whose config makes a hook a no-op says so (`idle_hooks`), and the
+        # hook is left out here rather than called on every request.
         self._on_request = _hooks(lk.impl.on_request for lk in self.links
-                                  if hasattr(lk.impl, "on_request"))
+                                  if _active(lk.impl, "on_request"))
         self._on_response = _hooks(lk.impl.on_response for lk in reversed(self.links)
-                                   if hasattr(lk.impl, "on_response"))
-        self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if hasattr(lk.impl, "on_chunk"))
+                                   if _active(lk.impl, "on_response"))
+        self._on_chunk = _hooks(lk.impl.on_chunk for lk in self.links if _active(lk.impl, "on_chunk"))
         self._send = endpoint.send
+        # When no request or response hook is async (the built-in ones are all plain but
+        # `caching`), `run` loops over the bound methods alone (no flag tested per hook),
+        # and `before`/`after` run the stages as plain calls.
+        self.plain = not any(a for _, a in self._on_request + self._on_response)
+        self._before = tuple(fn for fn, _ in self._on_request)
+        self._after = tuple(fn for fn, _ in self._on_response)
+        # Whether a request's / response's `raw` bytes can outlive its stage: only when
+        # every hook that runs in it reports its changes (`types.py`); otherwise the chain
+        # drops them and the body is encoded again, as it always was.
+        self.raw_requests = all(_reports(lk.impl, "on_request") for lk in self.links
+                                if _active(lk.impl, "on_request"))
+        self.raw_responses = all(_reports(lk.impl, "on_response") for lk in self.links
+                                 if _active(lk.impl, "on_response"))
 
     @property
     def names(self) -> tuple[str, ...]:
         """The interceptors' names, in chain order."""
         return tuple(lk.name for lk in self.links)
+
+    def before(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
+        """The request stage of a `plain` chain, as a plain call: the request to send, or
+        the answer a hook gave instead (a cache hit). For a caller that sends by itself
+        (nel's client around its own transport): no coroutine level between its wait on
+        the wire and the event loop."""
+        if not self.raw_requests:
+            req.raw = None
+        for hook in self._before:
+            req = hook(req)
+            if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
+                return req
+        return req
+
+    def after(self, resp: ProxyResponse) -> ProxyResponse:
+        """The response stage of a `plain` chain, as a plain call (see `before`)."""
+        for hook in self._after:
+            resp = hook(resp)
+        if not self.raw_responses:
+            resp.raw = None
+        return resp
 
     async def _request_stage(self, req: ProxyRequest) -> ProxyRequest | ProxyResponse:
         for hook, is_async in self._on_request:
@@ -72,6 +113,22 @@ class Chain:
 
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
+        if not self.raw_requests:
+            req.raw = None
+        if self.plain:
+            # The stages' loops inlined: no call per stage on the hot path.
+            for hook in self._before:
+                req = hook(req)
+                if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
+                    resp = req
+                    break
+            else:
+                resp = await self._send(req)
+            for hook in self._after:
+                resp = hook(resp)
+            if not self.raw_responses:
+                resp.raw = None
+            return resp
         # Both stages inlined (not `_request_stage`): two coroutines less per request.
         for hook, is_async in self._on_request:
             out = hook(req)
@@ -87,6 +144,8 @@ class Chain:
             resp = hook(resp)
             if is_async:
                 resp = await resp
+        if not self.raw_responses:
+            resp.raw = None
         return resp
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
@@ -98,6 +157,7 @@ class Chain:
         A request answered at the request stage (a cache hit) is replayed as a stream.
         """
         req.stream = True
+        req.raw = None  # the endpoint encodes a streamed request itself (`"stream": true`)
         out = await self._request_stage(req)
         if isinstance(out, ProxyResponse):
             resp = await self._response_stage(out)
@@ -153,6 +213,16 @@ class Chain:
                 res = fn()
                 if inspect.isawaitable(res):
                     await res
+
+
+def _active(impl: Any, hook: str) -> bool:
+    """Whether `impl` has `hook` and its config leaves it something to do."""
+    return hasattr(impl, hook) and hook not in getattr(impl, "idle_hooks", ())
+
+
+def _reports(impl: Any, hook: str) -> bool:
+    """Whether `impl`'s `hook` leaves the body alone or drops `raw` when it changes it."""
+    return hook in getattr(impl, "reports_changes", ())
 
 
 def _hooks(fns: Iterable[Callable[..., Any]]) -> tuple[tuple[Callable[..., Any], bool], ...]:

@@ -13,16 +13,25 @@ FIELDS = {"params": FieldSpec("list[str]")}
 AFFECTS_ANSWERS = True
 
 
+_ABSENT = object()  # `dict.pop` default: tells a dropped key from an absent one
+
+
 class DropParams:
     """Pops the named fields from the body."""
 
+    # A request it drops nothing from keeps the agent's bytes (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, params: list[str]) -> None:
         self.params = tuple(params)
+        # Nothing to drop: the chain leaves the hook out instead of calling it per request.
+        self.idle_hooks = () if self.params else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         body = req.body
         for p in self.params:
-            body.pop(p, None)
+            if body.pop(p, _ABSENT) is not _ABSENT:
+                req.raw = None  # the agent's bytes no longer say what is sent
         return req
 
 

@@ -54,17 +54,33 @@ class ClientEndpoint:
         self.extra_headers = dict(extra_headers or {})
         self._session: Any = None  # aiohttp.ClientSession for streams, made on first use
 
-    async def send(self, req: ProxyRequest) -> ProxyResponse:
+    def wire(self, req: ProxyRequest) -> tuple[bytes, dict[str, str]]:
+        """The encoded body and the headers this endpoint sends for `req`: the bytes the
+        request came in as when no hook changed it (`req.raw`), else the body encoded."""
+        headers = {**self.extra_headers, **req.headers} if self.extra_headers else req.headers
         if self.extra_body:
             req.body.update(self.extra_body)
-        headers = {**self.extra_headers, **req.headers} if self.extra_headers else req.headers
+        elif req.raw is not None:
+            return req.raw, headers
+        return orjson.dumps(req.body), headers
+
+    @staticmethod
+    def answer(req: ProxyRequest, status: int, body: Any, attempts: int, t0: float,
+               raw: bytes | None = None) -> ProxyResponse:
+        """The response of one exchange started at `t0` (`perf_counter`): `_post`'s status,
+        parsed body or error text, attempts, and the bytes a parsed body came from."""
+        if status != 200 and isinstance(body, str):
+            body = body.encode()
+        return ProxyResponse(status, body, (perf_counter() - t0) * 1000.0, attempts, req.ctx,
+                             raw=raw or None)
+
+    async def send(self, req: ProxyRequest) -> ProxyResponse:
+        data, headers = self.wire(req)
         # The client's retry loop called directly (what `ModelClient.exchange` does): one
         # coroutine less per request on the hot path.
         t0 = perf_counter()
-        status, body, attempts = await self._post(orjson.dumps(req.body), req.path, headers)
-        if status != 200 and isinstance(body, str):
-            body = body.encode()
-        return ProxyResponse(status, body, (perf_counter() - t0) * 1000.0, attempts, req.ctx)
+        status, body, attempts, raw = await self._post(data, req.path, headers)
+        return self.answer(req, status, body, attempts, t0, raw)
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
         """Send a streamed request; yield each server-sent `data:` object as it arrives.

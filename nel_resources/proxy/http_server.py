@@ -30,23 +30,33 @@ _INTERNAL = Reply(500, b'{"error":{"message":"internal proxy error","type":"serv
 class HttpConnection(Http1Connection):
     """One client connection of the proxy: requests answered strictly in order."""
 
-    __slots__ = ("_handler",)
+    __slots__ = ("_handler", "_spawn")
 
     def __init__(self, handler: Handler) -> None:
         super().__init__()
         self._handler = handler
+        self._spawn: Callable[..., asyncio.Task[None]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # The loop's create_task, looked up once per connection rather than per request.
+        self._spawn = asyncio.get_running_loop().create_task
 
     def error_reply(self, status: int, message: str) -> Reply:
         return Reply(status, orjson.dumps({"error": {"message": message,
                                                      "type": "invalid_request_error"}}))
 
     def respond(self, request: Request) -> bool:
+        target = request.target
         try:
-            path = request.target.decode("ascii").split("?", 1)[0]
+            path = target.decode("ascii")
         except UnicodeDecodeError:
             self.fail(400, "the request target must be ASCII")
             return True
-        self._task = asyncio.get_running_loop().create_task(
+        if "?" in path:
+            path = path.split("?", 1)[0]
+        assert self._spawn is not None
+        self._task = self._spawn(
             self._answer(request.method, path, request.header, request.body, request.keep_alive))
         return False
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
 from nel_resources.proxy.fields import FieldSpec
-from nel_resources.proxy.streams import usage_of
+from nel_resources.proxy.streams import COUNTED_USAGE
 from nel_resources.proxy.types import ProxyResponse
 
 FIELDS: dict[str, FieldSpec] = {}
@@ -17,13 +17,20 @@ AFFECTS_ANSWERS = False
 class LogTokens:
     """Logs and sums `usage`."""
 
+    # Reads answers only: the proxy may forward the upstream's bytes (`types.py`).
+    reports_changes = ("on_response",)
+
     def __init__(self) -> None:
         self.log = proxy_logger()
         self.prompt = self.completion = self.total = 0
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
+        # else the tokens counted on its stream.
         body = resp.body
-        usage = usage_of(resp)  # a stream's own, or the tokens counted on it
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if not isinstance(usage, dict):
+            usage = resp.ctx.extra.get(COUNTED_USAGE)
         if usage is not None:
             pt, ct, tt = (usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           usage.get("total_tokens"))

@@ -17,14 +17,20 @@ AFFECTS_ANSWERS = True
 class ModifyTools:
     """Rewrites `tools[*].function.parameters.properties` (and `required`)."""
 
+    # A request without tools keeps the agent's bytes (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, strip: list[str], add: dict[str, dict[str, Any]]) -> None:
         self.strip = tuple(strip)
         self.add = add
+        # Nothing to strip or add: the chain leaves the hook out instead of calling it.
+        self.idle_hooks = () if self.strip or self.add else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         tools = req.body.get("tools")
         if not isinstance(tools, list):
             return req
+        req.raw = None  # tools to rewrite: the body is encoded again (`types.py`)
         for tool in tools:
             if not isinstance(tool, dict):
                 continue

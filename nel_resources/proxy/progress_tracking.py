@@ -22,6 +22,9 @@ AFFECTS_ANSWERS = False
 class ProgressTracking:
     """Counts answers and reports progress."""
 
+    # Reads answers only: the proxy may forward the upstream's bytes (`types.py`).
+    reports_changes = ("on_response",)
+
     def __init__(self, webhook_url: str | None, every: int, service: str) -> None:
         if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
             raise ValueError("webhook_url must start with http:// or https://")

@@ -26,7 +26,9 @@ def _split(msg: dict[str, Any]) -> bool:
         msg["reasoning_content"] = msg.pop("reasoning")
         return True
     content = msg.get("content")
-    if not isinstance(content, str):
+    # The substring test (C, no regex machinery) turns away the common answer without
+    # a think block; the anchored regex then decides on the few that mention one.
+    if not isinstance(content, str) or "<think>" not in content:
         return False
     m = _OPEN.match(content)
     if m is None:
@@ -43,6 +45,9 @@ def _split(msg: dict[str, Any]) -> bool:
 class Reasoning:
     """Splits reasoning from the answer in each choice."""
 
+    # An answer it splits loses its upstream bytes (`types.py`); the others keep them.
+    reports_changes = ("on_response",)
+
     def __init__(self) -> None:
         self.split = 0
 
@@ -53,6 +58,7 @@ class Reasoning:
                 msg = ch.get("message") if isinstance(ch, dict) else None
                 if isinstance(msg, dict) and _split(msg):
                     self.split += 1
+                    resp.raw = None
         return resp
 
     def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
 from nel_resources.proxy.fields import FieldSpec
-from nel_resources.proxy.streams import usage_of
+from nel_resources.proxy.streams import COUNTED_USAGE
 from nel_resources.proxy.types import ProxyResponse
 
 FIELDS = {"every": FieldSpec("int", 100, minimum=1)}
@@ -16,6 +16,9 @@ AFFECTS_ANSWERS = False
 class ResponseStats:
     """Running counts of the answers (no lock: nothing awaits between read and write)."""
 
+    # Reads answers only: the proxy may forward the upstream's bytes (`types.py`).
+    reports_changes = ("on_response",)
+
     def __init__(self, every: int) -> None:
         self.every = every
         self.n = self.tokens = 0
@@ -24,9 +27,15 @@ class ResponseStats:
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
         self.n += 1
-        self.by_status[resp.status] = self.by_status.get(resp.status, 0) + 1
+        status = resp.status
+        self.by_status[status] = self.by_status.get(status, 0) + 1
         self.latency_ms += resp.latency_ms
-        usage = usage_of(resp)  # a stream's own, or the tokens counted on it
+        # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
+        # else the tokens counted on its stream.
+        body = resp.body
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if not isinstance(usage, dict):
+            usage = resp.ctx.extra.get(COUNTED_USAGE)
         if usage is not None:
             total = usage.get("total_tokens", usage.get("completion_tokens"))
             if isinstance(total, int):

@@ -16,6 +16,10 @@ Routes (on 127.0.0.1 only):
   sample's repeat index (the cache keeps repeats apart by it);
 - `GET /health`, `GET /stats` (requests in, requests sent upstream, interceptor counters).
 
+A body no hook changed passes as the bytes it came in: the agent's request goes upstream
+as it was sent, the upstream's answer comes back as it was sent (no re-encoding; which
+hooks allow it: `reports_changes` in `types.py`).
+
 Malformed requests get 4xx with one line saying what is wrong; a spent turn budget gets 429
 (`session_budget_exhausted`, like NeMo Evaluator); an upstream that cannot be reached after
 the retries gets 502.
@@ -112,9 +116,10 @@ class ProxyServer:
                 "requests": self.requests_in, "upstream_requests": self.client.requests_sent,
                 "interceptors": self.chain.names, "stats": self.chain.stats()}))
         session = None
-        m = _SESSION.match(path)
-        if m:
-            session, path = m.group(1), m.group(2)
+        if path.startswith("/s/"):  # the regex only for paths that can name a session
+            m = _SESSION.match(path)
+            if m:
+                session, path = m.group(1), m.group(2)
         if not path.startswith("/v1/"):
             return _error(404, f"unknown path {path}: {_NOT_SERVED}")
         sub = path[3:]
@@ -149,10 +154,13 @@ class ProxyServer:
             if not rep.isdigit():
                 return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep.decode(errors='replace')!r}")
             repeat = int(rep)
+        send_raw: bytes | None = raw  # the agent's bytes go upstream unless a hook edits
         if self.client.model and "model" not in body:
             body["model"] = self.client.model
+            send_raw = None
         self.requests_in += 1
-        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")))
+        req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")),
+                           send_raw)
         try:
             if req.stream:
                 return await self._stream(req)
@@ -181,7 +189,9 @@ class ProxyServer:
     @staticmethod
     def _answer(resp: ProxyResponse) -> Reply:
         if isinstance(resp.body, dict):
-            return Reply(resp.status, orjson.dumps(resp.body))
+            # The upstream's own bytes while every hook left the body as it came (`raw`).
+            raw = resp.raw
+            return Reply(resp.status, raw if raw is not None else orjson.dumps(resp.body))
         text = resp.body.decode("utf-8", "replace") if isinstance(resp.body, bytes) else str(resp.body)
         return _error(resp.status, text, "upstream_error")
 

@@ -47,6 +47,9 @@ def _session_of(req: ProxyRequest) -> str:
 class TurnCounter:
     """Counts turns and enforces the budget."""
 
+    # Only a turn notice changes the request; it drops the agent's bytes (`types.py`).
+    reports_changes = ("on_request",)
+
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.every = cfg["every"]
         self.max_turns: int | None = cfg["max_turns"]
@@ -75,13 +78,15 @@ class TurnCounter:
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         key = req.ctx.session_id or _session_of(req)
+        turns = self.turns
         # No await between read and write: the count is exact under concurrency.
-        n = self.turns.get(key, 0) + 1
-        if len(self.turns) >= _MAX_SESSIONS and key not in self.turns:
+        n = turns.get(key, 0) + 1
+        # n == 1 exactly when the session is new (a stored count is at least 1).
+        if n == 1 and len(turns) >= _MAX_SESSIONS:
             # popitem(last=False) is O(1); `next(iter(dict))` after many pops from the front
             # of a plain dict walks every deleted slot, so each new session cost O(sessions).
-            self.turns.popitem(last=False)
-        self.turns[key] = n
+            turns.popitem(last=False)
+        turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("session %s turn %d%s", key, n,
                            f"/{self.max_turns}" if self.max_turns else "")
@@ -97,6 +102,7 @@ class TurnCounter:
         messages = req.body.get("messages")
         if notice is None or not isinstance(messages, list):
             return req
+        req.raw = None  # the notice goes into the body below
         if self.position == "system_message":
             messages.append({"role": "system", "content": notice})
             return req

@@ -10,7 +10,15 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   reverse order, like NeMo Evaluator's adapter pipeline;
 - `on_chunk(chunk, ctx)` sees each streamed chunk (a parsed SSE `data:` object) and returns
   it (changed or not), or None to drop it;
-- `close()` releases what it holds; `stats()` returns counters for runtime stats.
+- `close()` releases what it holds; `stats()` returns counters for runtime stats;
+- `idle_hooks` (optional, a collection of hook names): hooks its config leaves nothing to
+  do in (`drop_params` with no params); the chain leaves them out when it is built, so a
+  request does not pay for calling them;
+- `reports_changes` (optional, a collection of hook names): hooks that either leave the
+  body as it is or set the request's / response's `raw` to None when they change it. The
+  proxy forwards the bytes it received (`raw`) instead of re-encoding the body only when
+  every hook that ran says so; a hook without the declaration costs a re-encode, never a
+  stale body.
 
 The request and response are plain dataclasses with slots: the chain is on the hot path.
 """
@@ -47,6 +55,8 @@ class ProxyRequest:
         path: the API path below the base URL (`/chat/completions`, ...).
         ctx: the request's context.
         stream: whether the caller wants the answer streamed.
+        raw: the bytes `body` was parsed from, while they still encode it (None once a
+            hook changed the body, or when there are none): sent as they are.
     """
 
     body: dict[str, Any]
@@ -54,6 +64,7 @@ class ProxyRequest:
     path: str = "/chat/completions"
     ctx: RequestContext = field(default_factory=RequestContext)
     stream: bool = False
+    raw: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +78,8 @@ class ProxyResponse:
         attempts: requests the endpoint sent for it (0 for a cache hit).
         ctx: the request's context.
         cached: True when the cache answered.
+        raw: the (redacted) bytes the upstream sent for a dict `body`, while they still
+            encode it (None once a hook changed the body): the proxy answers with them.
     """
 
     status: int
@@ -75,6 +88,7 @@ class ProxyResponse:
     attempts: int = 1
     ctx: RequestContext = field(default_factory=RequestContext)
     cached: bool = False
+    raw: bytes | None = None
 
     @property
     def ok(self) -> bool:

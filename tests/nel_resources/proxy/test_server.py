@@ -262,6 +262,13 @@ def test_turn_counter_budget_is_a_429_per_session(proxied: Proxied) -> None:
     assert _chat(proxied.url.replace("/v1", "/s/agent02/v1"), "turn 1")[0] == 200
 
 
+def test_a_query_string_is_not_part_of_the_path(proxied: Proxied) -> None:
+    status, data = _chat(proxied.url, "What is 1+2?", path="/chat/completions?api-version=1")
+    assert status == 200 and data["choices"][0]["message"]["content"]
+    status, data = _chat(proxied.url, "What is 1+2?", path="/embeddings?x=/chat/completions")
+    assert status == 404 and "unknown path /v1/embeddings:" in data["error"]["message"]
+
+
 @pytest.mark.parametrize(("method", "path", "raw", "headers", "status"), [
     ("POST", "/v1/chat/completions", b"{not json", {}, 400),
     ("POST", "/v1/chat/completions", b"[1, 2]", {}, 400),
@@ -282,6 +289,7 @@ def test_malformed_requests_get_4xx(proxied: Proxied, method: str, path: str, ra
     (b"NOT-HTTP\r\n\r\n", 400),
     (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
     (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+    (b"POST /v1/chat/\xffcompletions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400),
 ])
 def test_malformed_http_gets_4xx_and_a_closed_connection(proxied: Proxied, raw: bytes,
                                                          status: int) -> None:
