@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
+from nel_resources.arrow import pa
 
 FAILURE_CATEGORIES = (
     "refusal",

@@ -176,6 +176,8 @@ def stored_failures(store: ResultStore, bench: str, model: str, shard: int,
         return n
     import pyarrow.parquet as pq
 
+    import nel_resources.arrow  # noqa: F401 (pyarrow without pandas)
+
     try:
         col = pq.read_table(store.shard_path(bench, model, shard), columns=["error"]).column("error")
     except (OSError, KeyError, ValueError):
@@ -402,11 +404,12 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
         config_json: the run's config without secrets (`ResolvedConfig.config_json`),
             written into the exports.
     """
-    from nel_assets.engine.bundle import build_bundle, bundle_row
+    from nel_assets.engine.bundle import BUNDLE_COLUMNS, build_bundle, bundle_row
     from nel_assets.engine.exports import write_exports
     from nel_assets.engine.report import render_markdown
 
-    table = store.read_shards(bench_name, model)
+    # The bundle's columns only: the exports stream every column from the store themselves.
+    table = store.read_shards(bench_name, model, columns=BUNDLE_COLUMNS)
     harness = next((r["harness"] for r in store.shard_records(bench_name, model).values()
                     if r.get("harness")), None)
     if table.num_rows == 0 and harness is None:
@@ -439,7 +442,8 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     edir = store.export_dir(bench_name, model)
     paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
                           nel_config=summary,
-                          sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)))
+                          sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)),
+                          batches=store.iter_shard_batches(bench_name, model))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
     return bundle, paths
 
