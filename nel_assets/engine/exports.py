@@ -101,21 +101,25 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         "runtime_stats": out_dir / "runtime_stats.json",
         "failure_analysis": out_dir / "failure_analysis.json",
     }
-    _write_line_files(paths["results"], paths["trajectories"],
-                      table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches)
-    # The run-level documents read a few short columns: those rows alone as dicts.
+    # The run-level documents first: they read a few short columns, as dicts only until the
+    # documents are built, and the per-line files then reuse that memory.
     rows = table.select([c for c in _SUMMARY_COLUMNS if c in table.column_names]).to_pylist()
     runtime = nf.runtime_block(rows, bundle["runtime"])
+    failures = nf.failure_block(rows, bundle["failures"]) if has_failures(table) else None
+    eval_doc = nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
+    del rows
+    _write_line_files(paths["results"], paths["trajectories"],
+                      table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches)
     write_json_atomic(paths["runtime_stats"], runtime)
-    if has_failures(table):
-        write_json_atomic(paths["failure_analysis"], nf.failure_block(rows, bundle["failures"]))
+    if failures is not None:
+        write_json_atomic(paths["failure_analysis"], failures)
     else:
         # 0.3.0 writes it only when a step failed; a stale one from an earlier run would
         # report failures this run does not have.
         paths["failure_analysis"].unlink(missing_ok=True)
         del paths["failure_analysis"]
     # The bundle last: a reader that finds it finds the files it describes.
-    write_json_atomic(paths["eval"], nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime))
+    write_json_atomic(paths["eval"], eval_doc)
     # Old files go only once the new ones are in place: a crash above leaves the previous
     # complete set, never a gap. Temp files of a writer that died are swept too. 0.3.0's
     # tools skip a folder holding two bundles, so there is only ever one.

@@ -375,21 +375,28 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
 
     from nel_assets.engine import stats
 
-    fields: dict[str, list[tuple[str, float]]] = {}
+    # Rewards are grouped as rows are read, per field: {value: rewards}, and how many rows
+    # had the field. A field past `max_groups` values can no longer qualify: its groups are
+    # dropped at once (an answer-valued field would otherwise hold a group per answer).
+    fields: dict[str, dict[str, list[float]] | None] = {}
+    seen: dict[str, int] = {}
     n = 0
     for r in rows:
         if r.get("reward") is None or not r.get("details"):
             return {}  # a failed or detail-less row: no field is in every row
         n += 1
+        reward = float(r["reward"])
         for k, v in orjson.loads(r["details"]).items():
             if isinstance(v, bool) or (isinstance(v, str) and len(v) < 100):
-                fields.setdefault(k, []).append((str(v), float(r["reward"])))
+                seen[k] = seen.get(k, 0) + 1
+                by_value = fields.setdefault(k, {})
+                if by_value is not None:
+                    by_value.setdefault(str(v), []).append(reward)
+                    if len(by_value) > max_groups:
+                        fields[k] = None
     out: dict[str, Any] = {}
-    for name, pairs in fields.items():
-        groups: dict[str, list[float]] = {}
-        for val, reward in pairs:
-            groups.setdefault(val, []).append(reward)
-        if len(pairs) != n or not 2 <= len(groups) <= max_groups:
+    for name, groups in fields.items():
+        if groups is None or seen[name] != n or not 2 <= len(groups) <= max_groups:
             continue
         out[name] = []
         for val in sorted(groups):
