@@ -5,7 +5,12 @@ at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sa
 (user+sys of the `nel` process, from rusage), and the time and request count of an
 unchanged rerun (which must send 0 requests).
 
+`--baseline DIR` also runs the `nel` of another checkout (`/work/main`, say) in the same
+rounds, alternating which of the two goes first; the bare loop of each round stays the
+common yardstick, and the summary gains a `baseline` block with the same figures.
+
     NEL_DATA_DIR=../shared/datasets python bench/bench_eval_throughput.py --repeats 8
+    NEL_DATA_DIR=../shared/datasets python bench/bench_eval_throughput.py --baseline /work/main
 """
 
 from __future__ import annotations
@@ -61,12 +66,13 @@ def reset(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(url.removesuffix("/v1") + "/stats/reset", method="POST")).read()
 
 
-def run_nel(args: list[str]) -> tuple[float, float, dict]:
-    """Run `nel` in a child; returns (wall s, cpu s of the child, its JSON summary)."""
+def run_nel(args: list[str], repo: Path = REPO) -> tuple[float, float, dict]:
+    """Run the `nel` of checkout `repo` in a child; returns (wall s, cpu s of the child, its
+    JSON summary)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "dagster_project.cli.main", *args], capture_output=True,
-                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                       text=True, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -75,45 +81,41 @@ def run_nel(args: list[str]) -> tuple[float, float, dict]:
     return wall, cpu, json.loads(p.stdout)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=8, help="GSM8K repeats (1,319 problems each)")
-    ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating bare/nel rounds (medians)")
-    a = ap.parse_args()
-    env = get_benchmark("gsm8k")
-    n = len(env) * a.repeats
-    proc, url = start_reference_server(default_content="Step by step.\n#### 42")
-    rounds = []
-    try:
-        seeds = [asyncio.run(env.seed(i)) for i in range(len(env))]
-        bodies = [orjson.dumps({"model": "m", "messages": [{"role": "user", "content": s.prompt}]})
-                  for s in seeds] * a.repeats
-        for _ in range(a.rounds):
-            bare_s = asyncio.run(bare_loop(url, bodies, a.concurrency))
-            reset(url)
-            with tempfile.TemporaryDirectory() as out:
-                args = ["eval", "run", "-b", "gsm8k", "-n", str(a.repeats), "--model-url", url,
-                        "--model-id", "m", "--max-concurrent", str(a.concurrency), "-o", out,
-                        "--no-progress", "--json"]
-                wall, cpu, summ = run_nel(args)
-                sent = stats(url)["by_endpoint"].get("/v1/chat/completions", 0)
-                reset(url)
-                wall2, cpu2, summ2 = run_nel(args)
-                sent2 = stats(url)["total_requests"]
-                reset(url)
-            rounds.append({"bare_s": bare_s, "wall": wall, "cpu": cpu, "sent": sent, "wall2": wall2,
-                           "cpu2": cpu2, "sent2": sent2, "shards2": summ2["shards_run"],
-                           "score": summ["results"][0]["score"]})
-    finally:
-        proc.stop()
+def precompile(repo: Path) -> None:
+    """Write the bytecode of `repo`'s packages, so no run pays for compiling its source.
+
+    A checkout whose `__pycache__` is missing (PYTHONDONTWRITEBYTECODE set, a fresh
+    worktree) would compile every module it imports on every run: ~0.35 s of CPU here,
+    which is no cost of nel and would favour whichever checkout has its bytecode.
+    """
+    import compileall
+
+    for pkg in ("benchmarks", "dagster_project", "nel_assets", "nel_resources"):
+        compileall.compile_dir(repo / pkg, quiet=1)
+
+
+def nel_round(url: str, repo: Path, repeats: int, concurrency: int) -> dict:
+    """One fresh run and one unchanged rerun of `repo`'s nel, with the requests each sent."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ["eval", "run", "-b", "gsm8k", "-n", str(repeats), "--model-url", url,
+                "--model-id", "m", "--max-concurrent", str(concurrency), "-o", out,
+                "--no-progress", "--json"]
+        wall, cpu, summ = run_nel(args, repo)
+        sent = stats(url)["by_endpoint"].get("/v1/chat/completions", 0)
+        reset(url)
+        wall2, cpu2, summ2 = run_nel(args, repo)
+        sent2 = stats(url)["total_requests"]
+        reset(url)
+    return {"wall": wall, "cpu": cpu, "sent": sent, "wall2": wall2, "cpu2": cpu2, "sent2": sent2,
+            "shards2": summ2["shards_run"], "score": summ["results"][0]["score"]}
+
+
+def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
+    """Medians over the rounds; ratios are taken per round against that round's bare loop."""
     med = statistics.median
-    res = {
-        "samples": n,
-        "rounds": a.rounds,
-        "bare_aiohttp_samples_per_s": round(med(n / r["bare_s"] for r in rounds), 1),
+    return {
         "nel_end_to_end_samples_per_s": round(med(n / r["wall"] for r in rounds), 1),
-        "ratio_nel_over_bare": round(med(r["bare_s"] / r["wall"] for r in rounds), 3),
+        "ratio_nel_over_bare": round(med(b / r["wall"] for b, r in zip(bare, rounds, strict=True)), 3),
         "nel_wall_s": round(med(r["wall"] for r in rounds), 2),
         "nel_cpu_ms_per_sample": round(med(1000 * r["cpu"] / n for r in rounds), 4),
         "nel_model_requests_sent": [r["sent"] for r in rounds],
@@ -123,6 +125,51 @@ def main() -> None:
         "rerun_shards_run": [r["shards2"] for r in rounds],
         "score": rounds[0]["score"],
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=8, help="GSM8K repeats (1,319 problems each)")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating bare/nel rounds (medians)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout whose nel runs in the same rounds (e.g. /work/main)")
+    a = ap.parse_args()
+    if a.baseline is not None and not (a.baseline / "dagster_project" / "cli" / "main.py").is_file():
+        raise SystemExit(f"--baseline {a.baseline}: not a nel checkout (no dagster_project/cli/main.py)")
+    for repo in (REPO, a.baseline) if a.baseline is not None else (REPO,):
+        precompile(repo)
+    env = get_benchmark("gsm8k")
+    n = len(env) * a.repeats
+    proc, url = start_reference_server(default_content="Step by step.\n#### 42")
+    bare: list[float] = []
+    ours: list[dict] = []
+    theirs: list[dict] = []
+    try:
+        seeds = [asyncio.run(env.seed(i)) for i in range(len(env))]
+        bodies = [orjson.dumps({"model": "m", "messages": [{"role": "user", "content": s.prompt}]})
+                  for s in seeds] * a.repeats
+        for i in range(a.rounds):
+            bare.append(asyncio.run(bare_loop(url, bodies, a.concurrency)))
+            reset(url)
+            if a.baseline is None:
+                ours.append(nel_round(url, REPO, a.repeats, a.concurrency))
+            elif i % 2 == 0:  # alternate which checkout runs first in a round
+                ours.append(nel_round(url, REPO, a.repeats, a.concurrency))
+                theirs.append(nel_round(url, a.baseline, a.repeats, a.concurrency))
+            else:
+                theirs.append(nel_round(url, a.baseline, a.repeats, a.concurrency))
+                ours.append(nel_round(url, REPO, a.repeats, a.concurrency))
+    finally:
+        proc.stop()
+    res = {
+        "samples": n,
+        "rounds": a.rounds,
+        "bare_aiohttp_samples_per_s": round(statistics.median(n / b for b in bare), 1),
+        **summarize(n, bare, ours),
+    }
+    if a.baseline is not None:
+        res["baseline"] = {"checkout": str(a.baseline.resolve()), **summarize(n, bare, theirs)}
     print(json.dumps(res, indent=2))
 
 

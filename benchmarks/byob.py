@@ -43,11 +43,6 @@ from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import load_records
 from benchmarks.errors import NelError
-from benchmarks.scoring import answer_line as _answer_line
-from benchmarks.scoring import exact_match as _exact_match
-from benchmarks.scoring import multichoice_regex as _multichoice_regex
-from benchmarks.scoring import numeric_match as _numeric_match
-from benchmarks.scoring.text import normalize_text
 
 # A user pattern is matched against at most this much of the response's tail: the final
 # answer is at the end, and a pathological pattern then costs a bounded time.
@@ -89,8 +84,14 @@ def _verdict(v: VerifyResult) -> dict[str, Any]:
     return {"correct": v.reward >= 1.0, "extracted": v.extracted_answer, **v.scoring_details}
 
 
+# The built-in scorers below import their scoring module when first called: `benchmarks`
+# is imported by every run, and most runs use none of them.
+
+
 def exact_match(sample: ScorerInput, *, normalize: bool = True) -> dict[str, Any]:
     """Normalised exact match of the response against the target."""
+    from benchmarks.scoring.text import exact_match as _exact_match
+
     return _verdict(_exact_match(sample.response, str(sample.target), reasoning=sample.reasoning,
                                  normalize=normalize))
 
@@ -126,6 +127,9 @@ def answer_line(sample: ScorerInput, pattern: str | None = None, *,
             `pattern=`); the last match counts. Default: nel's `Answer:` extraction.
         prefix: The answer marker when no `pattern` is given.
     """
+    from benchmarks.scoring.text import answer_line as _answer_line
+    from benchmarks.scoring.text import normalize_text
+
     if pattern is not None:
         return _pattern_verdict(sample, pattern,
                                 lambda a, b: bool(normalize_text(a)) and normalize_text(a) == normalize_text(b))
@@ -142,6 +146,8 @@ def multichoice_regex(sample: ScorerInput, pattern: str | None = None) -> dict[s
             `pattern=`, e.g. `(?i)Answer\\s*:\\s*([A-D])`); the last match counts. Default:
             nel's multiple-choice extraction (`Answer: B`, `(B)`, `\\boxed{B}`, ...).
     """
+    from benchmarks.scoring.mcq import multichoice_regex as _multichoice_regex
+
     if pattern is not None:
         return _pattern_verdict(sample, pattern, lambda a, b: a.upper() == b.strip().upper())
     return _verdict(_multichoice_regex(sample.response, str(sample.target), reasoning=sample.reasoning))
@@ -149,6 +155,8 @@ def multichoice_regex(sample: ScorerInput, pattern: str | None = None) -> dict[s
 
 def numeric_match(sample: ScorerInput) -> dict[str, Any]:
     """Compare the final number in the response with the target number."""
+    from benchmarks.scoring.numeric import numeric_match as _numeric_match
+
     return _verdict(_numeric_match(sample.response, str(sample.target), reasoning=sample.reasoning))
 
 
@@ -158,6 +166,8 @@ def fuzzy_match(sample: ScorerInput) -> dict[str, Any]:
     Aliases come from `metadata["correct_answers"]`, as in NeMo Evaluator. An empty
     response never matches (NeMo Evaluator 0.3.0 scores it correct: "" is in every string).
     """
+    from benchmarks.scoring.text import normalize_text
+
     pred = normalize_text(sample.response or "")
     aliases = sample.metadata.get("correct_answers") or [str(sample.target)]
     if isinstance(aliases, str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -53,7 +54,7 @@ class RawHTTPPool:
         self.port = port
         self.connect_timeout = connect_timeout
         self._idle: list[_Conn] = []
-        self._sem = asyncio.Semaphore(limit)
+        self._slots = _Slots(limit)
         self._host_header = (host_header or f"{host}:{port}").encode()
         self._closed = False
 
@@ -74,7 +75,9 @@ class RawHTTPPool:
     async def request(self, method: str, path: str, headers: bytes = b"",
                       body: bytes = b"") -> RawResponse:
         """Send one request and read the whole response."""
-        async with self._sem:
+        if not self._slots.take():
+            await self._slots.acquire()
+        try:
             data = self.head(method, path, headers, len(body)) + body
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
@@ -97,6 +100,8 @@ class RawHTTPPool:
             else:
                 _close(conn)
             return resp
+        finally:
+            self._slots.release()
 
     async def _exchange(self, conn: _Conn, data: bytes) -> tuple[RawResponse, bool]:
         reader, writer = conn
@@ -136,6 +141,53 @@ class RawHTTPPool:
         self._closed = True
         while self._idle:
             _close(self._idle.pop())
+
+
+class _Slots:
+    """A counting limit like `asyncio.Semaphore`, with a free slot taken without awaiting.
+
+    `Semaphore.acquire` in Python 3.11 scans its waiters and runs a coroutine even when a
+    slot is free: a measurable share of the request path at thousands of requests a second.
+    Waiters are served in order; a slot freed while some wait goes straight to the first.
+    """
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """Take a free slot now if there is one (no waiter is ahead)."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting for one when none is free."""
+        if self.take():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot just as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first live waiter, else to the pool."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
 
 
 class _Stale(Exception):

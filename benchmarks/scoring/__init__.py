@@ -9,21 +9,80 @@ nothing was found), `source` (`content`, or `reasoning` when the answer was only
 reasoning) and the normalised forms it compared. An empty response never scores.
 """
 
-from benchmarks.scoring.drop import drop_em, drop_f1, f1_score, fuzzy_match, normalize_span
-from benchmarks.scoring.extract import Extraction, find_boxed, last_boxed
-from benchmarks.scoring.math_equiv import (
-    MathComparison,
-    compare_math,
-    extract_math_answer,
-    math_equiv,
-    math_match,
-    normalize_math,
-)
-from benchmarks.scoring.mcq import letters_for, mcq_extract, multichoice_regex
-from benchmarks.scoring.numeric import extract_number, numeric_match, parse_number
-from benchmarks.scoring.reasoning import split_reasoning
-from benchmarks.scoring.refusal import looks_like_refusal
-from benchmarks.scoring.text import answer_line, exact_match, normalize_text, triviaqa_match
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.scoring.drop import drop_em, drop_f1, f1_score, fuzzy_match, normalize_span
+    from benchmarks.scoring.extract import Extraction, find_boxed, last_boxed
+    from benchmarks.scoring.math_equiv import (
+        MathComparison,
+        compare_math,
+        extract_math_answer,
+        math_equiv,
+        math_match,
+        normalize_math,
+    )
+    from benchmarks.scoring.mcq import letters_for, mcq_extract, multichoice_regex
+    from benchmarks.scoring.numeric import extract_number, numeric_match, parse_number
+    from benchmarks.scoring.reasoning import split_reasoning
+    from benchmarks.scoring.refusal import looks_like_refusal
+    from benchmarks.scoring.text import answer_line, exact_match, normalize_text, triviaqa_match
+
+# Each name's module, imported on first use: the scorers compile hundreds of regexes at
+# import, and a run (a rerun with nothing to do above all) uses one or two of the modules.
+_HOME = {
+    **dict.fromkeys(("drop_em", "drop_f1", "f1_score", "fuzzy_match", "normalize_span"), "drop"),
+    **dict.fromkeys(("Extraction", "find_boxed", "last_boxed"), "extract"),
+    **dict.fromkeys(("MathComparison", "compare_math", "extract_math_answer", "math_equiv",
+                     "math_match", "normalize_math"), "math_equiv"),
+    **dict.fromkeys(("letters_for", "mcq_extract", "multichoice_regex"), "mcq"),
+    **dict.fromkeys(("extract_number", "numeric_match", "parse_number"), "numeric"),
+    "split_reasoning": "reasoning",
+    "looks_like_refusal": "refusal",
+    **dict.fromkeys(("answer_line", "exact_match", "normalize_text", "triviaqa_match"), "text"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})
+
+
+class _Scoring(types.ModuleType):
+    """This package, whose `math_equiv` stays the function when the submodule is loaded.
+
+    The import system binds a loaded submodule to the attribute of its name on the package:
+    `math_equiv` (the module) would hide `math_equiv` (the function) once anything imported
+    the module. When everything was imported eagerly, the function was bound after the
+    module; lazily, this property keeps that meaning.
+    """
+
+    @property
+    def math_equiv(self) -> Any:
+        from benchmarks.scoring.math_equiv import math_equiv
+
+        return math_equiv
+
+    @math_equiv.setter
+    def math_equiv(self, value: Any) -> None:
+        pass  # the submodule being bound by the import system (see the class docstring)
+
+
+sys.modules[__name__].__class__ = _Scoring
+
 
 __all__ = [
     "Extraction",

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from benchmarks._types import VerifyResult
 from benchmarks.errors import NelError
-from benchmarks.scoring.reasoning import split_reasoning
 
 __all__ = [
     "CodeExtraction",
@@ -158,6 +157,10 @@ def extract_code(response: str | None, entry_point: str, *,
         entry_point: The function the tests call; a block defining it wins over others.
         reasoning: Separate reasoning text; searched only when the answer has no code.
     """
+    # Imported here: every run imports this module (humaneval registers at import) and the
+    # reasoning module pulls in the answer-marker regexes, which most runs never use.
+    from benchmarks.scoring.reasoning import split_reasoning
+
     answer, thought = split_reasoning(response, reasoning)
     code, method, n = _extract_from(answer, entry_point)
     if code is not None:

@@ -144,6 +144,8 @@ def answer_line_segments(text: str) -> list[tuple[str, int]]:
         (segment, offset) pairs; offset is where the segment starts in `text`. Only the
         last `MAX_MARKERS` prefixes count, and a segment is at most `MAX_SEGMENT` long.
     """
+    if ":" not in text and "：" not in text:
+        return []  # every prefix ends in a colon: no scan for a reply without one
     return [_rest_of_line(text, m.end()) for m in last_matches(_PREFIX_RE, text)]
 
 

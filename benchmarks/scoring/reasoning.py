@@ -25,6 +25,8 @@ _TAGS = "think|thinking|reasoning"
 _OPEN_TAG_RE = re.compile(rf"<({_TAGS})>", re.IGNORECASE)
 _CLOSE_RE = re.compile(rf"</(?:{_TAGS})>", re.IGNORECASE)
 _OPEN_RE = re.compile(rf"<(?:{_TAGS})>", re.IGNORECASE)
+# The closing tag of each kind, compiled once (not per reply).
+_CLOSER_RES = {tag: re.compile(f"</{tag}>", re.IGNORECASE) for tag in _TAGS.split("|")}
 
 
 def split_reasoning(
@@ -52,6 +54,10 @@ def split_reasoning(
     if reasoning_content and reasoning_content.strip():
         parts.append(reasoning_content.strip())
     text = content or ""
+    if "<" not in text:
+        # Every tag starts with `<`: most replies hold none, and the scans below (run
+        # for every sample, often twice) would find nothing.
+        return text.strip(), (parts[0] if parts else None)
 
     text = _remove_blocks(text, parts)
     closes = list(_CLOSE_RE.finditer(text))
@@ -117,9 +123,7 @@ def _remove_blocks(text: str, parts: list[str]) -> str:
     The same blocks as the regex `<(tag)>(.*?)</\\1>` scanned left to right, in linear time:
     that regex rescans to the end of the text from every unclosed opening tag.
     """
-    closers = {
-        tag: ForwardSearch(re.compile(f"</{tag}>", re.IGNORECASE), text) for tag in _TAGS.split("|")
-    }
+    closers = {tag: ForwardSearch(pat, text) for tag, pat in _CLOSER_RES.items()}
     out: list[str] = []
     pos = 0
     while True:

@@ -38,7 +38,18 @@ _PATTERNS = [
     r"\bagainst\s+my\s+(?:guidelines|programming|policies|policy|principles|ethical)",
     r"\b(?:I\s+)?(?:can(?:'|’)?t|cannot|won(?:'|’)?t)\s+(?:fulfil+|comply\s+with)\s+(?:this|that|your)\s+request",
 ]
-_REFUSAL_RE = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE | re.MULTILINE)
+# One regex for the patterns anchored at a line start, one for the rest. Every match of the
+# rest begins with one of `aictw` (`I ...`, `it/this/that`, `as a`, `against`, `can't`,
+# `won't`): that look-ahead rejects almost every position at once, where the single
+# alternation of all of them tried each pattern at each character (5x slower).
+_LINE_START = 3  # the index in _PATTERNS of the `^\W*(?:sorry|...)` pattern
+_FIRST_LETTERS = "aictw"
+_REFUSAL_RE = re.compile(
+    rf"(?=[{_FIRST_LETTERS}])(?:"
+    + "|".join(f"(?:{p})" for i, p in enumerate(_PATTERNS) if i != _LINE_START) + ")",
+    re.IGNORECASE | re.MULTILINE,
+)
+_REFUSAL_LINE_RE = re.compile(_PATTERNS[_LINE_START], re.IGNORECASE | re.MULTILINE)
 
 
 def looks_like_refusal(text: str | None) -> bool:
@@ -58,4 +69,5 @@ def looks_like_refusal(text: str | None) -> bool:
     answer, _ = split_reasoning(text)
     if not answer:
         return False
-    return bool(_REFUSAL_RE.search(answer[:_OPENING_CHARS]))
+    opening = answer[:_OPENING_CHARS]
+    return bool(_REFUSAL_RE.search(opening) or _REFUSAL_LINE_RE.search(opening))

@@ -10,13 +10,14 @@
 # instance. The driver is named because dagster-postgres speaks psycopg2 only.
 # Env:
 #   NEL_POSTGRES_DIR         data, logs and socket (default /var/lib/nel-postgres)
-#   NEL_POSTGRES_PORT        TCP port on 127.0.0.1 (default 55432)
+#   NEL_POSTGRES_PORT        TCP port on 127.0.0.1 (default 25432: below Linux's ephemeral
+#                            range 32768-60999, where any outgoing connection may hold it)
 #   NEL_POSTGRES_NO_INSTALL=1  never run apt-get (the package must be there)
 # Needs root (the server itself runs as the `postgres` user, which Debian's package creates).
 set -euo pipefail
 
 D=${NEL_POSTGRES_DIR:-/var/lib/nel-postgres}
-PORT=${NEL_POSTGRES_PORT:-55432}
+PORT=${NEL_POSTGRES_PORT:-25432}
 USER_NAME=nel
 PASSWORD=nel
 DB=dagster
@@ -56,6 +57,13 @@ if [[ ! -s "$D/data/PG_VERSION" ]]; then
   as_pg "$B/initdb" -D "$D/data" -A scram-sha-256 --auth-local=peer -U postgres \
     >"$D/log/initdb.log" 2>&1 \
     || { tail -20 "$D/log/initdb.log" >&2; exit 1; }
+fi
+if ! ready && as_pg "$B/pg_ctl" -D "$D/data" status >/dev/null 2>&1; then
+  # Running on this cluster but not answering on $PORT: started with another port (an older
+  # default, or NEL_POSTGRES_PORT changed). Ours alone, so it is restarted on $PORT.
+  say "the server of $D/data listens elsewhere; restarting it on 127.0.0.1:$PORT"
+  as_pg "$B/pg_ctl" -D "$D/data" -w -t 120 -m fast stop >/dev/null 9>&- \
+    || { say "could not stop the running server of $D/data"; exit 1; }
 fi
 if ! ready; then
   say "starting postgres on 127.0.0.1:$PORT"

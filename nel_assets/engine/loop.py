@@ -103,6 +103,9 @@ def build_request(seed: SeedResult, protocol: str,
     return messages, None, system
 
 
+_SeedEntry = tuple[SeedResult, float, str | None, str | None, str, str, str | None, str | None]
+
+
 def _category(meta: dict[str, Any]) -> str | None:
     c = meta.get("category")
     return None if c is None else str(c)
@@ -151,10 +154,12 @@ async def run_shard(
     if on_progress and done:
         on_progress(len(done))
 
-    seeds: dict[int, tuple[SeedResult, float, str | None, str | None, str, str]] = {}
+    # Per problem, shared by its repeats: (seed, seed_ms, prompt, system, messages JSON,
+    # metadata JSON, category, cluster).
+    seeds: dict[int, _SeedEntry] = {}
     seed_locks: dict[int, asyncio.Future[None]] = {}
 
-    async def get_seed(idx: int) -> tuple[SeedResult, float, str | None, str | None, str, str]:
+    async def get_seed(idx: int) -> _SeedEntry:
         # Seed each problem once, shared by its repeats.
         cached = seeds.get(idx)
         if cached is not None:
@@ -172,7 +177,8 @@ async def run_shard(
             entry = (seed, (time.perf_counter() - t0) * 1000.0, prompt, system,
                      orjson.dumps(messages).decode() if messages is not None else orjson.dumps(
                          [{"role": "user", "content": prompt}]).decode(),
-                     orjson.dumps(seed.metadata, default=str).decode())
+                     orjson.dumps(seed.metadata, default=str).decode(),
+                     _category(seed.metadata), _cluster(seed.metadata))
             seeds[idx] = entry
             if spec.solver is None:  # a solver builds its own requests (and may have no client)
                 bodies[idx] = client.encode(messages, prompt)
@@ -193,12 +199,15 @@ async def run_shard(
 
     async def one(idx: int, rep: int) -> dict[str, Any]:
         t_start = time.perf_counter()
-        seed, seed_ms, _prompt, system, messages_json, meta_json = await get_seed(idx)
+        # A problem's later repeats find their seed cached: no coroutine for the lookup.
+        seed, seed_ms, _prompt, system, messages_json, meta_json, category, cluster = (
+            seeds.get(idx) or await get_seed(idx))
+        sample_id = f"{idx}:{rep}"
         row: dict[str, Any] = {
             "run_id": spec.run_id, "benchmark": spec.benchmark, "model": spec.model,
             "model_id": spec.model_id, "shard": spec.shard, "problem_idx": idx, "repeat": rep,
-            "sample_id": f"{idx}:{rep}", "category": _category(seed.metadata),
-            "cluster": _cluster(seed.metadata), "prompt": seed.prompt, "system": system,
+            "sample_id": sample_id, "category": category,
+            "cluster": cluster, "prompt": seed.prompt, "system": system,
             "messages": messages_json, "expected": seed.expected_answer, "metadata": meta_json,
             "seed_ms": seed_ms,
         }
@@ -206,7 +215,7 @@ async def run_shard(
             return await solved(seed, row, t_start)
         t_model = time.perf_counter()
         try:
-            resp = await client.generate(body=bodies[idx], repeat=rep, session_id=row["sample_id"])
+            resp = await client.generate(body=bodies[idx], repeat=rep, session_id=sample_id)
         except ModelError as exc:
             now = time.perf_counter()
             row.update(reward=None, error=str(exc)[:1000], failure_category=exc.category,

@@ -22,20 +22,24 @@ No Dagster here.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
 from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
+
+_log = logging.getLogger("nel.ray")
 
 RAY_KEYS = {"address": "a Ray cluster to connect to", "num_cpus": "CPUs per task",
             "num_gpus": "GPUs per task", "max_retries": "retries of a task whose worker died"}
@@ -96,19 +100,42 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
                        "start it (ray start --head) or fix cluster.ray.address") from None
 
 
-def connect(ray: Any, address: str) -> None:
+#: What Ray Client's proxy answers when the per-driver server it starts on the head died or
+#: did not answer in time: the head was busy, not the driver wrong (seen in CI on a loaded
+#: 2-core machine, never on an idle one), so the connection is tried again.
+_CLIENT_SERVER_START_FAILED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")
+
+
+def connect(ray: Any, address: str, attempts: int = 3, pause_s: float = 2.0) -> None:
     """`ray.init` on a running cluster; NelError (one line) when the driver cannot join it.
 
     Ray's native client logs each refused handshake (a wrong token: ~20 s of one-line
-    warnings on stderr) before ray.init gives up; nel's line comes last and says what to fix."""
-    try:
-        ray.init(address=address, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, RuntimeError, AuthenticationError: all one line
-        reason = last_line(str(exc).split(". ")[0], type(exc).__name__)
-        raise NelError(
-            f"cannot join the Ray cluster at {address}: {reason}; nel must run on one of its nodes "
-            "(or through `ray job submit`) and, when the cluster uses token authentication, with its "
-            "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)") from None
+    warnings on stderr) before ray.init gives up; nel's line comes last and says what to fix.
+    A `ray://` address whose head failed to start this driver's client server is tried up to
+    `attempts` times, `pause_s` apart, with a warning each time."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, log_to_driver=False)
+            return
+        except Exception as exc:  # ConnectionError, RuntimeError, AuthenticationError: all one line
+            text = str(exc)
+            if attempt < attempts and any(m in text for m in _CLIENT_SERVER_START_FAILED):
+                _log.warning("Ray Client at %s: the head did not start this driver's server "
+                             "(attempt %d of %d); trying again", address, attempt, attempts)
+                with suppress(Exception):  # a half-open client session, if any
+                    ray.shutdown()
+                time.sleep(pause_s)
+                continue
+            _refuse(address, exc)
+
+
+def _refuse(address: str, exc: Exception) -> NoReturn:
+    """The one line for a driver that cannot join the cluster at `address`."""
+    reason = last_line(str(exc).split(". ")[0], type(exc).__name__)
+    raise NelError(
+        f"cannot join the Ray cluster at {address}: {reason}; nel must run on one of its nodes "
+        "(or through `ray job submit`) and, when the cluster uses token authentication, with its "
+        "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)") from None
 
 
 @contextmanager

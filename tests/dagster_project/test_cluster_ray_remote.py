@@ -111,8 +111,10 @@ def test_ray_client_address_runs_each_partition_on_the_cluster(
     out = tmp_path / "out"
     cfg = write_config(tmp_path / "ray.yaml", url, out, n=4, shards=2,
                        cluster={"type": "ray", "ray": {"address": ray_head.client_address}})
-    s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress",
-                             env={"NEL_DATA_DIR": str(data_dir), **ray_head.driver_env}, timeout=600))
+    proc = run_nel("eval", "run", str(cfg), "--json", "--no-progress",
+                   env={"NEL_DATA_DIR": str(data_dir), **ray_head.driver_env}, timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{ray_head.client_server_logs()}"
+    s = summary_json(proc)
     assert s["shards_run"] == 2 and s["requests_sent"] == 4, s
     (res,) = s["results"]
     assert res["score"] == pytest.approx(0.5) and res["n_items"] == 4

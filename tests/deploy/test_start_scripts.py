@@ -98,3 +98,43 @@ def test_the_second_slurm_cluster_runs_heterogeneous_jobs_on_its_own_nodes(tmp_p
     assert list(states) == [job] and states[job].state == "COMPLETED", states
     lines = (tmp_path / f"h-{job}.log").read_text().splitlines()
     assert f"comp0 on {host}" in lines and f"comp1 on {host}-het" in lines, lines
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_postgres_moves_to_a_changed_port() -> None:
+    """A server of the cluster still listening on another port (an older default, 55432,
+    sat in Linux's ephemeral range, where an outgoing connection held it once in CI) is
+    restarted on the configured one, and the printed URL reaches it there."""
+    import shutil
+    import tempfile
+
+    import psycopg2
+
+    start_postgres()  # the Debian package installed (the fixture's own cluster is not touched)
+    # Not under pytest's tmp dir: the server runs as `postgres`, which cannot enter root's 0700 dirs.
+    d = Path(tempfile.mkdtemp(prefix="nel-pg-", dir="/var/tmp"))
+    d.chmod(0o755)
+    script = REPO_ROOT / "deploy" / "postgres" / "start_postgres.sh"
+    ports = [_free_port(), _free_port()]
+    try:
+        for port in ports:
+            proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300,
+                                  env={**os.environ, "NEL_POSTGRES_DIR": str(d), "NEL_POSTGRES_PORT": str(port)})
+            assert proc.returncode == 0, proc.stderr
+            url = proc.stdout.strip().removeprefix("export NEL_DAGSTER_POSTGRES_URL=")
+            assert f"@127.0.0.1:{port}/" in url
+            conn = psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://", 1))
+            conn.close()
+        assert "restarting it on 127.0.0.1:" in proc.stderr
+    finally:
+        bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+        subprocess.run(["runuser", "-u", "postgres", "--", str(bindir / "pg_ctl"), "-D", str(d / "data"),
+                        "-m", "immediate", "stop"], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)

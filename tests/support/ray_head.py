@@ -83,6 +83,12 @@ class RayHead:
         (node,) = self.state("nodes")
         return str(node["node_id"])
 
+    def client_server_logs(self, tail: int = 3000) -> str:
+        """The tail of each Ray Client server log of the head (the proxy and the per-driver
+        servers it starts): why a `ray://` driver could not join, for a failing test's message."""
+        logs = sorted((self.temp_dir / "session_latest" / "logs").glob("ray_client_server*"))
+        return "\n".join(f"== {f.name}\n{f.read_text(errors='replace')[-tail:]}" for f in logs)
+
     def stop(self) -> None:
         """Kill the head's process group (the whole cluster it runs) and remove its temp dir
         (session logs, spilled objects, uploaded working dirs)."""

@@ -118,3 +118,21 @@ def test_lists_and_ranges_are_separate_numbers() -> None:
     assert extract_number("pages 1,2,3").answer == "3"  # type: ignore[union-attr]
     assert extract_number("from 5-10").answer == "10"  # type: ignore[union-attr]
     assert extract_number("no digits here") is None
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("0", Fraction(0)), ("007", Fraction(7)), ("42", Fraction(42)), ("1,234", Fraction(1234)),
+    ("1,234,567.25", Fraction(123456725, 100)), (".5", Fraction(1, 2)), ("0.125", Fraction(1, 8)),
+    ("-3.50", Fraction(-7, 2)), ("3/4", Fraction(3, 4)), ("12.5/5", Fraction(5, 2)),
+    ("$1,000.10", Fraction(10001, 10)), ("7万", Fraction(70000)), ("3万2500", Fraction(32500)),
+    ("2億", Fraction(200000000)), ("١٢٣", Fraction(123)), ("١٢.٥", Fraction(25, 2)),
+    ("５０", Fraction(50)), ("1\u00a0000", Fraction(1000)), ("-0.0", Fraction(0)),
+    ("10/0", None), ("0.000", Fraction(0)), ("99.990", Fraction(9999, 100)),
+])
+def test_number_values_are_exact(text: str, value: Fraction | None) -> None:
+    # The value is built from integers (not by parsing a string): it must be exact.
+    from benchmarks.scoring.numeric import _NUM_RE, _value
+
+    m = _NUM_RE.fullmatch(text)
+    assert m is not None
+    assert _value(m) == value

@@ -51,3 +51,31 @@ def test_refusals(text: str) -> None:
 @pytest.mark.parametrize("text", HELPFUL)
 def test_not_refusals(text: str | None) -> None:
     assert not looks_like_refusal(text)
+
+
+def _one_regex_verdict(text: str) -> bool:
+    """The verdict of the single alternation of every pattern (how it was matched before
+    the patterns were split into a line-start regex and a first-letter-guarded one)."""
+    import re
+
+    from benchmarks.scoring import refusal
+    from benchmarks.scoring.reasoning import split_reasoning
+
+    combined = re.compile("|".join(f"(?:{p})" for p in refusal._PATTERNS), re.IGNORECASE | re.MULTILINE)
+    answer, _ = split_reasoning(text)
+    return bool(answer) and bool(combined.search(answer[: refusal._OPENING_CHARS]))
+
+
+def test_split_regexes_agree_with_the_single_alternation() -> None:
+    # Every listed reply, each cut at every word and recased, and each pattern's opening
+    # phrase after other text: the two-regex test says what the one regex said.
+    texts = [t for t in (*REFUSALS, *HELPFUL) if t]
+    for t in list(texts):
+        words = t.split(" ")
+        texts += [" ".join(words[i:]) for i in range(1, len(words))]
+        texts += [t.upper(), t.lower(), "Well.\n" + t, "x " + t, "\n\n  ..." + t]
+    texts += ["AS AN AI", "İ can't help", "ı can't help", "TH\u0130S is not appropriate to share",
+              "Note: against my policies", "ok\n— sorry, but I refuse", "Cannot comply with your request",
+              "Won't comply with your request", "ok, won’t fulfill this request"]
+    for t in texts:
+        assert looks_like_refusal(t) == _one_regex_verdict(t), t

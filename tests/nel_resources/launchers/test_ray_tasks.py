@@ -13,7 +13,7 @@ import pytest
 from benchmarks.errors import NelError
 from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob
-from nel_resources.launchers.ray_tasks import check_job_output_dir, run_in_env
+from nel_resources.launchers.ray_tasks import check_job_output_dir, connect, run_in_env
 
 
 def test_referenced_env_takes_what_the_config_names_and_is_set(tmp_path: Path,
@@ -76,3 +76,45 @@ def test_job_output_is_only_checked_in_a_job_with_a_working_dir(tmp_path: Path,
     check_job_output_dir("results")  # a plain `nel eval run`: relative to where it runs
     _as_job_driver(monkeypatch, tmp_path, {"env_vars": {"A": "1"}})
     check_job_output_dir("results")  # a job without a working_dir: nothing of its cwd is deleted
+
+
+class _FlakyRay:
+    """`ray` whose init raises the given errors in turn, then joins (fault injection: the
+    real head's client-server start failing under load is not reproducible on demand)."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.inits = 0
+        self.shutdowns = 0
+
+    def init(self, address: str, log_to_driver: bool) -> None:
+        self.inits += 1
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_client_server_that_failed_to_start_is_tried_again() -> None:
+    ray = _FlakyRay(RuntimeError("Starting Ray client server failed. See ray_client_server_23000.err"))
+    connect(ray, "ray://127.0.0.1:1", pause_s=0)
+    assert ray.inits == 2 and ray.shutdowns == 1
+
+
+def test_client_server_failures_give_up_after_the_attempts_in_one_line() -> None:
+    err = RuntimeError("Starting Ray client server failed. See ray_client_server_23000.err")
+    ray = _FlakyRay(err, err, err)
+    with pytest.raises(NelError) as e:
+        connect(ray, "ray://127.0.0.1:1", attempts=3, pause_s=0)
+    assert ray.inits == 3
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("cannot join the Ray cluster at ray://127.0.0.1:1: "
+                                   "Starting Ray client server failed;")
+
+
+def test_other_join_errors_are_not_retried() -> None:
+    ray = _FlakyRay(ConnectionError("authentication failed"), RuntimeError("never reached"))
+    with pytest.raises(NelError, match="authentication failed"):
+        connect(ray, "127.0.0.1:1", pause_s=0)
+    assert ray.inits == 1
