@@ -66,10 +66,9 @@ def compare_partition(resolved: ResolvedConfig, root: Path, candidate: str) -> d
     Returns:
         The regression document with a ``gate`` section.
     """
-    import pyarrow as pa
-
     from nel_assets.engine.gate import decide
     from nel_assets.engine.runs import compare_runs, run_from_store, write_regression
+    from nel_resources.arrow import pa
     from nel_resources.store import ResultStore, write_parquet_atomic
 
     comp = resolved.comparison

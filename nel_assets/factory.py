@@ -17,11 +17,11 @@ from typing import Any
 
 import dagster as dg
 import orjson
-import pyarrow as pa
 
 from nel_assets.engine import evaluate as ev
 from nel_assets.engine.journal import JournalWriteError
 from nel_assets.engine.remote_shard import LAUNCHED_TAG, launched_outcome
+from nel_resources.arrow import pa
 from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
 from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
 from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic

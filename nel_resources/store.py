@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,8 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     import pyarrow.parquet as pq
+
+    import nel_resources.arrow  # noqa: F401 (pyarrow without pandas)
 
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
@@ -146,28 +148,58 @@ class ResultStore:
         write_json_atomic(d / "_fingerprint.json", fingerprint)
         return path
 
-    def read_shards(self, bench: str, model: str, shards: Iterable[int] | None = None) -> pa.Table:
-        """All committed shard rows of one (benchmark, model), concatenated."""
-        import pyarrow as pa
+    def _committed_shard_files(self, bench: str, model: str,
+                               shards: Iterable[int] | None = None) -> list[Path]:
+        """The Parquet files of the committed shards of (benchmark, model), in shard order
+        (a file counts once its commit marker, `_fingerprint.json`, is next to it)."""
+        base = self.bench_dir(bench) / "shard_results" / f"model={model}"
+        if not base.exists():
+            return []
+        dirs = sorted(base.glob("shard=*"), key=lambda p: int(p.name.split("=", 1)[1]))
+        wanted = None if shards is None else {int(s) for s in shards}
+        return [d / "part-0.parquet" for d in dirs
+                if (wanted is None or int(d.name.split("=", 1)[1]) in wanted)
+                and (d / "part-0.parquet").exists() and (d / "_fingerprint.json").exists()]
+
+    def read_shards(self, bench: str, model: str, shards: Iterable[int] | None = None,
+                    *, columns: Sequence[str] | None = None) -> pa.Table:
+        """All committed shard rows of one (benchmark, model), concatenated.
+
+        `columns` reads only those (the ones a file lacks come out as nulls, as with every
+        column when shards of older and newer schemas are concatenated): a bundle needs
+        neither the prompts nor the request messages, most of a table's bytes.
+        """
         import pyarrow.parquet as pq
 
+        from nel_resources.arrow import pa
         from nel_resources.schema import empty_results
 
-        base = self.bench_dir(bench) / "shard_results" / f"model={model}"
         tables = []
-        if base.exists():
-            dirs = sorted(base.glob("shard=*"), key=lambda p: int(p.name.split("=", 1)[1]))
-            wanted = None if shards is None else {int(s) for s in shards}
-            for d in dirs:
-                s = int(d.name.split("=", 1)[1])
-                if wanted is not None and s not in wanted:
-                    continue
-                f = d / "part-0.parquet"
-                if f.exists() and (d / "_fingerprint.json").exists():
-                    tables.append(pq.read_table(f, partitioning=None))
+        for f in self._committed_shard_files(bench, model, shards):
+            # One file, read as such: `pq.read_table` would go through the datasets layer
+            # (its code alone is ~8 MB of resident pages) for the same table.
+            with pq.ParquetFile(f) as pf:
+                cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+                tables.append(pf.read(columns=cols))
         if not tables:
-            return empty_results()
+            empty = empty_results()
+            return empty if columns is None else empty.select([c for c in columns if c in empty.column_names])
         return pa.concat_tables(tables, promote_options="default")
+
+    def iter_shard_batches(self, bench: str, model: str, *, batch_size: int = 256) -> Iterator[pa.RecordBatch]:
+        """The rows `read_shards` returns, in the same order, `batch_size` at a time.
+
+        One file is decoded a batch at a time: a caller that turns rows into Python objects
+        (the 0.3.0 exports) never holds more than a batch of them, nor the whole table.
+        A batch of an older shard file simply lacks the columns added since.
+        """
+        import pyarrow.parquet as pq
+
+        import nel_resources.arrow  # noqa: F401 (pyarrow without pandas)
+
+        for f in self._committed_shard_files(bench, model):
+            with pq.ParquetFile(f) as pf:
+                yield from pf.iter_batches(batch_size=batch_size)
 
     def models(self, bench: str) -> list[str]:
         """Model keys with at least one committed shard."""

@@ -15,6 +15,14 @@ BUNDLE_VERSION = 2
 """2: the score carries one labelled interval (``ci_method``, ``ci_n_eff``, ``ci_note``,
 ``se_note``) instead of a CLT interval plus a separate ``wilson_low``/``wilson_high``."""
 
+BUNDLE_COLUMNS = ("run_id", "model_id", "shard", "problem_idx", "repeat", "sample_id", "category",
+                  "cluster", "response", "reward", "extracted", "details", "finish_reason",
+                  "prompt_tokens", "completion_tokens", "reasoning_tokens", "model_ms", "total_ms",
+                  "attempts", "error", "failure_category", "timestamp", "steps")
+"""Every column `build_bundle` reads (and the exports' run-level documents): a bundle is
+built from these alone, without the prompts and request messages that make up most of the
+stored bytes."""
+
 
 def _col(table: pa.Table, name: str) -> list[Any]:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
@@ -24,7 +32,8 @@ def _floats(table: pa.Table, name: str) -> Any:
     """A numeric column as float64 with NaN for nulls, straight from Arrow (a Python list of
     100,000 values costs ~10 ms a column); the same values as `np.asarray(_col(...), float)`."""
     import numpy as np
-    import pyarrow as pa
+
+    from nel_resources.arrow import pa
 
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
@@ -38,7 +47,8 @@ def _ints(table: pa.Table, name: str) -> Any:
     """An integer column without nulls as int64 (anything else as `np.asarray(_col(...))`
     would give it, errors included)."""
     import numpy as np
-    import pyarrow as pa
+
+    from nel_resources.arrow import pa
 
     if name in table.column_names:
         col = table.column(name)
@@ -59,7 +69,7 @@ def _distinct(table: pa.Table, name: str) -> list[Any]:
 def _counts(table: pa.Table, name: str) -> dict[str, int]:
     """`{str(value): count}` of the non-null values, in order of first appearance (as
     `Counter` over the column gives them)."""
-    import pyarrow as pa
+    from nel_resources.arrow import pa
 
     if name in table.column_names and pa.types.is_string(table.column(name).type):
         # Arrow's value_counts keeps first-appearance order, like Counter.
@@ -272,7 +282,7 @@ def bundle_row(bundle: dict[str, Any]) -> pa.Table:
     Fractions 0–1, with the interval's ``ci_method`` and ``level`` so a query sees which
     interval it is reading.
     """
-    import pyarrow as pa
+    from nel_resources.arrow import pa
 
     s = bundle["score"]
     rt = bundle["runtime"]

@@ -176,6 +176,8 @@ def stored_failures(store: ResultStore, bench: str, model: str, shard: int,
         return n
     import pyarrow.parquet as pq
 
+    import nel_resources.arrow  # noqa: F401 (pyarrow without pandas)
+
     try:
         col = pq.read_table(store.shard_path(bench, model, shard), columns=["error"]).column("error")
     except (OSError, KeyError, ValueError):
@@ -253,7 +255,11 @@ def evaluate_shard(
     from nel_assets.engine.sandboxing import sandbox_pool
     from nel_assets.engine.solvers.factory import solver_for
 
-    async def go() -> tuple[list[dict[str, Any]], int, int, str, tuple[int, int] | None]:
+    # Rows become Arrow record batches as they finish (pyarrow loads with the first batch,
+    # after the first requests): the shard is never held as dicts.
+    builder = _LazyTableBuilder()
+
+    async def go() -> tuple[int, int, str, tuple[int, int] | None]:
         await _prepare(env)
         all_idx = problem_indices(env, run.selection)
         selection.update(shuffle_record(len(env), all_idx, shuffle_seed=run.selection.shuffle_seed,
@@ -290,8 +296,8 @@ def evaluate_shard(
                     await prepare()  # tool sources listed, names checked: before any request
                 if idx:
                     await client.check()
-                rows = await run_shard(env, client, spec, journal=journal, reuse=reuse,
-                                       on_progress=on_progress)
+                await run_shard(env, client, spec, journal=journal, reuse=reuse,
+                                on_progress=on_progress, sink=builder.add)
             finally:
                 await env.close()  # remote (gym://) environments hold an HTTP session
                 close_tools = getattr(spec.solver, "close_tools", None)
@@ -300,21 +306,23 @@ def evaluate_shard(
             if client.chain is not None:
                 await client.chain.close()  # commit cache writes before the stats are read
                 chain_stats.update(client.chain.stats())
-            return rows, client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
+            return client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
 
     chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
-    rows, sent, prior, fp, idx_range = asyncio.run(go())
-    from nel_resources.schema import rows_to_table  # pyarrow: after the requests, not before
-
-    table = rows_to_table(rows)
-    data_version = hashlib.sha256(
-        orjson.dumps([(r["sample_id"], r.get("reward"), r.get("response"), r.get("error")) for r in rows])
-    ).hexdigest()[:16]
-    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
-    n_err = sum(1 for r in rows if r.get("error") is not None)
-    n_failed = sum(1 for r in rows if needs_retry(r))
+    sent, prior, fp, idx_range = asyncio.run(go())
+    table = builder.table()
+    cols = {c: table.column(c).to_pylist() for c in ("sample_id", "reward", "response", "error",
+                                                     "failure_category")}
+    data_version = hashlib.sha256(orjson.dumps(list(zip(
+        cols["sample_id"], cols["reward"], cols["response"], cols["error"], strict=True)))).hexdigest()[:16]
+    rewards = [x for x in cols["reward"] if x is not None]
+    n_rows = table.num_rows
+    n_err = sum(1 for e in cols["error"] if e is not None)
+    n_failed = sum(1 for e, f in zip(cols["error"], cols["failure_category"], strict=True)
+                   if needs_retry({"error": e, "failure_category": f}))
+    del cols
     path = store.write_shard(bench_name, model, shard, table, {
-        "fingerprint": fp, "data_version": data_version, "n_rows": len(rows), "run_id": run_id,
+        "fingerprint": fp, "data_version": data_version, "n_rows": n_rows, "run_id": run_id,
         "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
@@ -322,8 +330,29 @@ def evaluate_shard(
     })
     store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
-    return ShardOutcome(path, len(rows), data_version, sent, prior, mean, n_err,
+    return ShardOutcome(path, n_rows, data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
+
+
+class _LazyTableBuilder:
+    """`nel_resources.schema.TableBuilder`, created (and pyarrow imported) at the first row,
+    so neither is on the path to a shard's first request."""
+
+    def __init__(self) -> None:
+        self._builder: Any = None
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self._builder is None:
+            from nel_resources.schema import TableBuilder
+
+            self._builder = TableBuilder()
+        self._builder.add(row)
+
+    def table(self) -> Any:
+        """The rows as a sorted Arrow table (an empty one when there were none)."""
+        from nel_resources.schema import TableBuilder
+
+        return (self._builder or TableBuilder()).table()
 
 
 def _evaluate_harness(run: RunSpec, store: ResultStore, env: EvalEnvironment, base_url: str | None,
@@ -402,11 +431,12 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
         config_json: the run's config without secrets (`ResolvedConfig.config_json`),
             written into the exports.
     """
-    from nel_assets.engine.bundle import build_bundle, bundle_row
+    from nel_assets.engine.bundle import BUNDLE_COLUMNS, build_bundle, bundle_row
     from nel_assets.engine.exports import write_exports
     from nel_assets.engine.report import render_markdown
 
-    table = store.read_shards(bench_name, model)
+    # The bundle's columns only: the exports stream every column from the store themselves.
+    table = store.read_shards(bench_name, model, columns=BUNDLE_COLUMNS)
     harness = next((r["harness"] for r in store.shard_records(bench_name, model).values()
                     if r.get("harness")), None)
     if table.num_rows == 0 and harness is None:
@@ -439,7 +469,8 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     edir = store.export_dir(bench_name, model)
     paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
                           nel_config=summary,
-                          sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)))
+                          sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)),
+                          batches=store.iter_shard_batches(bench_name, model))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
     return bundle, paths
 

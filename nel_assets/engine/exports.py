@@ -23,19 +23,36 @@ from nel_resources.store import write_json_atomic
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    buf: list[bytes] = []
-    with open(tmp, "wb") as f:
-        # Lines are built one at a time (never the whole file's dicts at once) and written
-        # in batches: one write call per 1,000 lines, not two per line.
-        for r in rows:
-            buf.append(orjson.dumps(r, default=str, option=orjson.OPT_APPEND_NEWLINE))
-            if len(buf) >= 1000:
-                f.write(b"".join(buf))
-                buf.clear()
-        f.write(b"".join(buf))
-    os.replace(tmp, path)
+# The columns the run-level documents read (runtime_stats, failure_analysis, the eval JSON's
+# scores): not the texts, which only the per-line files need.
+_SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "model_ms", "prompt_tokens",
+                    "completion_tokens", "reasoning_tokens", "attempts", "finish_reason",
+                    "failure_category", "category", "details")
+_BATCH_ROWS = 256  # rows turned into Python dicts at a time (one write call per file each)
+
+
+def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]) -> None:
+    """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
+
+    Only one batch of rows exists as Python dicts at a time (never the whole table's), and
+    each step's ATIF document is built and serialized once for both files.
+    """
+    tmp_r = results.with_name(f".{results.name}.tmp{os.getpid()}")
+    tmp_t = trajectories.with_name(f".{trajectories.name}.tmp{os.getpid()}")
+    dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    with open(tmp_r, "wb") as fr, open(tmp_t, "wb") as ft:
+        for batch in batches:
+            res: list[bytes] = []
+            trj: list[bytes] = []
+            for r in batch.to_pylist():
+                t = nf.atif(r)
+                frag = None if t is None else orjson.Fragment(dumps(t, default=str))
+                res.append(dumps(_spliced(nf.result_row(r, t), frag), default=str, option=opt))
+                trj.append(dumps(_spliced(nf.trajectory_row(r, t), frag), default=str, option=opt))
+            fr.write(b"".join(res))
+            ft.write(b"".join(trj))
+    os.replace(tmp_r, results)
+    os.replace(tmp_t, trajectories)
 
 
 def _spliced(line: dict[str, Any], traj: Any) -> dict[str, Any]:
@@ -58,12 +75,14 @@ def has_failures(table: pa.Table) -> bool:
 
 def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
                   config: dict[str, Any], nel_config: dict[str, Any] | None = None,
-                  sweep: tuple[Path, ...] = ()) -> dict[str, Path]:
+                  sweep: tuple[Path, ...] = (),
+                  batches: Iterable[pa.RecordBatch] | None = None) -> dict[str, Path]:
     """Write 0.3.0's files for one (benchmark, model) into `out_dir`; returns their paths.
 
     Args:
         out_dir: the benchmark's 0.3.0 folder (`ResultStore.export_dir`).
-        table: every stored row of (benchmark, model).
+        table: every stored row of (benchmark, model): all columns, or at least
+            `bundle.BUNDLE_COLUMNS` when `batches` brings the rows.
         bundle: nel's bundle of those rows (`build_bundle`).
         config: the bundle's `config` in 0.3.0's shape (`nemo_format.run_config`).
         nel_config: nel's resolved config without secrets (kept as `nel_config`).
@@ -71,9 +90,10 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
             `exports/<model>/`, or `<out>/<bench>/` when the benchmark gained a second
             model (0.3.0's `eval report`/`eval merge` search a directory tree for
             `eval-*.json` and `results.jsonl` and would count a stale copy).
+        batches: the same rows with every column, in the same order, a batch at a time
+            (`ResultStore.iter_shard_batches`); default: `table`'s own rows.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = table.to_pylist()
     paths = {
         "eval": out_dir / eval_file_name(bundle),
         "results": out_dir / "results.jsonl",
@@ -81,23 +101,25 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         "runtime_stats": out_dir / "runtime_stats.json",
         "failure_analysis": out_dir / "failure_analysis.json",
     }
-    trajs = [nf.atif(r) for r in rows]  # one ATIF document per step, in both files
-    frags = [None if t is None else orjson.Fragment(orjson.dumps(t, default=str)) for t in trajs]
-    _write_jsonl(paths["results"], (_spliced(nf.result_row(r, t), f)
-                                    for r, t, f in zip(rows, trajs, frags, strict=True)))
-    _write_jsonl(paths["trajectories"], (_spliced(nf.trajectory_row(r, t), f)
-                                         for r, t, f in zip(rows, trajs, frags, strict=True)))
+    # The run-level documents first: they read a few short columns, as dicts only until the
+    # documents are built, and the per-line files then reuse that memory.
+    rows = table.select([c for c in _SUMMARY_COLUMNS if c in table.column_names]).to_pylist()
     runtime = nf.runtime_block(rows, bundle["runtime"])
+    failures = nf.failure_block(rows, bundle["failures"]) if has_failures(table) else None
+    eval_doc = nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
+    del rows
+    _write_line_files(paths["results"], paths["trajectories"],
+                      table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches)
     write_json_atomic(paths["runtime_stats"], runtime)
-    if has_failures(table):
-        write_json_atomic(paths["failure_analysis"], nf.failure_block(rows, bundle["failures"]))
+    if failures is not None:
+        write_json_atomic(paths["failure_analysis"], failures)
     else:
         # 0.3.0 writes it only when a step failed; a stale one from an earlier run would
         # report failures this run does not have.
         paths["failure_analysis"].unlink(missing_ok=True)
         del paths["failure_analysis"]
     # The bundle last: a reader that finds it finds the files it describes.
-    write_json_atomic(paths["eval"], nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime))
+    write_json_atomic(paths["eval"], eval_doc)
     # Old files go only once the new ones are in place: a crash above leaves the previous
     # complete set, never a gap. Temp files of a writer that died are swept too. 0.3.0's
     # tools skip a folder holding two bundles, so there is only ever one.

@@ -126,10 +126,14 @@ async def run_shard(
     concurrency: int | None = None,
     on_progress: Callable[[int], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    sink: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate one shard and return its rows (journaled rows included, in order).
 
     `on_row` sees each newly evaluated row as it completes (the Python API's progress).
+    `sink`, when given, takes every row instead (kept ones first, then in completion order)
+    and the returned list is empty: the caller stores rows as they come and the shard is
+    never held as dicts (`nel_resources.schema.TableBuilder`).
 
     Samples already in the journal, or given in `reuse` (the shard's stored rows), with a
     usable result are kept without a request; failed requests are asked again.
@@ -143,9 +147,12 @@ async def run_shard(
             if not needs_retry(row):
                 done[row["sample_id"]] = row
         journal.start()
-    rows: list[dict[str, Any]] = list(done.values())
-    if on_progress and rows:
-        on_progress(len(rows))
+    rows: list[dict[str, Any]] = []
+    keep = rows.append if sink is None else sink
+    for row in done.values():
+        keep(row)
+    if on_progress and done:
+        on_progress(len(done))
 
     # Per problem, shared by its repeats: (seed, seed_ms, prompt, system, messages JSON,
     # metadata JSON, category, cluster).
@@ -339,7 +346,7 @@ async def run_shard(
             except Exception as exc:  # seeding failed: stop the shard, keep what is done
                 fatal.append(exc)
                 return
-            rows.append(row)
+            keep(row)
             if journal is not None:
                 journal.append(row)
             if on_progress is not None:

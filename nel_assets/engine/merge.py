@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.errors import NelError
 from nel_assets.engine.sharding import shard_bounds
+from nel_resources.arrow import pa
 from nel_resources.store import ResultStore
 
 __all__ = ["MergeReport", "merge_outputs", "ranges"]

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from benchmarks.errors import NelError
+from nel_resources.arrow import pa
 from nel_resources.schema import rows_to_table
 from nel_resources.store import slugify
 

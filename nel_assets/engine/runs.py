@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from benchmarks.errors import NelError
 from nel_assets.engine import nemo_format, stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
 from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import benchmark_outcome, worst
+from nel_resources.arrow import pa
 from nel_resources.store import ResultStore, write_json_atomic
 
 __all__ = [

@@ -75,3 +75,22 @@ def test_the_loop_trusts_records_and_survives_its_solver() -> None:
         assert bug["reward"] is None and bug["error"] == "solver failed: RuntimeError: boom"
     assert sorted((c.sample_id, c.problem_idx, c.repeat, c.sandbox) for c in solver.contexts) == [
         (f"{i}:{r}", i, r, None) for i in range(3) for r in range(2)]
+
+
+def test_a_sink_takes_every_row_reused_ones_first_and_the_list_stays_empty() -> None:
+    kept = {"sample_id": "0:0", "problem_idx": 0, "repeat": 0, "reward": 1.0, "error": None}
+
+    async def go(sink: Any = None) -> list[dict[str, Any]]:
+        client = ModelClient("http://127.0.0.1:9/v1", model="ref")  # never called
+        spec = ShardSpec(benchmark="three", model="ref", model_id="ref", shard=0,
+                         indices=[0, 1, 2], repeats=2, solver=Scripted())
+        return await run_shard(Three(), client, spec, reuse=[dict(kept)], sink=sink)
+
+    listed = asyncio.run(go())
+    sunk: list[dict[str, Any]] = []
+    assert asyncio.run(go(sunk.append)) == []
+    assert sunk[0] == kept and len(sunk) == len(listed) == 6
+    drop = ("seed_ms", "model_ms", "verify_ms", "total_ms", "timestamp")
+    strip = [{k: v for k, v in r.items() if k not in drop} for r in listed]
+    assert sorted(({k: v for k, v in r.items() if k not in drop} for r in sunk),
+                  key=lambda r: (r["problem_idx"], r["repeat"])) == strip
