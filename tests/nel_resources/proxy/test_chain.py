@@ -15,6 +15,7 @@ from aiohttp import web
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import ChainStopError, ModelError, client_for_service
 from nel_resources.reference_server import start_reference_server
+from tests.support.aiohttp_app import serving
 from tests.support.reference import reset_server_stats, server_stats
 
 KEY = "sk-proxy-test-0b7d4e21c9"
@@ -159,21 +160,12 @@ def test_progress_webhook_receives_posts(server: str) -> None:
         async def hook(request: web.Request) -> web.Response:
             got.append(await request.json())
             return web.json_response({"ok": True})
-        app = web.Application()
-        app.router.add_post("/progress", hook)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        svc = _svc(server, [{"name": "progress_tracking",
-                             "config": {"webhook_url": f"http://127.0.0.1:{port}/progress", "every": 2}}])
-        try:
+        async with serving("/progress", hook) as port:
+            svc = _svc(server, [{"name": "progress_tracking",
+                                 "config": {"webhook_url": f"http://127.0.0.1:{port}/progress", "every": 2}}])
             async with client_for_service(svc) as client:
                 for i in range(5):
                     await client.generate([{"role": "user", "content": f"p{i}"}])
-        finally:
-            await runner.cleanup()
     asyncio.run(go())
     assert got == [{"completed": 2, "service": "tiny"}, {"completed": 4, "service": "tiny"}]
 

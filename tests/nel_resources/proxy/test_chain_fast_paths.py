@@ -20,6 +20,7 @@ from nel_resources.proxy.registry import build
 from nel_resources.proxy.streams import COUNTED_USAGE
 from nel_resources.proxy.types import ProxyRequest, ProxyResponse, RequestContext
 from nel_resources.reference_server import start_reference_server
+from tests.support.aiohttp_app import serving
 from tests.support.reference import reset_server_stats, server_stats
 
 
@@ -190,22 +191,13 @@ def test_the_endpoints_extra_body_and_headers_reach_the_server_with_a_plain_chai
             seen.append((dict(request.headers), await request.json()))
             return web.json_response({"choices": [{"message": {"role": "assistant", "content": "4"},
                                                    "finish_reason": "stop"}], "model": "tiny"})
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        svc = _svc(f"http://127.0.0.1:{port}/v1", [
-            {"name": "endpoint", "config": {"extra_body": {"seed": 7}, "extra_headers": {"X-Extra": "yes"}}},
-            {"name": "system_message", "config": {"system_message": "S"}}])
-        try:
+        async with serving("/v1/chat/completions", chat) as port:
+            svc = _svc(f"http://127.0.0.1:{port}/v1", [
+                {"name": "endpoint", "config": {"extra_body": {"seed": 7}, "extra_headers": {"X-Extra": "yes"}}},
+                {"name": "system_message", "config": {"system_message": "S"}}])
             async with client_for_service(svc) as client:
                 assert client.chain is not None
                 return await client.generate([{"role": "user", "content": "q"}]), client.chain.plain
-        finally:
-            await runner.cleanup()
 
     resp, plain = asyncio.run(go())
     assert plain and resp.content == "4"

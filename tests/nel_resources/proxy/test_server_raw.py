@@ -22,6 +22,7 @@ from nel_resources.model_client import client_for_service
 from nel_resources.proxy import interceptor
 from nel_resources.proxy.http_server import start_server
 from nel_resources.proxy.server import ProxyServer
+from tests.support.aiohttp_app import serving
 
 # Formatting orjson would not write back: byte-identical means nobody re-encoded it.
 PLAIN_ANSWER = (b'{ "id": "a1", "model": "tiny",\n  "choices": [ {"index": 0, "message": '
@@ -65,30 +66,23 @@ async def _exchange(interceptors: list[dict[str, Any]], agent_body: bytes, answe
         received.append(await request.read())
         return web.Response(body=answer, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    svc = ServiceConfig.model_validate({"type": "api", "url": f"http://127.0.0.1:{port}/v1",
-                                        "model": "tiny", "max_retries": 0,
-                                        "interceptors": interceptors})
-    proxy = ProxyServer(client_for_service(svc))
-    await proxy.open()
-    listener = await start_server(proxy.handle, 0)
-    proxy_port = listener.sockets[0].getsockname()[1]
-    try:
-        async with ClientSession() as agent, agent.post(
-                f"http://127.0.0.1:{proxy_port}/v1/chat/completions", data=agent_body,
-                headers={"Content-Type": "application/json"}) as resp:
-            assert resp.status == 200
-            got = await resp.read()
-    finally:
-        listener.close()
-        await proxy.close()
-        await runner.cleanup()
+    async with serving("/v1/chat/completions", chat) as port:
+        svc = ServiceConfig.model_validate({"type": "api", "url": f"http://127.0.0.1:{port}/v1",
+                                            "model": "tiny", "max_retries": 0,
+                                            "interceptors": interceptors})
+        proxy = ProxyServer(client_for_service(svc))
+        await proxy.open()
+        listener = await start_server(proxy.handle, 0)
+        proxy_port = listener.sockets[0].getsockname()[1]
+        try:
+            async with ClientSession() as agent, agent.post(
+                    f"http://127.0.0.1:{proxy_port}/v1/chat/completions", data=agent_body,
+                    headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == 200
+                got = await resp.read()
+        finally:
+            listener.close()
+            await proxy.close()
     [sent] = received
     return sent, got
 
