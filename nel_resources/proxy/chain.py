@@ -113,22 +113,11 @@ class Chain:
 
     async def run(self, req: ProxyRequest) -> ProxyResponse:
         """One request through the whole chain."""
+        if self.plain:
+            out = self.before(req)
+            return self.after(out if isinstance(out, ProxyResponse) else await self._send(out))
         if not self.raw_requests:
             req.raw = None
-        if self.plain:
-            # The stages' loops inlined: no call per stage on the hot path.
-            for hook in self._before:
-                req = hook(req)
-                if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
-                    resp = req
-                    break
-            else:
-                resp = await self._send(req)
-            for hook in self._after:
-                resp = hook(resp)
-            if not self.raw_responses:
-                resp.raw = None
-            return resp
         # Both stages inlined (not `_request_stage`): two coroutines less per request.
         for hook, is_async in self._on_request:
             out = hook(req)

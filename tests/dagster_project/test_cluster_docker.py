@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +21,13 @@ import yaml
 from benchmarks.datasets import load_file
 from tests.support.cli import run_nel, summary_json
 from tests.support.cluster_runs import MODEL, items, local_run, shard_materializations, write_config
-from tests.support.dagster_ui import FINISHED, LAUNCH_RUN, RUN_STATUS, graphql, running_webserver
+from tests.support.dagster_ui import (
+    RUN_STATUS,
+    finished_run,
+    graphql,
+    launch_shard_run,
+    running_webserver,
+)
 from tests.support.docker_engine import NEL_IMAGE_GROUP
 from tests.support.gsm8k import answers_for
 from tests.support.waiting import RUN_FINISH_S, wait_for
@@ -89,23 +94,9 @@ def test_run_launched_from_the_webserver_executes_in_a_container(
     container = ""
     with running_webserver(home, cfg, data_dir, tmp_path / "webserver.log",
                            ready_asset=["gsm8k", "shard_results"]) as (_, base):
-        launched = graphql(base, LAUNCH_RUN, {"p": {
-            "selector": {"repositoryLocationName": "dagster_project.definitions",
-                         "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
-                         "assetSelection": [{"path": ["gsm8k", "shard_results"]}]},
-            "executionMetadata": {"tags": [{"key": "dagster/partition", "value": f"{MODEL}|0"},
-                                           {"key": "dagster/partition/model", "value": MODEL},
-                                           {"key": "dagster/partition/shard", "value": "0"}]},
-        }})["launchRun"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        run_id = launched["run"]["runId"]
-
-        def finished() -> dict[str, Any] | None:
-            run = graphql(base, RUN_STATUS, {"id": run_id})["runOrError"]
-            return run if run.get("status") in FINISHED else None
-
+        run_id = launch_shard_run(base, MODEL)
         try:
-            run = wait_for(finished, timeout=RUN_FINISH_S, what=f"run {run_id} to finish", interval=1.0)
+            run = wait_for(lambda: finished_run(base, run_id), timeout=RUN_FINISH_S, what=f"run {run_id} to finish", interval=1.0)
         finally:
             tags = {t["key"]: t["value"] for t in graphql(base, RUN_STATUS, {"id": run_id})["runOrError"]["tags"]}
             container = tags.get("docker/container_id", "")

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import yaml
 from dagster_project import exit_codes
 from tests.support.cli import run_nel, start_nel
 from tests.support.cluster_runs import items, local_run, shard_materializations, write_config
-from tests.support.slurm_cluster import ARRAYS_CLUSTER, gsm8k_byob_dir, start_slurm_cluster
+from tests.support.slurm_cluster import ARRAYS_CLUSTER, gsm8k_byob_dir, sh, start_slurm_cluster
 from tests.support.waiting import wait_for
 
 MAX_ARRAY_SIZE = 3
@@ -51,10 +50,6 @@ def model_url() -> Any:
 def slurm(**extra: Any) -> dict[str, Any]:
     return {"type": "slurm", "walltime": "00:10:00",
             "node_pools": {"cpu": {"partition": "debug", "nodes": 1, "ntasks_per_node": 1}}, **extra}
-
-
-def sh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
 
 
 def only_run_dir(out: Path) -> Path:

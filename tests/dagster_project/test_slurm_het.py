@@ -23,6 +23,7 @@ import yaml
 from tests.dagster_project.test_slurm_run import bench_dir, model_url, run_dirs, slurm_env
 from tests.support.cli import run_nel
 from tests.support.realcomponents import llama_model_path, require_real_component
+from tests.support.slurm_cluster import sh
 
 __all__ = ["bench_dir", "model_url", "slurm_env"]  # module fixtures shared with test_slurm_run
 
@@ -287,8 +288,7 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
         jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
         ids = [h["job_id"] for h in jobs["hetjobs"]] + [jobs["merge"]]
         assert len(ids) == 2 * N_SHARDS + 1
-        queued = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"], capture_output=True,
-                                text=True, env={**os.environ, **slurm_env}).stdout.split()
+        queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout.split()
         # each two-component job is listed once per component (`12+0`, `12+1`)
         assert len(queued) == N_SHARDS * 2 + N_SHARDS + 1, queued
         proc.send_signal(signal.SIGINT)
@@ -297,6 +297,5 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "interrupted: cancelled jobs" in log.read_text()
-    left = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T"], capture_output=True,
-                          text=True, env={**os.environ, **slurm_env}).stdout
+    left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
     assert left.strip() == ""

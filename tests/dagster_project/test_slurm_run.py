@@ -24,7 +24,7 @@ import yaml
 
 from dagster_project import exit_codes
 from tests.support.cli import nel_env, run_nel
-from tests.support.slurm_cluster import gsm8k_byob_dir, start_slurm_cluster
+from tests.support.slurm_cluster import gsm8k_byob_dir, sh, start_slurm_cluster
 from tests.support.waiting import wait_for
 
 N_ROWS, N_SHARDS = 8, 4
@@ -202,8 +202,7 @@ def test_ctrl_c_cancels_the_jobs(tmp_path: Path, slurm_env: dict[str, str], mode
         wait_for(lambda: "merge job" in log.read_text(), timeout=120, what="the jobs to be submitted")
         jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
         ids = [jobs["arrays"][0]["job_id"], jobs["merge"]]
-        queued = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"], capture_output=True,
-                                text=True, env={**os.environ, **slurm_env}).stdout
+        queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout
         assert queued.strip(), "the jobs should be queued before Ctrl-C"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130, log.read_text()
@@ -211,8 +210,7 @@ def test_ctrl_c_cancels_the_jobs(tmp_path: Path, slurm_env: dict[str, str], mode
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "interrupted: cancelled jobs" in log.read_text()
-    left = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T"], capture_output=True,
-                          text=True, env={**os.environ, **slurm_env}).stdout
+    left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
     assert left.strip() == ""
 
 

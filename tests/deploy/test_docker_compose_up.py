@@ -35,7 +35,12 @@ from benchmarks.datasets import load_file
 from nel_resources.processes import free_port
 from nel_resources.views import connect
 from tests.support.cluster_runs import MODEL
-from tests.support.dagster_ui import FINISHED, LAUNCH_RUN, RUN_STATUS, graphql
+from tests.support.dagster_ui import (
+    REPO_SELECTOR,
+    finished_run,
+    graphql,
+    launch_shard_run,
+)
 from tests.support.docker_engine import (
     NEL_IMAGE_GROUP,
     POSTGRES_TAG,
@@ -199,7 +204,6 @@ mutation Add($repo: RepositorySelector!, $name: String!, $key: String!) {
   }
 }
 """
-_REPO = {"repositoryLocationName": "dagster_project.definitions", "repositoryName": "__repository__"}
 
 
 def _results(out: Path) -> list[tuple[int, float]]:
@@ -217,25 +221,13 @@ def _expected(indices: range) -> list[tuple[int, float]]:
 
 
 def test_run_launched_through_the_webserver_executes_in_its_own_container(stack: Stack, nel_image: str) -> None:
-    added = graphql(stack.base_url, _ADD_PARTITION, {"repo": _REPO, "name": "model", "key": MODEL})
+    added = graphql(stack.base_url, _ADD_PARTITION, {"repo": REPO_SELECTOR, "name": "model", "key": MODEL})
     # the instance (its own Postgres) is new: the model partition is not there yet
     assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", added
-    launched = graphql(stack.base_url, LAUNCH_RUN, {"p": {
-        "selector": {**_REPO, "jobName": "__ASSET_JOB", "assetSelection": [{"path": ["gsm8k", "shard_results"]}]},
-        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": f"{MODEL}|0"},
-                                       {"key": "dagster/partition/model", "value": MODEL},
-                                       {"key": "dagster/partition/shard", "value": "0"}]},
-    }})["launchRun"]
-    assert launched["__typename"] == "LaunchRunSuccess", launched
-    run_id = launched["run"]["runId"]
-
-    def finished() -> dict[str, Any] | None:
-        run = graphql(stack.base_url, RUN_STATUS, {"id": run_id})["runOrError"]
-        return run if run.get("status") in FINISHED else None
-
+    run_id = launch_shard_run(stack.base_url, MODEL)
     try:
         # QueuedRunCoordinator: the daemon (its own container) dequeues and launches the run
-        run = wait_for(finished, timeout=RUN_FINISH_S, what=f"run {run_id} to finish", interval=1.0)
+        run = wait_for(lambda: finished_run(stack.base_url, run_id), timeout=RUN_FINISH_S, what=f"run {run_id} to finish", interval=1.0)
         tags = {t["key"]: t["value"] for t in run["tags"]}
         container = tags.get("docker/container_id", "")
         assert container, tags  # DockerRunLauncher started the run's container

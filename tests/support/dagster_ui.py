@@ -219,6 +219,30 @@ mutation Launch($p: ExecutionParams!) {
 RUN_STATUS = """
 query Run($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value } } } }
 """
+#: The code location `dagster dev` / the webserver serves nel's definitions as.
+REPO_SELECTOR = {"repositoryLocationName": MODULE, "repositoryName": "__repository__"}
+
+
+def launch_shard_run(base_url: str, model: str, shard: int = 0) -> str:
+    """Launch `gsm8k/shard_results` for partition `model|shard` through the webserver's
+    GraphQL (as the UI's launch button does); returns the run id."""
+    launched = graphql(base_url, LAUNCH_RUN, {"p": {
+        "selector": {**REPO_SELECTOR, "jobName": "__ASSET_JOB",
+                     "assetSelection": [{"path": ["gsm8k", "shard_results"]}]},
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": f"{model}|{shard}"},
+                                       {"key": "dagster/partition/model", "value": model},
+                                       {"key": "dagster/partition/shard", "value": str(shard)}]},
+    }})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return str(launched["run"]["runId"])
+
+
+def finished_run(base_url: str, run_id: str) -> dict[str, Any] | None:
+    """The run (status, tags) once it has finished, else None (a `wait_for` probe)."""
+    run = graphql(base_url, RUN_STATUS, {"id": run_id})["runOrError"]
+    return run if run.get("status") in FINISHED else None
+
+
 RUNS = """
 query Runs($tags: [ExecutionTag!]) {
   runsOrError(filter: {tags: $tags}, limit: 50) {

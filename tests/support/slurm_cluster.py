@@ -62,3 +62,8 @@ def gsm8k_byob_dir(root: Path, n_rows: int, module_name: str, module_text: str) 
         for r in rows))
     (root / module_name).write_text(module_text)
     return root
+
+
+def sh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A SLURM command (`squeue ...`) against the cluster of `env` (its SLURM_CONF)."""
+    return subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
