@@ -173,7 +173,9 @@ class ResumeDemo(DatasetEnvironment):
         stall = os.environ.get("RESUME_DEMO_STALL")  # a file: row 4 stalls once while it exists
         if stall and row == 4 and Path(stall).exists():
             task = os.environ["SLURM_ARRAY_JOB_ID"] + "_" + os.environ["SLURM_ARRAY_TASK_ID"]
-            Path(stall + ".task").write_text(task)
+            # Whole or not at all: the test reads it as soon as it exists.
+            Path(stall + ".task.tmp").write_text(task)
+            os.replace(stall + ".task.tmp", stall + ".task")
             Path(stall).unlink()
             time.sleep(3600)  # until SLURM ends the task (the test lowers its time limit)
         if os.environ.get("RESUME_DEMO_CRASH") and row == 2:
@@ -246,6 +248,9 @@ def test_auto_resume_resubmits_a_timed_out_task_alone_and_not_a_failed_one(
             wait_for(lambda f=task_file, p=proc: f.exists() and p.poll() is None, timeout=300,
                      what=f"shard 2's task of the {name!r} run to stall")
             task = task_file.read_text()
+            # An empty id (the file read between its creation and its write) once made
+            # `scontrol update JobId=` a silent no-op: the task ran on until the test gave up.
+            assert re.fullmatch(r"\d+_\d+", task), repr(task)
             # The cluster ends it: past its time limit SLURM kills it (state TIMEOUT).
             upd = sh(slurm_env, "scontrol", "update", f"JobId={task}", "TimeLimit=1")
             assert upd.returncode == 0, upd.stderr
