@@ -272,6 +272,8 @@ class ModelClient:
         self._retry_status = frozenset(retry_on_status) if retry_on_status is not None else None
         # The service's interceptor chain (nel_resources/proxy), run around every request.
         self.chain: Chain | None = None
+        # The chain `generate` last found it can run inline (`_runs_inline`).
+        self._inline_chain: Chain | None = None
 
     async def __aenter__(self) -> ModelClient:
         await self.open()
@@ -423,11 +425,10 @@ class ModelClient:
             await self.open()
         chain = self.chain
         if chain is not None:
-            endpoint = chain.endpoint
-            if not (chain.plain and isinstance(endpoint, _client_endpoint())
-                    and endpoint.client is self):
+            if chain is not self._inline_chain and not self._runs_inline(chain):
                 return await self._generate_chained(messages, prompt, overrides, body, repeat,
                                                     session_id)
+            endpoint = chain.endpoint
             # A plain chain around this client's own transport: its stages run here as
             # plain calls, so the wait on the wire suspends and resumes through no extra
             # coroutine levels (each one costs at every suspension), as `Chain.run` would.
@@ -455,16 +456,28 @@ class ModelClient:
             raise ModelError(f"HTTP {status}: {obj}", "error", status, attempts)
         return self._from_obj(obj, (time.perf_counter() - t0) * 1000.0, attempts)
 
+    def _runs_inline(self, chain: Chain) -> bool:
+        """Whether `generate` runs `chain`'s stages itself (a plain chain around this
+        client's own transport); remembered, so a request pays one identity test."""
+        endpoint = chain.endpoint
+        if chain.plain and isinstance(endpoint, _client_endpoint()) and endpoint.client is self:
+            self._inline_chain = chain
+            return True
+        return False
+
     def _chain_request(self, messages: list[dict[str, Any]] | None, prompt: str | None,
                        overrides: dict[str, Any] | None, body: bytes | None,
                        repeat: int | None, session_id: str | None) -> Any:
-        """A new request for the chain (a `ProxyRequest`)."""
+        """A new request for the chain (a `ProxyRequest`), carrying the encoded body as its
+        `raw` bytes: sent as they are when no hook changes the body (`types.py`)."""
         _, ProxyRequest, RequestContext = _chain_types()
+        if body is None:
+            body = self.encode(messages, prompt, overrides)
         # A fresh copy per request: interceptors edit bodies in place, and the loop shares
-        # one encoded body between a problem's repeats.
-        payload = orjson.loads(body if body is not None else self.encode(messages, prompt, overrides))
-        return ProxyRequest(payload, {}, self._url[len(self.base_url):],
-                            RequestContext(session_id, repeat))
+        # one encoded body between a problem's repeats. Every field by position: keyword
+        # arguments and default factories cost the dataclass inits a third more.
+        return ProxyRequest(orjson.loads(body), {}, self._url[len(self.base_url):],
+                            RequestContext(session_id, repeat, {}), False, body)
 
     def _refused(self, exc: Exception) -> Exception:
         """What an interceptor's refusal becomes: the run's stop, or the sample's error."""

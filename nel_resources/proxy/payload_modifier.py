@@ -100,9 +100,9 @@ class PayloadModifier:
         self.h_remove = {h.lower() for h in cfg["headers_to_remove"] or ()}
         self.h_rename = {k.lower(): v for k, v in (cfg["headers_to_rename"] or {}).items()
                          if v.lower() not in _HOP_BY_HOP}
+        self._edits_headers = bool(self.h_add or self.h_remove or self.h_rename)
         # A config that changes nothing: the chain leaves the hook out instead of calling it.
-        busy = (self._needles is not None or self.add or self.h_add or self.h_remove
-                or self.h_rename)
+        busy = self._needles is not None or self.add or self._edits_headers
         self.idle_hooks = () if busy else ("on_request",)
 
     def _mentions(self, body: dict[str, Any]) -> bool:
@@ -117,12 +117,21 @@ class PayloadModifier:
         except TypeError:  # a value an earlier stage put in that JSON cannot hold: walk
             return True
         if self._needle is not None:
-            return self._needle in data
+            return data.find(self._needle) >= 0
         assert self._needles is not None
         return self._needles.search(data) is not None
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        if self._needles is not None and self._mentions(req.body):
+        needle = self._needle
+        if needle is not None:
+            # `_mentions` for one key, inline: the common config pays no second call.
+            try:
+                found = orjson.dumps(req.body).find(needle) >= 0  # (`in` costs 2x here)
+            except TypeError:  # a value JSON cannot hold: walk, as `_mentions` does
+                found = True
+        else:
+            found = self._needles is not None and self._mentions(req.body)
+        if found:
             req.raw = None  # a key to remove or rename is there: the body changes
             if self.remove:
                 _remove(req.body, self.remove)
@@ -131,7 +140,7 @@ class PayloadModifier:
         if self.add:
             _merge(req.body, self.add)
             req.raw = None
-        if self.h_remove or self.h_rename or self.h_add:
+        if self._edits_headers:
             headers = {self.h_rename.get(k.lower(), k): v for k, v in req.headers.items()
                        if k.lower() not in self.h_remove}
             headers.update(self.h_add)

@@ -56,7 +56,15 @@ class Reasoning:
         if isinstance(body, dict):
             for ch in body.get("choices") or ():
                 msg = ch.get("message") if isinstance(ch, dict) else None
-                if isinstance(msg, dict) and _split(msg):
+                if not isinstance(msg, dict):
+                    continue
+                # `_split`'s own first tests, inline: most answers have no `reasoning`
+                # field and no think tag, and return here without a call.
+                content = msg.get("content")
+                if (not msg.get("reasoning") and content.__class__ is str
+                        and "<think>" not in content):
+                    continue
+                if _split(msg):
                     self.split += 1
                     resp.raw = None
         return resp

@@ -20,12 +20,24 @@ AFFECTS_ANSWERS = True
 class SystemMessage:
     """Injects the system message."""
 
+    # It changes every body it sees, and says so by dropping `raw` (`types.py`): a chain
+    # whose other hooks leave a body alone may still send the caller's bytes unchanged.
+    reports_changes = ("on_request",)
+
     def __init__(self, system_message: str, strategy: str) -> None:
         self.message = system_message
         self.strategy = strategy
+        self._prepend = strategy == "prepend"
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
+        req.raw = None  # the body gets the message below, whatever its shape
         body = req.body
+        messages = body.get("messages")
+        # The common case first (a chat body, the default strategy): a list under
+        # `messages` means that is the key, whatever else the body holds.
+        if self._prepend and messages.__class__ is list:
+            body["messages"] = [{"role": "system", "content": self.message}, *messages]
+            return req
         key = "input" if "input" in body and "messages" not in body else "messages"
         messages = body.get(key)
         if not isinstance(messages, list):

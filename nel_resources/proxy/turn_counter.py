@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections import OrderedDict
+from collections import deque
 from typing import Any
 
 from nel_resources.proxy.env import ChainEnv, proxy_logger
@@ -56,7 +56,12 @@ class TurnCounter:
         self.position = cfg["position"]
         self.trigger = cfg["trigger"]
         self.interval = cfg["interval"]
-        self.turns: OrderedDict[str, int] = OrderedDict()
+        # Counts in a plain dict (a new key costs half an OrderedDict's), and the sessions
+        # in the order they came, for dropping the oldest: `next(iter(dict))` after many
+        # deletions from the front of a dict walks every deleted slot, so each new session
+        # would cost O(sessions); a deque's popleft is O(1).
+        self.turns: dict[str, int] = {}
+        self._order: deque[str] = deque()
         self.refused = 0
         self.log = proxy_logger()
         # The first turn that can get a reminder: the turns before it skip `_notice`.
@@ -82,10 +87,10 @@ class TurnCounter:
         # No await between read and write: the count is exact under concurrency.
         n = turns.get(key, 0) + 1
         # n == 1 exactly when the session is new (a stored count is at least 1).
-        if n == 1 and len(turns) >= _MAX_SESSIONS:
-            # popitem(last=False) is O(1); `next(iter(dict))` after many pops from the front
-            # of a plain dict walks every deleted slot, so each new session cost O(sessions).
-            turns.popitem(last=False)
+        if n == 1:
+            if len(turns) >= _MAX_SESSIONS:
+                del turns[self._order.popleft()]
+            self._order.append(key)
         turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("session %s turn %d%s", key, n,
