@@ -62,7 +62,7 @@ class Chain:
         self._after = tuple(fn for fn, _ in self._on_response)
         # Whether a request's / response's `raw` bytes can outlive its stage: only when
         # every hook that runs in it reports its changes (`types.py`); otherwise the chain
-        # drops them and the body is encoded again, as it always was.
+        # drops them at the end of the stage and the body is encoded again.
         self.raw_requests = all(_reports(lk.impl, "on_request") for lk in self.links
                                 if _active(lk.impl, "on_request"))
         self.raw_responses = all(_reports(lk.impl, "on_response") for lk in self.links
@@ -78,12 +78,12 @@ class Chain:
         the answer a hook gave instead (a cache hit). For a caller that sends by itself
         (nel's client around its own transport): no coroutine level between its wait on
         the wire and the event loop."""
-        if not self.raw_requests:
-            req.raw = None
         for hook in self._before:
             req = hook(req)
             if req.__class__ is not ProxyRequest and isinstance(req, ProxyResponse):
                 return req
+        if not self.raw_requests:
+            req.raw = None
         return req
 
     def after(self, resp: ProxyResponse) -> ProxyResponse:
@@ -116,8 +116,6 @@ class Chain:
         if self.plain:
             out = self.before(req)
             return self.after(out if isinstance(out, ProxyResponse) else await self._send(out))
-        if not self.raw_requests:
-            req.raw = None
         # Both stages inlined (not `_request_stage`): two coroutines less per request.
         for hook, is_async in self._on_request:
             out = hook(req)
@@ -128,6 +126,8 @@ class Chain:
                 break
             req = out
         else:
+            if not self.raw_requests:
+                req.raw = None
             resp = await self._send(req)
         for hook, is_async in self._on_response:
             resp = hook(resp)

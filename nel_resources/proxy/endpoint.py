@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from nel_resources.proxy.fields import FieldSpec
-from nel_resources.proxy.types import ProxyRequest, ProxyResponse
+from nel_resources.proxy.types import ProxyRequest, ProxyResponse, RequestContext
 
 if TYPE_CHECKING:
     from nel_resources.model_client import ModelClient
@@ -65,14 +65,16 @@ class ClientEndpoint:
         return orjson.dumps(req.body), headers
 
     @staticmethod
-    def answer(req: ProxyRequest, status: int, body: Any, attempts: int, t0: float,
+    def answer(ctx: RequestContext, status: int, body: Any, attempts: int, t0: float,
                raw: bytes | None = None) -> ProxyResponse:
-        """The response of one exchange started at `t0` (`perf_counter`): `_post`'s status,
-        parsed body or error text, attempts, and the bytes a parsed body came from."""
+        """The response of one exchange started at `t0` (`perf_counter`) for the request
+        whose context is `ctx`: `_post`'s status, parsed body or error text, attempts, and
+        the bytes a parsed body came from. (The context, not the request: a caller need
+        not keep the request, and its body, alive across the exchange.)"""
         if status != 200 and isinstance(body, str):
             body = body.encode()
         # Every field by position: keyword arguments cost a dataclass init a third more.
-        return ProxyResponse(status, body, (perf_counter() - t0) * 1000.0, attempts, req.ctx,
+        return ProxyResponse(status, body, (perf_counter() - t0) * 1000.0, attempts, ctx,
                              False, raw or None)
 
     async def send(self, req: ProxyRequest) -> ProxyResponse:
@@ -81,7 +83,7 @@ class ClientEndpoint:
         # coroutine less per request on the hot path.
         t0 = perf_counter()
         status, body, attempts, raw = await self._post(data, req.path, headers)
-        return self.answer(req, status, body, attempts, t0, raw)
+        return self.answer(req.ctx, status, body, attempts, t0, raw)
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
         """Send a streamed request; yield each server-sent `data:` object as it arrives.

@@ -93,7 +93,7 @@ class PayloadModifier:
         # One regex search (C) instead of a generator over the needles per request; a
         # single needle is a plain substring test, cheaper still than the regex.
         self._needles = re.compile(b"|".join(map(re.escape, needles))) if needles else None
-        self._needle = needles[0] if len(needles) == 1 else None
+        self._needle = needles[0] if len(needles) == 1 else None  # a substring test
         self.add = dict(cfg["params_to_add"] or {})
         self.h_add = {k: v for k, v in (cfg["headers_to_add"] or {}).items()
                       if k.lower() not in _HOP_BY_HOP}
@@ -105,8 +105,9 @@ class PayloadModifier:
         busy = self._needles is not None or self.add or self._edits_headers
         self.idle_hooks = () if busy else ("on_request",)
 
-    def _mentions(self, body: dict[str, Any]) -> bool:
-        """Whether any key to remove or rename occurs in the body at any depth.
+    def _mentions(self, body: dict[str, Any]) -> tuple[bool, bytes | None]:
+        """Whether any key to remove or rename occurs in the body at any depth, and the
+        body's encoding that told (None when it has none).
 
         One C-speed serialisation and substring search instead of a Python walk: a key
         can occur only where its JSON-encoded name followed by `:` does (a string value
@@ -115,28 +116,25 @@ class PayloadModifier:
         try:
             data = orjson.dumps(body)
         except TypeError:  # a value an earlier stage put in that JSON cannot hold: walk
-            return True
+            return True, None
         if self._needle is not None:
-            return data.find(self._needle) >= 0
+            return data.find(self._needle) >= 0, data  # (`in` costs twice `find` here)
         assert self._needles is not None
-        return self._needles.search(data) is not None
+        return self._needles.search(data) is not None, data
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        needle = self._needle
-        if needle is not None:
-            # `_mentions` for one key, inline: the common config pays no second call.
-            try:
-                found = orjson.dumps(req.body).find(needle) >= 0  # (`in` costs 2x here)
-            except TypeError:  # a value JSON cannot hold: walk, as `_mentions` does
-                found = True
-        else:
-            found = self._needles is not None and self._mentions(req.body)
-        if found:
-            req.raw = None  # a key to remove or rename is there: the body changes
-            if self.remove:
-                _remove(req.body, self.remove)
-            if self.rename:
-                req.body = _rename(req.body, self.rename, self.rename_keys)
+        if self._needles is not None:
+            found, data = self._mentions(req.body)
+            if found:
+                req.raw = None  # a key to remove or rename is there: the body changes
+                if self.remove:
+                    _remove(req.body, self.remove)
+                if self.rename:
+                    req.body = _rename(req.body, self.rename, self.rename_keys)
+            elif req.raw is None and not self.add:
+                # The bytes just made encode the body as it goes on: the endpoint sends
+                # them instead of encoding it again (`types.py`).
+                req.raw = data
         if self.add:
             _merge(req.body, self.add)
             req.raw = None

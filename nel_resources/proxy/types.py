@@ -18,7 +18,11 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   body as it is or set the request's / response's `raw` to None when they change it. The
   proxy forwards the bytes it received (`raw`) instead of re-encoding the body only when
   every hook that ran says so; a hook without the declaration costs a re-encode, never a
-  stale body.
+  stale body. A reporting request hook that encoded the body anyway (`payload_modifier`
+  searches its encoding) may leave those bytes in a `raw` that is None: they encode the
+  body as it is, and a later hook that changes it drops them. `raw` is read once the
+  request stage is over (the chain drops it then unless every hook reported), never
+  by a hook in the middle of it.
 
 The request and response are plain dataclasses with slots: the chain is on the hot path.
 """

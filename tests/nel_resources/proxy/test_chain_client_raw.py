@@ -125,3 +125,35 @@ def test_system_message_puts_its_message_by_strategy_and_body_shape() -> None:
     assert _system({"input": "x", "messages": [user]}, "prepend") == {"input": "x", "messages": [sys_s, user]}
     assert _system({"model": "m"}, "prepend") == {"model": "m", "messages": [sys_s]}
     assert _system({"messages": None}, "prepend") == {"messages": [sys_s]}
+
+
+@pytest.mark.parametrize(("later", "check"), [
+    ({"name": "turn_counter", "config": {"max_turns": 1}},
+     lambda b: "Turn 1 of 1" in b["messages"][-1]["content"]),
+    ({"name": "drop_params", "config": {"params": ["junk"]}}, lambda b: "junk" not in b),
+    ({"name": f"{__name__}:client_raw_stamp"}, lambda b: b["stamped"] is True),
+])
+def test_a_change_after_payload_modifier_encoded_the_body_still_arrives(
+        later: dict[str, Any], check: Any) -> None:
+    """payload_modifier leaves its encoding of the (changed) body as `raw`; a later hook
+    that changes the body again, reporting it or not, is not lost to those bytes."""
+    got, _ = _send([{"name": "system_message", "config": {"system_message": "Be brief."}},
+                    {"name": "payload_modifier", "config": {"params_to_rename": {"old": "new"}}},
+                    later])
+    body = orjson.loads(got)
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."} and check(body)
+
+
+def test_payload_modifier_leaves_its_encoding_only_for_a_body_it_keeps() -> None:
+    def pm(cfg: dict[str, Any]) -> Any:
+        return build("payload_modifier", validate("payload_modifier", cfg), ChainEnv())
+
+    rename = pm({"params_to_rename": {"old": "new"}})
+    body = {"model": "m", "messages": [{"role": "user", "content": "q"}]}
+    assert rename.on_request(ProxyRequest(dict(body))).raw == orjson.dumps(body)
+    # bytes the request already has (an agent's) stay: they encode the body as well
+    assert rename.on_request(ProxyRequest(dict(body), raw=b"{ }")).raw == b"{ }"
+    # a body it changes has no bytes left
+    assert rename.on_request(ProxyRequest({**body, "old": 1})).raw is None
+    added = pm({"params_to_rename": {"old": "new"}, "params_to_add": {"seed": 1}})
+    assert added.on_request(ProxyRequest(dict(body))).raw is None
