@@ -272,8 +272,10 @@ class ModelClient:
         self._retry_status = frozenset(retry_on_status) if retry_on_status is not None else None
         # The service's interceptor chain (nel_resources/proxy), run around every request.
         self.chain: Chain | None = None
-        # The chain `generate` last found it can run inline (`_runs_inline`).
+        # The chain `generate` last found it can run inline (`_runs_inline`), and the
+        # path its requests carry (sliced once here, not per request).
         self._inline_chain: Chain | None = None
+        self._chain_path = path
 
     async def __aenter__(self) -> ModelClient:
         await self.open()
@@ -481,7 +483,7 @@ class ModelClient:
         # A fresh copy per request: interceptors edit bodies in place, and the loop shares
         # one encoded body between a problem's repeats. Every field by position: keyword
         # arguments and default factories cost the dataclass inits a third more.
-        return ProxyRequest(orjson.loads(body), {}, self._url[len(self.base_url):],
+        return ProxyRequest(orjson.loads(body), {}, self._chain_path,
                             RequestContext(session_id, repeat, {}), False, body)
 
     def _refused(self, exc: Exception) -> Exception:
