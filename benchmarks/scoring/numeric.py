@@ -233,6 +233,13 @@ def format_number(value: Fraction) -> str:
 
 def numbers_close(a: Fraction | float, b: Fraction | float, rel_tol: float = 1e-6) -> bool:
     """Whether two numbers agree within `rel_tol` (relative; exact for zero)."""
+    if type(a) is Fraction and type(b) is Fraction:
+        # Fractions are kept in lowest terms: equal exactly when their terms are. Fraction's
+        # own `==` and `float()` go through ABC instance checks (a scorer's hot path).
+        if a.numerator == b.numerator and a.denominator == b.denominator:
+            return True
+        return math.isclose(a.numerator / a.denominator, b.numerator / b.denominator,
+                            rel_tol=rel_tol, abs_tol=0.0)
     if a == b:
         return True
     return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=0.0)
