@@ -2,8 +2,10 @@
 
 Both send the same GSM8K chat requests to the same reference server (answering at once)
 at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sample
-(user+sys of the `nel` process, from rusage), and the time and request count of an
-unchanged rerun (which must send 0 requests).
+(user+sys of the `nel` process, from rusage), its loop phase per sample (first to last
+model request, as the reference server recorded them: Dagster's start-up and the writing
+of results are outside it), and the time and request count of an unchanged rerun (which
+must send 0 requests).
 
 `--baseline DIR` also runs the `nel` of another checkout (`/work/main`, say) in the same
 rounds, alternating which of the two goes first; the bare loop of each round stays the
@@ -51,6 +53,9 @@ async def bare_loop(url: str, bodies: list[bytes], concurrency: int) -> float:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return time.perf_counter() - t0
+
+
+CHAT = "/v1/chat/completions"
 
 
 def stats(url: str) -> dict:
@@ -101,12 +106,15 @@ def nel_round(url: str, repo: Path, repeats: int, concurrency: int) -> dict:
                 "--model-id", "m", "--max-concurrent", str(concurrency), "-o", out,
                 "--no-progress", "--json"]
         wall, cpu, summ = run_nel(args, repo)
-        sent = stats(url)["by_endpoint"].get("/v1/chat/completions", 0)
+        st = stats(url)
+        sent = st["by_endpoint"].get(CHAT, 0)
+        # The loop phase, as the server saw it: first to last model request.
+        loop = st["last_at"][CHAT] - st["first_at"][CHAT] if sent else 0.0
         reset(url)
         wall2, cpu2, summ2 = run_nel(args, repo)
         sent2 = stats(url)["total_requests"]
         reset(url)
-    return {"wall": wall, "cpu": cpu, "sent": sent, "wall2": wall2, "cpu2": cpu2, "sent2": sent2,
+    return {"wall": wall, "cpu": cpu, "sent": sent, "loop": loop, "wall2": wall2, "cpu2": cpu2, "sent2": sent2,
             "shards2": summ2["shards_run"], "score": summ["results"][0]["score"]}
 
 
@@ -118,6 +126,7 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
         "ratio_nel_over_bare": round(med(b / r["wall"] for b, r in zip(bare, rounds, strict=True)), 3),
         "nel_wall_s": round(med(r["wall"] for r in rounds), 2),
         "nel_cpu_ms_per_sample": round(med(1000 * r["cpu"] / n for r in rounds), 4),
+        "nel_loop_us_per_sample": round(med(1e6 * r["loop"] / n for r in rounds), 1),
         "nel_model_requests_sent": [r["sent"] for r in rounds],
         "rerun_wall_s": round(med(r["wall2"] for r in rounds), 2),
         "rerun_cpu_s": round(med(r["cpu2"] for r in rounds), 2),

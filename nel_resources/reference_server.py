@@ -391,6 +391,9 @@ class ReferenceApp:
         # Wall-clock time (time.time()) of each endpoint's first request since the reset:
         # bench/bench_startup.py measures a client's start-up to its first request here.
         self.first_at: dict[str, float] = {}
+        # ... and of its latest: last - first is a client's loop phase, without its start-up
+        # and its writing of results (bench/bench_eval_throughput.py).
+        self.last_at: dict[str, float] = {}
         self.by_status: dict[str, int] = {}
         self.prompts: dict[str, int] = {}
         self.faults: dict[str, int] = {}
@@ -419,6 +422,7 @@ class ReferenceApp:
             "total_requests": self.total,
             "by_endpoint": self.by_endpoint,
             "first_at": self.first_at,
+            "last_at": self.last_at,
             "by_status": self.by_status,
             "prompts": self.prompts,
             "distinct_prompts": len(self.prompts),
@@ -488,8 +492,10 @@ class ReferenceApp:
                  or path in _RESPONSES_PATHS)
         endpoint = path if known else "other"
         self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + 1
+        now = time.time()
+        self.last_at[endpoint] = now
         if endpoint not in self.first_at:
-            self.first_at[endpoint] = time.time()
+            self.first_at[endpoint] = now
         self._arrived()
         self._truncate = False
         result = self._route(method, path, head, lower, body)

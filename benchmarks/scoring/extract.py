@@ -348,9 +348,9 @@ def cut_run_on(text: str) -> tuple[str, bool]:
     """
     # Most replies have no such header: one scan finds that out. Markers are looked for
     # only before the last header, so the work stays a few linear scans.
-    headers = last_matches(_RUN_ON_RE, text, limit=1)
-    if not headers:
+    if "\n" not in text or _RUN_ON_RE.search(text) is None:  # every header follows a newline
         return text, False
+    headers = last_matches(_RUN_ON_RE, text, limit=1)
     head_limit = headers[-1].start()
     starts = [
         m.start()

@@ -33,6 +33,9 @@ import orjson
 
 from benchmarks.errors import NelError
 
+# One row per line; orjson escapes newlines inside strings, so each line ends at its own.
+_LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
 
 class JournalWriteError(NelError):
     """The journal could not be written (disk full, I/O error): the run must stop."""
@@ -87,19 +90,30 @@ class Journal:
         """Hand one finished row to the OS now (one write(2); fsync comes later, grouped)."""
         if self.error is not None:
             return  # the journal is broken: the loop is stopping, nothing more is kept
-        self._pending.append(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-        self._write_pending()
+        line = orjson.dumps(row, option=_LINE)
+        if self._fd is None or self._pending:  # not open yet: keep it queued, in order
+            self._pending.append(line)
+            self._write_pending()
+        else:
+            self._write(line)
 
     def _write_pending(self) -> None:
         """One write(2) of the queued rows (no fsync: the page cache survives a kill)."""
         if not self._pending or self._fd is None or self.error is not None:
             return
         chunk, self._pending = b"".join(self._pending), []
-        view = memoryview(chunk)
+        self._write(chunk)
+
+    def _write(self, chunk: bytes) -> None:
+        """Hand `chunk` (whole lines) to the OS, counting the lines that made it."""
+        assert self._fd is not None
         written = 0
         try:
-            while written < len(chunk):
-                written += os.write(self._fd, view[written:])
+            written = os.write(self._fd, chunk)
+            if written < len(chunk):  # a short write (a full disk): the rest, or its error
+                view = memoryview(chunk)
+                while written < len(chunk):
+                    written += os.write(self._fd, view[written:])
         except OSError as exc:
             self._fail(exc)
         # Only complete lines count; a torn tail is cut off by the next open().
