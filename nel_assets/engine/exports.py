@@ -12,12 +12,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 if TYPE_CHECKING:  # only annotations: the table arrives built
     import pyarrow as pa
 
 from nel_assets.engine import nemo_format as nf
+from nel_assets.engine.nemo_lines import LineBuilder
 from nel_resources.store import write_json_atomic
 
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
@@ -34,33 +33,19 @@ _BATCH_ROWS = 256  # rows turned into Python dicts at a time (one write call per
 def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]) -> None:
     """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
 
-    Only one batch of rows exists as Python dicts at a time (never the whole table's), and
-    each step's ATIF document is built and serialized once for both files.
+    Only one batch of rows exists as Python objects at a time (never the whole table's);
+    `nemo_lines` builds both lines of a row from the batch's columns.
     """
     tmp_r = results.with_name(f".{results.name}.tmp{os.getpid()}")
     tmp_t = trajectories.with_name(f".{trajectories.name}.tmp{os.getpid()}")
-    dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    builder = LineBuilder()
     with open(tmp_r, "wb") as fr, open(tmp_t, "wb") as ft:
         for batch in batches:
-            res: list[bytes] = []
-            trj: list[bytes] = []
-            for r in batch.to_pylist():
-                t = nf.atif(r)
-                frag = None if t is None else orjson.Fragment(dumps(t, default=str))
-                res.append(dumps(_spliced(nf.result_row(r, t), frag), default=str, option=opt))
-                trj.append(dumps(_spliced(nf.trajectory_row(r, t), frag), default=str, option=opt))
+            res, trj = builder.lines(batch)
             fr.write(b"".join(res))
             ft.write(b"".join(trj))
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
-
-
-def _spliced(line: dict[str, Any], traj: Any) -> dict[str, Any]:
-    """`line` with its `trajectory` replaced by the already-serialized ATIF document (the
-    same bytes orjson would write; each document is serialized once for both files)."""
-    if traj is not None and "trajectory" in line:
-        line["trajectory"] = traj
-    return line
 
 
 def eval_file_name(bundle: dict[str, Any]) -> str:
