@@ -22,11 +22,10 @@ from nel_resources.store import write_json_atomic
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
 
 
-# The columns the run-level documents read (runtime_stats, failure_analysis, the eval JSON's
-# scores): not the texts, which only the per-line files need.
-_SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "model_ms", "prompt_tokens",
-                    "completion_tokens", "reasoning_tokens", "attempts", "finish_reason",
-                    "failure_category", "category", "details")
+# The columns the run-level documents read as rows (failure_analysis, the eval JSON's
+# scores): not the texts, which only the per-line files need, nor those `runtime_block`
+# sums straight from the table.
+_SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "failure_category", "category", "details")
 _BATCH_ROWS = 256  # rows turned into Python dicts at a time (one write call per file each)
 
 
@@ -46,6 +45,16 @@ def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.Re
             ft.write(b"".join(trj))
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
+
+
+def _rows(table: pa.Table, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The table's rows as dicts of `columns` (those it has): `Table.to_pylist` builds the
+    same dicts a key at a time, this zips whole converted columns."""
+    names = [c for c in columns if c in table.column_names]
+    if not names:
+        return [{} for _ in range(table.num_rows)]
+    return [dict(zip(names, vals, strict=True))
+            for vals in zip(*(table.column(c).to_pylist() for c in names), strict=True)]
 
 
 def eval_file_name(bundle: dict[str, Any]) -> str:
@@ -88,8 +97,8 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     }
     # The run-level documents first: they read a few short columns, as dicts only until the
     # documents are built, and the per-line files then reuse that memory.
-    rows = table.select([c for c in _SUMMARY_COLUMNS if c in table.column_names]).to_pylist()
-    runtime = nf.runtime_block(rows, bundle["runtime"])
+    runtime = nf.runtime_block(table, bundle["runtime"])
+    rows = _rows(table, _SUMMARY_COLUMNS)
     failures = nf.failure_block(rows, bundle["failures"]) if has_failures(table) else None
     eval_doc = nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
     del rows
