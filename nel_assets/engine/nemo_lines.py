@@ -51,11 +51,6 @@ class _DigestCache:
         return h
 
 
-def _round2(x: Any) -> float:
-    # nemo_format._r with its default 2 digits
-    return 0.0 if x is None or x != x else round(float(x), 2)
-
-
 def _messages_text(msgs: str | None, response: str | None, reasoning: str | None) -> str:
     """`nemo_format._messages` of an answered row (same text; the common `...}]` ending
     skips the strip copies)."""
@@ -95,21 +90,25 @@ class LineBuilder:
         dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         res: list[bytes] = []
         trj: list[bytes] = []
-        short_hash = nf._short_hash
         req_hash, resp_hash, agent_of = self._request_hash, self._response_hash, self._agent
         fragment = orjson.Fragment
         steps_col = cols["steps"]
+        # The timings as `_r` rounds them, a column at a time (4 calls a row saved).
+        rounded = [[0.0 if x is None or x != x else round(float(x), 2) for x in cols[c]]
+                   for c in ("seed_ms", "model_ms", "verify_ms", "total_ms")]
+        sha256 = hashlib.sha256
         for i, (run_id, model_id, shard, pidx, rep, sample_id, category, prompt, system, msgs,
                 expected, response, reasoning, reward, extracted, method, raw_details, metadata,
-                finish, pt, ct, rt, seed_ms, model_ms, verify_ms, total_ms, attempts, error,
-                fcat, ts, turns, tool_calls, _steps) in enumerate(zip(*cols.values(), strict=True)):
+                finish, pt, ct, rt, _seed_ms, model_ms, _verify_ms, total_ms, attempts, error,
+                fcat, ts, turns, tool_calls, _steps, seed_r, latency, verify_r, total_r,
+                ) in enumerate(zip(*cols.values(), *rounded, strict=True)):
             if steps_col[i]:
                 r, t = self._row_by_row({c: v[i] for c, v in cols.items()})
                 res.append(r)
                 trj.append(t)
                 continue
             failed = error is not None
-            session = short_hash(f"{run_id}:{sample_id}")
+            session = sha256(f"{run_id}:{sample_id}".encode()).hexdigest()[:16]  # nf._short_hash
             prompt_s = prompt or ""
             # scoring_details (nemo_format._details), once for both lines
             if failed:
@@ -126,74 +125,85 @@ class LineBuilder:
             meta: Any = fragment(metadata) if metadata else {}
             reward_out = 0.0 if reward is None else reward
             tokens = int(pt or 0) + int(ct or 0)
-            latency = _round2(model_ms)
-            traj: Any = None
-            if not failed:
-                steps: list[dict[str, Any]] = []
+            timing = {"seed_ms": seed_r, "model_ms": latency, "verify_ms": verify_r, "total_ms": total_r}
+            retries = max(0, int(attempts or 1) - 1)
+            usage = {"prompt_tokens": pt, "completion_tokens": ct, "reasoning_tokens": rt}
+            if failed:
+                res.append(dumps({
+                    "problem_idx": pidx, "repeat": rep, "reward": reward_out,
+                    "scorer_rewards": scorer_rewards, "prompt": prompt_s,
+                    "model_response": response or "", "extracted_answer": extracted,
+                    "expected_answer": expected, "scoring_details": details, "metadata": meta,
+                    "tokens": tokens, "latency_ms": latency,
+                    "sample_id": sample_id, "shard": shard, "category": category, "expected": expected,
+                    "response": response, "extracted": extracted, "method": method,
+                    "failure_category": fcat, "error": error, "finish_reason": finish,
+                    "model_ms": model_ms, "total_ms": total_ms, "prompt_tokens": pt,
+                    "completion_tokens": ct}, default=str, option=opt))
+                out: dict[str, Any] = {
+                    "step_id": session[:12], "problem_idx": pidx, "repeat": rep, "timestamp": ts,
+                    "prompt": prompt_s, "expected_answer": expected, "reward": reward_out,
+                    "extracted_answer": extracted, "scoring_method": "infra_error",
+                    "scoring_details": details, "seed_metadata": meta, "timing": timing,
+                    "failure_category": fcat, "retries": retries, "model_error": error}
                 if system:
-                    steps.append({"source": "system", "message": system, "step_id": 1})
-                steps.append({"source": "user", "message": prompt_s, "step_id": len(steps) + 1})
-                agent: dict[str, Any] = {"source": "agent", "message": response or "", "model_name": model_id}
-                if reasoning:
-                    agent["reasoning_content"] = reasoning
-                final: dict[str, Any]
-                if pt is not None and ct is not None:
-                    agent["metrics"] = {"prompt_tokens": pt, "completion_tokens": ct}
-                    agent["step_id"] = len(steps) + 1
-                    steps.append(agent)
-                    final = {"total_steps": len(steps), "total_prompt_tokens": pt,
-                             "total_completion_tokens": ct}
-                else:
-                    agent["step_id"] = len(steps) + 1
-                    steps.append(agent)
-                    final = {"total_steps": len(steps)}
-                traj = fragment(dumps([{"schema_version": nf.ATIF_VERSION, "session_id": session,
-                                        "agent": agent_of(model_id), "steps": steps,
-                                        "final_metrics": final}], default=str))
-            out: dict[str, Any] = {
+                    out["system_prompt"] = system
+                out.update(sample_id=sample_id, messages=fragment(msgs or _EMPTY_MSGS),
+                           finish_reason=finish, error=error, usage=usage, attempts=attempts)
+                if turns is not None:
+                    out.update(turns=turns, tool_calls=tool_calls)
+                trj.append(dumps(out, default=str, option=opt))
+                continue
+            # the ATIF document (nemo_format.atif of an answered chat row), serialized once
+            # for both lines
+            content = response or ""
+            user = {"source": "user", "message": prompt_s, "step_id": 2 if system else 1}
+            agent: dict[str, Any] = {"source": "agent", "message": content, "model_name": model_id}
+            if reasoning:
+                agent["reasoning_content"] = reasoning
+            if pt is not None and ct is not None:
+                agent["metrics"] = {"prompt_tokens": pt, "completion_tokens": ct}
+            if system:
+                agent["step_id"] = 3
+                steps = [{"source": "system", "message": system, "step_id": 1}, user, agent]
+            else:
+                agent["step_id"] = 2
+                steps = [user, agent]
+            final: dict[str, Any] = ({"total_steps": len(steps)} if pt is None or ct is None else
+                                     {"total_steps": len(steps), "total_prompt_tokens": pt,
+                                      "total_completion_tokens": ct})
+            traj = fragment(dumps([{"schema_version": nf.ATIF_VERSION, "session_id": session,
+                                    "agent": agent_of(model_id), "steps": steps,
+                                    "final_metrics": final}], default=str))
+            res.append(dumps({
                 "problem_idx": pidx, "repeat": rep, "reward": reward_out,
                 "scorer_rewards": scorer_rewards, "prompt": prompt_s,
-                "model_response": response or "", "extracted_answer": extracted,
+                "model_response": content, "extracted_answer": extracted,
                 "expected_answer": expected, "scoring_details": details, "metadata": meta,
-                "tokens": tokens, "latency_ms": latency,
-            }
-            if traj is not None:
-                out["trajectory"] = traj
-            out.update(sample_id=sample_id, shard=shard, category=category, expected=expected,
-                       response=response, extracted=extracted, method=method, failure_category=fcat,
-                       error=error, finish_reason=finish, model_ms=model_ms, total_ms=total_ms,
-                       prompt_tokens=pt, completion_tokens=ct)
-            res.append(dumps(out, default=str, option=opt))
+                "tokens": tokens, "latency_ms": latency, "trajectory": traj,
+                "sample_id": sample_id, "shard": shard, "category": category, "expected": expected,
+                "response": response, "extracted": extracted, "method": method,
+                "failure_category": fcat, "error": error, "finish_reason": finish,
+                "model_ms": model_ms, "total_ms": total_ms, "prompt_tokens": pt,
+                "completion_tokens": ct}, default=str, option=opt))
             out = {
                 "step_id": session[:12], "problem_idx": pidx, "repeat": rep, "timestamp": ts,
                 "prompt": prompt_s, "expected_answer": expected, "reward": reward_out,
-                "extracted_answer": extracted,
-                "scoring_method": "infra_error" if failed else (method or ""),
-                "scoring_details": details, "seed_metadata": meta,
-                "timing": {"seed_ms": _round2(seed_ms), "model_ms": latency,
-                           "verify_ms": _round2(verify_ms), "total_ms": _round2(total_ms)},
-                "failure_category": fcat, "retries": max(0, int(attempts or 1) - 1),
-            }
-            if not failed:
-                content = response or ""
-                out["model"] = {
+                "extracted_answer": extracted, "scoring_method": method or "",
+                "scoring_details": details, "seed_metadata": meta, "timing": timing,
+                "failure_category": fcat, "retries": retries,
+                "model": {
                     "content": content, "model": model_id or "", "finish_reason": finish or "",
                     "tokens": {"prompt": pt, "completion": ct, "total": tokens, "reasoning": rt},
                     "latency_ms": latency,
                     "request_hash": req_hash(f"{prompt_s}|{system or ''}|{model_id or ''}"),
                     "response_hash": resp_hash(content),
-                }
-                out["trajectory"] = traj
-                msgs_text = _messages_text(msgs, response, reasoning)
-            else:
-                out["model_error"] = error
-                msgs_text = msgs or _EMPTY_MSGS
+                },
+                "trajectory": traj}
             if system:
                 out["system_prompt"] = system
-            out.update(sample_id=sample_id, messages=fragment(msgs_text), finish_reason=finish,
-                       error=error, usage={"prompt_tokens": pt, "completion_tokens": ct,
-                                           "reasoning_tokens": rt},
-                       attempts=attempts)
+            out.update(sample_id=sample_id, messages=fragment(_messages_text(msgs, response, reasoning)),
+                       finish_reason=finish, error=error, usage=usage, attempts=attempts)
             if turns is not None:
                 out.update(turns=turns, tool_calls=tool_calls)
             trj.append(dumps(out, default=str, option=opt))
