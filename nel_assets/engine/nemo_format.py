@@ -384,19 +384,30 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
 
     from nel_assets.engine import stats
 
-    per_q: dict[int, list[float]] = {}
+    pids: list[int] = []
+    rewards: list[float] = []
     for r in rows:
         if r.get("reward") is not None:
-            per_q.setdefault(int(r["problem_idx"]), []).append(float(r["reward"]))
-    if not per_q:
+            pids.append(int(r["problem_idx"]))
+            rewards.append(float(r["reward"]))
+    if not pids:
         return {}
-    flat = [x for v in per_q.values() for x in v]
-    if not all(x in (0.0, 1.0) for x in flat):
+    flat = np.asarray(rewards, dtype=float)
+    if not np.isin(flat, (0.0, 1.0)).all():
+        per_q: dict[int, list[float]] = {}
+        for p, x in zip(pids, rewards, strict=True):
+            per_q.setdefault(p, []).append(x)
         means = np.asarray([sum(v) / len(v) for v in per_q.values()])
         return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
                                 **_ci(score), **_bootstrap(means), "ci_method": score.get("ci_method")}}
-    n = np.asarray([len(v) for v in per_q.values()])
-    c = np.asarray([sum(1 for x in v if x > 0) for v in per_q.values()])
+    # Samples and correct samples per question, the questions in order of first appearance
+    # (the order the bootstrap draws from): counted by numpy, not grouped row by row.
+    _, first, inv = np.unique(np.asarray(pids, dtype=np.int64), return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.intp)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    q = rank[inv.reshape(-1)]
+    n = np.bincount(q, minlength=first.size)
+    c = np.bincount(q[flat > 0], minlength=first.size)
     out: dict[str, Any] = {}
     pak = score.get("pass_at_k") or {}
     for k in [1] + ([n_repeats] if n_repeats > 1 else []):

@@ -90,7 +90,7 @@ class LineBuilder:
         dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         res: list[bytes] = []
         trj: list[bytes] = []
-        req_hash, resp_hash, agent_of = self._request_hash, self._response_hash, self._agent
+        req_hash, resp_hash, agents = self._request_hash, self._response_hash, self._agents
         fragment = orjson.Fragment
         steps_col = cols["steps"]
         # The timings as `_r` rounds them, a column at a time (4 calls a row saved).
@@ -173,7 +173,8 @@ class LineBuilder:
                                      {"total_steps": len(steps), "total_prompt_tokens": pt,
                                       "total_completion_tokens": ct})
             traj = fragment(dumps([{"schema_version": nf.ATIF_VERSION, "session_id": session,
-                                    "agent": agent_of(model_id), "steps": steps,
+                                    "agent": agents.get(model_id) or self._agent(model_id),
+                                    "steps": steps,
                                     "final_metrics": final}], default=str))
             res.append(dumps({
                 "problem_idx": pidx, "repeat": rep, "reward": reward_out,

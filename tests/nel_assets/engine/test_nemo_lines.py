@@ -152,3 +152,40 @@ def test_runtime_block_equals_the_row_by_row_sums() -> None:
     thin = table.select(["problem_idx", "error"])
     assert orjson.dumps(nf.runtime_block(thin, {"wall_time_s": 12.5})) == orjson.dumps(
         _runtime_row_by_row(thin.to_pylist(), 12.5))
+
+
+def _headline_row_by_row(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats: int) -> dict[str, Any]:
+    """pass@k over questions grouped row by row, in order of first appearance."""
+    per_q: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("reward") is not None:
+            per_q.setdefault(int(r["problem_idx"]), []).append(float(r["reward"]))
+    flat = [x for v in per_q.values() for x in v]
+    if not all(x in (0.0, 1.0) for x in flat):
+        means = np.asarray([sum(v) / len(v) for v in per_q.values()])
+        return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
+                                **nf._ci(score), **nf._bootstrap(means), "ci_method": score.get("ci_method")}}
+    n = np.asarray([len(v) for v in per_q.values()])
+    c = np.asarray([sum(1 for x in v if x > 0) for v in per_q.values()])
+    out: dict[str, Any] = {}
+    for k in [1] + ([n_repeats] if n_repeats > 1 else []):
+        keep = n >= k
+        if keep.any():
+            per = np.asarray(stats.pass_at_k(n[keep], c[keep], k), dtype=float)
+            entry = score if k == 1 else None
+            out[f"pass@{k}"] = {"value": round(float(per.mean()), 4), **nf._ci(entry), **nf._bootstrap(per),
+                                "ci_method": (entry or {}).get("ci_method")}
+    return out
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_headline_scores_equal_the_row_by_row_grouping(binary: bool) -> None:
+    rnd = random.Random(int(binary))
+    rows = [{"problem_idx": q, "reward": None if rnd.random() < 0.05 else
+             (rnd.choice([0.0, 1.0]) if binary else rnd.choice([0.0, 0.25, 1.0]))}
+            for q in rnd.sample(range(900), 900) for _ in range(rnd.randint(1, 4))]
+    rnd.shuffle(rows)  # questions first appear in no particular order
+    score = {"ci_low": 0.1, "ci_high": 0.9, "ci_method": "wilson"}
+    got = nf.headline_scores(rows, score, 4)
+    assert orjson.dumps(got) == orjson.dumps(_headline_row_by_row(rows, score, 4))
+    assert list(got) == (["pass@1", "pass@4"] if binary else ["mean_reward"])
