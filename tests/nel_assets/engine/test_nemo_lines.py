@@ -189,3 +189,49 @@ def test_headline_scores_equal_the_row_by_row_grouping(binary: bool) -> None:
     got = nf.headline_scores(rows, score, 4)
     assert orjson.dumps(got) == orjson.dumps(_headline_row_by_row(rows, score, 4))
     assert list(got) == (["pass@1", "pass@4"] if binary else ["mean_reward"])
+
+
+def _scoring_row_by_row(details: list[str | None]) -> dict[str, Any]:
+    """`bundle.scoring_metrics`' sums with every row's details parsed."""
+    sums: dict[str, list[float]] = {}
+    tags: dict[str, list[float]] = {}
+    grades: list[str] = []
+    judged = prompt = completion = 0
+    for raw in details:
+        d = orjson.loads(raw) if raw else {}
+        for name, v in (d.get("metrics") or {}).items():
+            if v is not None:
+                sums.setdefault(name, []).append(float(v))
+        j = d.get("judge")
+        if isinstance(j, dict) and "kind" in j:
+            judged += 1
+            prompt += int(j.get("prompt_tokens") or 0)
+            completion += int(j.get("completion_tokens") or 0)
+            if j["kind"] == "simpleqa" and j.get("grade"):
+                grades.append(str(j["grade"]))
+            for tag, v in (j.get("tag_scores") or {}).items():
+                if v is not None:
+                    tags.setdefault(tag, []).append(float(v))
+    return {"metrics": {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(sums.items())},
+            "judge": {"n_judged": judged, "prompt_tokens": prompt, "completion_tokens": completion},
+            "grades": len(grades),
+            "tag_scores": {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(tags.items())}}
+
+
+def test_scoring_metrics_skip_repeated_plain_details_and_count_the_rest() -> None:
+    from nel_assets.engine.bundle import scoring_metrics
+
+    rnd = random.Random(9)
+    shapes = [lambda: '{"method":"a"}', lambda: None, lambda: "",
+              lambda: orjson.dumps({"metrics": {"f1": rnd.random(), "em": rnd.choice([None, 1.0])}}).decode(),
+              lambda: orjson.dumps({"judge": {"kind": "simpleqa", "grade": rnd.choice(["correct", "not_attempted", None]),
+                                              "prompt_tokens": 7, "completion_tokens": 2}}).decode(),
+              lambda: orjson.dumps({"judge": {"kind": "rubric", "tag_scores": {"t": rnd.random()}},
+                                    "metrics": {}}).decode(),
+              lambda: '{"judge":{"no_kind":1}}']
+    details = [rnd.choice(shapes)() for _ in range(3000)]
+    got = scoring_metrics(rows_to_table([{"details": d} for d in details]))
+    want = _scoring_row_by_row(details)
+    assert got["metrics"] == want["metrics"] and got["judge"] == want["judge"]
+    assert got["tag_scores"] == want["tag_scores"]
+    assert got["simpleqa"]["n"] == want["grades"] > 0
