@@ -26,7 +26,7 @@ ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "
 # scores): not the texts, which only the per-line files need, nor those `runtime_block`
 # sums straight from the table.
 _SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "failure_category", "category", "details")
-_BATCH_ROWS = 256  # rows turned into Python dicts at a time (one write call per file each)
+_BATCH_ROWS = 256  # rows turned into Python objects at a time (one write call per file each)
 
 
 def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]) -> None:
