@@ -199,10 +199,18 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     tags: dict[str, list[float]] = {}
     judge_prompt = judge_completion = 0
     n_judged = 0
+    # Rows share their details text (a question's repeats): a text with neither metrics
+    # nor a judge, once parsed, is remembered and passed over unparsed on later rows.
+    # (Bounded: the texts are already held by the column list, the set only adds its slots.)
+    plain: set[str] = set()
     for raw in _col(table, "details") if _n_not_null(table, "details") else ():
-        if not raw:
+        if not raw or raw in plain:
             continue
         d = orjson.loads(raw)
+        if not d.get("metrics") and d.get("judge") is None:
+            if len(plain) < 100_000:
+                plain.add(raw)
+            continue
         for name, v in (d.get("metrics") or {}).items():
             if v is not None:
                 sums.setdefault(name, []).append(float(v))

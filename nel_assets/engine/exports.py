@@ -12,55 +12,49 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 if TYPE_CHECKING:  # only annotations: the table arrives built
     import pyarrow as pa
 
 from nel_assets.engine import nemo_format as nf
+from nel_assets.engine.nemo_lines import LineBuilder
 from nel_resources.store import write_json_atomic
 
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
 
 
-# The columns the run-level documents read (runtime_stats, failure_analysis, the eval JSON's
-# scores): not the texts, which only the per-line files need.
-_SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "model_ms", "prompt_tokens",
-                    "completion_tokens", "reasoning_tokens", "attempts", "finish_reason",
-                    "failure_category", "category", "details")
-_BATCH_ROWS = 256  # rows turned into Python dicts at a time (one write call per file each)
+# The columns the run-level documents read as rows (failure_analysis, the eval JSON's
+# scores): not the texts, which only the per-line files need, nor those `runtime_block`
+# sums straight from the table.
+_SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "failure_category", "category", "details")
+_BATCH_ROWS = 256  # rows turned into Python objects at a time (one write call per file each)
 
 
 def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]) -> None:
     """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
 
-    Only one batch of rows exists as Python dicts at a time (never the whole table's), and
-    each step's ATIF document is built and serialized once for both files.
+    Only one batch of rows exists as Python objects at a time (never the whole table's);
+    `nemo_lines` builds both lines of a row from the batch's columns.
     """
     tmp_r = results.with_name(f".{results.name}.tmp{os.getpid()}")
     tmp_t = trajectories.with_name(f".{trajectories.name}.tmp{os.getpid()}")
-    dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    builder = LineBuilder()
     with open(tmp_r, "wb") as fr, open(tmp_t, "wb") as ft:
         for batch in batches:
-            res: list[bytes] = []
-            trj: list[bytes] = []
-            for r in batch.to_pylist():
-                t = nf.atif(r)
-                frag = None if t is None else orjson.Fragment(dumps(t, default=str))
-                res.append(dumps(_spliced(nf.result_row(r, t), frag), default=str, option=opt))
-                trj.append(dumps(_spliced(nf.trajectory_row(r, t), frag), default=str, option=opt))
+            res, trj = builder.lines(batch)
             fr.write(b"".join(res))
             ft.write(b"".join(trj))
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
 
 
-def _spliced(line: dict[str, Any], traj: Any) -> dict[str, Any]:
-    """`line` with its `trajectory` replaced by the already-serialized ATIF document (the
-    same bytes orjson would write; each document is serialized once for both files)."""
-    if traj is not None and "trajectory" in line:
-        line["trajectory"] = traj
-    return line
+def _rows(table: pa.Table, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The table's rows as dicts of `columns` (those it has): `Table.to_pylist` builds the
+    same dicts a key at a time, this zips whole converted columns."""
+    names = [c for c in columns if c in table.column_names]
+    if not names:
+        return [{} for _ in range(table.num_rows)]
+    return [dict(zip(names, vals, strict=True))
+            for vals in zip(*(table.column(c).to_pylist() for c in names), strict=True)]
 
 
 def eval_file_name(bundle: dict[str, Any]) -> str:
@@ -103,8 +97,8 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     }
     # The run-level documents first: they read a few short columns, as dicts only until the
     # documents are built, and the per-line files then reuse that memory.
-    rows = table.select([c for c in _SUMMARY_COLUMNS if c in table.column_names]).to_pylist()
-    runtime = nf.runtime_block(rows, bundle["runtime"])
+    runtime = nf.runtime_block(table, bundle["runtime"])
+    rows = _rows(table, _SUMMARY_COLUMNS)
     failures = nf.failure_block(rows, bundle["failures"]) if has_failures(table) else None
     eval_doc = nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
     del rows

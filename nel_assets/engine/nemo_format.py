@@ -256,31 +256,76 @@ def _messages(row: dict[str, Any]) -> str:
     return f"{head}{sep}{orjson.dumps(turn).decode()}]"
 
 
-def runtime_block(rows: list[dict[str, Any]], nel_runtime: dict[str, Any]) -> dict[str, Any]:
+def runtime_block(table: pa.Table, nel_runtime: dict[str, Any]) -> dict[str, Any]:
     """`runtime_stats.json`: 0.3.0's keys (latency over answered steps, tokens, throughput
-    over the run's wall time), then nel's runtime stats."""
-    import numpy as np
+    over the run's wall time), then nel's runtime stats.
 
-    ok = [r for r in rows if r.get("error") is None]
-    lat = np.asarray([r["model_ms"] for r in ok if r.get("model_ms") is not None], dtype=float)
+    `table` holds at least `error`, `model_ms`, the token columns, `attempts` and
+    `finish_reason` (a missing one counts as null); the sums come from Arrow's kernels,
+    not a Python pass over the rows."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from nel_resources.arrow import pa
+
+    n = table.num_rows
+    ok = (table.column("error").is_null() if "error" in table.column_names
+          else pa.array(np.ones(n, dtype=bool)))
+    n_ok = int(pc.sum(ok).as_py() or 0)
+
+    def column(name: str) -> Any:
+        return table.column(name) if name in table.column_names else None
+
+    def ok_int_sum(name: str) -> int:
+        """`sum(int(r.get(name) or 0) for r in ok)`"""
+        col = column(name)
+        if col is None:
+            return 0
+        if pa.types.is_integer(col.type):
+            return int(pc.sum(col.filter(ok)).as_py() or 0)
+        return sum(int(v or 0) for v in col.filter(ok).to_pylist())
+
+    ms = column("model_ms")
+    lat = (np.asarray(ms.filter(ok).drop_null().to_numpy(), dtype=float).reshape(-1)
+           if ms is not None else np.zeros(0))
     elapsed = float(nel_runtime.get("wall_time_s") or 0.0)
-    total_tokens = sum(_tokens(r) for r in ok)
+    prompt_tokens, completion_tokens = ok_int_sum("prompt_tokens"), ok_int_sum("completion_tokens")
+    total_tokens = prompt_tokens + completion_tokens
 
     def pct(q: float) -> float:
         return round(float(np.percentile(lat, q)), 2) if lat.size else 0.0
 
+    attempts = column("attempts")
+    if attempts is None:
+        retries = 0
+    elif pa.types.is_integer(attempts.type):
+        # max(0, int(attempts or 1) - 1): null and 0 count as one attempt
+        retries = int(pc.sum(pc.max_element_wise(pc.subtract(pc.fill_null(attempts, 1), 1), 0)).as_py() or 0)
+    else:
+        retries = sum(max(0, int(a or 1) - 1) for a in attempts.to_pylist())
+    finish = column("finish_reason")
+    reasons: dict[str, int] = {}
+    if finish is not None:
+        finish = finish.filter(ok)
+        if pa.types.is_string(finish.type):
+            # value_counts keeps the order of first appearance, as Counter does
+            vc = finish.value_counts()
+            reasons = {v: int(c) for v, c in zip(vc.field("values").to_pylist(),
+                                                  vc.field("counts").to_pylist(), strict=True) if v}
+        else:
+            reasons = dict(Counter(f for f in finish.to_pylist() if f))
     out: dict[str, Any] = {
-        "total_steps": len(rows), "total_tokens": total_tokens,
-        "total_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in ok),
-        "total_completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in ok),
-        "total_reasoning_tokens": sum(int(r.get("reasoning_tokens") or 0) for r in ok),
+        "total_steps": n, "total_tokens": total_tokens,
+        "total_prompt_tokens": prompt_tokens,
+        "total_completion_tokens": completion_tokens,
+        "total_reasoning_tokens": ok_int_sum("reasoning_tokens"),
         "elapsed_seconds": round(elapsed, 2),
         "latency_percentiles_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99)},
         "tokens_per_second": round(total_tokens / elapsed, 2) if elapsed > 0 else 0.0,
-        "steps_per_second": round(len(rows) / elapsed, 2) if elapsed > 0 else 0.0,
-        "model_errors": len(rows) - len(ok),
-        "total_retries": sum(max(0, int(r.get("attempts") or 1) - 1) for r in rows),
-        "finish_reason_counts": dict(Counter(r["finish_reason"] for r in ok if r.get("finish_reason"))),
+        "steps_per_second": round(n / elapsed, 2) if elapsed > 0 else 0.0,
+        "model_errors": n - n_ok,
+        "total_retries": retries,
+        "finish_reason_counts": reasons,
     }
     return {**out, **{k: v for k, v in nel_runtime.items() if k not in out}}
 
@@ -339,19 +384,30 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
 
     from nel_assets.engine import stats
 
-    per_q: dict[int, list[float]] = {}
+    pids: list[int] = []
+    rewards: list[float] = []
     for r in rows:
         if r.get("reward") is not None:
-            per_q.setdefault(int(r["problem_idx"]), []).append(float(r["reward"]))
-    if not per_q:
+            pids.append(int(r["problem_idx"]))
+            rewards.append(float(r["reward"]))
+    if not pids:
         return {}
-    flat = [x for v in per_q.values() for x in v]
-    if not all(x in (0.0, 1.0) for x in flat):
+    flat = np.asarray(rewards, dtype=float)
+    if not np.isin(flat, (0.0, 1.0)).all():
+        per_q: dict[int, list[float]] = {}
+        for p, x in zip(pids, rewards, strict=True):
+            per_q.setdefault(p, []).append(x)
         means = np.asarray([sum(v) / len(v) for v in per_q.values()])
         return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
                                 **_ci(score), **_bootstrap(means), "ci_method": score.get("ci_method")}}
-    n = np.asarray([len(v) for v in per_q.values()])
-    c = np.asarray([sum(1 for x in v if x > 0) for v in per_q.values()])
+    # Samples and correct samples per question, the questions in order of first appearance
+    # (the order the bootstrap draws from): counted by numpy, not grouped row by row.
+    _, first, inv = np.unique(np.asarray(pids, dtype=np.int64), return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.intp)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    q = rank[inv.reshape(-1)]
+    n = np.bincount(q, minlength=first.size)
+    c = np.bincount(q[flat > 0], minlength=first.size)
     out: dict[str, Any] = {}
     pak = score.get("pass_at_k") or {}
     for k in [1] + ([n_repeats] if n_repeats > 1 else []):
@@ -375,23 +431,38 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
 
     from nel_assets.engine import stats
 
-    # Rewards are grouped as rows are read, per field: {value: rewards}, and how many rows
-    # had the field. A field past `max_groups` values can no longer qualify: its groups are
-    # dropped at once (an answer-valued field would otherwise hold a group per answer).
-    fields: dict[str, dict[str, list[float]] | None] = {}
-    seen: dict[str, int] = {}
-    n = 0
+    # Rows share their details text (a question's repeats, a scorer's fixed fields): each
+    # distinct text is parsed once, and a group's rewards are then picked out of the reward
+    # array with one mask, in row order, rather than appended row by row.
+    codes_of: dict[str, int] = {}
+    codes: list[int] = []
+    rewards: list[float] = []
     for r in rows:
-        if r.get("reward") is None or not r.get("details"):
+        raw, reward = r.get("details"), r.get("reward")
+        if reward is None or not raw:
             return {}  # a failed or detail-less row: no field is in every row
-        n += 1
-        reward = float(r["reward"])
-        for k, v in orjson.loads(r["details"]).items():
+        code = codes_of.get(raw)
+        if code is None:
+            code = codes_of[raw] = len(codes_of)
+        codes.append(code)
+        rewards.append(float(reward))
+    n = len(rewards)
+    code_arr = np.asarray(codes, dtype=np.intp)
+    per_code = np.bincount(code_arr, minlength=len(codes_of))  # rows per distinct text
+    reward_arr = np.asarray(rewards, dtype=float)
+    # {field: {value: [codes]}} over the distinct texts in order of first appearance (so the
+    # fields come out in the order their first row gives them), and how many rows have each
+    # field. A field past `max_groups` values can no longer qualify: its groups are dropped
+    # at once (an answer-valued field would otherwise hold a group per answer).
+    fields: dict[str, dict[str, list[int]] | None] = {}
+    seen: dict[str, int] = {}
+    for raw, code in codes_of.items():
+        for k, v in orjson.loads(raw).items():
             if isinstance(v, bool) or (isinstance(v, str) and len(v) < 100):
-                seen[k] = seen.get(k, 0) + 1
+                seen[k] = seen.get(k, 0) + int(per_code[code])
                 by_value = fields.setdefault(k, {})
                 if by_value is not None:
-                    by_value.setdefault(str(v), []).append(reward)
+                    by_value.setdefault(str(v), []).append(code)
                     if len(by_value) > max_groups:
                         fields[k] = None
     out: dict[str, Any] = {}
@@ -400,8 +471,9 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
             continue
         out[name] = []
         for val in sorted(groups):
-            ci = stats.mean_ci(np.asarray(groups[val]))
-            out[name].append({"group": val, "n": len(groups[val]), "mean_reward": round(float(ci["mean"]), 4),
+            picked = reward_arr[np.isin(code_arr, groups[val])]
+            ci = stats.mean_ci(picked)
+            out[name].append({"group": val, "n": int(picked.size), "mean_reward": round(float(ci["mean"]), 4),
                               "ci_lower": round(float(ci["ci_low"] if ci["ci_low"] is not None else ci["mean"]), 4),
                               "ci_upper": round(float(ci["ci_high"] if ci["ci_high"] is not None else ci["mean"]), 4)})
     return out
@@ -466,7 +538,10 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     scores["summary"] = summary_block(rows)
     if groups := breakdowns(rows):
         scores["breakdowns"] = groups
-    scores["runtime"] = runtime if runtime is not None else runtime_block(rows, bundle["runtime"])
+    if runtime is None:
+        runtime = runtime_block(table if isinstance(table, pa.Table) else pa.Table.from_pylist(rows),
+                                bundle["runtime"])
+    scores["runtime"] = runtime
     failures = failure_block(rows, bundle["failures"])
     scores["failures"] = {k: failures[k] for k in FAILURE_KEYS}
     for k, v in scores["failures"]["categories"].items():
