@@ -587,7 +587,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     from dagster_project.cluster_launch import LAUNCHED_TAG, launch_partitions, launches
 
     # cluster.type docker|ray runs every stale shard elsewhere: no head start there.
-    head = None if launches(resolved, shard_only) else _HeadStart.pick(resolved, plans, store)
+    head = None if launches(resolved, shard_only) else _HeadStart.pick(resolved, plans, store, bundle=bundle)
     dg: Any = None
     instance: Any = None
     defs: Any = None
@@ -701,7 +701,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                     ev.set_progress_hook(advance)
                     try:
                         if head is not None and head.bench is bench:
-                            head.evaluate(advance)
+                            head.evaluate(advance, resolved.config_json)
                         try:
                             defs = ready_defs()
                         except _HomeUnusable as exc:
@@ -754,13 +754,16 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                     issues = artifact_issues.get((bench.name, m))
                     if m not in failed and (m in changed or issues):
                         try:
-                            run(jobs_of(bench)["bundle"], m, f"{bench.name} {m} bundle")
+                            run(jobs_of(bench)["bundle"], m, f"{bench.name} {m} bundle",
+                                run_id=head.bundle_run_id(bench, m) if head is not None else None)
                         except _StepFailed as exc:
                             fail(bench.name, m, exc.reason, "bundle")
                             continue
                         rebuilt.add(m)
                         if issues and m not in changed:
                             oc.artifacts_rebuilt[m] = issues
+                if head is not None and head.bench is bench:
+                    head.forget_bundle()  # a model that failed or got no bundle run
                 pending.pop(0)
             if shard_only is None and bundle and resolved.comparison.baseline:
                 n_runs += _compare(resolved, ready_defs(), instance, store, rebuilt, gates, failures, log_path)
@@ -791,19 +794,28 @@ class _HeadStart:
 
     Only for shards that need nothing Dagster provides: no launched model server (its URL
     comes from the launch) and no sandbox (a Dagster resource).
+
+    When the shard is its model's only stale one and the run builds bundles, the model's
+    bundle is built right after it, before Dagster too, for the bundle run whose id is chosen
+    here (`head_start.keep_bundle`). Same files, metadata and data version as when the run's
+    step builds it; the gain is memory: the bundle's working set (rows, export batches) is
+    gone before Dagster's imports (~70 MB) arrive, instead of coming on top of them.
     """
 
-    def __init__(self, bench: Any, task: Any, run: Any, store: Any) -> None:
+    def __init__(self, bench: Any, task: Any, run: Any, store: Any, *, with_bundle: bool) -> None:
         import uuid
 
         self.bench, self.task, self.run, self.store = bench, task, run, store
         self.run_id = str(uuid.uuid4())
         self.failed = False
+        self.with_bundle = with_bundle
+        self._bundle_run_id: str | None = None  # set once a bundle (or its error) is kept
 
     @classmethod
     def pick(cls, resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
-             store: Any) -> _HeadStart | None:
-        """The head start of this run, or None (Dagster first, as before)."""
+             store: Any, *, bundle: bool = True) -> _HeadStart | None:
+        """The head start of this run, or None (Dagster first, as before). `bundle`: whether
+        the run builds bundles at all (not for `--only` stages)."""
         from nel_resources.config.services import LAUNCHED_TYPES
 
         if os.environ.get("NEL_NO_HEAD_START") or not plans or not plans[0][2]:
@@ -814,10 +826,13 @@ class _HeadStart:
         run = bench.run_for(todo[0].model)
         if run is None or bench.sandbox is not None:
             return None
-        return cls(bench, todo[0], run, store)
+        model = todo[0].model
+        only_stale = sum(1 for t in todo if t.model == model) == 1
+        return cls(bench, todo[0], run, store, with_bundle=bundle and only_stale)
 
-    def evaluate(self, advance: Callable[[int], None] | None) -> None:
-        """Evaluate the shard now and keep its outcome (or its error) for the Dagster run."""
+    def evaluate(self, advance: Callable[[int], None] | None, config_json: str | None) -> None:
+        """Evaluate the shard now and keep its outcome (or its error) for the Dagster run;
+        then, when it is the model's only stale shard, build and keep the model's bundle."""
         from nel_assets.engine import evaluate as ev
         from nel_assets.engine import head_start
 
@@ -828,8 +843,52 @@ class _HeadStart:
         except Exception as exc:  # the Dagster run's step raises it, as if it had run the shard
             head_start.keep(*key, error=exc)
             self.failed = True
+            return
+        head_start.keep(*key, outcome=out)
+        del out
+        if not self.with_bundle:
+            return
+        import uuid
+
+        run_id = str(uuid.uuid4())
+        try:
+            built = ev.build_model_bundle(self.run, self.store, self.bench.name, self.task.model,
+                                          config_json=config_json)
+        except Exception as exc:  # the bundle run's step raises it, as if it had built it
+            head_start.keep_bundle(self.bench.name, self.task.model, run_id, error=exc)
         else:
-            head_start.keep(*key, outcome=out)
+            head_start.keep_bundle(self.bench.name, self.task.model, run_id, outcome=built)
+            del built
+        self._bundle_run_id = run_id
+        _release_freed_memory()
+
+    def bundle_run_id(self, bench: Any, model: str) -> str | None:
+        """The run id to give (bench, model)'s bundle run: the one its kept bundle waits
+        for, or None (the run's step builds the bundle itself)."""
+        if bench is not self.bench or model != self.task.model or self._bundle_run_id is None:
+            return None
+        run_id, self._bundle_run_id = self._bundle_run_id, None
+        return run_id
+
+    def forget_bundle(self) -> None:
+        """Drop a kept bundle no run took (its model failed, or got no bundle run)."""
+        if self._bundle_run_id is not None:
+            from nel_assets.engine import head_start
+
+            head_start.discard(self._bundle_run_id)
+            self._bundle_run_id = None
+
+
+def _release_freed_memory() -> None:
+    """Give the heap's free pages back to the OS (glibc), so what the head start freed is not
+    still counted resident when Dagster's imports allocate theirs."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pages stay with malloc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def jobs_of(bench: Any) -> dict[str, str]:

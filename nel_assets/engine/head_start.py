@@ -7,6 +7,11 @@ that shard's Dagster run with a run id chosen in advance. The run's
 kept here (or raises the error the head start met) instead of evaluating again: the run
 records the same materialization, metadata and data version, and its step fails the same
 way, as if it had evaluated the shard itself. No Dagster import here.
+
+When that shard is its model's only stale one, the model's bundle (report, 0.3.0 exports) is
+built right after it too, still before Dagster is imported, and kept the same way for the
+bundle run chosen in advance (`keep_bundle` / `take_bundle`): the bundle's memory is freed
+before Dagster's imports take theirs, so the two peaks do not add up.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _Key = tuple[str, str, int, str]  # (benchmark, model, shard, run id)
+_BUNDLE = -1  # the "shard" under which a model's bundle is kept
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,19 @@ def take(benchmark: str, model: str, shard: int, run_id: str) -> Any | None:
     if done.error is not None:
         raise done.error
     return done.outcome
+
+
+def keep_bundle(benchmark: str, model: str, run_id: str, *, outcome: Any = None,
+                error: BaseException | None = None) -> None:
+    """Keep a model's built bundle (what `build_model_bundle` returned, or the exception
+    that ended it) for the bundle run `run_id`."""
+    keep(benchmark, model, _BUNDLE, run_id, outcome=outcome, error=error)
+
+
+def take_bundle(benchmark: str, model: str, run_id: str) -> Any | None:
+    """The bundle kept for this model and run (once), None when there is none; re-raises
+    the kept exception."""
+    return take(benchmark, model, _BUNDLE, run_id)
 
 
 def discard(run_id: str) -> None:

@@ -6,12 +6,16 @@
 * `nel eval run` sends its first request before its Dagster run exists (the head start), and
   the Dagster record of the run is the record a run without the head start leaves: the same
   runs, materializations, partitions, metadata keys and data versions; a failed head start
-  is a failed Dagster run, as before.
+  is a failed Dagster run, as before;
+* the model's bundle, when that shard was its only stale one, is built before Dagster too
+  (its memory gone before Dagster's imports arrive), and its run records it the same way; a
+  bundle that fails there is a failed bundle run, as before.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -115,6 +119,12 @@ def test_head_start_keeps_the_dagster_record(tmp_path: Path, server: str, data_d
     assert head["observed"] == ["m|0"]
     assert {r.job_name for r in head["runs"].values()} == {"nel_gsm8k_dataset_and_shards", "nel_gsm8k_bundle"}
     assert all(r.is_success for r in head["runs"].values())
+    # The bundle and its exports were written before Dagster created the run recording them.
+    bundle_run = head["runs"][head["mats"][("gsm8k/bundle", "m")]["run_id"]]
+    bundle_created = head["instance"].get_run_record_by_id(bundle_run.run_id).create_timestamp.timestamp()
+    bundle_file = tmp_path / "head" / "gsm8k" / "bundle" / "model=m" / "bundle.json"
+    assert bundle_file.stat().st_mtime < created < bundle_created
+    assert (tmp_path / "head" / "gsm8k" / "results.jsonl").stat().st_mtime < created
 
     # The same run without the head start (Dagster first) leaves the same record.
     reset_server_stats(server)
@@ -146,6 +156,29 @@ def test_failed_head_start_is_a_failed_dagster_run(tmp_path: Path, data_dir: Pat
     runs = list(_record(tmp_path / "head")["runs"].values())
     assert [(r.job_name, r.tags.get("dagster/partition"), r.is_failure) for r in runs] == [
         ("nel_gsm8k_shards", "m|0", True)]
+
+
+def test_failed_head_start_bundle_is_a_failed_bundle_run(tmp_path: Path, server: str, data_dir: Path) -> None:
+    # results.jsonl cannot be replaced when a directory holding a file sits at its path.
+    for side in ("head", "plain"):
+        blocker = tmp_path / side / "gsm8k" / "results.jsonl"
+        blocker.mkdir(parents=True)
+        (blocker / "keep").write_text("x")
+    head = _run(server, tmp_path / "head", data_dir)
+    plain = _run(server, tmp_path / "plain", data_dir, head_start=False)
+    assert head.returncode == plain.returncode != 0
+
+    def errors(p: subprocess.CompletedProcess[str], out: Path) -> list[str]:
+        # (the temp file's name carries the writer's pid)
+        return [re.sub(r"\.tmp\d+", ".tmpPID", ln.replace(str(out), "OUT"))
+                for ln in p.stderr.splitlines() if ln.startswith("error")]
+
+    assert errors(head, tmp_path / "head") == errors(plain, tmp_path / "plain") != [], head.stderr
+    assert "results.jsonl" in "\n".join(errors(head, tmp_path / "head"))
+    for side in ("head", "plain"):
+        runs = sorted(_record(tmp_path / side)["runs"].values(), key=lambda r: r.job_name)
+        assert [(r.job_name, r.is_success) for r in runs] == [
+            ("nel_gsm8k_bundle", False), ("nel_gsm8k_dataset_and_shards", True)], side
 
 
 def test_unchanged_rerun_imports_neither_dagster_nor_pyarrow(tmp_path: Path, server: str, data_dir: Path) -> None:
