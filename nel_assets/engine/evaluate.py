@@ -309,8 +309,7 @@ def evaluate_shard(
             return client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
 
     chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
-    with asyncio.Runner(loop_factory=_loop_factory(run, sandboxes)) as runner:
-        sent, prior, fp, idx_range = runner.run(go())
+    sent, prior, fp, idx_range = asyncio.run(go())
     table = builder.table()
     cols = {c: table.column(c).to_pylist() for c in ("sample_id", "reward", "response", "error",
                                                      "failure_category")}
@@ -333,27 +332,6 @@ def evaluate_shard(
     mean = sum(rewards) / len(rewards) if rewards else None
     return ShardOutcome(path, n_rows, data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
-
-
-def _loop_factory(run: RunSpec, sandboxes: FactoryOpener | None
-                  ) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop for a shard of plain requests (None: asyncio's own loop).
-
-    Measured with bench/bench_loop_cpu.py-style rounds at concurrency 64 against the
-    reference server: ~10% less CPU per sample and ~20% less wall in the loop, whose
-    per-sample cost is mostly event-loop work (socket reads and writes, wake-ups). Shards
-    with a sandbox, an agentic solver or an interceptor chain keep asyncio's loop: their
-    subprocesses, tool sessions and hooks are exercised on it.
-    """
-    svc = run.service.config
-    if (run.sandbox is not None or sandboxes is not None or run.solver.type != "simple"
-            or run.interceptors or svc.proxy is not None or svc.proxy_verbose):
-        return None
-    try:
-        import uvloop
-    except ImportError:  # optional: the loop runs the same on asyncio's
-        return None
-    return uvloop.new_event_loop
 
 
 class _LazyTableBuilder:
