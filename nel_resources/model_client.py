@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from benchmarks.errors import NelError
@@ -35,12 +34,16 @@ from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
 from nel_resources.redact import Redactor, client_secrets
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from nel_resources.proxy import Chain
 
-# What a broken exchange raises on either transport: aiohttp's errors (reset, EOF or an
-# incomplete chunked read mid-body, malformed HTTP), and OSError, which covers the raw
-# client's RawHTTPError and every socket error.
-_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.IncompleteReadError)
+# What a broken exchange raises on the raw transport: OSError covers the raw client's
+# RawHTTPError and every socket error. A client on aiohttp adds aiohttp's errors (reset, EOF
+# or an incomplete chunked read mid-body, malformed HTTP): `ModelClient._transport_errors`.
+# aiohttp itself is imported only by a client that uses it (~0.12 s and ~6 MB otherwise
+# spent on every plain-HTTP run).
+_RAW_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.IncompleteReadError)
 
 
 class _BadBody(Exception):
@@ -240,6 +243,7 @@ class ModelClient:
         # results, journals, Parquet, exports or the Dagster event log.
         self._redact = Redactor(client_secrets(api_key, self._headers))
         self._session: aiohttp.ClientSession | None = None
+        self._transport_errors: tuple[type[BaseException], ...] = _RAW_TRANSPORT_ERRORS
         # Adaptive concurrency: shrinks when a window's answers are mostly 429s, grows
         # back with time (see adaptive_limit.py for why not with successes).
         self._limit = AdaptiveLimit(max_concurrent, window=adapt_window)
@@ -293,6 +297,9 @@ class ModelClient:
                                          host_header=urlsplit(self.base_url).netloc)
             return
         if self._session is None:
+            import aiohttp
+
+            self._transport_errors = (aiohttp.ClientError, *_RAW_TRANSPORT_ERRORS)
             conn = aiohttp.TCPConnector(limit=self.max_concurrent, ttl_dns_cache=300,
                                         enable_cleanup_closed=True)
             # Session-level headers and no cookie jar: per-request header merging and
@@ -341,7 +348,7 @@ class ModelClient:
         await self.open()
         try:
             status, _, body = await self._send("GET", "/models", b"", min(self.timeout, 30))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, *self._transport_errors) as exc:
             raise EndpointUnreachableError(
                 f"cannot reach the model endpoint {self.base_url} "
                 f"({type(exc).__name__}: {str(exc) or 'timed out'}); is the server running?"
@@ -374,6 +381,8 @@ class ModelClient:
                 self._deadlines.disarm(deadline)
             return r.status, r.headers, r.body
         assert self._session is not None
+        import aiohttp  # loaded by `open` already
+
         async with self._session.request(
             method, self.base_url + subpath, data=data or None, headers=headers or None,
             timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
@@ -547,7 +556,7 @@ class ModelClient:
                 # First: TimeoutError is an OSError, and aiohttp's read timeouts are
                 # connection errors too.
                 category, message = "timeout", f"request timed out after {self.timeout:g}s"
-            except _TRANSPORT_ERRORS as exc:
+            except self._transport_errors as exc:
                 stale = isinstance(exc, StaleConnectionError)
                 category, message = "error", f"connection error: {type(exc).__name__}: {exc}"
             else:

@@ -181,6 +181,14 @@ def test_failed_head_start_bundle_is_a_failed_bundle_run(tmp_path: Path, server:
             ("nel_gsm8k_bundle", False), ("nel_gsm8k_dataset_and_shards", True)], side
 
 
+def test_plain_http_run_never_imports_aiohttp(tmp_path: Path, server: str, data_dir: Path) -> None:
+    # A plain-HTTP endpoint is served by the raw client: aiohttp (HTTPS, proxies) stays out.
+    run = _probe(tmp_path, "eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", server, "--model-id", "m",
+                 "-o", str(tmp_path / "out"), "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    assert run["code"] == 0
+    assert "dagster" in run["loaded"] and "aiohttp" not in run["loaded"], run
+
+
 def test_unchanged_rerun_imports_neither_dagster_nor_pyarrow(tmp_path: Path, server: str, data_dir: Path) -> None:
     p = _run(server, tmp_path / "out", data_dir)
     assert p.returncode == 0, p.stderr[-2000:]
