@@ -1,8 +1,12 @@
-"""The raw HTTP client's connection limit (`_Slots`) and its pool on a real server."""
+"""The raw HTTP client's connection limit (`_Slots`), its pool on a real server, and where
+its socket-read buffers are allocated."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import orjson
@@ -76,3 +80,36 @@ def test_pool_keeps_to_its_limit_on_a_real_server(reference_server, server_stats
 
     assert asyncio.run(go()) == [200] * 12
     assert server_stats(url)["by_endpoint"]["/v1/chat/completions"] == 12
+
+
+# In a fresh interpreter: does a live 300 KB bytes object (the size of asyncio's 256 KiB
+# socket-read buffer) take a new anonymous mapping? With argument "pool", a pool exists
+# first. (One block per interpreter: freeing a mapped block raises glibc's threshold itself.)
+_MAPS_PROBE = """
+import sys
+if sys.argv[1] == "pool":
+    from nel_resources.http_raw import RawHTTPPool
+    RawHTTPPool("127.0.0.1", 1)
+def anon_maps():
+    return sum(1 for line in open("/proc/self/maps") if len(line.split()) < 6)
+before = anon_maps()
+blob = bytes(300_000) + b"x"
+print(anon_maps() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc")
+def test_pool_keeps_read_buffers_off_fresh_mmaps() -> None:
+    # glibc serves blocks above its mmap threshold (128 KiB at start) with a fresh mmap,
+    # which every 256 KiB read of asyncio's transports paid three syscalls for; the pool
+    # sets the threshold above that size.
+    repo = Path(__file__).resolve().parents[2]
+
+    def new_mappings(case: str) -> int:
+        p = subprocess.run([sys.executable, "-c", _MAPS_PROBE, case], capture_output=True, text=True,
+                           cwd=repo, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return int(p.stdout)
+
+    assert new_mappings("control") == 1, "a fresh interpreter should mmap a 300 KB block"
+    assert new_mappings("pool") == 0
