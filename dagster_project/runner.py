@@ -860,7 +860,11 @@ class _HeadStart:
             head_start.keep_bundle(self.bench.name, self.task.model, run_id, outcome=built)
             del built
         self._bundle_run_id = run_id
-        _release_freed_memory()
+        # What the shard and bundle freed goes back to the OS before Dagster's imports
+        # allocate theirs: without it the peak held both (212 against 197 MB, 10,552 rows).
+        from nel_resources import heap
+
+        heap.give_back_freed()
 
     def bundle_run_id(self, bench: Any, model: str) -> str | None:
         """The run id to give (bench, model)'s bundle run: the one its kept bundle waits
@@ -877,18 +881,6 @@ class _HeadStart:
 
             head_start.discard(self._bundle_run_id)
             self._bundle_run_id = None
-
-
-def _release_freed_memory() -> None:
-    """Give the heap's free pages back to the OS (glibc), so what the head start freed is not
-    still counted resident when Dagster's imports allocate theirs."""
-    import contextlib
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pages stay with malloc
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def jobs_of(bench: Any) -> dict[str, str]:

@@ -13,7 +13,6 @@ and their ATIF document is the stored steps.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -47,7 +46,7 @@ class _DigestCache:
         if h is None:
             if len(self._d) >= _CACHE_MAX:
                 self._d.clear()
-            h = self._d[text] = hashlib.sha256(text.encode()).hexdigest()[:16]
+            h = self._d[text] = nf._short_hash(text)
         return h
 
 
@@ -96,7 +95,6 @@ class LineBuilder:
         # The timings as `_r` rounds them, a column at a time (4 calls a row saved).
         rounded = [[0.0 if x is None or x != x else round(float(x), 2) for x in cols[c]]
                    for c in ("seed_ms", "model_ms", "verify_ms", "total_ms")]
-        sha256 = hashlib.sha256
         for i, (run_id, model_id, shard, pidx, rep, sample_id, category, prompt, system, msgs,
                 expected, response, reasoning, reward, extracted, method, raw_details, metadata,
                 finish, pt, ct, rt, _seed_ms, model_ms, _verify_ms, total_ms, attempts, error,
@@ -108,7 +106,7 @@ class LineBuilder:
                 trj.append(t)
                 continue
             failed = error is not None
-            session = sha256(f"{run_id}:{sample_id}".encode()).hexdigest()[:16]  # nf._short_hash
+            session = nf._short_hash(f"{run_id}:{sample_id}")
             prompt_s = prompt or ""
             # scoring_details (nemo_format._details), once for both lines
             if failed:
