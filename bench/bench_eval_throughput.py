@@ -2,7 +2,7 @@
 
 Both send the same GSM8K chat requests to the same reference server (answering at once)
 at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sample
-(user+sys of the `nel` process, from rusage), its loop phase per sample (first to last
+(user+sys of the `nel` process, from its rusage; through a daemon, the caller plus the run), its loop phase per sample (first to last
 model request, as the reference server recorded them: Dagster's start-up and the writing
 of results are outside it), and the time and request count of an unchanged rerun (which
 must send 0 requests).
@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -71,19 +70,56 @@ def reset(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(url.removesuffix("/v1") + "/stats/reset", method="POST")).read()
 
 
-def run_nel(args: list[str], repo: Path = REPO) -> tuple[float, float, dict]:
-    """Run the `nel` of checkout `repo` in a child; returns (wall s, cpu s of the child, its
-    JSON summary)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "dagster_project.cli.main", *args], capture_output=True,
-                       text=True, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_nel(args: list[str], repo: Path = REPO, daemon_dir: Path | None = None) -> dict:
+    """Run the `nel` of checkout `repo` in a child; returns its wall s, CPU s, peak RSS MB,
+    the wall-clock time it started and its JSON summary.
+
+    With `daemon_dir`, the nel daemon there (`nel daemon start`) takes the run: the CPU is
+    then the caller's plus the run's (the daemon's fork, as the daemon reports it in
+    `nel daemon status --json`) and the peak RSS the larger of the two, so no work escapes
+    the count. Without it, NEL_DAEMON=off keeps the run in-process whatever daemon runs."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    if daemon_dir is None:
+        env["NEL_DAEMON"] = "off"
+    else:
+        env["NEL_DAEMON_DIR"] = str(daemon_dir)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.time()
+        t0 = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", *args], stdout=out,
+                             stderr=err, cwd=repo, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if p.returncode != 0:
-        raise SystemExit(f"nel failed:\n{p.stdout}\n{p.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, json.loads(p.stdout)
+        raise SystemExit(f"nel failed:\n{stdout}\n{stderr}")
+    res = {"wall": wall, "started": started, "summary": json.loads(stdout),
+           "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024}
+    if daemon_dir is not None:
+        run = daemon_last_run(repo, env)
+        res["cpu"] += run["cpu_s"]
+        res["rss"] = max(res["rss"], run["maxrss_mb"])
+    return res
+
+
+def daemon_last_run(repo: Path, env: dict[str, str]) -> dict:
+    """The last run the daemon of `repo` served: its pid, exit status, CPU s, peak RSS MB."""
+    p = subprocess.run([sys.executable, "-m", "dagster_project.cli.main", "daemon", "status", "--json"],
+                       capture_output=True, text=True, cwd=repo, env=env, check=True)
+    mine = [d for d in json.loads(p.stdout) if d["current_code"]]
+    if not mine or not mine[0]["last_run"]:
+        raise SystemExit(f"the nel daemon of {repo} took no run: {p.stdout}")
+    return mine[0]["last_run"]
+
+
+def daemon(repo: Path, where: Path, *action: str) -> None:
+    """`nel daemon start|stop ...` of checkout `repo`, with its sockets under `where`."""
+    env = {**os.environ, "PYTHONPATH": str(repo), "NEL_DAEMON_DIR": str(where)}
+    subprocess.run([sys.executable, "-m", "dagster_project.cli.main", "daemon", *action],
+                   capture_output=True, cwd=repo, env=env, check=True)
 
 
 def precompile(repo: Path) -> None:
@@ -99,23 +135,25 @@ def precompile(repo: Path) -> None:
         compileall.compile_dir(repo / pkg, quiet=1)
 
 
-def nel_round(url: str, repo: Path, repeats: int, concurrency: int) -> dict:
+def nel_round(url: str, repo: Path, repeats: int, concurrency: int, daemon_dir: Path | None = None) -> dict:
     """One fresh run and one unchanged rerun of `repo`'s nel, with the requests each sent."""
     with tempfile.TemporaryDirectory() as out:
         args = ["eval", "run", "-b", "gsm8k", "-n", str(repeats), "--model-url", url,
                 "--model-id", "m", "--max-concurrent", str(concurrency), "-o", out,
                 "--no-progress", "--json"]
-        wall, cpu, summ = run_nel(args, repo)
+        first = run_nel(args, repo, daemon_dir)
         st = stats(url)
         sent = st["by_endpoint"].get(CHAT, 0)
         # The loop phase, as the server saw it: first to last model request.
         loop = st["last_at"][CHAT] - st["first_at"][CHAT] if sent else 0.0
+        to_first = st["first_at"][CHAT] - first["started"] if sent else 0.0
         reset(url)
-        wall2, cpu2, summ2 = run_nel(args, repo)
+        again = run_nel(args, repo, daemon_dir)
         sent2 = stats(url)["total_requests"]
         reset(url)
-    return {"wall": wall, "cpu": cpu, "sent": sent, "loop": loop, "wall2": wall2, "cpu2": cpu2, "sent2": sent2,
-            "shards2": summ2["shards_run"], "score": summ["results"][0]["score"]}
+    return {"wall": first["wall"], "cpu": first["cpu"], "rss": first["rss"], "sent": sent, "loop": loop,
+            "first": to_first, "wall2": again["wall"], "cpu2": again["cpu"], "sent2": sent2,
+            "shards2": again["summary"]["shards_run"], "score": first["summary"]["results"][0]["score"]}
 
 
 def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
@@ -127,6 +165,8 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
         "nel_wall_s": round(med(r["wall"] for r in rounds), 2),
         "nel_cpu_ms_per_sample": round(med(1000 * r["cpu"] / n for r in rounds), 4),
         "nel_loop_us_per_sample": round(med(1e6 * r["loop"] / n for r in rounds), 1),
+        "nel_first_request_s": round(med(r["first"] for r in rounds), 3),
+        "nel_peak_rss_mb": round(med(r["rss"] for r in rounds), 1),
         "nel_model_requests_sent": [r["sent"] for r in rounds],
         "rerun_wall_s": round(med(r["wall2"] for r in rounds), 2),
         "rerun_cpu_s": round(med(r["cpu2"] for r in rounds), 2),
@@ -143,6 +183,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating bare/nel rounds (medians)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout whose nel runs in the same rounds (e.g. /work/main)")
+    ap.add_argument("--daemon", action="store_true",
+                    help="also run this checkout's nel through a nel daemon (`nel daemon start`), "
+                         "started once before the rounds, in each round")
     a = ap.parse_args()
     if a.baseline is not None and not (a.baseline / "dagster_project" / "cli" / "main.py").is_file():
         raise SystemExit(f"--baseline {a.baseline}: not a nel checkout (no dagster_project/cli/main.py)")
@@ -154,6 +197,10 @@ def main() -> None:
     bare: list[float] = []
     ours: list[dict] = []
     theirs: list[dict] = []
+    warm: list[dict] = []
+    daemon_dir = Path(tempfile.mkdtemp(prefix="nel-bench-daemon-")) if a.daemon else None
+    if daemon_dir is not None:
+        daemon(REPO, daemon_dir, "start")
     try:
         seeds = [asyncio.run(env.seed(i)) for i in range(len(env))]
         bodies = [orjson.dumps({"model": "m", "messages": [{"role": "user", "content": s.prompt}]})
@@ -169,14 +216,20 @@ def main() -> None:
             else:
                 theirs.append(nel_round(url, a.baseline, a.repeats, a.concurrency))
                 ours.append(nel_round(url, REPO, a.repeats, a.concurrency))
+            if daemon_dir is not None:
+                warm.append(nel_round(url, REPO, a.repeats, a.concurrency, daemon_dir))
     finally:
         proc.stop()
+        if daemon_dir is not None:
+            daemon(REPO, daemon_dir, "stop", "--all")  # whatever code it was started from
     res = {
         "samples": n,
         "rounds": a.rounds,
         "bare_aiohttp_samples_per_s": round(statistics.median(n / b for b in bare), 1),
         **summarize(n, bare, ours),
     }
+    if warm:
+        res["daemon"] = summarize(n, bare, warm)
     if a.baseline is not None:
         res["baseline"] = {"checkout": str(a.baseline.resolve()), **summarize(n, bare, theirs)}
     print(json.dumps(res, indent=2))

@@ -12,6 +12,9 @@
 * stats: `build_bundle` (means, clustered SE, pass@k, maj@k, per category, runtime and
   failure analysis) on a synthetic 100,000-row table (25,000 items x 4 repeats), in-process.
 * peak RSS: `ru_maxrss` of each child (os.wait4).
+* `--daemon`: this checkout once more, as `nel (daemon)`: its `nel eval run`s handed to a
+  `nel daemon` started before the rounds (its RSS: the larger of the caller's and the
+  run's, the daemon's fork, as `nel daemon status --json` reports it).
 
 Every figure is the median of `--rounds` alternating rounds. Prints a table and, with
 `--json`, the raw figures.
@@ -74,10 +77,24 @@ def _child(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, floa
     return wall, usage.ru_maxrss / 1024, int(t0 * 1e6)
 
 
-def _nel_env(repo: Path = REPO) -> dict[str, str]:
+def _nel_env(repo: Path = REPO, daemon_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a nel child: in-process (NEL_DAEMON=off), or through the daemon
+    whose sockets are in `daemon_dir`."""
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env["PYTHONPATH"] = str(repo)
+    if daemon_dir is None:
+        env["NEL_DAEMON"] = "off"
+    else:
+        env["NEL_DAEMON_DIR"] = str(daemon_dir)
     return env
+
+
+def _daemon_rss(env: dict[str, str], cwd: Path) -> float:
+    """Peak RSS MB of the last run the daemon (of `env`) served."""
+    p = subprocess.run(nel_cmd("daemon", "status", "--json"), capture_output=True, text=True, env=env,
+                       cwd=cwd, check=True)
+    (mine,) = [d for d in json.loads(p.stdout) if d["current_code"]]
+    return float(mine["last_run"]["maxrss_mb"])
 
 
 def _peer_env() -> dict[str, str]:
@@ -93,6 +110,8 @@ def first_request(argv: list[str], env: dict[str, str], url: str, cwd: Path) -> 
     """Seconds from spawning `argv` to its first chat request at the server, its wall time and RSS."""
     _server(url, "/stats/reset", post=True)
     wall, rss, t0_us = _child(argv, env, cwd)
+    if "NEL_DAEMON_DIR" in env:
+        rss = max(rss, _daemon_rss(env, cwd))
     first = _server(url, "/stats")["first_at"].get(CHAT)
     if first is None:
         raise SystemExit(f"{argv[:4]} sent no chat request")
@@ -175,12 +194,24 @@ def main() -> None:
                     help="another nel checkout measured in the same rounds (e.g. `git worktree add "
                     "/tmp/before <commit>`)")
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON too")
+    ap.add_argument("--daemon", action="store_true",
+                    help="also measure this checkout's runs handed to a `nel daemon`")
     a = ap.parse_args()
     data_dir = os.environ.get("NEL_DATA_DIR")
     if not data_dir:
         raise SystemExit("set NEL_DATA_DIR to the shared datasets (gsm8k/test.jsonl)")
     peer = Path(os.environ.get("NEL_PEER_NEMO") or a.peer)
     targets = _targets(a.baseline)
+    daemons: dict[str, Path] = {}
+    if a.daemon:
+        targets["nel (daemon)"] = REPO
+        daemons["nel (daemon)"] = Path(tempfile.mkdtemp(prefix="nel-bench-daemon-"))
+        subprocess.run(nel_cmd("daemon", "start"), env=_nel_env(REPO, daemons["nel (daemon)"]), check=True,
+                       capture_output=True)
+
+    def env_of(name: str) -> dict[str, str]:
+        return _nel_env(targets[name], daemons.get(name))
+
     med = statistics.median
     res: dict[str, Any] = {}
     proc, url = start_reference_server(default_content="Step by step.\n#### 42")
@@ -199,19 +230,19 @@ def main() -> None:
                         "--model-id", "m", "-o", str(out), "--max-problems", "5"]
 
             # Warm-up (not measured): bytecode caches and the disk cache, as on a user's machine.
-            for name, repo in targets.items():
-                _child(quick(work / f"warm-{len(name)}"), _nel_env(repo), work)
-                _child(nel_cmd("list"), _nel_env(repo), work)
+            for name in targets:
+                _child(quick(work / f"warm-{len(name)}"), env_of(name), work)
+                _child(nel_cmd("list"), env_of(name), work)
             if peer.is_file():
                 _child(peer_quick(work / "peer-warm"), _peer_env(), work)
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in [*targets, "NeMo Evaluator 0.3.0"]}
             cli: dict[str, list[tuple[float, float]]] = {}
             for r in range(a.rounds):
                 # A new output dir per round: each run is a first run (a fresh store).
-                for i, (name, repo) in enumerate(targets.items()):
-                    runs[name].append(first_request(quick(work / f"nel{i}-{r}"), _nel_env(repo), url, work))
-                    for cmd in ("--help", "list"):
-                        w, rss, _ = _child(nel_cmd(cmd), _nel_env(repo), work)
+                for i, name in enumerate(targets):
+                    runs[name].append(first_request(quick(work / f"nel{i}-{r}"), env_of(name), url, work))
+                    for cmd in ("--help", "list") if name not in daemons else ():  # never handed over
+                        w, rss, _ = _child(nel_cmd(cmd), env_of(name), work)
                         cli.setdefault(f"{name} {cmd}", []).append((w, rss))
                 if peer.is_file():
                     runs["NeMo Evaluator 0.3.0"].append(first_request(peer_quick(work / f"peer{r}"), _peer_env(), url, work))
@@ -229,15 +260,19 @@ def main() -> None:
                                "--model-id", "m", "--max-concurrent", "64", "-o", str(out), "--no-progress")
 
             reruns: dict[str, list[tuple[float, float, int]]] = {name: [] for name in targets}
-            for i, (name, repo) in enumerate(targets.items()):
+            for i, name in enumerate(targets):
                 _server(url, "/stats/reset", post=True)
-                w, rss, _ = _child(big(work / f"big{i}"), _nel_env(repo), work)
+                w, rss, _ = _child(big(work / f"big{i}"), env_of(name), work)
+                if name in daemons:
+                    rss = max(rss, _daemon_rss(env_of(name), work))
                 res[f"full_run {name}"] = {"samples": _server(url, "/stats")["by_endpoint"].get(CHAT, 0),
                                            "wall_s": round(w, 2), "rss_mb": round(rss, 1)}
             for _ in range(a.rounds):
-                for i, (name, repo) in enumerate(targets.items()):
+                for i, name in enumerate(targets):
                     _server(url, "/stats/reset", post=True)
-                    w, rss, _ = _child(big(work / f"big{i}"), _nel_env(repo), work)
+                    w, rss, _ = _child(big(work / f"big{i}"), env_of(name), work)
+                    if name in daemons:
+                        rss = max(rss, _daemon_rss(env_of(name), work))
                     reruns[name].append((w, rss, _server(url, "/stats")["total_requests"]))
             for name, xs in reruns.items():
                 res[f"unchanged_rerun {name}"] = {"wall_s": round(med(x[0] for x in xs), 3),
@@ -245,7 +280,11 @@ def main() -> None:
                                                   "requests": [x[2] for x in xs]}
     finally:
         proc.stop()
+        for d in daemons.values():
+            subprocess.run(nel_cmd("daemon", "stop", "--all"), env=_nel_env(REPO, d), capture_output=True)
     for name, repo in targets.items():
+        if name in daemons:
+            continue  # in-process statistics: the same code as `nel`
         s, n = stats_100k(a.rounds, repo)
         res[f"stats_100k {name}"] = {"rows": n, "s": round(s, 3)}
     for module in ("dagster_project.cli.main", "dagster_project.runner", "dagster"):

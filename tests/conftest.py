@@ -105,6 +105,8 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     mp.setenv("NEL_USER_CONFIG", str(path))
     # nor writes to the developer's index of runs (`nel eval jobs`)
     mp.setenv("NEL_RUNS_DIR", str(path.parent / "runs"))
+    # nor hands its runs to a developer's nel daemon (tests of the daemon start their own)
+    mp.setenv("NEL_DAEMON_DIR", str(path.parent / "daemon"))
     try:
         yield path
     finally:

@@ -443,3 +443,6 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
         for name, reason in sorted(g.get("details", {}).items()):
             if name not in ("ci_level", "correction"):
                 con.print(f"  {name}: {reason}", markup=False, soft_wrap=True, highlight=False)
+
+
+run_command = _cmd_run  # `nel eval run` (the CLI's entry hands it to a nel daemon when one runs)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dagster_project.cli import (
     commands_compare,
     commands_config,
+    commands_daemon,
     commands_data,
     commands_eval,
     commands_list,
@@ -29,7 +30,7 @@ from dagster_project.cli import (
 # (commands_eval first: it creates the `eval` group the report module extends).
 _COMMAND_MODULES = [commands_eval, commands_list, commands_report, commands_runs, commands_validate,
                     commands_compare, commands_data, commands_misc, commands_serve, commands_proxy, commands_config,
-                    commands_package]
+                    commands_package, commands_daemon]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    if func is commands_eval.run_command and not args.background:
+        # A nel daemon of this code takes the run (warm: Dagster already imported).
+        from dagster_project import daemon_client
+
+        code = daemon_client.delegate(args.argv)
+        if code is not None:
+            return code
     from benchmarks.errors import NelError
 
     try:

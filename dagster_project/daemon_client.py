@@ -1,0 +1,154 @@
+"""Hand a `nel eval run` to a running nel daemon (see `daemon_server`).
+
+The caller sends its arguments, environment, working directory, umask and its stdin,
+stdout and stderr; the daemon forks the run and answers with its pid, later with its exit
+status. Meanwhile the caller passes on the signals it gets (Ctrl-C to the run's process
+group, as a terminal would; SIGTERM and SIGHUP to the run), so `kill`, a CI timeout and
+Ctrl-C end the run as they end an in-process one. No daemon for this code, or one that is
+stopping: the run happens in-process, as without a daemon.
+
+Standard library only: this runs before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from dagster_project import daemon_paths
+
+OFF_VALUES = ("off", "0", "false", "no")
+
+
+def enabled() -> bool:
+    """False when `NEL_DAEMON` is off (the run stays in-process whatever is running)."""
+    return os.environ.get("NEL_DAEMON", "").strip().lower() not in OFF_VALUES
+
+
+def find() -> str | None:
+    """The socket of a daemon serving this code, or None. Cheap when no daemon was ever
+    started (one directory listing; the fingerprint only when some socket exists)."""
+    try:
+        names = os.listdir(daemon_paths.daemon_dir())
+    except OSError:
+        return None
+    if not any(n.endswith(".sock") for n in names):
+        return None
+    path = daemon_paths.socket_path()
+    return str(path) if path.name in names else None
+
+
+def request(path: str, msg: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """Send a control request (status, stop) and return the answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        _connect(s, path)
+        s.sendall(daemon_paths.pack(msg))
+        answer = _read_frame(s)
+    if answer is None:
+        raise ConnectionError("the daemon closed the connection without answering")
+    return answer
+
+
+def delegate(argv: list[str]) -> int | None:
+    """Run `nel <argv>` in the daemon and return its exit status; None when no daemon takes
+    it (the caller then runs it itself)."""
+    if not enabled():
+        return None
+    path = find()
+    if path is None:
+        return None
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed: the in-process run says so
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        _connect(s, path)
+    except OSError:  # a socket left by a daemon that was killed
+        s.close()
+        return None
+    fds = [_open_or_null(fd) for fd in (0, 1, 2)]
+    umask = os.umask(0)
+    os.umask(umask)
+    msg = {"cmd": "run", "argv": list(argv), "env": dict(os.environ), "cwd": cwd, "umask": umask}
+    try:
+        socket.send_fds(s, [daemon_paths.pack(msg)], fds)
+        first = _read_frame(s)
+    except OSError:
+        first = None
+    finally:
+        for fd, orig in zip(fds, (0, 1, 2), strict=True):
+            if fd != orig:
+                os.close(fd)
+    if first is None or "pid" not in first:
+        s.close()
+        return None  # not taken (stopping, or gone): run in-process
+    return _follow(s, int(first["pid"]))
+
+
+def _follow(s: socket.socket, pid: int) -> int:
+    """Pass signals on to run `pid` until the daemon reports its exit status."""
+
+    def to_group(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signum)
+
+    def to_run(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+    signal.signal(signal.SIGINT, to_group)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, to_run)
+    try:
+        done = _read_frame(s)
+    except OSError:
+        done = None
+    finally:
+        s.close()
+    if done is None or "exit" not in done:
+        print(f"error: the nel daemon ended before the run (pid {pid}) did; its outcome is in "
+              "`nel eval status` and the output directory", file=sys.stderr)
+        return 1
+    return int(done["exit"])
+
+
+def _connect(s: socket.socket, path: str) -> None:
+    from pathlib import Path
+
+    with daemon_paths.addressable(Path(path)) as name:
+        s.connect(name)
+
+
+def _open_or_null(fd: int) -> int:
+    """`fd` when it is open, else a descriptor on /dev/null (a caller with stdin closed)."""
+    try:
+        os.fstat(fd)
+        return fd
+    except OSError:
+        return os.open(os.devnull, os.O_RDWR)
+
+
+def _read_frame(s: socket.socket) -> dict[str, Any] | None:
+    """One frame, or None at the end of the stream."""
+    head = _read_exactly(s, 4)
+    if head is None:
+        return None
+    body = _read_exactly(s, daemon_paths.frame_length(head))
+    return None if body is None else json.loads(body)
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)

@@ -1,0 +1,263 @@
+"""`nel daemon`: runs handed to a warm fork give what in-process runs give.
+
+Real processes throughout: the daemon (`nel daemon start`), `nel eval run` callers, the
+reference server, the Dagster instance each run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.support.cli import nel_env, run_nel, start_nel, summary_json
+from tests.support.realcomponents import REPO_ROOT
+from tests.support.waiting import wait_for, wait_while_running
+
+CHAT = "/v1/chat/completions"
+
+
+def _chat_requests(stats: dict) -> int:
+    return int(stats["by_endpoint"].get(CHAT, 0))
+
+
+def _status(env: dict[str, str]) -> list[dict]:
+    st = run_nel("daemon", "status", "--json", env=env)
+    assert st.returncode == 0, st.stderr
+    return json.loads(st.stdout)
+
+
+def _current(env: dict[str, str]) -> dict:
+    rows = [r for r in _status(env) if r["current_code"]]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not alive: the daemon was started detached, so its parent may be gone
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
+    """A nel daemon of this checkout, its sockets in a folder of this test's own; yields
+    the environment that makes `nel` find it."""
+    env = {"NEL_DAEMON_DIR": str(tmp_path / "daemons"), "NEL_DATA_DIR": str(data_dir),
+           "NEL_RUNS_DIR": str(tmp_path / "runs-index")}
+    started = run_nel("daemon", "start", env=env)
+    assert started.returncode == 0, started.stderr
+    assert "nel daemon started (pid" in started.stdout
+    pid = _current(env)["pid"]
+    try:
+        yield env
+    finally:
+        run_nel("daemon", "stop", "--all", env=env)
+        try:
+            wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to exit")
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+            raise
+
+
+def _materializations(home: Path) -> list[tuple[str, str | None, str | None, dict]]:
+    """(asset, partition, data version, numeric metadata) of every materialization."""
+    out = []
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for key in instance.get_asset_keys():
+            records = instance.fetch_materializations(key, limit=100).records
+            for r in records:
+                m = r.asset_materialization
+                assert m is not None
+                md = {k: v.value for k, v in m.metadata.items()
+                      if isinstance(v.value, int | float) and "time" not in k and "_s" not in k
+                      and "cpu" not in k and "mb" not in k}
+                out.append((key.to_user_string(), m.partition, m.tags.get("dagster/data_version"), md))
+    return sorted(out, key=lambda t: (t[0], str(t[1])))
+
+
+def test_a_run_through_the_daemon_records_what_an_in_process_run_records(
+        tmp_path: Path, daemon_env: dict[str, str], reference_server, server_stats) -> None:
+    url = reference_server(default_content="Let me think.\n#### 42")
+    args = ("eval", "run", "-b", "gsm8k", "-m", "30", "-n", "2", "--model-url", url, "--model-id", "m",
+            "--no-progress", "--json")
+    caller_dir = tmp_path / "caller"
+    caller_dir.mkdir()
+    # A relative output directory: it must land under the caller's working directory.
+    warm = run_nel(*args, "-o", "out", env=daemon_env, cwd=caller_dir)
+    served = _current(daemon_env)
+    assert served["served"] == 1 and served["last_run"]["exit"] == 0
+    cold = run_nel(*args, "-o", str(tmp_path / "cold"), env={**daemon_env, "NEL_DAEMON": "off"})
+    assert _current(daemon_env)["served"] == 1  # NEL_DAEMON=off kept that one in-process
+
+    w, c = summary_json(warm), summary_json(cold)
+    assert w["output_dir"] == str(caller_dir / "out")
+    assert w["requests_sent"] == c["requests_sent"] == 60
+    assert w["results"] == [{**r, "exports": w["results"][0]["exports"]} for r in c["results"]]
+    assert w["dagster_runs"] == c["dagster_runs"] == 2
+    assert _materializations(caller_dir / "out" / ".dagster") == _materializations(tmp_path / "cold" / ".dagster")
+    assert (caller_dir / "out" / "gsm8k" / "results.jsonl").read_bytes().count(b"\n") == 60
+    # The run was the daemon's fork, not the caller: its pid is the one the run index holds.
+    run_id = json.loads((caller_dir / "out" / "nel_run.json").read_text())["run_id"]
+    status = run_nel("eval", "status", "-r", run_id, env=daemon_env).stdout
+    assert f"pid: {served['last_run']['pid']}" in [ln.strip() for ln in status.splitlines()], status
+    # An unchanged rerun through the daemon sends nothing.
+    before = _chat_requests(server_stats(url))
+    again = summary_json(run_nel(*args, "-o", "out", env=daemon_env, cwd=caller_dir))
+    assert again["shards_run"] == 0 and _chat_requests(server_stats(url)) == before
+    assert _current(daemon_env)["served"] == 2
+
+
+def test_exit_status_and_error_lines_are_those_of_an_in_process_run(
+        tmp_path: Path, daemon_env: dict[str, str]) -> None:
+    # A usage mistake (exit 2) and a run whose model cannot be reached (every sample fails).
+    cases = [("eval", "run", "-b", "no_such_benchmark", "-o", "{out}"),
+             ("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", "http://127.0.0.1:9/v1",
+              "--model-id", "m", "--no-progress", "-o", "{out}")]
+    for i, case in enumerate(cases):
+        warm = run_nel(*(a.format(out=tmp_path / f"w{i}") for a in case), env=daemon_env)
+        cold = run_nel(*(a.format(out=tmp_path / f"c{i}") for a in case), env={**daemon_env, "NEL_DAEMON": "off"})
+        assert warm.returncode == cold.returncode != 0, (warm.stderr, cold.stderr)
+        errors = [ln for ln in warm.stderr.splitlines() if ln.startswith("error:")]
+        assert errors and errors == [ln.replace(f"c{i}", f"w{i}") for ln in cold.stderr.splitlines()
+                                     if ln.startswith("error:")]
+        assert "Traceback" not in warm.stderr
+    assert _current(daemon_env)["served"] == 2
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "nel eval stop"])
+def test_stopping_the_caller_stops_the_run_and_not_the_daemon(
+        tmp_path: Path, daemon_env: dict[str, str], reference_server, server_stats, how: str) -> None:
+    url = reference_server(delay_ms=500)
+    out, log = tmp_path / "out", tmp_path / "run.log"
+    proc = start_nel("eval", "run", "-b", "gsm8k", "-m", "200", "--model-url", url, "--model-id", "m",
+                     "-o", str(out), "--no-progress", "--max-concurrent", "1", env=daemon_env, log=log)
+    daemon_pid = _current(daemon_env)["pid"]
+    try:
+        wait_while_running(lambda: _chat_requests(server_stats(url)) >= 2, proc=proc,
+                           what="the run's first requests", log=log)
+        run_pid = _current(daemon_env)["running"]
+        assert len(run_pid) == 1 and run_pid[0] != proc.pid
+        if how == "nel eval stop":
+            run_id = json.loads((out / "nel_run.json").read_text())["run_id"]
+            stop = run_nel("eval", "stop", "-r", run_id, env=daemon_env)
+            assert stop.returncode == 0, stop.stderr
+        else:
+            proc.send_signal(getattr(signal, how))
+        assert wait_for(lambda: proc.poll() is not None, timeout=60, what="nel eval run to end")
+        assert proc.returncode == 130, log.read_text()[-3000:]
+        assert "interrupted" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert wait_for(lambda: not _current(daemon_env)["running"], timeout=60, what="the run to end")
+    sent = _chat_requests(server_stats(url))
+    assert sent < 200
+    assert _alive(daemon_pid) and _current(daemon_env)["last_run"]["exit"] == 130
+
+
+def test_a_caller_killed_outright_takes_its_run_with_it(
+        tmp_path: Path, daemon_env: dict[str, str], reference_server, server_stats) -> None:
+    url = reference_server(delay_ms=500)
+    log = tmp_path / "run.log"
+    proc = start_nel("eval", "run", "-b", "gsm8k", "-m", "200", "--model-url", url, "--model-id", "m",
+                     "-o", str(tmp_path / "out"), "--no-progress", "--max-concurrent", "1",
+                     env=daemon_env, log=log)
+    wait_while_running(lambda: _chat_requests(server_stats(url)) >= 2, proc=proc,
+                       what="the run's first requests", log=log)
+    (run_pid,) = _current(daemon_env)["running"]
+    proc.kill()  # SIGKILL: no chance to pass anything on
+    proc.wait()
+    assert wait_for(lambda: not _alive(run_pid), timeout=60, what="the orphaned run to end")
+    sent = _chat_requests(server_stats(url))
+    assert sent < 200
+    # and the daemon still serves
+    ok = run_nel("eval", "run", "-b", "gsm8k", "-m", "3", "--model-url", reference_server(), "--model-id", "m",
+                 "-o", str(tmp_path / "next"), "--no-progress", "--json", env=daemon_env)
+    assert summary_json(ok)["requests_sent"] == 3
+    assert _current(daemon_env)["served"] == 2
+
+
+def test_other_code_finds_no_daemon_and_runs_in_process(tmp_path: Path, daemon_env: dict[str, str],
+                                                        reference_server) -> None:
+    daemons = Path(daemon_env["NEL_DAEMON_DIR"])
+    (sock,) = daemons.glob("*.sock")
+    # The socket under another code version's name: this code does not find its daemon.
+    other = sock.with_name("0000000000000000.sock")
+    sock.rename(other)
+    try:
+        r = run_nel("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", reference_server(), "--model-id", "m",
+                    "-o", str(tmp_path / "out"), "--no-progress", "--json", env=daemon_env)
+        assert summary_json(r)["requests_sent"] == 2
+        rows = _status(daemon_env)
+        assert [r["current_code"] for r in rows] == [False] and rows[0]["served"] == 0
+        assert "other code" in run_nel("daemon", "status", env=daemon_env).stdout
+    finally:
+        other.rename(sock)
+
+
+def test_the_fingerprint_follows_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dagster_project import daemon_paths
+
+    for pkg in daemon_paths.PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    monkeypatch.setattr(daemon_paths, "_REPO", tmp_path)
+    first = daemon_paths.fingerprint()
+    assert daemon_paths.fingerprint() == first
+    mod = tmp_path / "nel_assets" / "scorer.py"
+    mod.write_text("X = 1\n")
+    second = daemon_paths.fingerprint()
+    assert second != first
+    os.utime(mod, ns=(1, 1))  # same size, another mtime: an edit
+    assert daemon_paths.fingerprint() not in (first, second)
+
+
+def test_stop_status_and_idle_timeout(tmp_path: Path) -> None:
+    # A folder too deep for a socket path (108 bytes): the daemon is reached all the same.
+    deep = tmp_path / ("d" * 100)
+    env = {"NEL_DAEMON_DIR": str(deep)}
+    assert run_nel("daemon", "status", env=env).stdout.strip() == "no nel daemon running"
+    assert run_nel("daemon", "start", "--idle-timeout", "0.02", env=env).returncode == 0  # 1.2 s
+    again = run_nel("daemon", "start", env=env)
+    assert "already running" in again.stdout
+    pid = _current(env)["pid"]
+    assert wait_for(lambda: not _alive(pid), timeout=60, what="the idle daemon to stop by itself")
+    assert not list(deep.glob("*.sock"))
+    assert run_nel("daemon", "start", env=env).returncode == 0
+    pid = _current(env)["pid"]
+    stop = run_nel("daemon", "stop", env=env)
+    assert "stopping" in stop.stdout
+    assert wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to stop")
+    assert run_nel("daemon", "stop", env=env).stdout.strip() == "no nel daemon running for this code"
+    bad = run_nel("daemon", "start", "--idle-timeout", "0", env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --idle-timeout must be a positive")
+
+
+def test_the_daemon_imports_what_runs_used(tmp_path: Path, daemon_env: dict[str, str], reference_server) -> None:
+    before = _current(daemon_env)["modules"]
+    r = run_nel("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", reference_server(), "--model-id", "m",
+                "-o", str(tmp_path / "out"), "--no-progress", "--json", env=daemon_env)
+    summary_json(r)
+    assert wait_for(lambda: _current(daemon_env)["modules"] > before, timeout=60,
+                    what="the daemon to import the modules the run reported")
+
+
+def test_help_stays_free_of_dagster() -> None:
+    code = ("import sys; from dagster_project.cli.main import main\n"
+            "try: main(['daemon', '--help'])\nexcept SystemExit: pass\n"
+            "assert 'dagster' not in sys.modules, 'daemon --help imported dagster'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=nel_env(), cwd=REPO_ROOT)
+    assert r.returncode == 0, r.stderr
