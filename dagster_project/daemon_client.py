@@ -76,7 +76,8 @@ def delegate(argv: list[str]) -> int | None:
     fds = [_open_or_null(fd) for fd in (0, 1, 2)]
     umask = os.umask(0)
     os.umask(umask)
-    msg = {"cmd": "run", "argv": list(argv), "env": dict(os.environ), "cwd": cwd, "umask": umask}
+    msg = {"cmd": "run", "argv": list(argv), "env": dict(os.environ), "cwd": cwd, "umask": umask,
+           "sys_path": sys.path}
     try:
         socket.send_fds(s, [daemon_paths.pack(msg)], fds)
         first = _read_frame(s)

@@ -23,6 +23,8 @@ from pathlib import Path
 # nel's own packages: every source file's size and mtime enter the fingerprint.
 PACKAGES = ("benchmarks", "dagster_project", "nel_assets", "nel_resources")
 _REPO = Path(__file__).resolve().parents[1]
+IMPORT_TIME_ENV = ("PYTHONPATH", "PYTHONHASHSEED", "PYTHONMALLOC", "PYTHONDEVMODE", "PYTHONWARNINGS",
+                   "PYTHONUTF8", "ARROW_DEFAULT_MEMORY_POOL")
 
 
 def daemon_dir() -> Path:
@@ -35,15 +37,20 @@ def daemon_dir() -> Path:
 
 
 def fingerprint() -> str:
-    """A short hash of the code a daemon would run: the interpreter, where nel's packages
-    are and each of their source files' size and mtime, and the mtime of the installed
-    packages' directories (installing or removing a package changes it). Not the whole
+    """A short hash of the code a daemon would run: the interpreter and its flags, the
+    variables read at start-up (`IMPORT_TIME_ENV`), where nel's packages are and each of
+    their source files' size and mtime, and the mtime of the installed packages'
+    directories (installing or removing a package changes it). Not the whole
     import path: `python -m` puts the working directory first, and the same code run from
     another directory must find the same daemon."""
     import sysconfig
 
     h = hashlib.sha256()
-    h.update(f"{sys.executable}\0{_REPO}".encode())
+    h.update(f"{sys.executable}\0{_REPO}\0{sys.flags!r}".encode())
+    # Variables read once, when the interpreter or a module starts: the daemon's values
+    # would hold for every run, so a caller with other values finds no daemon.
+    for name in IMPORT_TIME_ENV:
+        h.update(f"\0{name}={os.environ.get(name)}".encode())
     paths = sysconfig.get_paths()
     for site in sorted({paths["purelib"], paths["platlib"]}):
         with contextlib.suppress(OSError):

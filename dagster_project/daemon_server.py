@@ -346,6 +346,13 @@ def _child(msg: dict[str, Any], fds: list[int], report_w: int, close: list[int])
     os.umask(int(msg.get("umask", 0o022)))
     argv = [str(a) for a in msg.get("argv") or []]
     sys.argv = ["nel", *argv]
+    # The caller's import path (its script's folder or working directory first): a module
+    # the run imports (a user's benchmark) is found where the caller would find it.
+    if msg.get("sys_path"):
+        import importlib
+
+        sys.path[:] = [str(p) for p in msg["sys_path"]]
+        importlib.invalidate_caches()
     _reopen_stdio()
     # The daemon's objects stay frozen (gc.freeze): alive for good, never walked by the
     # run's collections, so their pages stay shared with the daemon.

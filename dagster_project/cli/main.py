@@ -55,16 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    if func is commands_eval.run_command and not args.background:
-        # A nel daemon of this code takes the run (warm: Dagster already imported).
-        from dagster_project import daemon_client
-
-        code = daemon_client.delegate(args.argv)
-        if code is not None:
-            return code
     from benchmarks.errors import NelError
 
     try:
+        if func is commands_eval.run_command and not args.background:
+            # A nel daemon of this code takes the run (warm: Dagster already imported).
+            from dagster_project import daemon_client
+
+            code = daemon_client.delegate(args.argv)
+            if code is not None:
+                return code
         if args.command != "config":  # `nel config` must still work to repair a broken file
             from nel_resources.user_config import apply_user_config
 

@@ -206,6 +206,13 @@ def test_other_code_finds_no_daemon_and_runs_in_process(tmp_path: Path, daemon_e
         assert "other code" in run_nel("daemon", "status", env=daemon_env).stdout
     finally:
         other.rename(sock)
+    # A caller whose start-up environment differs (here PYTHONPATH, which the daemon's own
+    # interpreter read when it started) is not served either.
+    env = {**daemon_env, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{tmp_path}"}
+    r = run_nel("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", reference_server(), "--model-id", "m",
+                "-o", str(tmp_path / "out2"), "--no-progress", "--json", env=env)
+    assert summary_json(r)["requests_sent"] == 2
+    assert _current(daemon_env)["served"] == 0
 
 
 def test_the_fingerprint_follows_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
