@@ -327,6 +327,7 @@ def _recv_frame(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
 def _child(msg: dict[str, Any], fds: list[int], report_w: int, close: list[int]) -> int:
     """Become the caller's `nel eval run`: its terminal, environment, directory and
     arguments, default signal handling, then the CLI; returns the exit status."""
+    loaded = set(sys.modules)  # the daemon's: only what the run adds is reported back
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     signal.set_wakeup_fd(-1)
@@ -373,9 +374,15 @@ def _child(msg: dict[str, Any], fds: list[int], report_w: int, close: list[int])
 
         traceback.print_exc()
         code = 1
+    # Never blocks the run's exit: what does not fit in the pipe is left out (the daemon
+    # may be busy importing an earlier report).
+    os.set_blocking(report_w, False)
+    report = "\n".join(sorted(set(sys.modules) - loaded)).encode()
+    if len(report) > 65536:
+        report = report[:report.rfind(b"\n", 0, 65536)]  # whole names only
     with contextlib.suppress(OSError):
-        os.write(report_w, "\n".join(sorted(sys.modules)).encode())
-        os.close(report_w)
+        os.write(report_w, report)
+    os.close(report_w)
     import atexit
 
     atexit._run_exitfuncs()  # what the run registered: temp dirs, child processes, logging
