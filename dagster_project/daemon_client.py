@@ -22,12 +22,38 @@ from typing import Any
 
 from dagster_project import daemon_paths
 
-OFF_VALUES = ("off", "0", "false", "no")
+_MODES = {"": "on", "on": "on", "1": "on", "true": "on", "yes": "on",
+          "off": "off", "0": "off", "false": "off", "no": "off", "auto": "auto"}
+IDLE_MINUTES = 30.0
 
 
-def enabled() -> bool:
-    """False when `NEL_DAEMON` is off (the run stays in-process whatever is running)."""
-    return os.environ.get("NEL_DAEMON", "").strip().lower() not in OFF_VALUES
+def mode() -> str:
+    """`NEL_DAEMON`: "on" (default: use a running daemon of this code), "auto" (and start
+    one for the next runs when none runs) or "off" (never)."""
+    raw = os.environ.get("NEL_DAEMON", "")
+    try:
+        return _MODES[raw.strip().lower()]
+    except KeyError:
+        from benchmarks.errors import NelError
+
+        raise NelError(f"NEL_DAEMON must be on, off or auto, got {raw!r}") from None
+
+
+def spawn(path: Any, idle_minutes: float = IDLE_MINUTES) -> Any:
+    """Start a daemon for the socket `path` in its own session (output to `<path>.log`);
+    returns the `subprocess.Popen`. It is ready once `path` exists. A second daemon for the
+    same code exits at once (the first holds `<path>.lock`)."""
+    import subprocess
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop("NEL_DAEMON", None)
+    with open(path.with_suffix(".log"), "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dagster_project.daemon_server", str(path), str(idle_minutes * 60)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/", env=env, start_new_session=True)
 
 
 def find() -> str | None:
@@ -58,10 +84,13 @@ def request(path: str, msg: dict[str, Any], timeout: float = 10.0) -> dict[str, 
 def delegate(argv: list[str]) -> int | None:
     """Run `nel <argv>` in the daemon and return its exit status; None when no daemon takes
     it (the caller then runs it itself)."""
-    if not enabled():
+    how = mode()
+    if how == "off":
         return None
     path = find()
     if path is None:
+        if how == "auto":  # this run stays in-process; the next ones find it warm
+            spawn(daemon_paths.socket_path())
         return None
     try:
         cwd = os.getcwd()

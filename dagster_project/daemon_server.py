@@ -121,6 +121,16 @@ class Daemon:
         """Listen, warm up, answer requests; remove the socket on the way out."""
         # Whoever can connect runs nel as this user: the folder and socket are the owner's only.
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # One daemon per code version: a second one (two `auto` runs starting together)
+        # leaves at once, and the first keeps serving.
+        import fcntl
+
+        self.lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"another nel daemon serves {self.path}: leaving", file=sys.stderr)
+            return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -46,6 +46,7 @@ class Key:
     env: str
     help: str
     is_path: bool = False
+    choices: tuple[str, ...] = ()  # the values it takes, when they are a fixed few
 
 
 #: Every key `nel config` accepts. Paths are stored absolute, so the setting means the same
@@ -58,6 +59,8 @@ KEYS: dict[str, Key] = {
     "output_dir": Key("NEL_OUTPUT_DIR", "where results and the Dagster instance go", True),
     "dagster_postgres_url": Key("NEL_DAGSTER_POSTGRES_URL",
                                 "postgresql:// URL of a shared Dagster instance (default: SQLite per output)"),
+    "daemon": Key("NEL_DAEMON", "on: `nel eval run` uses a running `nel daemon` (default); auto: and "
+                                "starts one when none runs; off: never", choices=("on", "auto", "off")),
 }
 
 
@@ -135,7 +138,9 @@ def _normalise(key: Key, value: str) -> str:
         raise UserConfigError("empty value; use `nel config unset KEY` to remove a setting")
     if key.is_path:
         return str(Path(value).expanduser().resolve())
-    return value
+    if key.choices and value.lower() not in key.choices:
+        raise UserConfigError(f"{key.env} takes {', '.join(key.choices)}, not {value!r}")
+    return value.lower() if key.choices else value
 
 
 def set_value(key: str, value: str, path: Path | None = None) -> str:

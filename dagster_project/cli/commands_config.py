@@ -17,7 +17,7 @@ import sys
 
 # Spelled out rather than imported from nel_resources.user_config: `nel --help` imports
 # nothing but argparse (a test keeps the two lists equal).
-KEY_NAMES = "data_dir, model_path, model_url, api_key_env, output_dir, dagster_postgres_url"
+KEY_NAMES = "data_dir, model_path, model_url, api_key_env, output_dir, dagster_postgres_url, daemon"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,8 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    import subprocess
-
     from dagster_project import daemon_client, daemon_paths
 
     if not args.idle_timeout > 0:
@@ -53,16 +49,12 @@ def _start(args: argparse.Namespace) -> int:
         else:
             print(f"nel daemon already running (pid {st['pid']}, {path})")
             return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
     log = path.with_suffix(".log")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster_project.daemon_server", str(path), str(args.idle_timeout * 60)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/", env=env, start_new_session=True)
+    proc = daemon_client.spawn(path, args.idle_timeout)
     deadline = time.monotonic() + 120
     while not path.exists():
-        if proc.poll() is not None:
+        # Status 0 before the socket exists: another daemon for this code is starting.
+        if proc.poll() not in (None, 0) and not path.exists():
             tail = log.read_text(errors="replace").strip().splitlines()[-5:]
             raise NelError(f"the nel daemon exited at start (status {proc.returncode}); "
                            f"last lines of {log}: " + " | ".join(tail))
@@ -70,7 +62,8 @@ def _start(args: argparse.Namespace) -> int:
             proc.terminate()
             raise NelError(f"the nel daemon did not get ready in 120 s; see {log}")
         time.sleep(0.05)
-    print(f"nel daemon started (pid {proc.pid}, {path}); it stops after "
+    pid = daemon_client.request(str(path), {"cmd": "status"})["pid"]
+    print(f"nel daemon started (pid {pid}, {path}); it stops after "
           f"{args.idle_timeout:g} min without a run, or with `nel daemon stop`")
     return 0
 

@@ -58,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.errors import NelError
 
     try:
+        if args.command != "config":  # `nel config` must still work to repair a broken file
+            from nel_resources.user_config import apply_user_config
+
+            apply_user_config()  # stored defaults for unset NEL_* variables (`nel config`)
         if func is commands_eval.run_command and not args.background:
             # A nel daemon of this code takes the run (warm: Dagster already imported).
             from dagster_project import daemon_client
@@ -65,10 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = daemon_client.delegate(args.argv)
             if code is not None:
                 return code
-        if args.command != "config":  # `nel config` must still work to repair a broken file
-            from nel_resources.user_config import apply_user_config
-
-            apply_user_config()  # stored defaults for unset NEL_* variables (`nel config`)
         return int(func(args) or 0)
     except NelError as exc:
         print(f"error: {exc}", file=sys.stderr)

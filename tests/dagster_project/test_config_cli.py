@@ -26,7 +26,7 @@ def test_unknown_key_one_line_exit_2(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stderr.strip() == ("error: unknown config key 'datadir'; did you mean 'data_dir'? "
                                 "known keys: data_dir, model_path, model_url, api_key_env, output_dir, "
-                                "dagster_postgres_url")
+                                "dagster_postgres_url, daemon")
     assert not (tmp_path / "c.yaml").exists()
 
 

@@ -268,3 +268,47 @@ def test_help_stays_free_of_dagster() -> None:
             "assert 'dagster' not in sys.modules, 'daemon --help imported dagster'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=nel_env(), cwd=REPO_ROOT)
     assert r.returncode == 0, r.stderr
+
+
+def test_auto_from_nel_config_starts_a_daemon_for_the_next_runs(tmp_path: Path, reference_server,
+                                                                 data_dir: Path) -> None:
+    env = {"NEL_DAEMON_DIR": str(tmp_path / "d"), "NEL_USER_CONFIG": str(tmp_path / "config.yaml"),
+           "NEL_DATA_DIR": str(data_dir)}
+    assert run_nel("config", "set", "daemon", "auto", env=env).returncode == 0
+    url = reference_server()
+    args = ("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", url, "--model-id", "m", "--no-progress", "--json")
+    first = run_nel(*args, "-o", str(tmp_path / "a"), env=env)
+    assert summary_json(first)["requests_sent"] == 2  # in-process: no daemon was running
+    try:
+        wait_for(lambda: [r for r in _status(env) if r["current_code"]], timeout=120,
+                 what="the daemon `auto` started")
+        assert _current(env)["served"] == 0
+        second = run_nel(*args, "-o", str(tmp_path / "b"), env=env)
+        assert summary_json(second)["requests_sent"] == 2
+        assert _current(env)["served"] == 1
+    finally:
+        pid = _current(env)["pid"]
+        run_nel("daemon", "stop", "--all", env=env)
+        wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to stop")
+
+
+def test_two_daemons_started_together_leave_one(tmp_path: Path) -> None:
+    env = nel_env({"NEL_DAEMON_DIR": str(tmp_path / "d")})
+    procs = [subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "daemon", "start"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    rows = _status({"NEL_DAEMON_DIR": str(tmp_path / "d")})
+    assert len(rows) == 1 and rows[0]["current_code"]
+    pids = {int(o[0].split("pid ")[1].split(",")[0]) for o in outs}
+    assert pids == {rows[0]["pid"]}  # both report the daemon that serves
+    run_nel("daemon", "stop", "--all", env={"NEL_DAEMON_DIR": str(tmp_path / "d")})
+    wait_for(lambda: not _alive(rows[0]["pid"]), timeout=60, what="the daemon to stop")
+
+
+def test_a_bad_nel_daemon_value_is_one_error_line(tmp_path: Path) -> None:
+    r = run_nel("eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", "http://127.0.0.1:9/v1", "--model-id", "m",
+                "-o", str(tmp_path / "o"), env={"NEL_DAEMON": "maybe"})
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: NEL_DAEMON must be on, off or auto, got 'maybe'"

@@ -74,3 +74,11 @@ def test_help_lists_every_key() -> None:
     from dagster_project.cli.commands_config import KEY_NAMES
 
     assert ", ".join(KEYS) == KEY_NAMES
+
+
+def test_a_key_with_fixed_values_refuses_others(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    assert set_value("daemon", "AUTO", path) == "auto"
+    with pytest.raises(UserConfigError, match=r"^NEL_DAEMON takes on, auto, off, not 'maybe'$"):
+        set_value("daemon", "maybe", path)
+    assert get_value("daemon", path) == "auto"
