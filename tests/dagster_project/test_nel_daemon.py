@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -312,3 +313,48 @@ def test_a_bad_nel_daemon_value_is_one_error_line(tmp_path: Path) -> None:
                 "-o", str(tmp_path / "o"), env={"NEL_DAEMON": "maybe"})
     assert r.returncode == 2
     assert r.stderr.strip() == "error: NEL_DAEMON must be on, off or auto, got 'maybe'"
+
+
+def _in_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run `nel ARGS` on a pseudo-terminal; returns its exit status and what it printed."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec nel with the test's environment
+        os.chdir(REPO_ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "dagster_project.cli.main", *args], env)
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the terminal's other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_a_run_on_a_terminal_prints_as_it_does_in_process(tmp_path: Path, daemon_env: dict[str, str],
+                                                          reference_server) -> None:
+    url = reference_server()
+    args = ["eval", "run", "-b", "gsm8k", "-m", "3", "--model-url", url, "--model-id", "m"]
+    code, warm = _in_terminal([*args, "-o", str(tmp_path / "w")], nel_env(daemon_env))
+    assert code == 0, warm
+    assert _current(daemon_env)["served"] == 1
+    code, cold = _in_terminal([*args, "-o", str(tmp_path / "c")], nel_env({**daemon_env, "NEL_DAEMON": "off"}))
+    assert code == 0, cold
+    assert _current(daemon_env)["served"] == 1
+    # Rich saw a terminal in both (a live progress bar redrawn in place), and printed the same
+    # results table and summary once the escapes, the timing and the output folder are set aside.
+    def plain(text: str, out: str) -> list[str]:
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace(str(tmp_path / out), "OUT")
+        lines = [re.sub(r"\d+\.\d+s\b", "T", ln.rstrip()) for ln in text.split("\r\n")]
+        return lines[next(i for i, ln in enumerate(lines) if "nel results" in ln):]
+
+    for text in (warm, cold):
+        assert "\x1b[?25l" in text and "\x1b[2Kgsm8k" in text
+    assert plain(warm, "w") == plain(cold, "c")
+    assert "shards run 1, up to date 0, requests 3, T" in plain(warm, "w")
