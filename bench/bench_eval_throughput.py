@@ -2,17 +2,22 @@
 
 Both send the same GSM8K chat requests to the same reference server (answering at once)
 at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sample
-(user+sys of the `nel` process, from its rusage; through a daemon, the caller plus the run), its loop phase per sample (first to last
+(user+sys of the `nel` process, from its rusage), its loop phase per sample (first to last
 model request, as the reference server recorded them: Dagster's start-up and the writing
-of results are outside it), and the time and request count of an unchanged rerun (which
-must send 0 requests).
+of results are outside it), the time from spawning `nel` to the first request, its peak
+RSS, and the time and request count of an unchanged rerun (which must send 0 requests).
 
 `--baseline DIR` also runs the `nel` of another checkout (`/work/main`, say) in the same
 rounds, alternating which of the two goes first; the bare loop of each round stays the
 common yardstick, and the summary gains a `baseline` block with the same figures.
 
+`--daemon` also runs this checkout's `nel` through a `nel daemon` started once before the
+rounds (a `daemon` block): its CPU is the caller's plus the run's (the daemon's fork, as
+`nel daemon status --json` reports it), its peak RSS the larger of the two. The daemon's
+own start (imports, ~1.5 s) is not in any round, as a warm disk cache is not.
+
     NEL_DATA_DIR=../shared/datasets python bench/bench_eval_throughput.py --repeats 8
-    NEL_DATA_DIR=../shared/datasets python bench/bench_eval_throughput.py --baseline /work/main
+    NEL_DATA_DIR=../shared/datasets python bench/bench_eval_throughput.py --baseline /work/main --daemon
 """
 
 from __future__ import annotations
