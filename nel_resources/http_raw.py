@@ -207,11 +207,12 @@ class _Connection(asyncio.Protocol):
     `data_received` completes (or `connection_lost` / EOF fails).
     """
 
-    __slots__ = ("_body", "_buf", "_done", "_eof", "_got_bytes", "_head", "_pos", "_size",
-                 "_transport", "_waiter")
+    __slots__ = ("_body", "_buf", "_done", "_eof", "_got_bytes", "_head", "_loop", "_pos",
+                 "_size", "_transport", "_waiter")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._buf: bytes | bytearray = b""  # the answer received so far (not yet complete)
         self._waiter: asyncio.Future[tuple[RawResponse, bool]] | None = None
         self._eof = False  # the server closed its side (or the connection is lost)
@@ -225,6 +226,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        # Once per connection: `get_running_loop()` costs a getpid system call per use.
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:
@@ -257,11 +260,11 @@ class _Connection(asyncio.Protocol):
     def exchange(self, data: bytes) -> asyncio.Future[tuple[RawResponse, bool]]:
         """Write one request; the future of its whole answer: (response, keep-alive).
         (A plain call returning the future: no coroutine of its own per request.)"""
-        if self._eof or self._transport is None or self._transport.is_closing():
+        if self._eof or self._transport is None or self._loop is None or self._transport.is_closing():
             raise _Stale  # closed while idle: nothing of this request reaches the server
         self._buf, self._got_bytes, self._head, self._body = b"", False, None, None
         self._pos, self._size, self._done = 0, -2, False
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = self._loop.create_future()
         self._transport.write(data)
         return waiter
 

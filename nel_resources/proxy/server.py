@@ -39,6 +39,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -94,6 +95,10 @@ class ProxyServer:
         self.chain: Chain = client.chain
         endpoint = self.chain.endpoint
         self.endpoint: ClientEndpoint | None = endpoint if isinstance(endpoint, ClientEndpoint) else None
+        # The endpoint a request is sent to without `chain.run` (`_through_chain`): when the
+        # chain is plain (no async hook) and ends at nel's client.
+        self._direct = (endpoint if self.chain.plain and type(endpoint) is ClientEndpoint
+                        else None)
         self.requests_in = 0
 
     async def open(self) -> None:
@@ -164,7 +169,19 @@ class ProxyServer:
         try:
             if req.stream:
                 return await self._stream(req)
-            resp = await self.chain.run(req)
+            endpoint = self._direct
+            if endpoint is None:
+                resp = await self.chain.run(req)
+            else:
+                # What `chain.run` and `endpoint.send` do for a plain chain, inline: two
+                # coroutines less per request, each created, resumed and ended per call.
+                out = self.chain.before(req)
+                if not isinstance(out, ProxyResponse):
+                    data, hdrs = endpoint.wire(out)
+                    t0 = perf_counter()
+                    status, obj, attempts, raw_resp = await endpoint._post(data, out.path, hdrs)
+                    out = endpoint.answer(out.ctx, status, obj, attempts, t0, raw_resp)
+                resp = self.chain.after(out)
         except InterceptorError as exc:
             return self._failed(req, self._refused(exc), str(exc))
         except AuthError as exc:
