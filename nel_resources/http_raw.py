@@ -103,7 +103,7 @@ class RawHTTPPool:
                 raise StaleConnectionError(
                     "the server closed a reused keep-alive connection without answering") from None
             except BaseException:
-                _close(conn)  # timeouts and cancellation leave the stream mid-response
+                _close(conn)  # timeouts and cancellation leave the connection mid-response
                 raise
             if keep and not self._closed:
                 self._idle.append(conn)
