@@ -276,13 +276,15 @@ class _Connection(asyncio.Protocol):
 
     def _complete(self, out: tuple[RawResponse, bool]) -> None:
         waiter = self._waiter
-        self._waiter, self._buf, self._done = None, b"", True
+        # (the bytes and decoded chunks are not kept alive on an idle connection)
+        self._waiter, self._buf, self._body, self._done = None, b"", None, True
         if waiter is not None and not waiter.done():
             waiter.set_result(out)
 
     def _fail(self, exc: BaseException) -> None:
         waiter = self._waiter
-        self._waiter, self._buf, self._done = None, b"", True
+        # (the bytes and decoded chunks are not kept alive on an idle connection)
+        self._waiter, self._buf, self._body, self._done = None, b"", None, True
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
         self.close()
