@@ -113,3 +113,90 @@ def test_pool_keeps_read_buffers_off_fresh_mmaps() -> None:
 
     assert new_mappings("control") == 1, "a fresh interpreter should mmap a 300 KB block"
     assert new_mappings("pool") == 0
+
+
+async def _serve_answers(answers: list[bytes], *, byte_by_byte: bool):
+    """A server that answers its n-th request (over all connections) with `answers[n]`,
+    written whole or one byte at a time; b"" closes the connection without answering."""
+    count = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal count
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            answer = answers[count]
+            count += 1
+            if not answer:
+                break
+            for i in range(len(answer)) if byte_by_byte else [None]:
+                writer.write(answer if i is None else answer[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(0)
+            if b"Connection: close" in answer or answer.endswith(b"CUT"):
+                break
+        writer.close()
+
+    return await asyncio.start_server(handler, "127.0.0.1", 0)
+
+
+_CHUNKED = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
+_LENGTH = b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A:  b \r\n\r\nabcde"
+_CLOSE = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"
+_NO_BODY = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+@pytest.mark.parametrize("byte_by_byte", [False, True], ids=["whole", "byte-by-byte"])
+def test_pool_reads_every_framing_however_the_answer_is_split(byte_by_byte: bool) -> None:
+    # Content-Length, chunked (with an extension and a trailer), no body, close-delimited:
+    # the same answers whether they arrive in one read or in one read per byte.
+    async def go() -> list[tuple[int, bytes, str | None]]:
+        server = await _serve_answers([_LENGTH, _CHUNKED, _NO_BODY, _CHUNKED, _CLOSE],
+                                      byte_by_byte=byte_by_byte)
+        pool = RawHTTPPool("127.0.0.1", server.sockets[0].getsockname()[1], limit=1)
+        try:
+            out = []
+            for _ in range(5):
+                r = await pool.request("POST", "/x", b"", b"{}")
+                out.append((r.status, r.body, r.headers.get("x-a")))
+            assert not pool._idle  # the close-delimited answer's connection is not kept
+            return out
+        finally:
+            await pool.close()
+            server.close()
+
+    assert asyncio.run(go()) == [(201, b"abcde", "b"), (200, b"hello world", None),
+                                 (204, b"", None), (200, b"hello world", None),
+                                 (200, b"until the end", None)]
+
+
+def test_pool_tells_a_stale_connection_from_a_cut_answer() -> None:
+    from nel_resources.http_raw import RawHTTPError, StaleConnectionError
+
+    async def go() -> None:
+        # 1: answered; 2: closed without a byte (on a reused connection: stale);
+        # 3 (new connection): half a body, then closed; 4: closed without a byte on a
+        # fresh connection.
+        server = await _serve_answers(
+            [_LENGTH, b"", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabCUT", b""],
+            byte_by_byte=False)
+        pool = RawHTTPPool("127.0.0.1", server.sockets[0].getsockname()[1], limit=1)
+        try:
+            assert (await pool.request("POST", "/x", b"", b"{}")).body == b"abcde"
+            with pytest.raises(StaleConnectionError):
+                await pool.request("POST", "/x", b"", b"{}")
+            with pytest.raises(RawHTTPError, match="mid-response"):
+                await pool.request("POST", "/x", b"", b"{}")
+            with pytest.raises(RawHTTPError, match="without answering") as err:
+                await pool.request("POST", "/x", b"", b"{}")
+            assert not isinstance(err.value, StaleConnectionError)
+        finally:
+            await pool.close()
+            server.close()
+
+    asyncio.run(go())

@@ -57,6 +57,26 @@ def stamp() -> Any:
     return Stamp()
 
 
+@interceptor(affects_answers=True)
+def async_tag() -> Any:
+    """A user's async hooks: the chain is not plain, so the proxy sends through `chain.run`."""
+    class Tag:
+        async def on_request(self, req: Any) -> Any:
+            req.body["tag"] = "async"
+            req.raw = None
+            return req
+
+        async def on_response(self, resp: Any) -> Any:
+            if isinstance(resp.body, dict):
+                resp.body["tagged"] = True
+                resp.raw = None
+            return resp
+    return Tag()
+
+
+ROUTES: list[bool] = []  # per exchange: whether the proxy sent inline (a plain chain)
+
+
 async def _exchange(interceptors: list[dict[str, Any]], agent_body: bytes, answer: bytes
                     ) -> tuple[bytes, bytes]:
     """(what the upstream received, what the agent received) for one request."""
@@ -71,6 +91,7 @@ async def _exchange(interceptors: list[dict[str, Any]], agent_body: bytes, answe
                                             "model": "tiny", "max_retries": 0,
                                             "interceptors": interceptors})
         proxy = ProxyServer(client_for_service(svc))
+        ROUTES.append(proxy._direct is not None)
         await proxy.open()
         listener = await start_server(proxy.handle, 0)
         proxy_port = listener.sockets[0].getsockname()[1]
@@ -131,3 +152,18 @@ def test_a_hook_that_does_not_report_its_changes_turns_the_fast_path_off() -> No
     answer = orjson.loads(got)
     assert answer["stamped"] is True
     assert answer["choices"][0]["message"]["content"] == "café 4"
+
+
+def test_both_routes_through_the_proxy_carry_changes_both_ways() -> None:
+    # A plain chain is run inline by the proxy; one with an async hook through `chain.run`:
+    # either way a changed request arrives changed and a changed answer comes back changed.
+    ROUTES.clear()
+    sent, got = _run([{"name": "system_message", "config": {"system_message": "Be brief."}},
+                      {"name": f"{__name__}:stamp"}])
+    assert orjson.loads(sent)["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert orjson.loads(got)["stamped"] is True
+    sent, got = _run([{"name": f"{__name__}:async_tag"}, *READ_ONLY])
+    assert orjson.loads(sent)["tag"] == "async"
+    assert orjson.loads(got)["tagged"] is True
+    assert orjson.loads(got)["choices"][0]["message"]["content"] == "café 4"
+    assert ROUTES == [True, False]
