@@ -18,6 +18,7 @@ import orjson
 from benchmarks import EvalEnvironment, get_benchmark
 from benchmarks.errors import NelError
 from benchmarks.plugins import load_module
+from nel_assets.engine.interrupts import run_interruptibly
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.sandboxing import FactoryOpener
 from nel_assets.engine.sharding import select_problems, shard_bounds, shuffle_record
@@ -309,7 +310,9 @@ def evaluate_shard(
             return client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
 
     chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
-    sent, prior, fp, idx_range = asyncio.run(go())
+    # Ctrl-C and SIGTERM go through the loop: raised inside one of its callbacks, asyncio
+    # would log the interrupt and carry on (interrupts.py).
+    sent, prior, fp, idx_range = run_interruptibly(go())
     table = builder.table()
     cols = {c: table.column(c).to_pylist() for c in ("sample_id", "reward", "response", "error",
                                                      "failure_category")}

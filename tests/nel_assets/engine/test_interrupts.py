@@ -1,0 +1,95 @@
+"""Ctrl-C and SIGTERM stop an evaluation loop wherever they land, with the exception the
+handler in place raises (Dagster's interrupt inside a step, KeyboardInterrupt outside)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from nel_assets.engine.interrupts import run_interruptibly
+
+
+class Interrupted(BaseException):
+    """Stands for Dagster's DagsterExecutionInterruptedError (a BaseException)."""
+
+
+def _raise(_signum: int, _frame: object) -> None:
+    raise Interrupted
+
+
+@pytest.fixture
+def handlers() -> Iterator[None]:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+async def _signal_from_a_callback(signum: int, cleaned: list[str]) -> str:
+    """Send `signum` from inside a plain loop callback (as a transport's data_received would
+    be running when it lands), then wait; returns "completed" if nothing stopped it."""
+    asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signum)
+    try:
+        await asyncio.sleep(0.5)
+        return "completed"
+    finally:
+        cleaned.append("finally")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_landing_in_a_callback_is_not_lost(handlers: None, signum: int) -> None:
+    signal.signal(signum, _raise)
+    # The failure this guards against: plain asyncio.run logs the handler's exception as
+    # "Exception in callback" and the loop runs on to the end.
+    cleaned: list[str] = []
+    assert asyncio.run(_signal_from_a_callback(signum, cleaned)) == "completed"
+    signal.signal(signum, _raise)
+    cleaned.clear()
+    with pytest.raises(Interrupted):
+        run_interruptibly(_signal_from_a_callback(signum, cleaned))
+    assert cleaned == ["finally"]  # the task was cancelled: its cleanup ran first
+    assert signal.getsignal(signum) is _raise  # the handler in place is back
+
+
+def test_ctrl_c_outside_dagster_is_a_keyboard_interrupt(handlers: None) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    cleaned: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_interruptibly(_signal_from_a_callback(signal.SIGINT, cleaned))
+    assert cleaned == ["finally"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_handler_that_only_notes_the_signal_still_stops_the_loop(handlers: None) -> None:
+    noted: list[int] = []
+    signal.signal(signal.SIGTERM, lambda s, f: noted.append(s))
+    with pytest.raises(KeyboardInterrupt):
+        run_interruptibly(_signal_from_a_callback(signal.SIGTERM, []))
+    assert noted == [signal.SIGTERM]
+
+
+def test_without_a_signal_the_result_comes_back(handlers: None) -> None:
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    assert run_interruptibly(answer()) == 42
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_signal_stays_ignored(handlers: None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    async def ignored() -> str:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.05)
+        return "ran on"
+
+    assert run_interruptibly(ignored()) == "ran on"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
