@@ -12,6 +12,7 @@ from nel_resources.proxy.types import ProxyResponse
 
 FIELDS: dict[str, FieldSpec] = {}
 AFFECTS_ANSWERS = False
+_NO_EXTRA: dict[str, Any] = {}  # an answer not assembled from a stream: nothing counted
 
 
 class LogTokens:
@@ -25,12 +26,17 @@ class LogTokens:
         self.prompt = self.completion = self.total = 0
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        self.seen(resp.status, resp.body, resp.latency_ms, resp.ctx.extra, resp.cached)
+        return resp
+
+    def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
+             extra: dict[str, Any] = _NO_EXTRA, cached: bool = False) -> None:
+        """The response stage on the answer's parts (`compiled.py`): sums and logs usage."""
         # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
         # else the tokens counted on its stream.
-        body = resp.body
         usage = body.get("usage") if isinstance(body, dict) else None
         if not isinstance(usage, dict):
-            usage = resp.ctx.extra.get(COUNTED_USAGE)
+            usage = extra.get(COUNTED_USAGE)
         if usage is not None:
             pt, ct, tt = (usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           usage.get("total_tokens"))
@@ -39,9 +45,8 @@ class LogTokens:
             self.total += tt if isinstance(tt, int) else 0
             if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
                 self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
-                              body.get("model") if isinstance(body, dict) else None, pt, ct, tt, resp.latency_ms,
-                              " (cached)" if resp.cached else "")
-        return resp
+                              body.get("model") if isinstance(body, dict) else None, pt, ct, tt, latency_ms,
+                              " (cached)" if cached else "")
 
     def stats(self) -> dict[str, Any]:
         """Token totals of the answers seen."""

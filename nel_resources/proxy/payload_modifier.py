@@ -139,11 +139,31 @@ class PayloadModifier:
             _merge(req.body, self.add)
             req.raw = None
         if self._edits_headers:
-            headers = {self.h_rename.get(k.lower(), k): v for k, v in req.headers.items()
-                       if k.lower() not in self.h_remove}
-            headers.update(self.h_add)
-            req.headers = headers
+            req.headers = self.edit_headers(req.headers)
         return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): the body (possibly a new
+        dict) when a key was found or params were added, None when it is unchanged.
+        Headers do not depend on the body: `edit_headers` runs once, when compiled."""
+        changed = None
+        if self._needles is not None and self._mentions(body)[0]:
+            changed = body  # as `on_request`: found means changed, even if a walk finds none
+            if self.remove:
+                _remove(body, self.remove)
+            if self.rename:
+                changed = body = _rename(body, self.rename, self.rename_keys)
+        if self.add:
+            _merge(body, self.add)
+            changed = body
+        return changed
+
+    def edit_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the configured removals, renames and additions (a new dict)."""
+        out = {self.h_rename.get(k.lower(), k): v for k, v in headers.items()
+               if k.lower() not in self.h_remove}
+        out.update(self.h_add)
+        return out
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> PayloadModifier:

@@ -38,6 +38,12 @@ class ProgressTracking:
         self._task: asyncio.Task[None] | None = None
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        self.seen(resp.status, resp.body, resp.latency_ms)
+        return resp
+
+    def seen(self, status: int, body: Any, latency_ms: float,
+             extra: dict[str, Any] | None = None, cached: bool = False) -> None:
+        """The response stage on the answer's parts (`compiled.py`): counts it."""
         self.completed += 1
         n = self.completed
         if n % self.every == 0:
@@ -47,7 +53,6 @@ class ProgressTracking:
                     self._queue = asyncio.Queue()
                     self._task = asyncio.get_running_loop().create_task(self._poster())
                 self._queue.put_nowait(n)
-        return resp
 
     async def _poster(self) -> None:
         import aiohttp

@@ -52,7 +52,15 @@ class Reasoning:
         self.split = 0
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
-        body = resp.body
+        if self.seen(resp.status, resp.body, resp.latency_ms):
+            resp.raw = None
+        return resp
+
+    def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
+             extra: dict[str, Any] | None = None, cached: bool = False) -> bool:
+        """The response stage on the body alone (`compiled.py`): splits in place; whether
+        any choice was split."""
+        split = False
         if isinstance(body, dict):
             for ch in body.get("choices") or ():
                 msg = ch.get("message") if isinstance(ch, dict) else None
@@ -66,8 +74,8 @@ class Reasoning:
                     continue
                 if _split(msg):
                     self.split += 1
-                    resp.raw = None
-        return resp
+                    split = True
+        return split
 
     def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
         # Streamed deltas are split by the caller once the message is whole; a `reasoning`

@@ -11,6 +11,7 @@ from nel_resources.proxy.types import ProxyResponse
 
 FIELDS = {"every": FieldSpec("int", 100, minimum=1)}
 AFFECTS_ANSWERS = False
+_NO_EXTRA: dict[str, Any] = {}  # an answer not assembled from a stream: nothing counted
 
 
 class ResponseStats:
@@ -26,16 +27,20 @@ class ResponseStats:
         self.by_status: dict[int, int] = {}
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
+        self.seen(resp.status, resp.body, resp.latency_ms, resp.ctx.extra)
+        return resp
+
+    def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
+             extra: dict[str, Any] = _NO_EXTRA, cached: bool = False) -> None:
+        """The response stage on the answer's parts (`compiled.py`): counts it."""
         self.n += 1
-        status = resp.status
         self.by_status[status] = self.by_status.get(status, 0) + 1
-        self.latency_ms += resp.latency_ms
+        self.latency_ms += latency_ms
         # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
         # else the tokens counted on its stream.
-        body = resp.body
         usage = body.get("usage") if isinstance(body, dict) else None
         if not isinstance(usage, dict):
-            usage = resp.ctx.extra.get(COUNTED_USAGE)
+            usage = extra.get(COUNTED_USAGE)
         if usage is not None:
             total = usage.get("total_tokens", usage.get("completion_tokens"))
             if isinstance(total, int):
@@ -43,7 +48,6 @@ class ResponseStats:
         if self.n % self.every == 0:
             proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
                                 self.latency_ms / self.n)
-        return resp
 
     def stats(self) -> dict[str, Any]:
         """Answers, tokens, mean latency and statuses."""

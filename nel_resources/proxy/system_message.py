@@ -23,6 +23,8 @@ class SystemMessage:
     # It changes every body it sees, and says so by dropping `raw` (`types.py`): a chain
     # whose other hooks leave a body alone may still send the caller's bytes unchanged.
     reports_changes = ("on_request",)
+    # Its `edit` changes every body (`compiled.py`).
+    always_changes = True
 
     def __init__(self, system_message: str, strategy: str) -> None:
         self.message = system_message
@@ -31,13 +33,17 @@ class SystemMessage:
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         req.raw = None  # the body gets the message below, whatever its shape
-        body = req.body
+        self.edit(req.body, None)
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
+        """The request stage on the body alone (`compiled.py`): the body, always changed."""
         messages = body.get("messages")
         # The common case first (a chat body, the default strategy): a list under
         # `messages` means that is the key, whatever else the body holds.
         if self._prepend and messages.__class__ is list:
             body["messages"] = [{"role": "system", "content": self.message}, *messages]
-            return req
+            return body
         key = "input" if "input" in body and "messages" not in body else "messages"
         messages = body.get(key)
         if not isinstance(messages, list):
@@ -53,7 +59,7 @@ class SystemMessage:
         else:
             messages = [msg, *messages]
         body[key] = messages
-        return req
+        return body
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> SystemMessage:

@@ -31,10 +31,9 @@ AFFECTS_ANSWERS = True
 _MAX_SESSIONS = 100_000
 
 
-def _session_of(req: ProxyRequest) -> str:
-    if req.ctx.session_id:
-        return req.ctx.session_id
-    for m in req.body.get("messages") or ():
+def _session_of(body: dict[str, Any]) -> str:
+    """A session without an id: a hash of the body's first non-system message."""
+    for m in body.get("messages") or ():
         if isinstance(m, dict) and m.get("role") != "system":
             content = m.get("content")
             if isinstance(content, list):
@@ -82,7 +81,14 @@ class TurnCounter:
         return None
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        key = req.ctx.session_id or _session_of(req)
+        if self.edit(req.body, req.ctx.session_id) is not None:
+            req.raw = None  # a turn notice went into the body
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): counts the turn, raises
+        InterceptorError past the budget; the body when a notice went into it, else None."""
+        key = session_id or _session_of(body)
         turns = self.turns
         # No await between read and write: the count is exact under concurrency.
         n = turns.get(key, 0) + 1
@@ -96,21 +102,20 @@ class TurnCounter:
             self.log.debug("session %s turn %d%s", key, n,
                            f"/{self.max_turns}" if self.max_turns else "")
         if self.max_turns is None:
-            return req
+            return None
         if n > self.max_turns:
             self.refused += 1
             raise InterceptorError("turn_counter", f"turn budget exhausted: turn {n} of "
                                    f"max_turns={self.max_turns} for session {key}")
         if n < self._notice_from:
-            return req
+            return None
         notice = self._notice(n)
-        messages = req.body.get("messages")
+        messages = body.get("messages")
         if notice is None or not isinstance(messages, list):
-            return req
-        req.raw = None  # the notice goes into the body below
+            return None
         if self.position == "system_message":
             messages.append({"role": "system", "content": notice})
-            return req
+            return body
         for m in reversed(messages):
             if isinstance(m, dict) and m.get("role") == "user":
                 c = m.get("content")
@@ -119,7 +124,7 @@ class TurnCounter:
                 else:
                     m["content"] = f"{c}\n\n{notice}" if c else notice
                 break
-        return req
+        return body
 
     def stats(self) -> dict[str, Any]:
         """Sessions seen and requests refused."""
