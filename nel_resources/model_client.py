@@ -442,8 +442,27 @@ class ModelClient:
                                                     session_id)
             compiled = self._compiled_chain
             if compiled is not None:
-                return await self._generate_compiled(compiled, messages, prompt, overrides,
-                                                     body, session_id)
+                # The chain compiled (`proxy/compiled.py`): what `Chain.before`, the endpoint
+                # and `Chain.after` do, on the body and the answer themselves, in this
+                # coroutine (a coroutine level more would cost at every suspension).
+                if body is None:
+                    body = self.encode(messages, prompt, overrides)
+                try:
+                    data = compiled.request(body, session_id)
+                except _chain_types()[0] as exc:
+                    raise self._refused(exc) from None
+                t0 = time.perf_counter()
+                status, obj, attempts, _ = await self._post(data, compiled.path, compiled.headers)
+                latency_ms = (time.perf_counter() - t0) * 1000.0
+                if status != 200 and obj.__class__ is str:
+                    obj = obj.encode()  # as the endpoint's `answer`: hooks see bytes
+                try:
+                    compiled.response(status, obj, latency_ms)
+                except _chain_types()[0] as exc:
+                    raise self._refused(exc) from None
+                if status != 200 or obj.__class__ is not dict:
+                    raise self._chain_error(status, obj, attempts)
+                return self._from_obj(obj, latency_ms, attempts)
             endpoint = chain.endpoint
             # A plain chain around this client's own transport: its stages run here as
             # plain calls, so the wait on the wire suspends and resumes through no extra
@@ -490,30 +509,6 @@ class ModelClient:
             self._compiled_chain = compile_chain(chain, self._chain_path)
             return True
         return False
-
-    async def _generate_compiled(self, compiled: Any, messages: list[dict[str, Any]] | None,
-                                 prompt: str | None, overrides: dict[str, Any] | None,
-                                 body: bytes | None, session_id: str | None) -> ModelResponse:
-        """One request through a compiled chain (`proxy/compiled.py`): what `Chain.before`,
-        the endpoint and `Chain.after` do, without the request and response objects."""
-        if body is None:
-            body = self.encode(messages, prompt, overrides)
-        try:
-            data = compiled.request(body, session_id)
-        except _chain_types()[0] as exc:
-            raise self._refused(exc) from None
-        t0 = time.perf_counter()
-        status, obj, attempts, _ = await self._post(data, compiled.path, compiled.headers)
-        latency_ms = (time.perf_counter() - t0) * 1000.0
-        if status != 200:
-            obj = obj.encode() if isinstance(obj, str) else obj  # as the endpoint's `answer`
-        try:
-            compiled.response(status, obj, latency_ms)
-        except _chain_types()[0] as exc:
-            raise self._refused(exc) from None
-        if status != 200 or not isinstance(obj, dict):
-            raise self._chain_error(status, obj, attempts)
-        return self._from_obj(obj, latency_ms, attempts)
 
     def _chain_request(self, messages: list[dict[str, Any]] | None, prompt: str | None,
                        overrides: dict[str, Any] | None, body: bytes | None,
