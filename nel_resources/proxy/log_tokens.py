@@ -34,15 +34,20 @@ class LogTokens:
         """The response stage on the answer's parts (`compiled.py`): sums and logs usage."""
         # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
         # else the tokens counted on its stream.
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if not isinstance(usage, dict):
+        # (`x.__class__ is T or isinstance(x, T)`: the exact type answers without a global
+        # lookup and a call.)
+        usage = body.get("usage") if body.__class__ is dict or isinstance(body, dict) else None
+        if usage.__class__ is not dict and not isinstance(usage, dict):
             usage = extra.get(COUNTED_USAGE)
         if usage is not None:
             pt, ct, tt = (usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           usage.get("total_tokens"))
-            self.prompt += pt if isinstance(pt, int) else 0
-            self.completion += ct if isinstance(ct, int) else 0
-            self.total += tt if isinstance(tt, int) else 0
+            if pt.__class__ is int or isinstance(pt, int):
+                self.prompt += pt
+            if ct.__class__ is int or isinstance(ct, int):
+                self.completion += ct
+            if tt.__class__ is int or isinstance(tt, int):
+                self.total += tt
             if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
                 self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
                               body.get("model") if isinstance(body, dict) else None, pt, ct, tt, latency_ms,

@@ -61,10 +61,12 @@ class Reasoning:
         """The response stage on the body alone (`compiled.py`): splits in place; whether
         any choice was split."""
         split = False
-        if isinstance(body, dict):
+        # `x.__class__ is dict or isinstance(x, dict)`: the exact type (what orjson makes)
+        # answers without a global lookup and a call; a subclass still passes.
+        if body.__class__ is dict or isinstance(body, dict):
             for ch in body.get("choices") or ():
-                msg = ch.get("message") if isinstance(ch, dict) else None
-                if not isinstance(msg, dict):
+                msg = ch.get("message") if ch.__class__ is dict or isinstance(ch, dict) else None
+                if msg.__class__ is not dict and not isinstance(msg, dict):
                     continue
                 # `_split`'s own first tests, inline: most answers have no `reasoning`
                 # field and no think tag, and return here without a call.

@@ -11,6 +11,7 @@ from nel_resources.proxy.types import ProxyResponse
 
 FIELDS = {"every": FieldSpec("int", 100, minimum=1)}
 AFFECTS_ANSWERS = False
+_ABSENT = object()
 _NO_EXTRA: dict[str, Any] = {}  # an answer not assembled from a stream: nothing counted
 
 
@@ -33,19 +34,23 @@ class ResponseStats:
     def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
              extra: dict[str, Any] = _NO_EXTRA, cached: bool = False) -> None:
         """The response stage on the answer's parts (`compiled.py`): counts it."""
-        self.n += 1
-        self.by_status[status] = self.by_status.get(status, 0) + 1
+        self.n = n = self.n + 1
+        by_status = self.by_status
+        by_status[status] = by_status.get(status, 0) + 1
         self.latency_ms += latency_ms
         # `streams.usage_of` inlined (it runs on every answer): the body's own usage,
-        # else the tokens counted on its stream.
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if not isinstance(usage, dict):
+        # else the tokens counted on its stream. (`x.__class__ is T or isinstance(x, T)`:
+        # the exact type answers without a global lookup and a call.)
+        usage = body.get("usage") if body.__class__ is dict or isinstance(body, dict) else None
+        if usage.__class__ is not dict and not isinstance(usage, dict):
             usage = extra.get(COUNTED_USAGE)
         if usage is not None:
-            total = usage.get("total_tokens", usage.get("completion_tokens"))
-            if isinstance(total, int):
+            total = usage.get("total_tokens", _ABSENT)
+            if total is _ABSENT:  # (not a `get` default: that would be looked up every time)
+                total = usage.get("completion_tokens")
+            if total.__class__ is int or isinstance(total, int):
                 self.tokens += total
-        if self.n % self.every == 0:
+        if n % self.every == 0:
             proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
                                 self.latency_ms / self.n)
 

@@ -289,3 +289,24 @@ def test_what_cannot_be_compiled_keeps_the_generic_path(monkeypatch: pytest.Monk
     patched = DropParams(["a"])
     patched.on_request = lambda req: req  # type: ignore[method-assign]
     assert compiled.compile_chain(Chain([Link("d", patched)], ep), "/x") is None
+
+
+def test_usage_counters_keep_their_reading_of_odd_usage() -> None:
+    """`total_tokens` present but null counts nothing (not the completion tokens), absent
+    falls back to them; a non-int count is skipped; a dict subclass body still counts."""
+    from nel_resources.proxy.log_tokens import LogTokens
+    from nel_resources.proxy.response_stats import ResponseStats
+
+    class Body(dict):  # type: ignore[type-arg]
+        pass
+
+    stats, tokens = ResponseStats(1000), LogTokens()
+    for usage in ({"total_tokens": None, "completion_tokens": 3},
+                  {"completion_tokens": 4, "prompt_tokens": "5"},
+                  {"total_tokens": 6, "prompt_tokens": 2, "completion_tokens": 4}):
+        for body in ({"usage": usage}, Body(usage=usage)):
+            stats.seen(200, body, 1.0)
+            tokens.seen(200, body, 1.0)
+    assert stats.stats()["response_tokens"] == 2 * (4 + 6)
+    assert tokens.stats() == {"logged_prompt_tokens": 2 * 2, "logged_completion_tokens": 2 * (3 + 4 + 4),
+                              "logged_total_tokens": 2 * 6}
