@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from nel_resources.proxy import Chain
+    from nel_resources.proxy.compiled import CompiledChain
 
 # What a broken exchange raises on the raw transport: OSError covers the raw client's
 # RawHTTPError and every socket error. A client on aiohttp adds aiohttp's errors (reset, EOF
@@ -279,7 +280,8 @@ class ModelClient:
         # The chain `generate` last found it can run inline (`_runs_inline`), and the
         # path its requests carry (sliced once here, not per request).
         self._inline_chain: Chain | None = None
-        self._compiled_chain: Any = None  # that chain compiled (`proxy/compiled.py`), or None
+        # That chain compiled (`proxy/compiled.py`), or None when it needs the generic path.
+        self._compiled_chain: CompiledChain | None = None
         self._chain_path = path
 
     async def __aenter__(self) -> ModelClient:
