@@ -310,3 +310,50 @@ def test_usage_counters_keep_their_reading_of_odd_usage() -> None:
     assert stats.stats()["response_tokens"] == 2 * (4 + 6)
     assert tokens.stats() == {"logged_prompt_tokens": 2 * 2, "logged_completion_tokens": 2 * (3 + 4 + 4),
                               "logged_total_tokens": 2 * 6}
+
+
+def test_both_paths_agree_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 requests in flight at once, sessions sharing turn budgets: the same bodies reach
+    the server, the same requests are refused and the counters end the same."""
+    chain = [*BENCH_CHAIN[:4], {"name": "turn_counter", "config": {"max_turns": 12}}, *BENCH_CHAIN[5:]]
+
+    def run(compile_it: bool) -> tuple[list[bytes], list[str], dict[str, Any], dict[str, int]]:
+        received: list[bytes] = []
+
+        async def chat(request: web.Request) -> web.Response:
+            data = await request.read()
+            received.append(data)
+            await asyncio.sleep(0)  # let others in while this one is "on the wire"
+            status, body = _answer(_last_user_text(orjson.loads(data)))
+            return web.Response(status=status, body=body, content_type="application/json")
+
+        async def go() -> tuple[list[str], dict[str, Any], dict[str, int]]:
+            async with serving("/v1/chat/completions", chat) as port:
+                cfg = ServiceConfig.model_validate({
+                    "type": "api", "url": f"http://127.0.0.1:{port}/v1", "model": "tiny",
+                    "max_retries": 0, "max_concurrent": 64, "interceptors": chain})
+                async with client_for_service(cfg) as client:
+                    async def one(i: int) -> str:
+                        try:
+                            r = await client.generate(body=_chat(f"q{i % 5} think"), repeat=0,
+                                                      session_id=f"s{i % 8}")
+                            return f"{r.content}|{r.reasoning_content}"
+                        except ModelError as exc:
+                            return str(exc)
+                    out = await asyncio.gather(*(one(i) for i in range(160)))
+                    assert (client._compiled_chain is not None) is compile_it
+                    counter = next(lk.impl for lk in client.chain.links if lk.name == "turn_counter")
+                    return list(out), client.chain.stats(), dict(counter.turns)
+
+        if not compile_it:
+            monkeypatch.setattr(compiled, "compile_chain", lambda chain, path: None)
+        out, stats, turns = asyncio.run(go())
+        monkeypatch.undo()
+        stats.pop("mean_latency_ms")
+        return sorted(received), out, stats, turns
+
+    generic, fast = run(False), run(True)
+    assert fast == generic
+    _, answers, stats, turns = fast
+    assert stats["turns_refused"] == 160 - 8 * 12 and turns == {f"s{i}": 20 for i in range(8)}
+    assert answers.count("4|let me see") == 8 * 12
