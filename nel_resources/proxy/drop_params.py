@@ -41,6 +41,16 @@ class DropParams:
                 changed = body
         return changed
 
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): one `pop` per field."""
+        names: dict[str, Any] = {f"{p}absent": _ABSENT}
+        lines: list[str] = []
+        for j, param in enumerate(self.params):
+            names[f"{p}k{j}"] = param
+            lines += [f"if body.pop({p}k{j}, {p}absent) is not {p}absent:", "    changed = True"]
+        return lines, names
+
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> DropParams:
     """The interceptor from its checked config."""

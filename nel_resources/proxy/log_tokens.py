@@ -49,9 +49,33 @@ class LogTokens:
             if tt.__class__ is int or isinstance(tt, int):
                 self.total += tt
             if self.log.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
-                self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
-                              body.get("model") if isinstance(body, dict) else None, pt, ct, tt, latency_ms,
-                              " (cached)" if cached else "")
+                self._log_line(body, pt, ct, tt, latency_ms, cached)
+
+    # Its inline source reads the answer's `usage` as `seen` does (`compiled.py`).
+    reads_usage = True
+
+    def inline_seen(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`seen` as source lines for a compiled response function (`compiled.py`), and
+        the names they use (each starting with `p`; `usage` is the answer's, as `seen`
+        reads it; a compiled chain's answers are never cached ones)."""
+        names = {f"{p}s": self, f"{p}log": self.log, f"{p}info": logging.INFO}
+        return ["if usage is not None:",
+                f"    {p}pt = usage.get('prompt_tokens')",
+                f"    {p}ct = usage.get('completion_tokens')",
+                f"    {p}tt = usage.get('total_tokens')",
+                f"    if {p}pt.__class__ is int or isinstance({p}pt, int):",
+                f"        {p}s.prompt += {p}pt",
+                f"    if {p}ct.__class__ is int or isinstance({p}ct, int):",
+                f"        {p}s.completion += {p}ct",
+                f"    if {p}tt.__class__ is int or isinstance({p}tt, int):",
+                f"        {p}s.total += {p}tt",
+                f"    if {p}log.isEnabledFor({p}info):",
+                f"        {p}s._log_line(body, {p}pt, {p}ct, {p}tt, latency_ms, False)"], names
+
+    def _log_line(self, body: Any, pt: Any, ct: Any, tt: Any, latency_ms: float, cached: bool) -> None:
+        self.log.info("tokens model=%s prompt=%s completion=%s total=%s latency_ms=%.1f%s",
+                      body.get("model") if isinstance(body, dict) else None, pt, ct, tt, latency_ms,
+                      " (cached)" if cached else "")
 
     def stats(self) -> dict[str, Any]:
         """Token totals of the answers seen."""

@@ -54,6 +54,14 @@ class ModifyTools:
                 props.setdefault(name, copy.deepcopy(schema))
         return body
 
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): called only for a body with tools."""
+        return [f"{p}t = body.get('tools')",
+                f"if {p}t.__class__ is list or isinstance({p}t, list):",
+                f"    {p}edit(body, session_id)",
+                "    changed = True"], {f"{p}edit": self.edit}
+
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> ModifyTools:
     """The interceptor from its checked config."""

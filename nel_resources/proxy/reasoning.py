@@ -79,6 +79,29 @@ class Reasoning:
                     split = True
         return split
 
+    def inline_seen(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`seen` as source lines for a compiled response function (`compiled.py`), and
+        the names they use (each starting with `p`): the common answer (a dict body whose
+        choices are dicts with a dict message, no `reasoning` and a string content without
+        a think tag) is told apart inline; anything else goes to `seen` whole."""
+        return [f"{p}plain = body.__class__ is dict",
+                f"if {p}plain:",
+                f"    {p}choices = body.get('choices')",
+                f"    if {p}choices.__class__ is list:",
+                f"        for {p}ch in {p}choices:",
+                f"            {p}msg = {p}ch.get('message') if {p}ch.__class__ is dict else None",
+                f"            if {p}msg.__class__ is not dict:",
+                f"                {p}plain = False",
+                "                break",
+                f"            {p}c = {p}msg.get('content')",
+                f"            if {p}msg.get('reasoning') or {p}c.__class__ is not str or '<think>' in {p}c:",
+                f"                {p}plain = False",
+                "                break",
+                f"    elif {p}choices:",
+                f"        {p}plain = False",
+                f"if not {p}plain:",
+                f"    {p}seen(status, body, latency_ms)"], {f"{p}seen": self.seen}
+
     def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
         # Streamed deltas are split by the caller once the message is whole; a `reasoning`
         # delta is renamed here so clients that read `reasoning_content` see it.

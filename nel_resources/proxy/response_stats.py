@@ -51,8 +51,32 @@ class ResponseStats:
             if total.__class__ is int or isinstance(total, int):
                 self.tokens += total
         if n % self.every == 0:
-            proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
-                                self.latency_ms / self.n)
+            self._report()
+
+    # Its inline source reads the answer's `usage` as `seen` does (`compiled.py`).
+    reads_usage = True
+
+    def inline_seen(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`seen` as source lines for a compiled response function (`compiled.py`), and
+        the names they use (each starting with `p`; `usage` is the answer's, as `seen`
+        reads it)."""
+        names = {f"{p}s": self, f"{p}by": self.by_status, f"{p}absent": _ABSENT,
+                 f"{p}every": self.every}
+        return [f"{p}s.n = {p}n = {p}s.n + 1",
+                f"{p}by[status] = {p}by.get(status, 0) + 1",
+                f"{p}s.latency_ms += latency_ms",
+                "if usage is not None:",
+                f"    {p}t = usage.get('total_tokens', {p}absent)",
+                f"    if {p}t is {p}absent:",
+                f"        {p}t = usage.get('completion_tokens')",
+                f"    if {p}t.__class__ is int or isinstance({p}t, int):",
+                f"        {p}s.tokens += {p}t",
+                f"if {p}n % {p}every == 0:",
+                f"    {p}s._report()"], names
+
+    def _report(self) -> None:
+        proxy_logger().info("responses=%d tokens=%d mean_latency_ms=%.1f", self.n, self.tokens,
+                            self.latency_ms / self.n)
 
     def stats(self) -> dict[str, Any]:
         """Answers, tokens, mean latency and statuses."""

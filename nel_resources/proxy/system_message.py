@@ -23,8 +23,6 @@ class SystemMessage:
     # It changes every body it sees, and says so by dropping `raw` (`types.py`): a chain
     # whose other hooks leave a body alone may still send the caller's bytes unchanged.
     reports_changes = ("on_request",)
-    # Its `edit` changes every body (`compiled.py`).
-    always_changes = True
 
     def __init__(self, system_message: str, strategy: str) -> None:
         self.message = system_message
@@ -60,6 +58,19 @@ class SystemMessage:
             messages = [msg, *messages]
         body[key] = messages
         return body
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): its common case inline, `edit` otherwise."""
+        names = {f"{p}edit": self.edit, f"{p}msg": self.message}
+        if not self._prepend:
+            return [f"body = {p}edit(body, session_id)", "changed = True"], names
+        return [f"{p}m = body.get('messages')",
+                f"if {p}m.__class__ is list:",
+                f"    body['messages'] = [{{'role': 'system', 'content': {p}msg}}, *{p}m]",
+                "else:",
+                f"    body = {p}edit(body, session_id)",
+                "changed = True"], names
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> SystemMessage:

@@ -30,8 +30,10 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   place. A built-in's `on_request` / `on_response` is a thin wrapper over them, so both
   paths run the same code; an interceptor without them keeps the generic path.
   `edit_headers(headers)` (optional) gives the headers a request stage sends when they
-  do not depend on the body (worked out once, when compiled); `always_changes` says an
-  `edit` changes every body.
+  do not depend on the body (worked out once, when compiled). `inline_edit(prefix)` /
+  `inline_seen(prefix)` (optional) give the same stage as source lines for the compiled
+  function, with the names they use (`compiled.py`); `reads_usage` says such lines read
+  the answer's usage as `usage`.
 
 The request and response are plain dataclasses with slots: the chain is on the hot path.
 """
