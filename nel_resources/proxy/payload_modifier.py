@@ -158,6 +158,29 @@ class PayloadModifier:
             changed = body
         return changed
 
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): with nothing to add, the search inline
+        and `edit` called only when it finds a key (it searches again: same body, same
+        answer); with params to add, `edit` on every body."""
+        call = [f"out = {p}edit(body, session_id)", "if out is not None:",
+                "    body = out", "    changed = True"]
+        names: dict[str, Any] = {f"{p}edit": self.edit, f"{p}dumps": orjson.dumps}
+        if self._needles is None and not self.add:
+            return [], names  # headers only: worked out when compiled, nothing per body
+        if self.add or self._needles is None:
+            return call, names
+        if self._needle is not None:
+            names[f"{p}needle"] = self._needle
+            search = f"{p}hit = {p}dumps(body).find({p}needle) >= 0"
+        else:
+            names[f"{p}needles"] = self._needles
+            search = f"{p}hit = {p}needles.search({p}dumps(body)) is not None"
+        return ["try:", f"    {search}",
+                "except TypeError:",  # as `_mentions`: a body JSON cannot hold is walked
+                f"    {p}hit = True",
+                f"if {p}hit:", *("    " + ln for ln in call)], names
+
     def edit_headers(self, headers: dict[str, str]) -> dict[str, str]:
         """`headers` with the configured removals, renames and additions (a new dict)."""
         out = {self.h_rename.get(k.lower(), k): v for k, v in headers.items()

@@ -177,6 +177,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "system_replace": [{"name": "system_message",
                         "config": {"system_message": "S", "strategy": "replace"}}],
     "payload_rename": [{"name": "payload_modifier", "config": {"params_to_rename": {"old": "new"}}}],
+    "payload_remove_rename": [{"name": "payload_modifier", "config": {
+        "params_to_remove": ["keep"], "params_to_rename": {"old": "new", "deep": "deeper"}}}],
     "payload_remove_add_headers": [{"name": "payload_modifier", "config": {
         "params_to_remove": ["old", "keep"], "params_to_add": {"extra_body": {"added": [1]}},
         "headers_to_add": {"X-Added": "1"}}}],
