@@ -115,12 +115,18 @@ def _part(impl: Any, hook: str, part: str) -> Any:
 # function per stage was ~2x less client CPU than one call per hook there.
 def _request_fn(hooks: list[Any], extra_body: dict[str, Any], keep_raw: bool
                 ) -> Callable[[bytes, str | None], bytes]:
+    # Locals the hooks' lines share: `body`; `changed`, which a hook's lines set (a line
+    # `changed = True`, nothing else) whenever they change the body or replace it; and
+    # `encoded`, bytes a hook's lines made that encode the body as it is then (the
+    # search of `payload_modifier`), None once a later hook changes it.
     lines = ["def request(raw, session_id):",
              # A fresh parse per request: hooks edit bodies in place, and the caller may
              # share one encoded body between a problem's repeats.
              "    body = loads(raw)",
-             "    changed = False"]
+             "    changed = False",
+             "    encoded = None"]
     names: dict[str, Any] = {"loads": orjson.loads, "dumps": orjson.dumps, "extra_body": extra_body}
+    may_encode = False  # whether an earlier hook's lines may have set `encoded`
     for i, impl in enumerate(hooks):
         p = f"q{i}_"
         inline = _part(impl, "on_request", "inline_edit")
@@ -129,15 +135,21 @@ def _request_fn(hooks: list[Any], extra_body: dict[str, Any], keep_raw: bool
         else:
             src, used = ([f"out = {p}edit(body, session_id)", "if out is not None:",
                           "    body = out", "    changed = True"], {f"{p}edit": impl.edit})
-        lines += ["    " + ln for ln in src]
+        for ln in src:
+            lines.append("    " + ln)
+            if may_encode and ln.strip() == "changed = True":  # the bytes no longer encode it
+                lines.append("    " + ln[:len(ln) - len(ln.lstrip())] + "encoded = None")
+        may_encode = may_encode or any(ln.strip().startswith("encoded = ") for ln in src)
         names.update(_prefixed(p, used))
     if extra_body:  # as `ClientEndpoint.wire`: added after the hooks, then encoded
         lines += ["    body.update(extra_body)", "    return dumps(body)"]
     elif keep_raw:
-        # The caller's bytes still encode the body when no hook changed it: sent as they are.
-        lines.append("    return dumps(body) if changed else raw")
+        # The caller's bytes still encode the body when no hook changed it: sent as they
+        # are; else bytes a hook made of the body as it went on, else a new encoding.
+        lines += ["    if not changed:", "        return raw",
+                  "    return encoded if encoded is not None else dumps(body)"]
     else:
-        lines.append("    return dumps(body)")
+        lines.append("    return encoded if encoded is not None else dumps(body)")
     return _define("request", lines, names)
 
 

@@ -162,7 +162,9 @@ class PayloadModifier:
         """`edit` as source lines for a compiled request function (`compiled.py`), and the
         names they use (each starting with `p`): with nothing to add, the search inline
         and `edit` called only when it finds a key (it searches again: same body, same
-        answer); with params to add, `edit` on every body."""
+        answer); with params to add, `edit` on every body. Without a hit, the bytes the
+        search made encode the body as it goes on (`encoded`: sent unless a later hook
+        changes it, as `on_request` leaves them in `raw`)."""
         call = [f"out = {p}edit(body, session_id)", "if out is not None:",
                 "    body = out", "    changed = True"]
         names: dict[str, Any] = {f"{p}edit": self.edit, f"{p}dumps": orjson.dumps}
@@ -172,14 +174,15 @@ class PayloadModifier:
             return call, names
         if self._needle is not None:
             names[f"{p}needle"] = self._needle
-            search = f"{p}hit = {p}dumps(body).find({p}needle) >= 0"
+            search = f"{p}hit = {p}d.find({p}needle) >= 0"
         else:
             names[f"{p}needles"] = self._needles
-            search = f"{p}hit = {p}needles.search({p}dumps(body)) is not None"
-        return ["try:", f"    {search}",
+            search = f"{p}hit = {p}needles.search({p}d) is not None"
+        return ["try:", f"    {p}d = {p}dumps(body)", f"    {search}",
                 "except TypeError:",  # as `_mentions`: a body JSON cannot hold is walked
                 f"    {p}hit = True",
-                f"if {p}hit:", *("    " + ln for ln in call)], names
+                f"if {p}hit:", *("    " + ln for ln in call),
+                "else:", f"    encoded = {p}d"], names
 
     def edit_headers(self, headers: dict[str, str]) -> dict[str, str]:
         """`headers` with the configured removals, renames and additions (a new dict)."""
