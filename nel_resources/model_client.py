@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from nel_resources.proxy import Chain
+    from nel_resources.proxy.compiled import CompiledChain
 
 # What a broken exchange raises on the raw transport: OSError covers the raw client's
 # RawHTTPError and every socket error. A client on aiohttp adds aiohttp's errors (reset, EOF
@@ -279,6 +280,8 @@ class ModelClient:
         # The chain `generate` last found it can run inline (`_runs_inline`), and the
         # path its requests carry (sliced once here, not per request).
         self._inline_chain: Chain | None = None
+        # That chain compiled (`proxy/compiled.py`), or None when it needs the generic path.
+        self._compiled_chain: CompiledChain | None = None
         self._chain_path = path
 
     async def __aenter__(self) -> ModelClient:
@@ -439,6 +442,29 @@ class ModelClient:
             if chain is not self._inline_chain and not self._runs_inline(chain):
                 return await self._generate_chained(messages, prompt, overrides, body, repeat,
                                                     session_id)
+            compiled = self._compiled_chain
+            if compiled is not None:
+                # The chain compiled (`proxy/compiled.py`): what `Chain.before`, the endpoint
+                # and `Chain.after` do, on the body and the answer themselves, in this
+                # coroutine (a coroutine level more would cost at every suspension).
+                if body is None:
+                    body = self.encode(messages, prompt, overrides)
+                try:
+                    data = compiled.request(body, session_id)
+                except _chain_types()[0] as exc:
+                    raise self._refused(exc) from None
+                t0 = time.perf_counter()
+                status, obj, attempts, _ = await self._post(data, compiled.path, compiled.headers)
+                latency_ms = (time.perf_counter() - t0) * 1000.0
+                if status != 200 and obj.__class__ is str:
+                    obj = obj.encode()  # as the endpoint's `answer`: hooks see bytes
+                try:
+                    compiled.response(status, obj, latency_ms)
+                except _chain_types()[0] as exc:
+                    raise self._refused(exc) from None
+                if status != 200 or obj.__class__ is not dict:
+                    raise self._chain_error(status, obj, attempts)
+                return self._from_obj(obj, latency_ms, attempts)
             endpoint = chain.endpoint
             # A plain chain around this client's own transport: its stages run here as
             # plain calls, so the wait on the wire suspends and resumes through no extra
@@ -477,7 +503,12 @@ class ModelClient:
         client's own transport); remembered, so a request pays one identity test."""
         endpoint = chain.endpoint
         if chain.plain and isinstance(endpoint, _client_endpoint()) and endpoint.client is self:
+            from nel_resources.proxy.compiled import compile_chain
+
             self._inline_chain = chain
+            # Compiled once per chain: its stages as two plain functions over the body and
+            # the answer (`proxy/compiled.py`), or None when a hook needs the generic path.
+            self._compiled_chain = compile_chain(chain, self._chain_path)
             return True
         return False
 
@@ -516,14 +547,18 @@ class ModelClient:
     def _chained_answer(self, resp: Any) -> ModelResponse:
         """The chain's response as nel's answer, or the error it is."""
         if resp.status != 200 or not isinstance(resp.body, dict):
-            text = resp.body if isinstance(resp.body, str | bytes) else orjson.dumps(resp.body)
-            if isinstance(text, bytes):
-                text = text.decode("utf-8", "replace")
-            raise ModelError(f"HTTP {resp.status}: {self._redact.text(text)[:300]}", "error",
-                             resp.status, resp.attempts)
+            raise self._chain_error(resp.status, resp.body, resp.attempts)
         out = self._from_obj(resp.body, resp.latency_ms, resp.attempts)
         out.cached = resp.cached
         return out
+
+    def _chain_error(self, status: int, body: Any, attempts: int) -> ModelError:
+        """The error a chain's answer that is not a 200 with a JSON object is."""
+        text = body if isinstance(body, str | bytes) else orjson.dumps(body)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return ModelError(f"HTTP {status}: {self._redact.text(text)[:300]}", "error",
+                          status, attempts)
 
     async def exchange(self, body: dict[str, Any], path: str, headers: dict[str, str] | None
                        ) -> tuple[int, dict[str, Any] | bytes, int, float]:

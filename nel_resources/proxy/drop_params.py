@@ -28,11 +28,28 @@ class DropParams:
         self.idle_hooks = () if self.params else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        body = req.body
+        if self.edit(req.body, None) is not None:
+            req.raw = None  # the agent's bytes no longer say what is sent
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): the body when a field was
+        dropped, None when it is unchanged."""
+        changed = None
         for p in self.params:
             if body.pop(p, _ABSENT) is not _ABSENT:
-                req.raw = None  # the agent's bytes no longer say what is sent
-        return req
+                changed = body
+        return changed
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): one `pop` per field."""
+        names: dict[str, Any] = {f"{p}absent": _ABSENT}
+        lines: list[str] = []
+        for j, param in enumerate(self.params):
+            names[f"{p}k{j}"] = param
+            lines += [f"if body.pop({p}k{j}, {p}absent) is not {p}absent:", "    changed = True"]
+        return lines, names
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> DropParams:

@@ -27,10 +27,16 @@ class ModifyTools:
         self.idle_hooks = () if self.strip or self.add else ("on_request",)
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        tools = req.body.get("tools")
+        if self.edit(req.body, None) is not None:
+            req.raw = None  # tools to rewrite: the body is encoded again (`types.py`)
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): the body when it has a
+        list of tools (counted as changed, as `on_request` does), else None."""
+        tools = body.get("tools")
         if not isinstance(tools, list):
-            return req
-        req.raw = None  # tools to rewrite: the body is encoded again (`types.py`)
+            return None
         for tool in tools:
             if not isinstance(tool, dict):
                 continue
@@ -46,7 +52,15 @@ class ModifyTools:
                     required.remove(name)
             for name, schema in self.add.items():
                 props.setdefault(name, copy.deepcopy(schema))
-        return req
+        return body
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): called only for a body with tools."""
+        return [f"{p}t = body.get('tools')",
+                f"if {p}t.__class__ is list or isinstance({p}t, list):",
+                f"    {p}edit(body, session_id)",
+                "    changed = True"], {f"{p}edit": self.edit}
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> ModifyTools:

@@ -139,11 +139,57 @@ class PayloadModifier:
             _merge(req.body, self.add)
             req.raw = None
         if self._edits_headers:
-            headers = {self.h_rename.get(k.lower(), k): v for k, v in req.headers.items()
-                       if k.lower() not in self.h_remove}
-            headers.update(self.h_add)
-            req.headers = headers
+            req.headers = self.edit_headers(req.headers)
         return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): the body (possibly a new
+        dict) when a key was found or params were added, None when it is unchanged.
+        Headers do not depend on the body: `edit_headers` runs once, when compiled."""
+        changed = None
+        if self._needles is not None and self._mentions(body)[0]:
+            changed = body  # as `on_request`: found means changed, even if a walk finds none
+            if self.remove:
+                _remove(body, self.remove)
+            if self.rename:
+                changed = body = _rename(body, self.rename, self.rename_keys)
+        if self.add:
+            _merge(body, self.add)
+            changed = body
+        return changed
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): with nothing to add, the search inline
+        and `edit` called only when it finds a key (it searches again: same body, same
+        answer); with params to add, `edit` on every body. Without a hit, the bytes the
+        search made encode the body as it goes on (`encoded`: sent unless a later hook
+        changes it, as `on_request` leaves them in `raw`)."""
+        call = [f"out = {p}edit(body, session_id)", "if out is not None:",
+                "    body = out", "    changed = True"]
+        names: dict[str, Any] = {f"{p}edit": self.edit, f"{p}dumps": orjson.dumps}
+        if self._needles is None and not self.add:
+            return [], names  # headers only: worked out when compiled, nothing per body
+        if self.add or self._needles is None:
+            return call, names
+        if self._needle is not None:
+            names[f"{p}needle"] = self._needle
+            search = f"{p}hit = {p}d.find({p}needle) >= 0"
+        else:
+            names[f"{p}needles"] = self._needles
+            search = f"{p}hit = {p}needles.search({p}d) is not None"
+        return ["try:", f"    {p}d = {p}dumps(body)", f"    {search}",
+                "except TypeError:",  # as `_mentions`: a body JSON cannot hold is walked
+                f"    {p}hit = True",
+                f"if {p}hit:", *("    " + ln for ln in call),
+                "else:", f"    encoded = {p}d"], names
+
+    def edit_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the configured removals, renames and additions (a new dict)."""
+        out = {self.h_rename.get(k.lower(), k): v for k, v in headers.items()
+               if k.lower() not in self.h_remove}
+        out.update(self.h_add)
+        return out
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> PayloadModifier:

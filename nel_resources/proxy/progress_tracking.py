@@ -38,16 +38,31 @@ class ProgressTracking:
         self._task: asyncio.Task[None] | None = None
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
-        self.completed += 1
-        n = self.completed
-        if n % self.every == 0:
-            proxy_logger().info("progress completed=%d", n)
-            if self.url:
-                if self._queue is None:
-                    self._queue = asyncio.Queue()
-                    self._task = asyncio.get_running_loop().create_task(self._poster())
-                self._queue.put_nowait(n)
+        self.seen(resp.status, resp.body, resp.latency_ms)
         return resp
+
+    def seen(self, status: int, body: Any, latency_ms: float,
+             extra: dict[str, Any] | None = None, cached: bool = False) -> None:
+        """The response stage on the answer's parts (`compiled.py`): counts it."""
+        self.completed = n = self.completed + 1
+        if n % self.every == 0:
+            self._report(n)
+
+    def inline_seen(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`seen` as source lines for a compiled response function (`compiled.py`), and
+        the names they use (each starting with `p`)."""
+        return [f"{p}s.completed = {p}n = {p}s.completed + 1",
+                f"if {p}n % {p}every == 0:",
+                f"    {p}s._report({p}n)"], {f"{p}s": self, f"{p}every": self.every}
+
+    def _report(self, n: int) -> None:
+        """Every `every` answers: log the count, and queue a webhook post when one is set."""
+        proxy_logger().info("progress completed=%d", n)
+        if self.url:
+            if self._queue is None:
+                self._queue = asyncio.Queue()
+                self._task = asyncio.get_running_loop().create_task(self._poster())
+            self._queue.put_nowait(n)
 
     async def _poster(self) -> None:
         import aiohttp

@@ -26,14 +26,18 @@ class RaiseClientErrors:
         self.redact = env.redactor
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
-        if 400 <= resp.status < 500 and resp.status not in _RETRIABLE:
-            body = resp.body
+        self.seen(resp.status, resp.body, resp.latency_ms)
+        return resp
+
+    def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
+             extra: dict[str, Any] | None = None, cached: bool = False) -> None:
+        """The response stage on the answer's parts (`compiled.py`): raises on a 4xx."""
+        if 400 <= status < 500 and status not in _RETRIABLE:
             text = (body.decode("utf-8", "replace") if isinstance(body, bytes)
                     else orjson.dumps(body.get("error", body)).decode())
             raise InterceptorError("raise_client_errors",
-                                   f"the endpoint answered HTTP {resp.status}: "
+                                   f"the endpoint answered HTTP {status}: "
                                    f"{self.redact.text(text)[:300]}", fatal=True)
-        return resp
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> RaiseClientErrors:

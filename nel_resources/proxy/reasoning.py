@@ -52,11 +52,21 @@ class Reasoning:
         self.split = 0
 
     def on_response(self, resp: ProxyResponse) -> ProxyResponse:
-        body = resp.body
-        if isinstance(body, dict):
+        if self.seen(resp.status, resp.body, resp.latency_ms):
+            resp.raw = None
+        return resp
+
+    def seen(self, status: int, body: dict[str, Any] | bytes, latency_ms: float,
+             extra: dict[str, Any] | None = None, cached: bool = False) -> bool:
+        """The response stage on the body alone (`compiled.py`): splits in place; whether
+        any choice was split."""
+        split = False
+        # `x.__class__ is dict or isinstance(x, dict)`: the exact type (what orjson makes)
+        # answers without a global lookup and a call; a subclass still passes.
+        if body.__class__ is dict or isinstance(body, dict):
             for ch in body.get("choices") or ():
-                msg = ch.get("message") if isinstance(ch, dict) else None
-                if not isinstance(msg, dict):
+                msg = ch.get("message") if ch.__class__ is dict or isinstance(ch, dict) else None
+                if msg.__class__ is not dict and not isinstance(msg, dict):
                     continue
                 # `_split`'s own first tests, inline: most answers have no `reasoning`
                 # field and no think tag, and return here without a call.
@@ -66,8 +76,31 @@ class Reasoning:
                     continue
                 if _split(msg):
                     self.split += 1
-                    resp.raw = None
-        return resp
+                    split = True
+        return split
+
+    def inline_seen(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`seen` as source lines for a compiled response function (`compiled.py`), and
+        the names they use (each starting with `p`): the common answer (a dict body whose
+        choices are dicts with a dict message, no `reasoning` and a string content without
+        a think tag) is told apart inline; anything else goes to `seen` whole."""
+        return [f"{p}plain = body.__class__ is dict",
+                f"if {p}plain:",
+                f"    {p}choices = body.get('choices')",
+                f"    if {p}choices.__class__ is list:",
+                f"        for {p}ch in {p}choices:",
+                f"            {p}msg = {p}ch.get('message') if {p}ch.__class__ is dict else None",
+                f"            if {p}msg.__class__ is not dict:",
+                f"                {p}plain = False",
+                "                break",
+                f"            {p}c = {p}msg.get('content')",
+                f"            if {p}msg.get('reasoning') or {p}c.__class__ is not str or '<think>' in {p}c:",
+                f"                {p}plain = False",
+                "                break",
+                f"    elif {p}choices:",
+                f"        {p}plain = False",
+                f"if not {p}plain:",
+                f"    {p}seen(status, body, latency_ms)"], {f"{p}seen": self.seen}
 
     def on_chunk(self, chunk: dict[str, Any], ctx: Any) -> dict[str, Any]:
         # Streamed deltas are split by the caller once the message is whole; a `reasoning`

@@ -31,13 +31,17 @@ class SystemMessage:
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
         req.raw = None  # the body gets the message below, whatever its shape
-        body = req.body
+        self.edit(req.body, None)
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
+        """The request stage on the body alone (`compiled.py`): the body, always changed."""
         messages = body.get("messages")
         # The common case first (a chat body, the default strategy): a list under
         # `messages` means that is the key, whatever else the body holds.
         if self._prepend and messages.__class__ is list:
             body["messages"] = [{"role": "system", "content": self.message}, *messages]
-            return req
+            return body
         key = "input" if "input" in body and "messages" not in body else "messages"
         messages = body.get(key)
         if not isinstance(messages, list):
@@ -53,7 +57,20 @@ class SystemMessage:
         else:
             messages = [msg, *messages]
         body[key] = messages
-        return req
+        return body
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): its common case inline, `edit` otherwise."""
+        names = {f"{p}edit": self.edit, f"{p}msg": self.message}
+        if not self._prepend:
+            return [f"body = {p}edit(body, session_id)", "changed = True"], names
+        return [f"{p}m = body.get('messages')",
+                f"if {p}m.__class__ is list:",
+                f"    body['messages'] = [{{'role': 'system', 'content': {p}msg}}, *{p}m]",
+                "else:",
+                f"    body = {p}edit(body, session_id)",
+                "changed = True"], names
 
 
 def build(cfg: dict[str, Any], env: ChainEnv) -> SystemMessage:

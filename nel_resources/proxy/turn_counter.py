@@ -31,10 +31,9 @@ AFFECTS_ANSWERS = True
 _MAX_SESSIONS = 100_000
 
 
-def _session_of(req: ProxyRequest) -> str:
-    if req.ctx.session_id:
-        return req.ctx.session_id
-    for m in req.body.get("messages") or ():
+def _session_of(body: dict[str, Any]) -> str:
+    """A session without an id: a hash of the body's first non-system message."""
+    for m in body.get("messages") or ():
         if isinstance(m, dict) and m.get("role") != "system":
             content = m.get("content")
             if isinstance(content, list):
@@ -68,6 +67,9 @@ class TurnCounter:
         mt = self.max_turns
         self._notice_from = (self.interval if self.trigger == "periodic"
                              else math.ceil(0.8 * mt - 1e-9) if mt is not None else 0)
+        # The first turn that is refused or may get a reminder (`_budget`): none without
+        # a budget. The turns before it only count.
+        self._act_from: float = math.inf if mt is None else min(mt + 1, self._notice_from)
 
     def _notice(self, n: int) -> str | None:
         assert self.max_turns is not None
@@ -82,7 +84,15 @@ class TurnCounter:
         return None
 
     def on_request(self, req: ProxyRequest) -> ProxyRequest:
-        key = req.ctx.session_id or _session_of(req)
+        if self.edit(req.body, req.ctx.session_id) is not None:
+            req.raw = None  # a turn notice went into the body
+        return req
+
+    def edit(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+        """The request stage on the body alone (`compiled.py`): counts the turn, raises
+        InterceptorError past the budget; the body when a notice went into it, else None.
+        (`inline_edit` is this, as source for a compiled chain: keep the two in step.)"""
+        key = session_id or _session_of(body)
         turns = self.turns
         # No await between read and write: the count is exact under concurrency.
         n = turns.get(key, 0) + 1
@@ -93,24 +103,53 @@ class TurnCounter:
             self._order.append(key)
         turns[key] = n
         if (n == 1 or n % self.every == 0) and self.log.isEnabledFor(logging.DEBUG):
-            self.log.debug("session %s turn %d%s", key, n,
-                           f"/{self.max_turns}" if self.max_turns else "")
-        if self.max_turns is None:
-            return req
+            self._log_turn(key, n)
+        return None if n < self._act_from else self._budget(body, key, n)
+
+    def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
+        """`edit` as source lines for a compiled request function (`compiled.py`), and the
+        names they use (each starting with `p`): the count inline, the rare rest called."""
+        names = {f"{p}self": self, f"{p}turns": self.turns, f"{p}order": self._order,
+                 f"{p}session_of": _session_of, f"{p}max": _MAX_SESSIONS, f"{p}every": self.every,
+                 f"{p}log": self.log, f"{p}debug": logging.DEBUG, f"{p}act": self._act_from}
+        lines = [
+            f"{p}key = session_id or {p}session_of(body)",
+            f"{p}n = {p}turns.get({p}key, 0) + 1",
+            f"if {p}n == 1:",
+            f"    if len({p}turns) >= {p}max:",
+            f"        del {p}turns[{p}order.popleft()]",
+            f"    {p}order.append({p}key)",
+            f"{p}turns[{p}key] = {p}n",
+            f"if ({p}n == 1 or {p}n % {p}every == 0) and {p}log.isEnabledFor({p}debug):",
+            f"    {p}self._log_turn({p}key, {p}n)",
+            f"if {p}n >= {p}act:",
+            f"    out = {p}self._budget(body, {p}key, {p}n)",
+            "    if out is not None:",
+            "        body = out",
+            "        changed = True",
+        ]
+        return lines, names
+
+    def _log_turn(self, key: str, n: int) -> None:
+        self.log.debug("session %s turn %d%s", key, n, f"/{self.max_turns}" if self.max_turns else "")
+
+    def _budget(self, body: dict[str, Any], key: str, n: int) -> dict[str, Any] | None:
+        """Turn `n` of session `key` from `_act_from` on: refused past the budget, else
+        its reminder put into the body (the body, or None when it gets none)."""
+        assert self.max_turns is not None
         if n > self.max_turns:
             self.refused += 1
             raise InterceptorError("turn_counter", f"turn budget exhausted: turn {n} of "
                                    f"max_turns={self.max_turns} for session {key}")
         if n < self._notice_from:
-            return req
+            return None
         notice = self._notice(n)
-        messages = req.body.get("messages")
+        messages = body.get("messages")
         if notice is None or not isinstance(messages, list):
-            return req
-        req.raw = None  # the notice goes into the body below
+            return None
         if self.position == "system_message":
             messages.append({"role": "system", "content": notice})
-            return req
+            return body
         for m in reversed(messages):
             if isinstance(m, dict) and m.get("role") == "user":
                 c = m.get("content")
@@ -119,7 +158,7 @@ class TurnCounter:
                 else:
                     m["content"] = f"{c}\n\n{notice}" if c else notice
                 break
-        return req
+        return body
 
     def stats(self) -> dict[str, Any]:
         """Sessions seen and requests refused."""

@@ -23,6 +23,17 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   body as it is, and a later hook that changes it drops them. `raw` is read once the
   request stage is over (the chain drops it then unless every hook reported), never
   by a hook in the middle of it.
+- `edit(body, session_id)` and `seen(status, body, latency_ms, extra, cached)`
+  (optional): the request / response stage on the bare parts, for the compiled
+  in-process chain (`compiled.py`). `edit` returns the body when it changed it (possibly a
+  new dict) and None when it left it byte-for-byte alone; `seen` edits a dict body in
+  place. A built-in's `on_request` / `on_response` is a thin wrapper over them, so both
+  paths run the same code; an interceptor without them keeps the generic path.
+  `edit_headers(headers)` (optional) gives the headers a request stage sends when they
+  do not depend on the body (worked out once, when compiled). `inline_edit(prefix)` /
+  `inline_seen(prefix)` (optional) give the same stage as source lines for the compiled
+  function, with the names they use (`compiled.py`); `reads_usage` says such lines read
+  the answer's usage as `usage`.
 
 The request and response are plain dataclasses with slots: the chain is on the hot path.
 """
