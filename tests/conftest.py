@@ -113,6 +113,20 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def data_root_set_by_a_test_does_not_leak() -> Iterator[None]:
+    """The config's `data_dir` is a process-wide setting (`benchmarks.datasets.set_data_dir`,
+    set by every in-process run): a test that sets it must not hand it to the next test of
+    the same worker, which may point NEL_DATA_DIR elsewhere."""
+    from benchmarks import datasets
+
+    before = datasets._DATA_DIR_OVERRIDE
+    try:
+        yield
+    finally:
+        datasets._DATA_DIR_OVERRIDE = before
+
+
 @pytest.fixture(scope="session", autouse=True)
 def first_n_selection_by_default() -> Iterator[None]:
     """Tests written before nel picked `max_problems` items as NeMo Evaluator does (a

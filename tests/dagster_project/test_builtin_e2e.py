@@ -31,17 +31,26 @@ def env(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, s
 
 def gold_answers(names: list[str], env: dict[str, str], n: int) -> list[dict[str, str]]:
     """Reference-server answers: each item's gold response, matched on its prompt's tail."""
-    set_data_dir(env["NEL_DATA_DIR"])
-    import os
+    # The data root and cache are set for this process only while the seeds are read: left
+    # set, they leaked into later tests of the same worker (tests/benchmarks/test_agentic.py
+    # then found the shared data instead of its empty folder).
+    from benchmarks import datasets
 
-    os.environ["NEL_CACHE_DIR"] = env["NEL_CACHE_DIR"]
-    out = []
-    for name in names:
-        e = get_benchmark(name)
-        for i in range(n):
-            s = asyncio.run(e.seed(i))
-            out.append({"match": s.prompt[-160:], "content": e.gold_response(s)})
-    return out
+    before = datasets._DATA_DIR_OVERRIDE
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEL_CACHE_DIR", env["NEL_CACHE_DIR"])
+    set_data_dir(env["NEL_DATA_DIR"])
+    try:
+        out = []
+        for name in names:
+            e = get_benchmark(name)
+            for i in range(n):
+                s = asyncio.run(e.seed(i))
+                out.append({"match": s.prompt[-160:], "content": e.gold_response(s)})
+        return out
+    finally:
+        set_data_dir(before)
+        mp.undo()
 
 
 def write_config(path: Path, services: dict[str, Any], benchmarks: list[dict[str, Any]],
