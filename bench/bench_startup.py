@@ -39,6 +39,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_eval_throughput import daemon_last_run, precompile  # noqa: E402  (bench/ is on sys.path)
+
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 
 CHAT = "/v1/chat/completions"
@@ -89,14 +91,6 @@ def _nel_env(repo: Path = REPO, daemon_dir: Path | None = None) -> dict[str, str
     return env
 
 
-def _daemon_rss(env: dict[str, str], cwd: Path) -> float:
-    """Peak RSS MB of the last run the daemon (of `env`) served."""
-    p = subprocess.run(nel_cmd("daemon", "status", "--json"), capture_output=True, text=True, env=env,
-                       cwd=cwd, check=True)
-    (mine,) = [d for d in json.loads(p.stdout) if d["current_code"]]
-    return float(mine["last_run"]["maxrss_mb"])
-
-
 def _peer_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in (*_UNSET, "PYTHONPATH")}
 
@@ -111,7 +105,7 @@ def first_request(argv: list[str], env: dict[str, str], url: str, cwd: Path) -> 
     _server(url, "/stats/reset", post=True)
     wall, rss, t0_us = _child(argv, env, cwd)
     if "NEL_DAEMON_DIR" in env:
-        rss = max(rss, _daemon_rss(env, cwd))
+        rss = max(rss, daemon_last_run(REPO, env)["maxrss_mb"])
     first = _server(url, "/stats")["first_at"].get(CHAT)
     if first is None:
         raise SystemExit(f"{argv[:4]} sent no chat request")
@@ -178,17 +172,6 @@ def import_summary(module: str, top: int = 8) -> list[tuple[str, float]]:
     return sorted(per_pkg.items(), key=lambda kv: -kv[1])[:top]
 
 
-def _precompile(repo: Path) -> None:
-    """Write the bytecode of `repo`'s packages: with PYTHONDONTWRITEBYTECODE set (as in the
-    test environment) a checkout without `__pycache__` would compile every module it imports
-    on every run (~20 ms for `nel --help`), which is no cost of nel and would favour
-    whichever checkout has its bytecode."""
-    import compileall
-
-    for pkg in ("benchmarks", "dagster_project", "nel_assets", "nel_resources"):
-        compileall.compile_dir(repo / pkg, quiet=1)
-
-
 def _targets(baseline: str | None) -> dict[str, Path]:
     """The nel checkouts measured: this one, and the `--baseline` one (e.g. a `git worktree`
     of the commit before a change), alternated in every round."""
@@ -214,7 +197,7 @@ def main() -> None:
     peer = Path(os.environ.get("NEL_PEER_NEMO") or a.peer)
     targets = _targets(a.baseline)
     for repo in set(targets.values()):
-        _precompile(repo)
+        precompile(repo)  # a checkout without bytecode would compile on every run
     daemons: dict[str, Path] = {}
     if a.daemon:
         targets["nel (daemon)"] = REPO
@@ -277,7 +260,7 @@ def main() -> None:
                 _server(url, "/stats/reset", post=True)
                 w, rss, _ = _child(big(work / f"big{i}"), env_of(name), work)
                 if name in daemons:
-                    rss = max(rss, _daemon_rss(env_of(name), work))
+                    rss = max(rss, daemon_last_run(REPO, env_of(name))["maxrss_mb"])
                 res[f"full_run {name}"] = {"samples": _server(url, "/stats")["by_endpoint"].get(CHAT, 0),
                                            "wall_s": round(w, 2), "rss_mb": round(rss, 1)}
             for _ in range(a.rounds):
@@ -285,7 +268,7 @@ def main() -> None:
                     _server(url, "/stats/reset", post=True)
                     w, rss, _ = _child(big(work / f"big{i}"), env_of(name), work)
                     if name in daemons:
-                        rss = max(rss, _daemon_rss(env_of(name), work))
+                        rss = max(rss, daemon_last_run(REPO, env_of(name))["maxrss_mb"])
                     reruns[name].append((w, rss, _server(url, "/stats")["total_requests"]))
             for name, xs in reruns.items():
                 res[f"unchanged_rerun {name}"] = {"wall_s": round(med(x[0] for x in xs), 3),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -62,11 +62,7 @@ def run_interruptibly(coro: Coroutine[Any, Any, T]) -> T:
         for s, h in previous.items():
             signal.signal(s, h)  # remove_signal_handler leaves the defaults, not these
     if caught:
-        _call(previous[caught[0]], caught[0])
+        previous[caught[0]](caught[0], None)  # raises, as it would have from the handler
         raise KeyboardInterrupt  # the handler only noted it: stop as Ctrl-C would
     return result  # type: ignore[return-value]
 
-
-def _call(handler: Any, signum: signal.Signals) -> None:
-    fn: Callable[[int, Any], Any] = handler
-    fn(signum, None)

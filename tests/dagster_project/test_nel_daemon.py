@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from nel_resources.processes import pid_alive
 from tests.support.cli import nel_env, run_nel, start_nel, summary_json
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.waiting import wait_for, wait_while_running
@@ -41,16 +42,6 @@ def _current(env: dict[str, str]) -> dict:
     return rows[0]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is not alive: the daemon was started detached, so its parent may be gone
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 @pytest.fixture
 def daemon_env(tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
     """A nel daemon of this checkout, its sockets in a folder of this test's own; yields
@@ -66,7 +57,7 @@ def daemon_env(tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
     finally:
         run_nel("daemon", "stop", "--all", env=env)
         try:
-            wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to exit")
+            wait_for(lambda: not pid_alive(pid), timeout=60, what="the daemon to exit")
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
             raise
@@ -166,7 +157,7 @@ def test_stopping_the_caller_stops_the_run_and_not_the_daemon(
     assert wait_for(lambda: not _current(daemon_env)["running"], timeout=60, what="the run to end")
     sent = _chat_requests(server_stats(url))
     assert sent < 200
-    assert _alive(daemon_pid) and _current(daemon_env)["last_run"]["exit"] == 130
+    assert pid_alive(daemon_pid) and _current(daemon_env)["last_run"]["exit"] == 130
 
 
 def test_a_caller_killed_outright_takes_its_run_with_it(
@@ -181,7 +172,7 @@ def test_a_caller_killed_outright_takes_its_run_with_it(
     (run_pid,) = _current(daemon_env)["running"]
     proc.kill()  # SIGKILL: no chance to pass anything on
     proc.wait()
-    assert wait_for(lambda: not _alive(run_pid), timeout=60, what="the orphaned run to end")
+    assert wait_for(lambda: not pid_alive(run_pid), timeout=60, what="the orphaned run to end")
     sent = _chat_requests(server_stats(url))
     assert sent < 200
     # and the daemon still serves
@@ -242,13 +233,13 @@ def test_stop_status_and_idle_timeout(tmp_path: Path) -> None:
     again = run_nel("daemon", "start", env=env)
     assert "already running" in again.stdout
     pid = _current(env)["pid"]
-    assert wait_for(lambda: not _alive(pid), timeout=60, what="the idle daemon to stop by itself")
+    assert wait_for(lambda: not pid_alive(pid), timeout=60, what="the idle daemon to stop by itself")
     assert not list(deep.glob("*.sock"))
     assert run_nel("daemon", "start", env=env).returncode == 0
     pid = _current(env)["pid"]
     stop = run_nel("daemon", "stop", env=env)
     assert "stopping" in stop.stdout
-    assert wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to stop")
+    assert wait_for(lambda: not pid_alive(pid), timeout=60, what="the daemon to stop")
     assert run_nel("daemon", "stop", env=env).stdout.strip() == "no nel daemon running for this code"
     bad = run_nel("daemon", "start", "--idle-timeout", "0", env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --idle-timeout must be a positive")
@@ -290,7 +281,7 @@ def test_auto_from_nel_config_starts_a_daemon_for_the_next_runs(tmp_path: Path, 
     finally:
         pid = _current(env)["pid"]
         run_nel("daemon", "stop", "--all", env=env)
-        wait_for(lambda: not _alive(pid), timeout=60, what="the daemon to stop")
+        wait_for(lambda: not pid_alive(pid), timeout=60, what="the daemon to stop")
 
 
 def test_two_daemons_started_together_leave_one(tmp_path: Path) -> None:
@@ -305,7 +296,7 @@ def test_two_daemons_started_together_leave_one(tmp_path: Path) -> None:
     pids = {int(o[0].split("pid ")[1].split(",")[0]) for o in outs}
     assert pids == {rows[0]["pid"]}  # both report the daemon that serves
     run_nel("daemon", "stop", "--all", env={"NEL_DAEMON_DIR": str(tmp_path / "d")})
-    wait_for(lambda: not _alive(rows[0]["pid"]), timeout=60, what="the daemon to stop")
+    wait_for(lambda: not pid_alive(rows[0]["pid"]), timeout=60, what="the daemon to stop")
 
 
 def test_a_bad_nel_daemon_value_is_one_error_line(tmp_path: Path) -> None:
