@@ -43,6 +43,7 @@ WARM_MODULES = (
     "dagster._core.storage.event_log.sqlite.sqlite_event_log",
     "dagster._core.storage.runs.sqlite.sqlite_run_storage",
     "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
+    "dagster_project.sqlite_storage",
     "dagster_project.runner",
     "dagster_project.cli.main",
     "nel_assets.factory",
@@ -140,6 +141,10 @@ class Daemon:
         os.chmod(tmp, 0o600)
         lsock.listen(64)
         _warm(list(WARM_MODULES), self.roots)
+        with contextlib.suppress(Exception):  # a run loads them itself then
+            from dagster_project.sqlite_storage import load_migrations
+
+            load_migrations()
         self._settle()
         # The socket appears under its real name only once the daemon is warm: a client that
         # finds it gets the warm daemon, never a half-loaded one.

@@ -56,15 +56,17 @@ compute_logs:
 
 # One consolidated SQLite event log instead of Dagster's default database per run: a new
 # instance is created in ~0.2 s instead of ~0.8 s, and each run pays less to open its log.
+# Both storages are Dagster's SQLite ones on a pooled engine (sqlite_storage.py): the same
+# files and schema, without a new connection per statement.
 _SQLITE = """\
 run_storage:
-  module: dagster._core.storage.runs
-  class: SqliteRunStorage
+  module: dagster_project.sqlite_storage
+  class: PooledSqliteRunStorage
   config:
     base_dir: {home}/history
 event_log_storage:
-  module: dagster._core.storage.event_log
-  class: ConsolidatedSqliteEventLogStorage
+  module: dagster_project.sqlite_storage
+  class: PooledSqliteEventLogStorage
   config:
     base_dir: {home}/history
 schedule_storage:
