@@ -22,15 +22,28 @@ from typing import Any
 
 from dagster_project import daemon_paths
 
-_MODES = {"": "on", "on": "on", "1": "on", "true": "on", "yes": "on",
+_MODES = {"on": "on", "1": "on", "true": "on", "yes": "on",
           "off": "off", "0": "off", "false": "off", "no": "off", "auto": "auto"}
 IDLE_MINUTES = 30.0
 
 
+def interactive() -> bool:
+    """Whether nel runs at a terminal (stdin and stderr), outside CI (`CI` unset or empty)."""
+    try:
+        at_terminal = os.isatty(0) and os.isatty(2)
+    except OSError:
+        return False
+    return at_terminal and not os.environ.get("CI", "").strip()
+
+
 def mode() -> str:
-    """`NEL_DAEMON`: "on" (default: use a running daemon of this code), "auto" (and start
-    one for the next runs when none runs) or "off" (never)."""
+    """`NEL_DAEMON`: "on" (use a running daemon of this code), "auto" (and start one for the
+    next runs when none runs) or "off" (never). Unset (or empty): "auto" at a terminal,
+    where a user runs one evaluation after another, and "on" elsewhere (a script, CI, a
+    batch job: no background process nobody asked for)."""
     raw = os.environ.get("NEL_DAEMON", "")
+    if not raw.strip():
+        return "auto" if interactive() else "on"
     try:
         return _MODES[raw.strip().lower()]
     except KeyError:
@@ -90,7 +103,11 @@ def delegate(argv: list[str]) -> int | None:
     path = find()
     if path is None:
         if how == "auto":  # this run stays in-process; the next ones find it warm
-            spawn(daemon_paths.socket_path())
+            proc = spawn(daemon_paths.socket_path())
+            if os.isatty(2):
+                print(f"nel: starting a nel daemon (pid {proc.pid}) so that the next runs skip "
+                      f"the start-up; it stops after {IDLE_MINUTES:g} idle minutes or with "
+                      "`nel daemon stop` (NEL_DAEMON=off: never start one)", file=sys.stderr)
         return None
     try:
         cwd = os.getcwd()

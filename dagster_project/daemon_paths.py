@@ -22,7 +22,7 @@ from pathlib import Path
 
 # nel's own packages: every source file's size and mtime enter the fingerprint.
 PACKAGES = ("benchmarks", "dagster_project", "nel_assets", "nel_resources")
-_REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]  # the checkout whose code a daemon serves
 IMPORT_TIME_ENV = ("PYTHONPATH", "PYTHONHASHSEED", "PYTHONMALLOC", "PYTHONDEVMODE", "PYTHONWARNINGS",
                    "PYTHONUTF8", "ARROW_DEFAULT_MEMORY_POOL")
 
@@ -46,7 +46,7 @@ def fingerprint() -> str:
     import sysconfig
 
     h = hashlib.sha256()
-    h.update(f"{sys.executable}\0{_REPO}\0{sys.flags!r}".encode())
+    h.update(f"{sys.executable}\0{REPO}\0{sys.flags!r}".encode())
     # Variables read once, when the interpreter or a module starts: the daemon's values
     # would hold for every run, so a caller with other values finds no daemon.
     for name in IMPORT_TIME_ENV:
@@ -56,7 +56,7 @@ def fingerprint() -> str:
         with contextlib.suppress(OSError):
             h.update(f"\0{site}:{os.stat(site).st_mtime_ns}".encode())
     for pkg in PACKAGES:
-        for root, dirs, files in os.walk(_REPO / pkg):
+        for root, dirs, files in os.walk(REPO / pkg):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
                 if name.endswith(".py"):

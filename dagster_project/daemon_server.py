@@ -149,6 +149,7 @@ class Daemon:
         # The socket appears under its real name only once the daemon is warm: a client that
         # finds it gets the warm daemon, never a half-loaded one.
         os.replace(tmp, self.path)
+        self._retire_stale()
         self.lsock = lsock
         self.inode = os.stat(self.path).st_ino
         wake_r, wake_w = os.pipe()
@@ -183,6 +184,27 @@ class Daemon:
         gc.collect()
         heap.give_back_freed()
         gc.freeze()
+
+    def _retire_stale(self) -> None:
+        """Stop the daemons of this checkout and interpreter that serve an older version of
+        its code: no run is handed to them any more (the fingerprint moved on), so each
+        would only hold its memory until its idle timeout. Editing nel and running it
+        again at a terminal (`auto`) thus leaves one daemon, not one per edit. Their
+        running runs finish."""
+        from dagster_project import daemon_client
+
+        mine = (str(daemon_paths.REPO), sys.executable)
+        for other in sorted(self.path.parent.glob("*.sock")):
+            if other == self.path:
+                continue
+            try:
+                st = daemon_client.request(str(other), {"cmd": "status"}, timeout=2.0)
+                if (st.get("repo"), st.get("executable")) == mine:
+                    daemon_client.request(str(other), {"cmd": "stop"}, timeout=2.0)
+                    print(f"stopped the daemon of older code at {other} (pid {st.get('pid')})",
+                          file=sys.stderr)
+            except (OSError, ValueError):
+                continue  # not answering: not ours to judge
 
     def _unlink(self) -> None:
         """Remove the socket file, unless it is already another daemon's (started after a
@@ -257,7 +279,8 @@ class Daemon:
     def _status(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "socket": str(self.path), "started": self.stats.started,
                 "served": self.stats.served, "running": sorted(self.runs),
-                "modules": len(sys.modules), "last_run": self.stats.last_run}
+                "modules": len(sys.modules), "last_run": self.stats.last_run,
+                "repo": str(daemon_paths.REPO), "executable": sys.executable}
 
     def _fork(self, conn: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
         report_r, report_w = os.pipe()

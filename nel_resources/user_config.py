@@ -59,8 +59,9 @@ KEYS: dict[str, Key] = {
     "output_dir": Key("NEL_OUTPUT_DIR", "where results and the Dagster instance go", True),
     "dagster_postgres_url": Key("NEL_DAGSTER_POSTGRES_URL",
                                 "postgresql:// URL of a shared Dagster instance (default: SQLite per output)"),
-    "daemon": Key("NEL_DAEMON", "on: `nel eval run` uses a running `nel daemon` (default); auto: and "
-                                "starts one when none runs; off: never", choices=("on", "auto", "off")),
+    "daemon": Key("NEL_DAEMON", "on: `nel eval run` uses a running `nel daemon`; auto: and starts one "
+                                "when none runs; off: never (default: auto at a terminal, else on)",
+                  choices=("on", "auto", "off")),
 }
 
 

@@ -110,6 +110,15 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     try:
         yield path
     finally:
+        # A run at a (pseudo-)terminal outside CI starts a daemon by default (`auto`): none
+        # outlives the session.
+        if list((path.parent / "daemon").glob("*.sock")):
+            import subprocess
+            import sys
+
+            subprocess.run([sys.executable, "-m", "dagster_project.cli.main", "daemon", "stop", "--all"],
+                           capture_output=True, timeout=120, check=False,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         mp.undo()
 
 

@@ -213,7 +213,7 @@ def test_the_fingerprint_follows_the_sources(tmp_path: Path, monkeypatch: pytest
     for pkg in daemon_paths.PACKAGES:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
-    monkeypatch.setattr(daemon_paths, "_REPO", tmp_path)
+    monkeypatch.setattr(daemon_paths, "REPO", tmp_path)
     first = daemon_paths.fingerprint()
     assert daemon_paths.fingerprint() == first
     mod = tmp_path / "nel_assets" / "scorer.py"
@@ -349,3 +349,65 @@ def test_a_run_on_a_terminal_prints_as_it_does_in_process(tmp_path: Path, daemon
         assert "\x1b[?25l" in text and "\x1b[2Kgsm8k" in text
     assert plain(warm, "w") == plain(cold, "c")
     assert "shards run 1, up to date 0, requests 3, T" in plain(warm, "w")
+
+
+def test_at_a_terminal_the_first_run_starts_a_daemon_for_the_next(tmp_path: Path, reference_server,
+                                                                  data_dir: Path) -> None:
+    """NEL_DAEMON unset: `auto` at a terminal outside CI, `on` (start nothing) elsewhere."""
+    url = reference_server()
+    args = ["eval", "run", "-b", "gsm8k", "-m", "2", "--model-url", url, "--model-id", "m"]
+    base = {"NEL_DATA_DIR": str(data_dir), "NEL_RUNS_DIR": str(tmp_path / "runs-index")}
+    env = {**base, "NEL_DAEMON_DIR": str(tmp_path / "d")}
+    code, first = _in_terminal([*args, "-o", str(tmp_path / "a")], nel_env(env, unset=("CI", "NEL_DAEMON")))
+    assert code == 0, first
+    assert "nel: starting a nel daemon (pid" in first
+    try:
+        wait_for(lambda: [r for r in _status(env) if r["current_code"]], timeout=120,
+                 what="the daemon the first run started")
+        assert _current(env)["served"] == 0  # the first run stayed in-process
+        code, second = _in_terminal([*args, "-o", str(tmp_path / "b")], nel_env(env, unset=("CI", "NEL_DAEMON")))
+        assert code == 0, second
+        assert "starting a nel daemon" not in second
+        assert _current(env)["served"] == 1
+    finally:
+        pid = _current(env)["pid"]
+        run_nel("daemon", "stop", "--all", env=env)
+        wait_for(lambda: not pid_alive(pid), timeout=60, what="the daemon to stop")
+
+    # Not at a terminal (a script): nothing is started, nothing is printed about it.
+    quiet = {**base, "NEL_DAEMON_DIR": str(tmp_path / "d2")}
+    r = run_nel(*args, "-o", str(tmp_path / "c"), "--no-progress", "--json", env=quiet, unset=("CI", "NEL_DAEMON"))
+    assert summary_json(r)["requests_sent"] == 2
+    assert "daemon" not in r.stderr
+    # At a terminal in CI: nothing is started either.
+    ci = {**base, "NEL_DAEMON_DIR": str(tmp_path / "d3"), "CI": "true"}
+    code, out = _in_terminal([*args, "-o", str(tmp_path / "e")], nel_env(ci, unset=("NEL_DAEMON",)))
+    assert code == 0, out
+    assert "starting a nel daemon" not in out
+    for folder in ("d2", "d3"):
+        assert not list((tmp_path / folder).glob("*.sock"))
+
+
+def test_a_new_daemon_stops_the_daemons_of_older_code(tmp_path: Path) -> None:
+    env = {"NEL_DAEMON_DIR": str(tmp_path / "d")}
+    (tmp_path / "d").mkdir(mode=0o700)
+    # A daemon of this checkout under another code version's name (as before an edit).
+    stale_sock = tmp_path / "d" / "0000000000000000.sock"
+    stale = subprocess.Popen([sys.executable, "-m", "dagster_project.daemon_server", str(stale_sock), "600"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=nel_env(env),
+                             cwd=REPO_ROOT, start_new_session=True)
+    try:
+        wait_for(stale_sock.exists, timeout=120, what="the older code's daemon to listen")
+        assert [r["current_code"] for r in _status(env)] == [False]
+        assert run_nel("daemon", "start", env=env).returncode == 0
+        assert stale.wait(timeout=60) == 0  # asked to stop by the new one, it ended cleanly
+        assert not stale_sock.exists()
+        rows = _status(env)
+        assert [r["current_code"] for r in rows] == [True]
+        log = next((tmp_path / "d").glob("*.log")).read_text()
+        assert f"stopped the daemon of older code at {stale_sock}" in log
+    finally:
+        if stale.poll() is None:
+            stale.kill()
+            stale.wait()
+        run_nel("daemon", "stop", "--all", env=env)
