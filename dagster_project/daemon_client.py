@@ -65,7 +65,8 @@ def spawn(path: Any, idle_minutes: float = IDLE_MINUTES) -> Any:
     env.pop("NEL_DAEMON", None)
     with open(path.with_suffix(".log"), "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "dagster_project.daemon_server", str(path), str(idle_minutes * 60)],
+            [sys.executable, "-m", "dagster_project.daemon_server", str(path), str(idle_minutes * 60),
+             daemon_paths.setting_key()],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/", env=env, start_new_session=True)
 
 

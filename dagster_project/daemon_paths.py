@@ -46,11 +46,7 @@ def fingerprint() -> str:
     import sysconfig
 
     h = hashlib.sha256()
-    h.update(f"{sys.executable}\0{REPO}\0{sys.flags!r}".encode())
-    # Variables read once, when the interpreter or a module starts: the daemon's values
-    # would hold for every run, so a caller with other values finds no daemon.
-    for name in IMPORT_TIME_ENV:
-        h.update(f"\0{name}={os.environ.get(name)}".encode())
+    h.update(setting().encode())
     paths = sysconfig.get_paths()
     for site in sorted({paths["purelib"], paths["platlib"]}):
         with contextlib.suppress(OSError):
@@ -63,6 +59,21 @@ def fingerprint() -> str:
                     st = os.stat(os.path.join(root, name))
                     h.update(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
+
+
+def setting() -> str:
+    """The part of the fingerprint that is not code: the interpreter and its flags, the
+    checkout, and the variables read at start-up (`IMPORT_TIME_ENV`: the daemon's values
+    would hold for every run, so a caller with other values finds no daemon). Two daemons
+    with the same setting and another fingerprint serve two versions of the same code."""
+    parts = [sys.executable, str(REPO), repr(sys.flags)]
+    parts += [f"{name}={os.environ.get(name)}" for name in IMPORT_TIME_ENV]
+    return "\0".join(parts)
+
+
+def setting_key() -> str:
+    """A short hash of `setting()`, handed to a daemon at its start (`spawn`)."""
+    return hashlib.sha256(setting().encode()).hexdigest()[:16]
 
 
 def socket_path(fp: str | None = None) -> Path:

@@ -109,9 +109,11 @@ def _warm(names: list[str], roots: tuple[str, ...]) -> int:
 class Daemon:
     """Serve `nel eval run` requests on `path` until stopped or idle for `idle_timeout` s."""
 
-    def __init__(self, path: Path, idle_timeout: float) -> None:
+    def __init__(self, path: Path, idle_timeout: float, setting: str | None = None) -> None:
         self.path = path
         self.idle_timeout = idle_timeout
+        # Its starter's `daemon_paths.setting_key()` (None: not given, never retired).
+        self.setting = setting
         self.runs: dict[int, _Run] = {}
         self.stats = _Stats()
         self.roots = _allowed_roots()
@@ -186,20 +188,23 @@ class Daemon:
         gc.freeze()
 
     def _retire_stale(self) -> None:
-        """Stop the daemons of this checkout and interpreter that serve an older version of
-        its code: no run is handed to them any more (the fingerprint moved on), so each
-        would only hold its memory until its idle timeout. Editing nel and running it
-        again at a terminal (`auto`) thus leaves one daemon, not one per edit. Their
-        running runs finish."""
+        """Stop the daemons with this daemon's setting (interpreter, flags, checkout and
+        start-up variables: `daemon_paths.setting`) that serve an older version of its code:
+        no run is handed to them any more (the fingerprint moved on), so each would only
+        hold its memory until its idle timeout. Editing nel and running it again at a
+        terminal (`auto`) thus leaves one daemon, not one per edit. A daemon for another
+        setting (another PYTHONPATH, say) still serves its callers and is left alone.
+        Their running runs finish."""
         from dagster_project import daemon_client
 
-        mine = (str(daemon_paths.REPO), sys.executable)
+        if self.setting is None:
+            return
         for other in sorted(self.path.parent.glob("*.sock")):
             if other == self.path:
                 continue
             try:
                 st = daemon_client.request(str(other), {"cmd": "status"}, timeout=2.0)
-                if (st.get("repo"), st.get("executable")) == mine:
+                if st.get("setting") == self.setting:
                     daemon_client.request(str(other), {"cmd": "stop"}, timeout=2.0)
                     print(f"stopped the daemon of older code at {other} (pid {st.get('pid')})",
                           file=sys.stderr)
@@ -280,7 +285,7 @@ class Daemon:
         return {"pid": os.getpid(), "socket": str(self.path), "started": self.stats.started,
                 "served": self.stats.served, "running": sorted(self.runs),
                 "modules": len(sys.modules), "last_run": self.stats.last_run,
-                "repo": str(daemon_paths.REPO), "executable": sys.executable}
+                "repo": str(daemon_paths.REPO), "executable": sys.executable, "setting": self.setting}
 
     def _fork(self, conn: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
         report_r, report_w = os.pipe()
@@ -447,10 +452,10 @@ def _reopen_stdio() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dagster_project.daemon_server SOCKET IDLE_TIMEOUT` (what `nel daemon
-    start` launches, detached)."""
+    """`python -m dagster_project.daemon_server SOCKET IDLE_TIMEOUT [SETTING]` (what `nel
+    daemon start` launches, detached; SETTING is the starter's `daemon_paths.setting_key()`)."""
     args = sys.argv[1:] if argv is None else argv
-    Daemon(Path(args[0]), float(args[1])).serve()
+    Daemon(Path(args[0]), float(args[1]), args[2] if len(args) > 2 else None).serve()
     return 0
 
 

@@ -388,26 +388,42 @@ def test_at_a_terminal_the_first_run_starts_a_daemon_for_the_next(tmp_path: Path
         assert not list((tmp_path / folder).glob("*.sock"))
 
 
+def _daemon_under(sock: Path, setting: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A daemon of this checkout listening at `sock` (another code version's name), started
+    as `spawn` starts one, with the given setting key."""
+    return subprocess.Popen([sys.executable, "-m", "dagster_project.daemon_server", str(sock), "600", setting],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=nel_env(env),
+                            cwd=REPO_ROOT, start_new_session=True)
+
+
 def test_a_new_daemon_stops_the_daemons_of_older_code(tmp_path: Path) -> None:
     env = {"NEL_DAEMON_DIR": str(tmp_path / "d")}
     (tmp_path / "d").mkdir(mode=0o700)
-    # A daemon of this checkout under another code version's name (as before an edit).
-    stale_sock = tmp_path / "d" / "0000000000000000.sock"
-    stale = subprocess.Popen([sys.executable, "-m", "dagster_project.daemon_server", str(stale_sock), "600"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=nel_env(env),
-                             cwd=REPO_ROOT, start_new_session=True)
+    key = subprocess.run([sys.executable, "-c", "from dagster_project.daemon_paths import setting_key; "
+                          "print(setting_key())"], capture_output=True, text=True, env=nel_env(env),
+                         cwd=REPO_ROOT, check=True).stdout.strip()
+    # Two daemons of this checkout under other code versions' names (as before an edit):
+    # one started in the same setting as `nel daemon start` below, one in another setting
+    # (another PYTHONPATH, say), which still serves its own callers.
+    stale_sock, other_sock = tmp_path / "d" / "0000000000000000.sock", tmp_path / "d" / "1111111111111111.sock"
+    stale = _daemon_under(stale_sock, key, env)
+    other = _daemon_under(other_sock, "another-setting", env)
     try:
-        wait_for(stale_sock.exists, timeout=120, what="the older code's daemon to listen")
-        assert [r["current_code"] for r in _status(env)] == [False]
+        wait_for(lambda: stale_sock.exists() and other_sock.exists(), timeout=120,
+                 what="the older code's daemons to listen")
+        assert [r["current_code"] for r in _status(env)] == [False, False]
         assert run_nel("daemon", "start", env=env).returncode == 0
         assert stale.wait(timeout=60) == 0  # asked to stop by the new one, it ended cleanly
         assert not stale_sock.exists()
+        assert other.poll() is None and other_sock.exists()
         rows = _status(env)
-        assert [r["current_code"] for r in rows] == [True]
+        assert sorted(r["current_code"] for r in rows) == [False, True]
         log = next((tmp_path / "d").glob("*.log")).read_text()
         assert f"stopped the daemon of older code at {stale_sock}" in log
+        assert str(other_sock) not in log
     finally:
-        if stale.poll() is None:
-            stale.kill()
-            stale.wait()
+        for p in (stale, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         run_nel("daemon", "stop", "--all", env=env)
