@@ -144,9 +144,11 @@ class Daemon:
         lsock.listen(64)
         _warm(list(WARM_MODULES), self.roots)
         with contextlib.suppress(Exception):  # a run loads them itself then
+            from dagster_project.instance_config import prepare_template
             from dagster_project.sqlite_storage import load_migrations
 
             load_migrations()
+            prepare_template()
         self._settle()
         # The socket appears under its real name only once the daemon is warm: a client that
         # finds it gets the warm daemon, never a half-loaded one.

@@ -16,7 +16,12 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from dagster_project.automation import DATA_VERSION_TAG
-from dagster_project.instance_config import instance_yaml, open_instance, write_instance_yaml
+from dagster_project.instance_config import (
+    instance_yaml,
+    open_instance,
+    seed_from_template,
+    write_instance_yaml,
+)
 from dagster_project.sqlite_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
 
 PARTS = dg.StaticPartitionsDefinition([f"p{i}" for i in range(12)])
@@ -157,3 +162,63 @@ def test_dagster_migrations_load_once_and_other_folders_as_before(tmp_path: Path
     other = Config()
     other.set_main_option("script_location", str(tmp_path / "migrations"))
     assert ScriptDirectory.from_config(other) is not ScriptDirectory.from_config(other)
+
+
+def _db_mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*.db")}
+
+
+def test_new_homes_start_from_a_template_of_empty_databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEL_DAGSTER_POSTGRES_URL", raising=False)
+    monkeypatch.setenv("NEL_CACHE_DIR", str(tmp_path / "cache"))
+    homes = []
+    for name in ("one", "two"):
+        h = tmp_path / name
+        h.mkdir()
+        write_instance_yaml(h, {})
+        homes.append(h)
+    assert seed_from_template(homes[0])
+    (template,) = (tmp_path / "cache" / "dagster-instance-template").iterdir()
+    assert sorted(_db_mtimes(template)) == ["history/event_log.db", "history/runs.db", "schedules/schedules.db"]
+    made = _db_mtimes(template)
+    first = open_instance(homes[0])
+    _materialize(first, "p0")
+    second = open_instance(homes[1])  # seeded from the same template, not a new one
+    assert _db_mtimes(template) == made
+    assert sorted(_db_mtimes(homes[1])) == sorted(made)
+    # Each home is its own instance: its own runs, its own storage id.
+    assert _partitions(first) == {"p0": "v-p0"} and _partitions(second) == {}
+    assert first.run_storage.get_run_storage_id() != second.run_storage.get_run_storage_id()
+    _materialize(second, "p1")
+    assert _partitions(second) == {"p1": "v-p1"}
+    assert len(first.get_runs()) == 1 and len(second.get_runs()) == 1
+    # Stock Dagster reads a seeded home too.
+    stock_home = tmp_path / "stock"
+    stock_home.mkdir()
+    (stock_home / "dagster.yaml").write_text(_stock_yaml(homes[1]))
+    assert _partitions(dg.DagsterInstance.from_config(str(stock_home))) == {"p1": "v-p1"}
+
+
+def test_homes_that_are_not_new_or_not_nels_are_left_to_dagster(home: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_CACHE_DIR", str(tmp_path / "cache"))
+    _materialize(open_instance(home), "p0")
+    assert not seed_from_template(home)  # its databases exist: its history stays
+    assert _partitions(open_instance(home)) == {"p0": "v-p0"}
+
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "dagster.yaml").write_text(_stock_yaml(own))  # a user's own file
+    assert not seed_from_template(own)
+    assert not list(own.rglob("*.db"))
+
+    # An unusable cache (a file where the folder should be): Dagster creates the databases.
+    monkeypatch.setenv("NEL_CACHE_DIR", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    write_instance_yaml(fresh, {})
+    assert not seed_from_template(fresh)
+    instance = open_instance(fresh)
+    _materialize(instance, "p2")
+    assert _partitions(instance) == {"p2": "v-p2"}
