@@ -359,3 +359,35 @@ def test_both_paths_agree_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
     _, answers, stats, turns = fast
     assert stats["turns_refused"] == 160 - 8 * 12 and turns == {f"s{i}": 20 for i in range(8)}
     assert answers.count("4|let me see") == 8 * 12
+
+
+def _dict_materialized(obj: Any) -> bool:
+    """Whether CPython 3.11 keeps `obj`'s attributes in a dict object of its own (after
+    someone read `obj.__dict__`) rather than inline: then `gc.get_referents` lists that
+    dict (the attribute names as keys, their values as values) instead of the values."""
+    import gc
+
+    return any(type(r) is dict and r and all(
+        type(k) is str and getattr(obj, k, r) is v for k, v in r.items())
+        for r in gc.get_referents(obj))
+
+
+def test_compiling_leaves_the_hooks_attributes_inline() -> None:
+    """compile_chain tells a hook set on the instance from the class's own without reading
+    the instance's `__dict__` (that read makes every later attribute access on it, the
+    counters the compiled stages update per answer, slower for good)."""
+    cfg = ServiceConfig.model_validate({"type": "api", "url": "http://127.0.0.1:9/v1",
+                                        "model": "tiny", "interceptors": BENCH_CHAIN})
+    client = client_for_service(cfg)
+    assert client.chain is not None
+    impls = [lk.impl for lk in client.chain.links]
+    probe = impls[0]
+    assert not _dict_materialized(probe)
+    probe.__dict__  # noqa: B018 (the read this guards against)
+    assert _dict_materialized(probe)  # the check can tell
+    impls = impls[1:]
+    assert client._runs_inline(client.chain) and client._compiled_chain is not None
+    stateful = [i for i in impls if type(i).__name__ in ("ResponseStats", "LogTokens",
+                                                         "ProgressTracking", "TurnCounter")]
+    assert len(stateful) == 4
+    assert not any(_dict_materialized(i) for i in impls)
