@@ -68,6 +68,8 @@ REQUESTS: list[tuple[bytes, str | None]] = [
     (ODD, "d"),
     (_chat("plain"), None),
     (_chat("plain"), None),
+    (_chat("null tools", tools=None), "e"),  # modify_tools passes them by (`is not None`)
+    (_chat("tools not a list", tools={"x": 1}), "e"),
 ]
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
@@ -234,6 +236,11 @@ def test_the_cases_exercise_what_they_compare(monkeypatch: pytest.MonkeyPatch,
     out = _same(CASES["drop_params"], monkeypatch, caplog)
     assert out["received"][0][0] == ODD
     assert out["received"][2][0] != REQUESTS[2][0] and b'"junk":' not in out["received"][2][0]
+
+    # Tools that are null or not a list: modify_tools leaves the body alone (sent as is).
+    out = _same(CASES["modify_tools"], monkeypatch, caplog)
+    assert [data for data, _ in out["received"][-2:]] == [b for b, _ in REQUESTS[-2:]]
+    assert b'"x"' not in out["received"][4][0]
 
     # Turn budgets: reminders go into bodies, and the fifth turn of `a` is refused.
     out = _same(CASES["turns_threshold_system"], monkeypatch, caplog)
