@@ -57,8 +57,10 @@ class ModifyTools:
     def inline_edit(self, p: str) -> tuple[list[str], dict[str, Any]]:
         """`edit` as source lines for a compiled request function (`compiled.py`), and the
         names they use (each starting with `p`): called only for a body with tools."""
+        # (A body without tools, the common case, is told apart by `is not None` alone:
+        # `isinstance` is a global lookup and a call.)
         return [f"{p}t = body.get('tools')",
-                f"if {p}t.__class__ is list or isinstance({p}t, list):",
+                f"if {p}t is not None and ({p}t.__class__ is list or isinstance({p}t, list)):",
                 f"    {p}edit(body, session_id)",
                 "    changed = True"], {f"{p}edit": self.edit}
 

@@ -68,6 +68,8 @@ REQUESTS: list[tuple[bytes, str | None]] = [
     (ODD, "d"),
     (_chat("plain"), None),
     (_chat("plain"), None),
+    (_chat("null tools", tools=None), "e"),  # modify_tools passes them by (`is not None`)
+    (_chat("tools not a list", tools={"x": 1}), "e"),
 ]
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
@@ -235,6 +237,11 @@ def test_the_cases_exercise_what_they_compare(monkeypatch: pytest.MonkeyPatch,
     assert out["received"][0][0] == ODD
     assert out["received"][2][0] != REQUESTS[2][0] and b'"junk":' not in out["received"][2][0]
 
+    # Tools that are null or not a list: modify_tools leaves the body alone (sent as is).
+    out = _same(CASES["modify_tools"], monkeypatch, caplog)
+    assert [data for data, _ in out["received"][-2:]] == [b for b, _ in REQUESTS[-2:]]
+    assert b'"x"' not in out["received"][4][0]
+
     # Turn budgets: reminders go into bodies, and the fifth turn of `a` is refused.
     out = _same(CASES["turns_threshold_system"], monkeypatch, caplog)
     assert any(b"turn(s) left" in data for data, _ in out["received"])
@@ -359,3 +366,35 @@ def test_both_paths_agree_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> 
     _, answers, stats, turns = fast
     assert stats["turns_refused"] == 160 - 8 * 12 and turns == {f"s{i}": 20 for i in range(8)}
     assert answers.count("4|let me see") == 8 * 12
+
+
+def _dict_materialized(obj: Any) -> bool:
+    """Whether CPython 3.11 keeps `obj`'s attributes in a dict object of its own (after
+    someone read `obj.__dict__`) rather than inline: then `gc.get_referents` lists that
+    dict (the attribute names as keys, their values as values) instead of the values."""
+    import gc
+
+    return any(type(r) is dict and r and all(
+        type(k) is str and getattr(obj, k, r) is v for k, v in r.items())
+        for r in gc.get_referents(obj))
+
+
+def test_compiling_leaves_the_hooks_attributes_inline() -> None:
+    """compile_chain tells a hook set on the instance from the class's own without reading
+    the instance's `__dict__` (that read makes every later attribute access on it, the
+    counters the compiled stages update per answer, slower for good)."""
+    cfg = ServiceConfig.model_validate({"type": "api", "url": "http://127.0.0.1:9/v1",
+                                        "model": "tiny", "interceptors": BENCH_CHAIN})
+    client = client_for_service(cfg)
+    assert client.chain is not None
+    impls = [lk.impl for lk in client.chain.links]
+    probe = impls[0]
+    assert not _dict_materialized(probe)
+    probe.__dict__  # noqa: B018 (the read this guards against)
+    assert _dict_materialized(probe)  # the check can tell
+    impls = impls[1:]
+    assert client._runs_inline(client.chain) and client._compiled_chain is not None
+    stateful = [i for i in impls if type(i).__name__ in ("ResponseStats", "LogTokens",
+                                                         "ProgressTracking", "TurnCounter")]
+    assert len(stateful) == 4
+    assert not any(_dict_materialized(i) for i in impls)
