@@ -136,6 +136,21 @@ def data_root_set_by_a_test_does_not_leak() -> Iterator[None]:
         datasets._DATA_DIR_OVERRIDE = before
 
 
+@pytest.fixture(scope="module", autouse=True)
+def data_root_set_in_a_module_does_not_leak() -> Iterator[None]:
+    """The same for module-scoped fixtures (`humaneval` below sets the data root for its
+    module, before any test's own guard above runs): the next module on the worker starts
+    from the value before. Without it, tests/benchmarks/test_agentic.py after a module using
+    `humaneval` on the same worker found the shared data instead of its empty folder."""
+    from benchmarks import datasets
+
+    before = datasets._DATA_DIR_OVERRIDE
+    try:
+        yield
+    finally:
+        datasets._DATA_DIR_OVERRIDE = before
+
+
 @pytest.fixture(scope="session", autouse=True)
 def first_n_selection_by_default() -> Iterator[None]:
     """Tests written before nel picked `max_problems` items as NeMo Evaluator does (a
