@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +123,9 @@ def isolated_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         mp.undo()
 
 
-@pytest.fixture(autouse=True)
-def data_root_set_by_a_test_does_not_leak() -> Iterator[None]:
-    """The config's `data_dir` is a process-wide setting (`benchmarks.datasets.set_data_dir`,
-    set by every in-process run): a test that sets it must not hand it to the next test of
-    the same worker, which may point NEL_DATA_DIR elsewhere."""
+@contextmanager
+def _data_root_restored() -> Iterator[None]:
+    """Put `benchmarks.datasets`' process-wide data root back as it was, on the way out."""
     from benchmarks import datasets
 
     before = datasets._DATA_DIR_OVERRIDE
@@ -134,6 +133,15 @@ def data_root_set_by_a_test_does_not_leak() -> Iterator[None]:
         yield
     finally:
         datasets._DATA_DIR_OVERRIDE = before
+
+
+@pytest.fixture(autouse=True)
+def data_root_set_by_a_test_does_not_leak() -> Iterator[None]:
+    """The config's `data_dir` is a process-wide setting (`benchmarks.datasets.set_data_dir`,
+    set by every in-process run): a test that sets it must not hand it to the next test of
+    the same worker, which may point NEL_DATA_DIR elsewhere."""
+    with _data_root_restored():
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -142,13 +150,8 @@ def data_root_set_in_a_module_does_not_leak() -> Iterator[None]:
     module, before any test's own guard above runs): the next module on the worker starts
     from the value before. Without it, tests/benchmarks/test_agentic.py after a module using
     `humaneval` on the same worker found the shared data instead of its empty folder."""
-    from benchmarks import datasets
-
-    before = datasets._DATA_DIR_OVERRIDE
-    try:
+    with _data_root_restored():
         yield
-    finally:
-        datasets._DATA_DIR_OVERRIDE = before
 
 
 @pytest.fixture(scope="session", autouse=True)
