@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -93,3 +95,51 @@ def test_an_ignored_signal_stays_ignored(handlers: None) -> None:
 
     assert run_interruptibly(ignored()) == "ran on"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+async def _blocked(seconds: float, cleaned: list[str]) -> str:
+    """A loop blocked in synchronous code (a scorer that sleeps): no callback runs meanwhile."""
+    try:
+        time.sleep(seconds)
+        return "completed"
+    finally:
+        cleaned.append("finally")
+
+
+def _signal_later(signum: int, *, times: int = 1, after: float = 0.3) -> threading.Thread:
+    def send() -> None:
+        for _ in range(times):
+            time.sleep(after)
+            os.kill(os.getpid(), signum)
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_loop_blocked_in_synchronous_code_is_interrupted_where_it_is(handlers: None, signum: int) -> None:
+    # Before: the signal waited for the loop, which sat in time.sleep until the end (a
+    # SIGTERM from SLURM's time limit left such a task running for its whole hour).
+    signal.signal(signum, _raise)
+    cleaned: list[str] = []
+    sender = _signal_later(signum)
+    with pytest.raises(Interrupted):
+        run_interruptibly(_blocked(30, cleaned))
+    sender.join()
+    assert cleaned == ["finally"]  # raised inside the blocked code: its cleanup ran
+    assert signal.getsignal(signum) is _raise
+
+
+def test_a_second_signal_does_not_wait_for_the_grace_period(handlers: None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from nel_assets.engine import interrupts
+
+    monkeypatch.setattr(interrupts, "GRACE_S", 600.0)  # the watchdog alone would never act here
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    cleaned: list[str] = []
+    sender = _signal_later(signal.SIGINT, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_interruptibly(_blocked(30, cleaned))
+    sender.join()
+    assert cleaned == ["finally"]
