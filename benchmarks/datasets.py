@@ -62,6 +62,12 @@ def data_root() -> Path | None:
     return Path(root).expanduser() if root else None
 
 
+def nel_cache_root() -> Path:
+    """The root of nel's own caches (`NEL_CACHE_DIR`, else ~/.cache/nel): the proxy's response
+    cache, the Dagster instance template."""
+    return Path(os.environ.get("NEL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nel"))
+
+
 def cache_root() -> Path:
     """Where `nel data pull/import` keep benchmark files (`NEL_CACHE_DIR`)."""
     base = os.environ.get("NEL_CACHE_DIR") or os.path.join(

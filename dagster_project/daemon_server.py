@@ -286,8 +286,7 @@ class Daemon:
     def _status(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "socket": str(self.path), "started": self.stats.started,
                 "served": self.stats.served, "running": sorted(self.runs),
-                "modules": len(sys.modules), "last_run": self.stats.last_run,
-                "repo": str(daemon_paths.REPO), "executable": sys.executable, "setting": self.setting}
+                "modules": len(sys.modules), "last_run": self.stats.last_run, "setting": self.setting}
 
     def _fork(self, conn: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
         report_r, report_w = os.pipe()

@@ -197,23 +197,25 @@ def open_instance(home: Path) -> Any:
 _DATABASES = ("history/runs.db", "history/event_log.db", "schedules/schedules.db")
 
 
-def _template_dir() -> Path:
+def _complete(folder: Path) -> bool:
+    return all((folder / db).is_file() for db in _DATABASES)
+
+
+def _template() -> Path | None:
+    """The template's folder, made first when missing (concurrent makers race harmlessly: the
+    first rename wins); None when it cannot be made."""
     import hashlib
-
-    import dagster as dg
-
-    key = hashlib.sha256(f"{dg.__version__}\0{instance_yaml(Path('/HOME'), {})}".encode()).hexdigest()[:16]
-    base = os.environ.get("NEL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nel")
-    return Path(base) / "dagster-instance-template" / key
-
-
-def _make_template(where: Path) -> Path | None:
-    """Create the template (once; concurrent makers race harmlessly); None if it cannot be."""
     import shutil
     import tempfile
 
     import dagster as dg
 
+    from benchmarks.datasets import nel_cache_root
+
+    key = hashlib.sha256(f"{dg.__version__}\0{instance_yaml(Path('/HOME'), {})}".encode()).hexdigest()[:16]
+    where = nel_cache_root() / "dagster-instance-template" / key
+    if _complete(where):
+        return where
     where.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".making-", dir=where.parent))
     try:
@@ -221,15 +223,11 @@ def _make_template(where: Path) -> Path | None:
         instance = dg.DagsterInstance.from_config(str(tmp))
         instance.get_dynamic_partitions("model")
         instance.dispose()  # closes every connection: the WAL is folded into each file
-        del instance
-        import gc
-
-        gc.collect()
-        if any(tmp.rglob("*-wal")) or not all((tmp / db).is_file() for db in _DATABASES):
+        if any(tmp.rglob("*-wal")) or not _complete(tmp):
             return None  # not a clean set of files: do without
         with contextlib.suppress(OSError):  # another process made it first
             os.rename(tmp, where)
-        return where if all((where / db).is_file() for db in _DATABASES) else None
+        return where if _complete(where) else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -244,11 +242,9 @@ def seed_from_template(home: Path) -> bool:
             return False
         if any((home / db).exists() or (home / f"{db}-wal").exists() for db in _DATABASES):
             return False
-        where = _template_dir()
-        if not all((where / db).is_file() for db in _DATABASES):
-            made = _make_template(where)
-            if made is None:
-                return False
+        where = _template()
+        if where is None:
+            return False
         for db in _DATABASES:
             dest = home / db
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -261,9 +257,7 @@ def seed_from_template(home: Path) -> bool:
 
 
 def prepare_template() -> None:
-    """Create the template of a new instance now if it is missing (the nel daemon does, before
+    """Make the template of a new instance now if it is missing (the nel daemon does, before
     its first fork, so that no run pays for it)."""
     with contextlib.suppress(Exception):  # the runs do without it then
-        where = _template_dir()
-        if not all((where / db).is_file() for db in _DATABASES):
-            _make_template(where)
+        _template()

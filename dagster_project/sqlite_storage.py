@@ -23,18 +23,19 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from dagster._core.storage.event_log.sqlite.consolidated_sqlite_event_log import (
+    SQLITE_EVENT_LOG_FILENAME,
     ConsolidatedSqliteEventLogStorage,
 )
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.sql import ALEMBIC_SCRIPTS_LOCATION
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS, create_db_conn_string
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
 
@@ -42,32 +43,38 @@ __all__ = ["PooledSqliteEventLogStorage", "PooledSqliteRunStorage", "load_migrat
 
 
 class _EnginePerProcess:
-    """A storage's engine, made on first use in each process.
+    """A storage's engine, made on first use.
 
     A child forked after the parent used the engine must neither use nor close the parent's
-    SQLite connections (SQLite forbids carrying a connection across fork()): the child makes
-    its own engine, and the inherited one is kept referenced, never closed, until exit.
+    SQLite connections (SQLite forbids carrying a connection across fork()): at the fork the
+    child drops it (`_after_fork_in_child`, kept referenced, never closed, until exit) and
+    makes its own on first use.
     """
 
     def __init__(self, url: str, connect_args: Mapping[str, Any]) -> None:
         self._url = url
         self._connect_args = dict(connect_args)
         self._engine: Engine | None = None
-        self._pid = 0
         self._lock = threading.Lock()
         _LIVE.add(self)
 
     def get(self) -> Engine:
         engine = self._engine
-        if engine is not None and self._pid == os.getpid():
+        if engine is not None:
             return engine
         with self._lock:
-            if self._engine is None or self._pid != os.getpid():
+            if self._engine is None:
                 # QueuePool (SQLAlchemy's default for a SQLite file): a connection returned
                 # after its transaction is reused; a thread never shares one mid-use.
                 self._engine = sa.create_engine(self._url, connect_args=self._connect_args)
-                self._pid = os.getpid()
             return self._engine
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A connection from the pool inside one transaction, committed on exit (rolled back
+        on an error), as Dagster's own `connect()` gives it."""
+        with self.get().connect() as conn, conn.begin():
+            yield conn
 
     def forget_inherited(self) -> None:
         """In a forked child: drop the parent's engine without closing its connections."""
@@ -77,7 +84,7 @@ class _EnginePerProcess:
         self._lock = threading.Lock()
 
     def dispose(self) -> None:
-        if self._engine is not None and self._pid == os.getpid():
+        if self._engine is not None:
             self._engine.dispose()
         self._engine = None
 
@@ -94,14 +101,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@contextmanager
-def _transaction(holder: _EnginePerProcess) -> Iterator[Connection]:
-    """A connection from the pool inside one transaction, committed on exit (rolled back on
-    an error), as Dagster's own `connect()` gives it."""
-    with holder.get().connect() as conn, conn.begin():
-        yield conn
-
-
 class PooledSqliteRunStorage(SqliteRunStorage):
     """Dagster's `SqliteRunStorage` (`runs.db`) on one pooled engine."""
 
@@ -116,10 +115,8 @@ class PooledSqliteRunStorage(SqliteRunStorage):
         # The parent's from_config_value names SqliteRunStorage itself; from_local builds cls.
         return cls.from_local(inst_data=inst_data, **config_value)
 
-    @contextmanager
-    def connect(self) -> Iterator[Connection]:
-        with _transaction(self._nel_engine) as conn:
-            yield conn
+    def connect(self) -> AbstractContextManager[Connection]:
+        return self._nel_engine.transaction()
 
     def dispose(self) -> None:
         super().dispose()
@@ -130,20 +127,14 @@ class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
     """Dagster's `ConsolidatedSqliteEventLogStorage` (one `event_log.db`) on one pooled engine."""
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        # Before the parent's __init__, which may create the tables and index them through
+        # `_connect`.
+        self._nel_engine = _EnginePerProcess(create_db_conn_string(base_dir, SQLITE_EVENT_LOG_FILENAME),
+                                             {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
         super().__init__(base_dir, inst_data)
-        self._nel_engine = _EnginePerProcess(self._conn_string, {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
 
-    @contextmanager
-    def _connect(self) -> Iterator[Connection]:
-        # Before __init__ has made the engine (the parent's __init__ may create the tables),
-        # Dagster's own per-statement connection is used.
-        holder = getattr(self, "_nel_engine", None)
-        if holder is None:
-            with super()._connect() as conn:
-                yield conn
-            return
-        with _transaction(holder) as conn:
-            yield conn
+    def _connect(self) -> AbstractContextManager[Connection]:
+        return self._nel_engine.transaction()
 
     def dispose(self) -> None:
         super().dispose()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +14,9 @@ LOG = logging.getLogger("nel.proxy")
 
 def default_cache_dir() -> Path:
     """`$NEL_CACHE_DIR/responses`, else `~/.cache/nel/responses`: shared across runs."""
-    root = os.environ.get("NEL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nel")
-    return Path(root) / "responses"
+    from benchmarks.datasets import nel_cache_root
+
+    return nel_cache_root() / "responses"
 
 
 def proxy_logger() -> logging.Logger:
