@@ -247,6 +247,9 @@ class DockerSandboxFactory:
         if code == 0 and box is not None and box.pids_current is None:
             return True  # nothing to check against: the kill ran
         await _docker("kill", "-s", "KILL", cid)
+        # `docker kill` returns once the signal is sent: a `start` before the container has
+        # stopped is a no-op, and the next exec then found it stopped ("is not running").
+        await _docker("wait", cid)
         code, _, _ = await _docker("start", cid)
         return code == 0 and (box is None or await self._settled(box) or box.pids_current is None)
 
