@@ -22,9 +22,10 @@ run going, and once SLURM had killed its parent shell it could no longer SIGKILL
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -36,13 +37,42 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 2.0
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a shard runs on: uvloop's when installed and `NEL_EVENT_LOOP` is not
+    `asyncio`; None means asyncio's own."""
+    choice = os.environ.get("NEL_EVENT_LOOP", "uvloop").strip().lower()
+    if choice not in ("uvloop", "asyncio"):
+        from benchmarks.errors import NelError
+
+        raise NelError(f"NEL_EVENT_LOOP must be uvloop or asyncio, not {choice!r}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:  # a trimmed install: the loop runs the same on asyncio's
+        return None
+    return uvloop.new_event_loop
+
+
+def _run(coro: Coroutine[Any, Any, T], factory: Callable[[], asyncio.AbstractEventLoop] | None
+         ) -> T:
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
+
+
 def run_interruptibly(coro: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(coro)`, with SIGINT and SIGTERM (when a Python handler is set for them)
-    delivered through the loop: the task is cancelled, then that handler is called. A loop
+    """`asyncio.run(coro)` on the shard's loop (`loop_factory`), with SIGINT and SIGTERM
+    (when a Python handler is set for them) delivered through the loop: the task is
+    cancelled, then that handler is called. A loop
     that does not take the signal within `GRACE_S` (blocked in synchronous code), or a second
     signal before it did, gets the handler called where it is, interrupting that code."""
+    try:
+        factory = loop_factory()
+    except BaseException:
+        coro.close()  # never started: no "was never awaited" warning on top of the error
+        raise
     if threading.current_thread() is not threading.main_thread():
-        return asyncio.run(coro)  # signal handlers belong to the main thread
+        return _run(coro, factory)  # signal handlers belong to the main thread
     previous = {s: signal.getsignal(s) for s in _SIGNALS}
     handled = [s for s, h in previous.items() if callable(h)]
     caught: list[int] = []
@@ -88,7 +118,7 @@ def run_interruptibly(coro: Coroutine[Any, Any, T]) -> T:
 
     result: T | None = None
     try:
-        result = asyncio.run(guarded())
+        result = _run(guarded(), factory)
     except asyncio.CancelledError:
         if not caught:
             raise

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.errors import NelError
 from nel_assets.engine.interrupts import run_interruptibly
 
 
@@ -21,6 +22,13 @@ class Interrupted(BaseException):
 
 def _raise(_signum: int, _frame: object) -> None:
     raise Interrupted
+
+
+@pytest.fixture(autouse=True, params=["uvloop", "asyncio"])
+def event_loop_choice(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on both loops a shard can run on (`NEL_EVENT_LOOP`)."""
+    monkeypatch.setenv("NEL_EVENT_LOOP", request.param)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -143,3 +151,24 @@ def test_a_second_signal_does_not_wait_for_the_grace_period(handlers: None,
         run_interruptibly(_blocked(30, cleaned))
     sender.join()
     assert cleaned == ["finally"]
+
+
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
+
+
+def test_a_shard_runs_on_the_chosen_loop(event_loop_choice: str) -> None:
+    expected = "uvloop" if event_loop_choice == "uvloop" else "asyncio.unix_events"
+    assert run_interruptibly(_loop_module()) == expected
+    # off the main thread too (no signal handling there)
+    out: list[str] = []
+    t = threading.Thread(target=lambda: out.append(run_interruptibly(_loop_module())))
+    t.start()
+    t.join()
+    assert out == [expected]
+
+
+def test_an_unknown_loop_name_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_EVENT_LOOP", "tokio")
+    with pytest.raises(NelError, match="NEL_EVENT_LOOP must be uvloop or asyncio, not 'tokio'"):
+        run_interruptibly(_loop_module())
