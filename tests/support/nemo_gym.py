@@ -44,6 +44,10 @@ class GymRun:
     urls: dict[str, str] = field(default_factory=dict)
 
 
+#: The ports Gym picks its servers' from (see `start_gym`).
+GYM_PORTS = (20001, 30000)
+
+
 def gym_site(venv: Path) -> Path:
     """The site-packages of the Gym venv (its built-in servers and their data live there)."""
     return next((venv / "lib").glob("python3*/site-packages"))
@@ -88,6 +92,12 @@ def start_gym(venv: Path, root: Path, servers: dict[str, dict[str, Any]]) -> Gym
     config_file.write_text(json.dumps({  # JSON is YAML: Gym reads it with OmegaConf
         "head_server": {"host": "127.0.0.1", "port": head_port},
         "default_host": "127.0.0.1",
+        # Gym's default range for its servers' ports (10001-20000) is the range Ray's
+        # workers take theirs from (10002-19999): a worker starting between Gym's pick and
+        # the server's bind took the port once ("address already in use", ng_run exits).
+        # This range is clear of both and of the kernel's ephemeral ports (32768 up).
+        "port_range_low": GYM_PORTS[0],
+        "port_range_high": GYM_PORTS[1],
         "uv_venv_dir": str(root / "venvs"),
         "skip_venv_if_present": True,
         **servers,
@@ -101,6 +111,9 @@ def start_gym(venv: Path, root: Path, servers: dict[str, dict[str, Any]]) -> Gym
                              timeout=PROCESS_START_S * 2, alive=proc,
                              what="NeMo Gym's head server (ng_run) to answer")
         run.urls = {str(i["process_name"]): str(i["url"]) for i in instances}
+        outside = {n: u for n, u in run.urls.items()
+                   if not GYM_PORTS[0] <= int(u.rstrip("/").rsplit(":", 1)[1]) <= GYM_PORTS[1]}
+        assert not outside, f"Gym ignored port_range_low/high: {outside}"
         for name, url in run.urls.items():
             wait_for(lambda u=url: _answers(u), timeout=PROCESS_START_S * 2, alive=proc,
                      what=f"Gym server {name} at {url} to answer")
