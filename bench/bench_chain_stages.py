@@ -14,6 +14,7 @@ replaced, so the difference to `chain` is what that stage costs there:
 - `request_x2` / `response_x2`: that stage run twice per request (the second request
   stage under another session, so both count a new session): its marginal cost.
 
+The client runs on the loop a shard runs on (`--client-loop`, default uvloop).
 All modes run in one process against one server, in alternating order per round; the
 client's CPU per request (its process time over the round) is printed as the median over
 rounds, with the throughput and the server's CPU per request. On a shared 2-core machine
@@ -32,7 +33,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.bench_interceptors import _cpu_seconds, _service
+from bench.bench_interceptors import _cpu_seconds, _service, run_on
 from nel_resources.model_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 
@@ -84,6 +85,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
+    p.add_argument("--client-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the client's event loop (default: uvloop, the loop shards run on)")
     a = p.parse_args()
     modes = a.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
@@ -97,11 +100,11 @@ def main() -> None:
     res: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
     try:
         for m in modes:  # warm: imports, the server's first answers
-            asyncio.run(_round(url, m, 1000))
+            run_on(a.client_loop, _round(url, m, 1000))
         for r in range(a.rounds):
             for m in modes if r % 2 == 0 else modes[::-1]:
                 s0 = _cpu_seconds(proc.pid)  # type: ignore[attr-defined]
-                rps, us = asyncio.run(_round(url, m, a.requests))
+                rps, us = run_on(a.client_loop, _round(url, m, a.requests))
                 server = (_cpu_seconds(proc.pid) - s0) / a.requests * 1e6  # type: ignore[attr-defined]
                 res[m].append((rps, us, server))
     finally:

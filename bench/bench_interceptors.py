@@ -15,8 +15,17 @@ over the round (its CPU seconds / the round's wall time: client, reference serve
 proxy), so a round slowed by the machine's other load shows as the processes getting
 less than their share.
 
+The client runs on the loop a shard runs on (`--client-loop`, default uvloop, as
+`nel eval run` since `nel_assets/engine/interrupts.py` picks it; `asyncio` for asyncio's own).
+
+`--native-reference` adds two more proxies in the same rounds, to show what any proxy costs
+on this machine: `haproxy` (HAProxy, a C proxy, one thread, forwarding only, no
+interceptors; `apt-get install haproxy`) and `proxy-empty` (nel's proxy with no
+interceptors). The first is the floor of a proxy hop here: the loopback TCP work of two
+more exchanges per request and a third busy process on 2 cores.
+
 Cores: the client, the proxy and the reference server are three single-threaded processes
-(the proxy under uvloop, the client on asyncio's default loop), not pinned; the OS shares
+(the proxy under uvloop), not pinned; the OS shares
 this machine's 2 cores between them and whatever else runs. In `direct` and `chain` two
 busy processes share the 2 cores; in `proxy` three do, and every request costs the proxy
 a whole HTTP exchange on each side (two reads, two writes: the kernel's loopback work
@@ -40,12 +49,16 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -100,23 +113,41 @@ async def _latency_p50(url: str, n: int) -> float:
         return statistics.median(out)
 
 
-# One round in a fresh process of a checkout: its `_round` with the proxy logger quiet.
+def run_on(loop: str, coro: Coroutine[Any, Any, Any]) -> Any:
+    """`asyncio.run(coro)` on `loop` ("uvloop" or "asyncio")."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
+
+
+# One round in a fresh process of a checkout: its `_round` with the proxy logger quiet, on
+# the loop named in argv (this file's code, so a baseline checkout's client gets it too).
 _WORKER = """
 import asyncio, logging, sys
 log = logging.getLogger("nel.proxy")
 log.setLevel(logging.WARNING); log.addHandler(logging.NullHandler()); log.propagate = False
 from bench.bench_interceptors import _round
-rps, us = asyncio.run(_round(sys.argv[1], sys.argv[4] == "chain", int(sys.argv[2]), int(sys.argv[3])))
+factory = None
+if sys.argv[5] == "uvloop":
+    import uvloop
+    factory = uvloop.new_event_loop
+with asyncio.Runner(loop_factory=factory) as runner:
+    rps, us = runner.run(_round(sys.argv[1], sys.argv[4] == "chain", int(sys.argv[2]),
+                                int(sys.argv[3])))
 print(rps, us)
 """
 
 
-def _round_in(checkout: Path, url: str, n: int, concurrency: int, chain: bool
+def _round_in(checkout: Path, url: str, n: int, concurrency: int, chain: bool, loop: str
               ) -> tuple[float, float]:
     """A round run by `checkout`'s code in a new process: (req/s, client us/req)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     out = subprocess.run([sys.executable, "-c", _WORKER, url, str(n), str(concurrency),
-                          "chain" if chain else "plain"],
+                          "chain" if chain else "plain", loop],
                          cwd=checkout, env=env, capture_output=True, text=True, check=True)
     rps, us = out.stdout.split()[-2:]
     return float(rps), float(us)
@@ -128,12 +159,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_proxy(url: str, tmp: Path, checkout: Path | None = None) -> tuple[object, str]:
-    """The proxy with the bench's chain; `checkout`: that nel's proxy code instead of ours."""
+def _start_proxy(url: str, tmp: Path, checkout: Path | None = None,
+                 chain: list[dict[str, Any]] | None = None) -> tuple[object, str]:
+    """The proxy with the bench's chain (or `chain`); `checkout`: that nel's proxy code
+    instead of ours."""
     cfg = tmp / "proxy.yaml"
     cfg.write_text(yaml.safe_dump({
         "services": {"m": {"type": "api", "url": url, "model": "tiny", "max_concurrent": 64,
-                           "interceptors": CHAIN}},
+                           "interceptors": CHAIN if chain is None else chain}},
         "benchmarks": [{"name": "gsm8k"}]}))
     if checkout is None:
         return start_proxy(cfg, "m", log_level="WARNING")  # log_tokens quiet, as in-process
@@ -147,6 +180,59 @@ def _start_proxy(url: str, tmp: Path, checkout: Path | None = None) -> tuple[obj
         os.chdir(cwd)
 
 
+class _Haproxy:
+    """HAProxy forwarding to `upstream` (host:port) on a free port of 127.0.0.1: one thread,
+    keep-alive both ways, upstream connections reused. Stop it with `stop()`."""
+
+    def __init__(self, upstream: str, tmp: Path) -> None:
+        exe = shutil.which("haproxy")
+        if exe is None:
+            sys.exit("--native-reference needs HAProxy: apt-get install haproxy")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = tmp / "haproxy.cfg"
+        cfg.write_text(f"""global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend nel_bench
+  bind 127.0.0.1:{port}
+  default_backend upstream
+backend upstream
+  server s1 {upstream}
+""")
+        self._proc = subprocess.Popen([exe, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self._proc.pid
+        deadline = time.monotonic() + 10
+        while True:  # listening once a connection is accepted
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    sys.exit(f"HAProxy did not start (config {cfg})")
+                time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{port}/v1"
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=4000)
@@ -155,6 +241,11 @@ def main() -> None:
     p.add_argument("--latency-requests", type=int, default=500)
     p.add_argument("--baseline", metavar="DIR",
                    help="another nel checkout: adds chain@base and proxy@base")
+    p.add_argument("--client-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the client's event loop (default: uvloop, the loop shards run on)")
+    p.add_argument("--native-reference", action="store_true",
+                   help="add haproxy (a C proxy, no interceptors) and proxy-empty (nel's proxy "
+                        "without interceptors)")
     a = p.parse_args()
     here = Path(__file__).resolve().parent.parent
     base = Path(a.baseline).resolve() if a.baseline else None
@@ -165,10 +256,17 @@ def main() -> None:
     proxies: dict[str, tuple[object, str]] = {}
     try:
         proxies["proxy"] = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
+        if a.native_reference:
+            hp = _Haproxy(url.split("//", 1)[1].split("/", 1)[0],
+                          Path(tempfile.mkdtemp(prefix="nel-bench-haproxy-")))
+            proxies["haproxy"] = (hp, hp.url)
+            proxies["proxy-empty"] = _start_proxy(
+                url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), chain=[])
         if base is not None:
             proxies["proxy@base"] = _start_proxy(
                 url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), base)
         modes: tuple[str, ...] = ("direct", "chain", "proxy") + (
+            ("haproxy", "proxy-empty") if a.native_reference else ()) + (
             ("chain@base", "proxy@base") if base else ())
         res: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
@@ -184,9 +282,10 @@ def main() -> None:
                 if base is not None:
                     # The client of `proxy@base` is ours, as for `proxy`: only the proxy differs.
                     rps, us = _round_in(base if mode == "chain@base" else here, target,
-                                        a.requests, a.concurrency, chained)
+                                        a.requests, a.concurrency, chained, a.client_loop)
                 else:
-                    rps, us = asyncio.run(_round(target, chained, a.requests, a.concurrency))
+                    rps, us = run_on(a.client_loop,
+                                     _round(target, chained, a.requests, a.concurrency))
                 wall = a.requests / rps
                 proxy_s = _cpu_seconds(this_proxy.pid) - p0  # type: ignore[attr-defined]
                 server_s = _cpu_seconds(proc.pid) - s0  # type: ignore[attr-defined]
@@ -217,11 +316,18 @@ def main() -> None:
                   f"this proxy / proxy@base {x / xb:.3f}")
         print(f"proxy process cpu per request: {statistics.median(proxy_cpu['proxy']):.1f} us "
               "(its own core time; the client's above is extra)")
+        for ref in ("haproxy", "proxy-empty"):
+            if ref in res:
+                xr = statistics.median(res[ref])
+                print(f"reference {ref}: {xr:.0f} req/s (ratio to direct {xr / d:.3f}), "
+                      f"process cpu {statistics.median(proxy_cpu[ref]):.1f} us/req, "
+                      f"client cpu {statistics.median(cpu[ref]):.1f} us/req")
+        print(f"client loop: {a.client_loop}")
         lat: dict[str, list[float]] = {"direct": [], **{m: [] for m in proxies}}
         for r in range(a.rounds):
             for mode in (list(lat) if r % 2 == 0 else list(lat)[::-1]):
                 target = proxies[mode][1] if mode in proxies else url
-                lat[mode].append(asyncio.run(_latency_p50(target, a.latency_requests)))
+                lat[mode].append(run_on(a.client_loop, _latency_p50(target, a.latency_requests)))
         ld = statistics.median(lat["direct"])
         for mode in proxies:
             lp = statistics.median(lat[mode])
