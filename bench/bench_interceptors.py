@@ -18,10 +18,11 @@ less than their share.
 The client runs on the loop a shard runs on (`--client-loop`, default uvloop, as
 `nel eval run` since `nel_assets/engine/interrupts.py` picks it; `asyncio` for asyncio's own).
 
-`--native-reference` adds two more proxies in the same rounds, to show what any proxy costs
-on this machine: `haproxy` (HAProxy, a C proxy, one thread, forwarding only, no
-interceptors; `apt-get install haproxy`) and `proxy-empty` (nel's proxy with no
-interceptors). The first is the floor of a proxy hop here: the loopback TCP work of two
+`--native-reference` adds three more proxies in the same rounds, to show what any proxy
+costs on this machine: `haproxy` (HAProxy, `--native-threads` threads, default 1) and
+`nginx` (one worker process), two C proxies forwarding only, without interceptors
+(`apt-get install haproxy nginx-light`), and `proxy-empty` (nel's proxy with no
+interceptors). The C proxies are the floor of a proxy hop here: the loopback TCP work of two
 more exchanges per request and a third busy process on 2 cores.
 
 Cores: the client, the proxy and the reference server are three single-threaded processes
@@ -180,20 +181,13 @@ def _start_proxy(url: str, tmp: Path, checkout: Path | None = None,
         os.chdir(cwd)
 
 
-class _Haproxy:
-    """HAProxy forwarding to `upstream` (host:port) on a free port of 127.0.0.1: one thread,
-    keep-alive both ways, upstream connections reused. Stop it with `stop()`."""
-
-    def __init__(self, upstream: str, tmp: Path) -> None:
-        exe = shutil.which("haproxy")
-        if exe is None:
-            sys.exit("--native-reference needs HAProxy: apt-get install haproxy")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        cfg = tmp / "haproxy.cfg"
-        cfg.write_text(f"""global
-  nbthread 1
+def _native_config(kind: str, port: int, upstream: str, tmp: Path, threads: int) -> str:
+    """The config of a native forwarding proxy (`kind`: haproxy or nginx) listening on
+    127.0.0.1:`port`: `threads` threads (HAProxy; nginx has one process), keep-alive both
+    ways, upstream connections reused, no logging."""
+    if kind == "haproxy":
+        return f"""global
+  nbthread {threads}
   maxconn 4096
 defaults
   mode http
@@ -207,9 +201,50 @@ frontend nel_bench
   default_backend upstream
 backend upstream
   server s1 {upstream}
-""")
-        self._proc = subprocess.Popen([exe, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)
+"""
+    return f"""daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log error;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  upstream up {{ server {upstream}; keepalive 128; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{port};
+    keepalive_requests 1000000;
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
+}}
+"""
+
+
+class _NativeProxy:
+    """HAProxy or nginx forwarding to `upstream` (host:port) on a free port of 127.0.0.1
+    (`_native_config`); `pid` is its one process, whose CPU is counted. Stop it with
+    `stop()`."""
+
+    def __init__(self, kind: str, upstream: str, tmp: Path, threads: int) -> None:
+        exe = shutil.which(kind)
+        if exe is None:
+            sys.exit(f"--native-reference needs {kind}: apt-get install "
+                     f"{'haproxy' if kind == 'haproxy' else 'nginx-light'}")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = tmp / f"{kind}.conf"
+        cfg.write_text(_native_config(kind, port, upstream, tmp, threads))
+        # nginx without its master process: the one process serving is the one started
+        argv = ([exe, "-f", str(cfg), "-db"] if kind == "haproxy"
+                else [exe, "-c", str(cfg), "-p", str(tmp), "-g", "master_process off;"])
+        self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
         self.pid = self._proc.pid
         deadline = time.monotonic() + 10
         while True:  # listening once a connection is accepted
@@ -219,7 +254,7 @@ backend upstream
             except OSError:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    sys.exit(f"HAProxy did not start (config {cfg})")
+                    sys.exit(f"{kind} did not start (config {cfg})")
                 time.sleep(0.05)
         self.url = f"http://127.0.0.1:{port}/v1"
 
@@ -244,8 +279,11 @@ def main() -> None:
     p.add_argument("--client-loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="the client's event loop (default: uvloop, the loop shards run on)")
     p.add_argument("--native-reference", action="store_true",
-                   help="add haproxy (a C proxy, no interceptors) and proxy-empty (nel's proxy "
-                        "without interceptors)")
+                   help="add haproxy and nginx (C proxies, no interceptors) and proxy-empty "
+                        "(nel's proxy without interceptors)")
+    p.add_argument("--native-threads", type=int, default=1,
+                   help="HAProxy's threads with --native-reference (default 1; nginx runs as "
+                        "one process)")
     a = p.parse_args()
     here = Path(__file__).resolve().parent.parent
     base = Path(a.baseline).resolve() if a.baseline else None
@@ -257,16 +295,19 @@ def main() -> None:
     try:
         proxies["proxy"] = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
         if a.native_reference:
-            hp = _Haproxy(url.split("//", 1)[1].split("/", 1)[0],
-                          Path(tempfile.mkdtemp(prefix="nel-bench-haproxy-")))
-            proxies["haproxy"] = (hp, hp.url)
+            upstream = url.split("//", 1)[1].split("/", 1)[0]
+            for kind in ("haproxy", "nginx"):
+                native = _NativeProxy(kind, upstream,
+                                      Path(tempfile.mkdtemp(prefix=f"nel-bench-{kind}-")),
+                                      a.native_threads)
+                proxies[kind] = (native, native.url)
             proxies["proxy-empty"] = _start_proxy(
                 url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), chain=[])
         if base is not None:
             proxies["proxy@base"] = _start_proxy(
                 url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), base)
         modes: tuple[str, ...] = ("direct", "chain", "proxy") + (
-            ("haproxy", "proxy-empty") if a.native_reference else ()) + (
+            ("haproxy", "nginx", "proxy-empty") if a.native_reference else ()) + (
             ("chain@base", "proxy@base") if base else ())
         res: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
@@ -316,7 +357,7 @@ def main() -> None:
                   f"this proxy / proxy@base {x / xb:.3f}")
         print(f"proxy process cpu per request: {statistics.median(proxy_cpu['proxy']):.1f} us "
               "(its own core time; the client's above is extra)")
-        for ref in ("haproxy", "proxy-empty"):
+        for ref in ("haproxy", "nginx", "proxy-empty"):
             if ref in res:
                 xr = statistics.median(res[ref])
                 print(f"reference {ref}: {xr:.0f} req/s (ratio to direct {xr / d:.3f}), "
