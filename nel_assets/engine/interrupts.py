@@ -63,9 +63,9 @@ def _run(coro: Coroutine[Any, Any, T], factory: Callable[[], asyncio.AbstractEve
 def run_interruptibly(coro: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(coro)` on the shard's loop (`loop_factory`), with SIGINT and SIGTERM
     (when a Python handler is set for them) delivered through the loop: the task is
-    cancelled, then that handler is called. A loop
-    that does not take the signal within `GRACE_S` (blocked in synchronous code), or a second
-    signal before it did, gets the handler called where it is, interrupting that code."""
+    cancelled, then that handler is called. A loop that does not take the signal within
+    `GRACE_S` (blocked in synchronous code), or a second signal before it did, gets the
+    handler called where it is, interrupting that code."""
     try:
         factory = loop_factory()
     except BaseException:

@@ -44,7 +44,7 @@ class GymRun:
     urls: dict[str, str] = field(default_factory=dict)
 
 
-#: The ports Gym picks its servers' from (see `start_gym`).
+#: The range Gym picks its servers' ports from (see `start_gym`).
 GYM_PORTS = (20001, 30000)
 
 
