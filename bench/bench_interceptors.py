@@ -51,20 +51,21 @@ import asyncio
 import logging
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nel_assets.engine.interrupts import loop_factory
 from nel_resources.config import ServiceConfig
 from nel_resources.model_client import client_for_service
+from nel_resources.processes import ManagedProcess, free_port
 from nel_resources.proxy.server import start_proxy
 from nel_resources.reference_server import start_reference_server
 
@@ -115,13 +116,8 @@ async def _latency_p50(url: str, n: int) -> float:
 
 
 def run_on(loop: str, coro: Coroutine[Any, Any, Any]) -> Any:
-    """`asyncio.run(coro)` on `loop` ("uvloop" or "asyncio")."""
-    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    if loop == "uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+    """`asyncio.run(coro)` on `loop` ("uvloop" or "asyncio"), as a shard would run it."""
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         return runner.run(coro)
 
 
@@ -225,47 +221,27 @@ http {{
 """
 
 
-class _NativeProxy:
-    """HAProxy or nginx forwarding to `upstream` (host:port) on a free port of 127.0.0.1
-    (`_native_config`); `pid` is its one process, whose CPU is counted. Stop it with
-    `stop()`."""
-
-    def __init__(self, kind: str, upstream: str, tmp: Path, threads: int) -> None:
-        exe = shutil.which(kind)
-        if exe is None:
-            sys.exit(f"--native-reference needs {kind}: apt-get install "
-                     f"{'haproxy' if kind == 'haproxy' else 'nginx-light'}")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        cfg = tmp / f"{kind}.conf"
-        cfg.write_text(_native_config(kind, port, upstream, tmp, threads))
-        # nginx without its master process: the one process serving is the one started
-        argv = ([exe, "-f", str(cfg), "-db"] if kind == "haproxy"
-                else [exe, "-c", str(cfg), "-p", str(tmp), "-g", "master_process off;"])
-        self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True)
-        self.pid = self._proc.pid
-        deadline = time.monotonic() + 10
-        while True:  # listening once a connection is accepted
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    sys.exit(f"{kind} did not start (config {cfg})")
-                time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+def _start_native(kind: str, upstream: str, tmp: Path, threads: int) -> tuple[object, str]:
+    """HAProxy or nginx (`_native_config`) forwarding to `upstream` (host:port) on a free port
+    of 127.0.0.1, started once it answers `/health` through to the reference server: the
+    process (its one process serves, so its CPU is the proxy's) and its base URL."""
+    exe = shutil.which(kind)
+    if exe is None:
+        sys.exit(f"--native-reference needs {kind}: apt-get install "
+                 f"{'haproxy' if kind == 'haproxy' else 'nginx-light'}")
+    port = free_port()
+    cfg = tmp / f"{kind}.conf"
+    cfg.write_text(_native_config(kind, port, upstream, tmp, threads))
+    # nginx without its master process: the one process serving is the one started
+    argv = ([exe, "-f", str(cfg), "-db"] if kind == "haproxy"
+            else [exe, "-c", str(cfg), "-p", str(tmp), "-g", "master_process off;"])
+    proc = ManagedProcess(argv, name=kind, log_path=tmp / f"{kind}.log").start()
+    try:
+        proc.wait_healthy(f"http://127.0.0.1:{port}/health", timeout=10)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 def main() -> None:
@@ -297,10 +273,9 @@ def main() -> None:
         if a.native_reference:
             upstream = url.split("//", 1)[1].split("/", 1)[0]
             for kind in ("haproxy", "nginx"):
-                native = _NativeProxy(kind, upstream,
-                                      Path(tempfile.mkdtemp(prefix=f"nel-bench-{kind}-")),
-                                      a.native_threads)
-                proxies[kind] = (native, native.url)
+                proxies[kind] = _start_native(kind, upstream,
+                                              Path(tempfile.mkdtemp(prefix=f"nel-bench-{kind}-")),
+                                              a.native_threads)
             proxies["proxy-empty"] = _start_proxy(
                 url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), chain=[])
         if base is not None:

@@ -37,10 +37,10 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 2.0
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop a shard runs on: uvloop's when installed and `NEL_EVENT_LOOP` is not
-    `asyncio`; None means asyncio's own."""
-    choice = os.environ.get("NEL_EVENT_LOOP", "uvloop").strip().lower()
+def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a shard runs on: uvloop's when installed, unless `choice` (default:
+    `NEL_EVENT_LOOP`) is `asyncio`; None means asyncio's own."""
+    choice = (choice or os.environ.get("NEL_EVENT_LOOP") or "uvloop").strip().lower()
     if choice not in ("uvloop", "asyncio"):
         from benchmarks.errors import NelError
 
