@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from nel_resources.progress_deadline import ProgressDeadline
+
 __all__ = [
     "ALLOWED_HOSTS",
     "HealthCheckError",
@@ -285,12 +287,24 @@ class ManagedProcess:
         except FileNotFoundError:
             return ""
 
-    def wait_healthy(self, url: str, timeout: float = 30.0, interval: float = 0.05) -> None:
+    def wait_healthy(self, url: str, timeout: float = 30.0, interval: float = 0.05, *,
+                     stall: float | None = None,
+                     deadline: ProgressDeadline | None = None) -> None:
         """Poll ``url`` with GET until it answers 200.
+
+        Args:
+            url: A 127.0.0.1/localhost URL.
+            timeout: Seconds to wait in all (with ``stall``: the ceiling).
+            interval: Seconds between polls.
+            stall: When given, give up earlier only if the process group has used no CPU for
+                this many seconds: a start slowed by a loaded machine is waited for up to
+                ``timeout``, a hung one is not (see :mod:`nel_resources.progress_deadline`).
+            deadline: A deadline already running (a wait that began before the health
+                poll, e.g. for a port file); overrides ``timeout`` and ``stall``.
 
         Raises:
             ProcessExitedError: The process exited first (message has the log tail).
-            HealthCheckError: ``timeout`` elapsed (a TimeoutError; message has the log tail).
+            HealthCheckError: the deadline passed (a TimeoutError; message has the log tail).
             ValueError: ``url`` is not on 127.0.0.1/localhost.
         """
         _check_local_url(url)
@@ -300,7 +314,9 @@ class ManagedProcess:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        deadline = time.monotonic() + timeout
+        if deadline is None:
+            deadline = ProgressDeadline(self._popen.pid, stall=timeout if stall is None else stall,
+                                        ceiling=timeout, watch=stall is not None)
         last_error = "no attempt made"
         while True:
             if self._leader_exited():
@@ -310,10 +326,10 @@ class ManagedProcess:
                     f"before {url} became healthy; log {self.log_path} ends with:\n"
                     f"{self.log_tail()}"
                 )
-            remaining = deadline - time.monotonic()
+            remaining = deadline.remaining()
             if remaining <= 0:
                 raise HealthCheckError(
-                    f"{self.name} (pid {self.pid}) not healthy at {url} after {timeout:.1f}s "
+                    f"{self.name} (pid {self.pid}) not healthy at {url}: {deadline.describe()} "
                     f"(last: {last_error}); log {self.log_path} ends with:\n{self.log_tail()}"
                 )
             try:
@@ -328,7 +344,7 @@ class ManagedProcess:
                 last_error = f"HTTP {status}"
             except (OSError, http.client.HTTPException) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
-            time.sleep(min(interval, max(deadline - time.monotonic(), 0)))
+            time.sleep(min(interval, deadline.remaining()))
 
     def __repr__(self) -> str:
         pid = self._popen.pid if self._popen else None
@@ -363,6 +379,7 @@ def start_on_free_port(
     *,
     timeout: float = 30.0,
     attempts: int = 3,
+    stall: float | None = None,
 ) -> tuple[ManagedProcess, int]:
     """Start a server that must be told its port, retrying on a fresh port if it loses one.
 
@@ -373,8 +390,10 @@ def start_on_free_port(
     Args:
         make: Builds the (not yet started) process for a port.
         health_url: The URL that answers 200 once the server on that port is ready.
-        timeout: Seconds to wait for health on each attempt.
+        timeout: Seconds to wait for health on each attempt (with ``stall``: the ceiling).
         attempts: Ports to try.
+        stall: Fail an attempt early only after this many seconds without CPU progress
+            (see :meth:`ManagedProcess.wait_healthy`).
 
     Returns:
         The healthy process and its port.
@@ -387,7 +406,7 @@ def start_on_free_port(
         port = free_port()
         proc = make(port).start()
         try:
-            proc.wait_healthy(health_url(port), timeout=timeout)
+            proc.wait_healthy(health_url(port), timeout=timeout, stall=stall)
         except ProcessExitedError as exc:
             proc.stop()
             last = exc

@@ -1249,12 +1249,15 @@ def _cli_args(opts: Mapping[str, Any]) -> list[str]:
 
 
 def start_reference_server(
-    *, timeout: float = 20.0, log_path: str | os.PathLike[str] | None = None, **opts: Any
+    *, timeout: float = 600.0, stall: float = 30.0,
+    log_path: str | os.PathLike[str] | None = None, **opts: Any
 ) -> tuple[ManagedProcess, str]:
     """Launch the reference server as a child process and wait until it is healthy.
 
     Args:
-        timeout: Seconds to wait for the port file and ``/health``.
+        timeout: Ceiling, in seconds, on the wait for the port file and ``/health``.
+        stall: Give up earlier when the server has used no CPU for this many seconds (hung);
+            a start slowed by a loaded machine keeps progressing and is waited for.
         log_path: Where the server's output goes (a temp file by default).
         **opts: ``ServerConfig`` fields, e.g. ``fail_rate=0.2, reasoning_mode="think"``.
             ``answers`` and ``tool_script`` may also be lists of row dicts (written to
@@ -1264,6 +1267,7 @@ def start_reference_server(
         The running :class:`ManagedProcess` (stop it!) and the base URL ending in ``/v1``.
     """
     from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
+    from nel_resources.progress_deadline import ProgressDeadline
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-refserver-"))
     for key in ("answers", "tool_script"):
@@ -1289,21 +1293,20 @@ def start_reference_server(
         argv, name="reference-server", log_path=log_path or workdir / "server.log"
     ).start()
     try:
-        deadline = time.monotonic() + timeout
+        deadline = ProgressDeadline(proc.pid, stall=stall, ceiling=timeout)
         while not port_file.exists():
             if not proc.is_running():
                 raise ProcessExitedError(
                     f"reference server exited before listening; log:\n{proc.log_tail()}"
                 )
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise HealthCheckError(
-                    f"reference server wrote no port file in {timeout}s; log:\n{proc.log_tail()}"
+                    f"reference server wrote no port file: {deadline.describe()}; "
+                    f"log:\n{proc.log_tail()}"
                 )
             time.sleep(0.01)
         port = int(port_file.read_text())
-        proc.wait_healthy(
-            f"http://127.0.0.1:{port}/health", timeout=max(deadline - time.monotonic(), 1.0)
-        )
+        proc.wait_healthy(f"http://127.0.0.1:{port}/health", deadline=deadline)
     except BaseException:
         proc.stop()
         raise

@@ -26,6 +26,7 @@ import yaml
 from dagster_project.cli.main import build_parser
 from tests.support.cli import nel_env, run_nel, summary_json
 from tests.support.realcomponents import REPO_ROOT
+from tests.support.signals import default_signals
 from tests.support.slurm_cluster import start_slurm_cluster
 from tests.support.waiting import wait_for
 
@@ -212,7 +213,8 @@ def test_ctrl_c_while_waiting_cancels_the_job(tmp_path: Path, slurm_env: dict[st
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "serve", "-b", "gsm8k",
                                  "--port", "0", "--slurm", str(cfg)], stdout=fh, stderr=subprocess.STDOUT,
-                                env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True)
+                                env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True,
+                                preexec_fn=default_signals)
     job_id = ""
     try:
         wait_for(lambda: "submitted serve job" in log.read_text(), timeout=120, what="the job to be submitted")
@@ -224,6 +226,8 @@ def test_ctrl_c_while_waiting_cancels_the_job(tmp_path: Path, slurm_env: dict[st
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if job_id:  # a failed Ctrl-C leaves no job queued
+                subprocess.run(["scancel", job_id], env={**os.environ, **slurm_env}, check=False)
     assert f"interrupted: cancelled job {job_id}" in log.read_text()
     assert queued(slurm_env, job_id) == ""
 

@@ -24,6 +24,7 @@ import yaml
 from dagster_project import exit_codes
 from tests.support.cli import run_nel, start_nel
 from tests.support.cluster_runs import items, local_run, shard_materializations, write_config
+from tests.support.signals import cancel_slurm_jobs
 from tests.support.slurm_cluster import ARRAYS_CLUSTER, gsm8k_byob_dir, sh, start_slurm_cluster
 from tests.support.waiting import wait_for
 
@@ -123,18 +124,20 @@ def test_ctrl_c_cancels_every_array_and_the_merge_job(tmp_path: Path, slurm_env:
                        cluster=slurm(shards=7, sbatch_extra_flags={"begin": "now+1hour"}))
     log = tmp_path / "nel.log"
     proc = start_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, log=log)
-    try:
-        wait_for(lambda: "merge job" in log.read_text(), timeout=180, what="the jobs to be submitted")
-        doc = json.loads((only_run_dir(out) / "jobs.json").read_text())
-        ids = [a["job_id"] for a in doc["arrays"]] + [doc["merge"]]
-        assert len(ids) == 4
-        queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%F").stdout.split()
-        assert set(queued) == set(ids), queued
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130, log.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    ids: list[str] = []
+    with cancel_slurm_jobs(slurm_env, ids):
+        try:
+            wait_for(lambda: "merge job" in log.read_text(), timeout=180, what="the jobs to be submitted")
+            doc = json.loads((only_run_dir(out) / "jobs.json").read_text())
+            ids += [a["job_id"] for a in doc["arrays"]] + [doc["merge"]]
+            assert len(ids) == 4
+            queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%F").stdout.split()
+            assert set(queued) == set(ids), queued
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130, log.read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
     assert f"interrupted: cancelled jobs {', '.join(ids)}" in log.read_text()
     assert sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout.strip() == ""
 

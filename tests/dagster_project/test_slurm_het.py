@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -266,13 +267,11 @@ def test_an_api_service_on_another_pool_is_refused(tmp_path: Path, model_url: st
 
 def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
         tmp_path: Path, slurm_env: dict[str, str], model_url: str, bench_dir: Path) -> None:
-    import os
-    import signal
     import subprocess
     import sys
 
     from tests.support.cli import nel_env
-    from tests.support.waiting import wait_for
+    from tests.support.signals import cancel_slurm_jobs, default_signals
 
     out = tmp_path / "out"
     # `begin` keeps the jobs pending for an hour: they are surely queued when Ctrl-C comes.
@@ -282,11 +281,27 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "eval", "run", str(cfg),
                                  "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
-                                env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True)
+                                env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True,
+                                preexec_fn=default_signals)
+    ids: list[str] = []
+    with cancel_slurm_jobs(slurm_env, ids):
+        _interrupt_het_run(proc, log, out, slurm_env, ids)
+    assert "interrupted: cancelled jobs" in log.read_text()
+    left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
+    assert left.strip() == ""
+
+
+def _interrupt_het_run(proc: Any, log: Path, out: Path, slurm_env: dict[str, str],
+                       ids: list[str]) -> None:
+    """Wait for the jobs to queue (their ids into `ids`), Ctrl-C the run, expect exit 130."""
+    import signal
+
+    from tests.support.waiting import wait_for
+
     try:
         wait_for(lambda: "merge job" in log.read_text(), timeout=120, what="the jobs to be submitted")
         jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
-        ids = [h["job_id"] for h in jobs["hetjobs"]] + [jobs["merge"]]
+        ids += [h["job_id"] for h in jobs["hetjobs"]] + [jobs["merge"]]
         assert len(ids) == 2 * N_SHARDS + 1
         queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout.split()
         # each two-component job is listed once per component (`12+0`, `12+1`)
@@ -296,6 +311,3 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert "interrupted: cancelled jobs" in log.read_text()
-    left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
-    assert left.strip() == ""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.realcomponents import REPO_ROOT
+from tests.support.signals import default_signals
 
 
 def nel_env(extra: dict[str, str] | None = None, unset: Sequence[str] = ()) -> dict[str, str]:
@@ -36,7 +37,7 @@ def run_nel(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster_project.cli.main", *args], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env=nel_env(env, unset), cwd=cwd or REPO_ROOT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_signals,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -54,8 +55,7 @@ def start_nel(*args: str, env: dict[str, str] | None = None, log: Path) -> subpr
     fh = open(log, "wb")
     return subprocess.Popen(
         [sys.executable, "-m", "dagster_project.cli.main", *args], stdout=fh, stderr=subprocess.STDOUT,
-        env=nel_env(env), cwd=REPO_ROOT, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+        env=nel_env(env), cwd=REPO_ROOT, start_new_session=True, preexec_fn=default_signals,
     )
 
 
@@ -72,7 +72,7 @@ def started_nel(*args: str, out_dir: Path, env: dict[str, str] | None = None
     with stdout.open("wb") as so, stderr.open("wb") as se:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dagster_project.cli.main", *args], stdout=so, stderr=se,
-            cwd=REPO_ROOT, env=nel_env(env), start_new_session=True)
+            cwd=REPO_ROOT, env=nel_env(env), start_new_session=True, preexec_fn=default_signals)
     try:
         yield proc, stdout, stderr
     finally:

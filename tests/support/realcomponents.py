@@ -42,7 +42,7 @@ def llama_model_path() -> Path:
 
 
 def start_llama_server(
-    model: Path, *, alias: str = "stories260K", timeout: float = 120.0, attempts: int = 3,
+    model: Path, *, alias: str = "stories260K", timeout: float = 600.0, attempts: int = 3,
     n_ctx: int = 512,
 ) -> tuple[ManagedProcess, str]:
     """Start ``llama_cpp.server`` on a free port with one thread; wait for /v1/models.
@@ -68,5 +68,5 @@ def start_llama_server(
         )
 
     proc, port = start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/v1/models",
-                                    timeout=timeout, attempts=attempts)
+                                    timeout=timeout, attempts=attempts, stall=60.0)
     return proc, f"http://127.0.0.1:{port}/v1"
