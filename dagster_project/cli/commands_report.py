@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ def _report_args(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     p.add_argument("--all-formats", action="store_true",
                    help="write every format (report.md/.html/.csv/.json/.tex) into -o DIR "
                    "(default: the current directory, as in NeMo Evaluator)")
-    p.add_argument("-o", "--output", help="file to write (a directory with --all-formats); default stdout")
+    p.add_argument("-o", "--output", help="file to write (a directory with --all-formats); default "
+                   "stdout, except an HTML report at a terminal: report.html in the run directory")
     p.add_argument("-m", "--model", action="append", default=None,
                    help="only this model (repeatable; default all)")
     p.add_argument("-b", "--bench", action="append", default=None,
@@ -87,7 +89,8 @@ def _write(path: str | None, text: str) -> None:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
-        print(f"wrote {p}", file=sys.stderr)
+        print(f"wrote {p}" + (f" ({len(text.encode()) // 1024} KB; open it in a browser)"
+                              if p.suffix == ".html" else ""), file=sys.stderr)
     else:
         sys.stdout.write(text)
 
@@ -210,8 +213,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
             _write(str(out / f"report.{EXTENSIONS[f]}"),
                    render(f, bundles, details=details, comparison=comparison))
         return 0
-    _write(args.output, render(fmt, bundles, details=details, comparison=comparison))
+    text = render(fmt, bundles, details=details, comparison=comparison)
+    output = args.output
+    if output is None and fmt == "html" and sys.stdout.isatty():
+        # A whole HTML page is no use on a terminal: write it where the user can open it.
+        output = str(_default_html_path(paths))
+    _write(output, text)
     return 0
+
+
+def _default_html_path(paths: list[str]) -> Path:
+    """Where `nel report` puts its HTML page when stdout is a terminal and no -o was given:
+    beside the results for one run directory, else in the current directory."""
+    first = Path(paths[0]).expanduser()
+    if len(paths) == 1 and first.is_dir() and os.access(first, os.W_OK):
+        return first / "report.html"
+    return Path("report.html")
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

@@ -130,3 +130,50 @@ def test_merge_separate_shard_processes(tmp_path: Path, data_dir: Path, referenc
     shutil.copy2(s0 / "part-0.parquet", s1 / "part-0.parquet")  # shard 1 now holds shard 0's samples
     p = ok("eval", "merge", dirs[0], str(bad), dirs[2], "-o", str(tmp_path / "dup"), code=2)
     assert "sample_id(s) appear more than once" in p.stderr and "0:0 (shards 0, 1)" in p.stderr
+
+
+def _nel_at_a_terminal(*args: str, cwd: Path) -> tuple[int, str]:
+    """`nel ARGS` with stdout and stderr on a pseudo-terminal; returns (status, what it printed)."""
+    import os
+    import pty
+    import sys
+
+    from tests.support.cli import nel_env
+    from tests.support.realcomponents import REPO_ROOT
+    from tests.support.signals import default_signals
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", *args],
+                            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                            cwd=cwd, env={**nel_env(), "PYTHONPATH": str(REPO_ROOT)},
+                            start_new_session=True, preexec_fn=default_signals)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return proc.wait(timeout=300), b"".join(chunks).decode(errors="replace")
+
+
+def test_html_report_at_a_terminal_goes_to_a_file(run_dir: Path, tmp_path: Path) -> None:
+    """`nel report DIR` at a terminal writes report.html beside the results and says where,
+    instead of printing a whole page (102 KB) to the screen; a pipe still gets the page."""
+    target = run_dir / "report.html"
+    target.unlink(missing_ok=True)
+    status, printed = _nel_at_a_terminal("report", str(run_dir), cwd=tmp_path)
+    assert status == 0, printed
+    assert "<!DOCTYPE html>" not in printed and len(printed) < 500, printed[:500]
+    assert f"wrote {target}" in printed and "open it in a browser" in printed
+    assert target.read_text().startswith("<!DOCTYPE html>")
+    target.unlink()
+    # Markdown at a terminal is still printed; HTML into a pipe is still the page itself.
+    status, printed = _nel_at_a_terminal("report", str(run_dir), "-f", "markdown", cwd=tmp_path)
+    assert status == 0 and "| gsm8k | base |" in printed
+    assert ok("report", str(run_dir)).stdout.startswith("<!DOCTYPE html>")
+    assert not target.exists()

@@ -15,7 +15,10 @@ from nel_assets.engine.reports.tables import se_cell
 __all__ = ["render_html"]
 
 MAX_ROWS = 1000  # per (benchmark, model): enough to browse, small enough for a fast page
-TEXT_CAP = 4000  # characters per prompt/response cell
+#: Characters per prompt/response cell: texts are shown whole; only a pathological one (a
+#: runaway generation) is cut, so that 1,000 rows cannot make a page of gigabytes.
+TEXT_CAP = 50_000
+SUMMARY_CHARS = 90  # characters of a collapsed cell's one-line summary
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 16px}
@@ -69,16 +72,37 @@ def _verdict(row: Mapping[str, Any]) -> str:
     return "correct" if float(r) >= 1.0 else "wrong" if float(r) <= 0.0 else "partial"
 
 
+def _summary(flat: str, *, last: bool) -> str:
+    """At most SUMMARY_CHARS of whitespace-collapsed text, cut at a word boundary, with an
+    ellipsis where text was left out (its start, or its end with ``last``)."""
+    if len(flat) <= SUMMARY_CHARS:
+        return flat
+    if last:
+        tail = flat[-SUMMARY_CHARS:]
+        space = tail.find(" ")
+        return "…" + (tail[space + 1:] if 0 <= space < SUMMARY_CHARS // 3 else tail)
+    head = flat[:SUMMARY_CHARS]
+    space = head.rfind(" ")
+    return (head[:space] if space > 2 * SUMMARY_CHARS // 3 else head) + "…"
+
+
 def _text_cell(text: Any, *, last: bool = False) -> str:
-    """A collapsed cell: a one-line summary, the (capped) full text on click. ``last`` picks
-    the last paragraph for the summary: prompts open with the same instruction every time
-    and end with the question that tells rows apart."""
+    """A prompt or response, escaped and whole. Short text is shown as it is; longer text is
+    collapsed under a one-line summary of its words (the first line alone can be a lone quote
+    or a blank-looking fragment). ``last`` summarises the end: prompts open with the same
+    instruction every time and end with the question that tells rows apart."""
     s = "" if text is None else str(text)
     if len(s) > TEXT_CAP:
-        s = s[:TEXT_CAP] + f"\n… ({len(s) - TEXT_CAP} more characters)"
-    lines = [ln for ln in s.strip().splitlines() if ln.strip()]
-    head = (lines[-1] if last else lines[0])[:90] if lines else ""
-    return f"<details><summary>{_e(head) or '(empty)'}</summary><pre>{_e(s)}</pre></details>"
+        # Only pathological cells are cut, at a line or word boundary, and say so.
+        cut = max(s.rfind("\n", 0, TEXT_CAP), s.rfind(" ", 0, TEXT_CAP))
+        cut = cut if cut > TEXT_CAP // 2 else TEXT_CAP
+        s = s[:cut] + f"\n… ({len(s) - cut:,} more characters: the whole text is in results.jsonl)"
+    flat = " ".join(s.split())
+    if not flat:
+        return '<span class="muted">(empty)</span>'
+    if len(flat) <= SUMMARY_CHARS and "\n" not in s.strip():
+        return f"<pre>{_e(s.strip())}</pre>"
+    return f"<details><summary>{_e(_summary(flat, last=last))}</summary><pre>{_e(s)}</pre></details>"
 
 
 def _drilldown(key: str, samples: Sequence[Mapping[str, Any]], total: int) -> str:
