@@ -143,7 +143,7 @@ _SANDBOX_KEYS: dict[str, frozenset[str]] = {
         "dockerhub_secret_arn", "efs_filesystem_id", "efs_access_point_id", "ssm_project"},
     "slurm": _SLURM_SB,
     "apptainer": _SLURM_SB | {"sif_cache_dir"},
-    "local": _CONTAINER,
+    "local": _CONTAINER | {"memory", "ephemeral_storage_gib"},
     "none": _SANDBOX_COMMON,
     "custom": frozenset({"class_path", "config"}),
 }

@@ -1,11 +1,19 @@
 """The `local` sandbox: model-written code on this machine, inside bubblewrap.
 
-Each sandbox is one host temp directory, bound read-write at `spec.workdir`; every command
+Each sandbox is one host directory, bound read-write at `spec.workdir`; every command
 runs in fresh user, PID, network, IPC and UTS namespaces (`bwrap --unshare-all`), so it
 sees no network (not even the host's 127.0.0.1), no host process, and no host file but
 the read-only system directories a program needs (`/usr` and the Python installation).
 The environment is built from scratch: nothing of nel's (API keys included) is passed on.
-Resource limits are rlimits set *inside* the namespaces (so the process count is counted
+
+A sample's total is bounded, not only each process: all its commands run in one memory
+cgroup of `memory` bytes (see `memcg`), which also counts the tmpfs pages it writes; its
+workdir is a tmpfs of `scratch_bytes` mounted on the host directory (root only, see
+`tmpfs`), and each command gets its own `/tmp` and `/dev/shm` tmpfs of that size, so a
+full disk is ENOSPC inside the sandbox and nothing of it survives into the next sample.
+Where no cgroup can be made, the total is bounded by rlimits instead: at most
+`FALLBACK_PROCESSES` processes of `memory / FALLBACK_PROCESSES` address space each.
+Per-process rlimits are set *inside* the namespaces (so the process count is counted
 per sandbox, not per host user): address space, CPU seconds, processes, file size, open
 files, no core files. When the command ends, is killed at its timeout or passes the output
 cap, bubblewrap's PID 1 dies and the kernel kills everything left in the namespace, so no
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -36,7 +45,9 @@ from nel_resources.sandboxes.base import ExecResult, SandboxError, SandboxSpec
 from nel_resources.sandboxes.capture import capture
 from nel_resources.sandboxes.hostfiles import HostFiles
 from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.memcg import MemoryCgroup, memcg_base
 from nel_resources.sandboxes.slots import SlotPool
+from nel_resources.sandboxes.tmpfs import can_mount, mount_tmpfs, unmount
 
 if TYPE_CHECKING:
     from nel_resources.config import SandboxConfig
@@ -45,6 +56,12 @@ if TYPE_CHECKING:
 #: real account (uids up to 2**31 are valid; 1000 slots per nel process).
 _UID_BASE = 1_000_000_000
 _SLOTS_PER_PROCESS = 1000
+#: A sample's memory (processes and tmpfs pages) when the config sets no `memory`.
+DEFAULT_MEMORY_BYTES = 2 << 30
+#: Without a memory cgroup: at most this many processes (and threads) per command, each
+#: with `memory / FALLBACK_PROCESSES` bytes of address space, so their sum stays `memory`.
+FALLBACK_PROCESSES = 16
+_log = logging.getLogger("nel.sandbox")
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,9 @@ def bwrap_argv(*, uid: int | None, binds: Iterable[str], scratch_bytes: int, hos
     argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     for path in binds:
         argv += ["--ro-bind", path, path]
+    # /tmp and /dev/shm: tmpfs private to this command and bounded (bwrap's /dev is not).
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_bytes), "--tmpfs", "/tmp",
+             "--size", str(scratch_bytes), "--tmpfs", "/dev/shm",
              "--bind", str(host_dir), spec.workdir]
     for vol in spec.volumes:
         argv += ["--ro-bind" if vol.readonly else "--bind", vol.host_path, vol.container_path]
@@ -133,7 +152,7 @@ def _check_reachable(path: Path, uid: int) -> None:
 class LocalSandboxFactory:
     """Makes `local` sandboxes; at most `concurrency` are alive at once."""
 
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = field(default_factory=lambda: Limits(memory_bytes=DEFAULT_MEMORY_BYTES))
     concurrency_: int = 4
     #: upper bound of any single command's wall-clock time, seconds
     max_timeout: float = 1800.0
@@ -141,6 +160,12 @@ class LocalSandboxFactory:
     base_env: dict[str, str] = field(default_factory=dict)
     #: where the per-sandbox host directories are made (default: the system temp dir)
     root: Path | None = None
+    #: bound a sample's memory with a cgroup: None = where one can be made (else rlimits),
+    #: False = rlimits only, True = a cgroup or a SandboxError
+    cgroup: bool | None = None
+    #: a tmpfs of `limits.scratch_bytes` as the workdir: None = when root, False = a plain
+    #: host directory, True = the tmpfs or a SandboxError
+    workdir_tmpfs: bool | None = None
 
     def __post_init__(self) -> None:
         bwrap_path()
@@ -151,6 +176,29 @@ class LocalSandboxFactory:
         self._python = host_python()
         self._drop_to_uid = os.geteuid() == 0
         self._probed = False
+        self._memcg = memcg_base() if self.cgroup is not False else None
+        if self.cgroup and self._memcg is None:
+            raise SandboxError("the local sandbox could not create a memory cgroup (no writable "
+                               "cgroup v2 or v1 memory hierarchy): run as root or delegate one")
+        if self._memcg is None and self.cgroup is None:
+            _log.warning("no writable memory cgroup: a local sandbox's total memory is bounded "
+                         "by rlimits (%d processes of %d bytes each)", *self._fallback())
+        self._tmpfs = can_mount() if self.workdir_tmpfs is not False else False
+        if self.workdir_tmpfs and not self._tmpfs:
+            raise SandboxError("the local sandbox could not mount a tmpfs workdir (needs root)")
+        if not self._tmpfs and self.workdir_tmpfs is None:
+            _log.warning("not root: a local sandbox's workdir is on the host disk, bounded per "
+                         "file (%d bytes) but not in total", self.limits.max_file_bytes)
+
+    def _fallback(self) -> tuple[int, int]:
+        """(processes, address space each) when no cgroup bounds the total."""
+        procs = min(self.limits.max_processes, FALLBACK_PROCESSES)
+        return procs, self.limits.memory_bytes // procs
+
+    @property
+    def memory_enforcement(self) -> str:
+        """How a sample's total memory is bounded: `cgroup v2`, `cgroup v1` or `rlimit`."""
+        return f"cgroup v{self._memcg.version}" if self._memcg else "rlimit"
 
     @property
     def concurrency(self) -> int:
@@ -182,6 +230,8 @@ class LocalSandbox:
         self._slot: int | None = None
         self._dir: Path | None = None
         self._running: set[asyncio.subprocess.Process] = set()
+        self._cgroup: MemoryCgroup | None = None
+        self._mounted = False
 
     @property
     def spec(self) -> SandboxSpec:
@@ -193,6 +243,12 @@ class LocalSandbox:
         """The host directory behind `spec.workdir` while the sandbox is alive."""
         return self._dir
 
+    @property
+    def memory_peak_bytes(self) -> int | None:
+        """The most memory this sample has held so far (its cgroup's peak: processes and
+        tmpfs pages), or None without a cgroup."""
+        return self._cgroup.peak_bytes() if self._cgroup else None
+
     async def start(self) -> None:
         """Take a concurrency slot, make the workdir and write `spec.files` into it."""
         if self._slot is not None:
@@ -200,8 +256,9 @@ class LocalSandbox:
         self._slot = await self._f._slots.acquire()
         try:
             self._dir = Path(tempfile.mkdtemp(prefix="nel-sandbox-", dir=self._f.root))
-            if self._f._drop_to_uid:
-                uid = self._f._uid(self._slot)
+            uid = self._f._uid(self._slot) if self._f._drop_to_uid else None
+            self._bound(uid)
+            if uid is not None:
                 os.chown(self._dir, uid, uid)
                 for vol in self._spec.volumes:
                     _check_reachable(Path(vol.host_path), uid)
@@ -226,10 +283,13 @@ class LocalSandbox:
         argv = self._argv(command, cwd)
         timeout = min(float(timeout_sec), self._f.max_timeout)
         began = time.monotonic()
+        cgroup = self._cgroup
+        ooms = cgroup.oom_kills() if cgroup else 0
         proc = await asyncio.create_subprocess_exec(
             *argv, env=self._env(env), cwd="/", start_new_session=True,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=cgroup.enter if cgroup else None)
         self._running.add(proc)
         try:
             got = await capture(proc, stdin=stdin, timeout=timeout, output_limit=output_limit,
@@ -237,6 +297,8 @@ class LocalSandbox:
         finally:
             self._running.discard(proc)
         code, stopped = got.outcome()
+        if stopped is None and cgroup is not None and cgroup.oom_kills() > ooms:
+            stopped = "memory"  # the sample's total passed `memory`: the kernel killed a process
         if not got.timed_out and not got.over_cap and code == 1 \
                 and got.stderr.startswith(b"bwrap: ") and not got.stdout:
             raise SandboxError("the local sandbox could not start the command: "
@@ -256,13 +318,33 @@ class LocalSandbox:
         for proc in list(self._running):
             await self._kill(proc)
         if self._dir is not None:
+            if self._mounted:
+                with contextlib.suppress(OSError):
+                    unmount(self._dir)
+                self._mounted = False
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        if self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            await asyncio.to_thread(cgroup.remove)
         if self._slot is not None:
             slot, self._slot = self._slot, None
             self._f._slots.release(slot)
 
     # -- internals ---------------------------------------------------------------------
+
+    def _bound(self, uid: int | None) -> None:
+        """Give the sample its tmpfs workdir and its memory cgroup (as the factory can)."""
+        assert self._dir is not None
+        lim = self._f.limits
+        try:
+            if self._f._tmpfs:
+                mount_tmpfs(self._dir, lim.scratch_bytes, uid)
+                self._mounted = True
+            if self._f._memcg is not None:
+                self._cgroup = MemoryCgroup.create(self._f._memcg, lim.memory_bytes)
+        except OSError as e:
+            raise SandboxError(f"the local sandbox could not bound its sample: {e}") from e
 
     async def _kill(self, proc: asyncio.subprocess.Process) -> None:
         # bwrap leads its own session; it dies here and takes the namespace with it
@@ -289,9 +371,13 @@ class LocalSandbox:
                           chdir=self._files().inside(cwd) if cwd else spec.workdir)
         # The limits are set inside the namespaces: RLIMIT_NPROC then counts this
         # sandbox's processes only, and bubblewrap itself runs unconstrained.
-        argv += ["/usr/bin/prlimit", f"--as={lim.memory_bytes}",
+        # With a cgroup bounding the total, one process may use all of it (and hits a
+        # MemoryError there rather than the OOM killer); without, the rlimits are the bound.
+        nproc, address_space = ((lim.max_processes, lim.memory_bytes)
+                                if self._cgroup else self._f._fallback())
+        argv += ["/usr/bin/prlimit", f"--as={address_space}",
                  f"--cpu={lim.cpu_time_s}:{lim.cpu_time_s + 1}",
-                 f"--nproc={lim.max_processes}", f"--fsize={lim.max_file_bytes}",
+                 f"--nproc={nproc}", f"--fsize={lim.max_file_bytes}",
                  f"--nofile={lim.max_open_files}", "--core=0", "--"]
         if isinstance(command, str):
             argv += ["/bin/sh", "-c", command]
@@ -309,12 +395,16 @@ class LocalSandbox:
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> LocalSandboxFactory:
-    """A `local` factory from its config block: `memory` (address space per process),
-    `timeout` (the most any one command may run), `concurrency`, `container_env`."""
+    """A `local` factory from its config block: `memory` (a sample's total, default 2 GiB),
+    `ephemeral_storage_gib` (the size of its workdir, `/tmp` and `/dev/shm` each, default
+    512 MiB), `timeout` (the most any one command may run), `concurrency`, `container_env`."""
     if cfg.image or cfg.image_template:
         key = "image" if cfg.image else "image_template"
         raise SandboxError(f"a `local` sandbox runs on this machine and has no image: remove "
                            f"`{key}` or use `type: docker`")
-    return LocalSandboxFactory(limits=Limits.from_config(cfg.memory, base=limits),
+    base = limits or Limits(memory_bytes=DEFAULT_MEMORY_BYTES)
+    if cfg.ephemeral_storage_gib is not None:
+        base = Limits(**{**base.__dict__, "scratch_bytes": cfg.ephemeral_storage_gib << 30})
+    return LocalSandboxFactory(limits=Limits.from_config(cfg.memory, base=base),
                                concurrency_=cfg.concurrency, max_timeout=cfg.timeout,
                                base_env=dict(cfg.container_env))
