@@ -148,3 +148,27 @@ def test_nothing_passes_from_one_sample_to_the_next_in_a_warm_container(docker_h
         finally:
             await f.aclose()
     run(go())
+
+
+def test_no_network_by_default_a_listener_on_the_host_sees_nothing(docker_host: str) -> None:
+    """The default container cannot reach a listener on this host (a docker network's
+    gateway address); the same code in a `network: bridge` container can, so the drill
+    would see a networked sandbox."""
+    from tests.support.gateway_listener import gateway_listener
+
+    async def attempt(cfg: SandboxConfig, code: str) -> tuple[str, str]:
+        f = build(cfg, DRILL_LIMITS)
+        try:
+            async with running(f.create(SandboxSpec())) as sb:
+                r = await sb.exec(["python3", "-c", code])
+                mode = json.loads(_docker("inspect", str(sb.container_id)))[0]["HostConfig"]["NetworkMode"]
+                return mode, r.stdout
+        finally:
+            await f.aclose()
+
+    with gateway_listener() as lis:
+        mode, out = run(attempt(SandboxConfig(type="docker", image=BASE_IMAGE), lis.connect_code()))
+        assert mode == "none" and "BLOCKED" in out and not lis.seen, (mode, out, lis.seen)
+        mode, out = run(attempt(SandboxConfig(type="docker", image=BASE_IMAGE, network="bridge"),
+                                lis.connect_code()))
+        assert mode == "bridge" and "CONNECTED" in out and lis.seen, (mode, out, lis.seen)
