@@ -109,15 +109,18 @@ def with_checkpoint_services(cfg: NelConfig) -> NelConfig:
     cps = discover_checkpoints(cfg.checkpoints)
     if not cps:
         return cfg
-    data = cfg.model_dump(mode="json")
+    # Only the keys the config wrote: a full dump validated again marks every default as set.
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    data.setdefault("services", {})
     taken = {slugify(n) for n in data["services"]}
     added = []
     for cp in cps:
         if cp.name in taken:
             continue  # a configured service of that name wins
-        data["services"][cp.name] = checkpoint_service(cfg.checkpoints, cp).model_dump(mode="json")
+        data["services"][cp.name] = checkpoint_service(cfg.checkpoints, cp).model_dump(
+            mode="json", exclude_unset=True)
         added.append(cp.name)
-    for b in data["benchmarks"]:
+    for b in data.get("benchmarks", []):
         if b.get("service") is not None:
             names = [b["service"]] if isinstance(b["service"], str) else list(b["service"])
             b["service"] = names + [n for n in added if n not in names]

@@ -89,8 +89,8 @@ class SandboxResource(dg.ConfigurableResource):
         """The resource of `benchmark`'s sandbox block."""
         if cfg.container_env:
             _SANDBOX_ENV[benchmark] = dict(cfg.container_env)
-        # Only the keys the config wrote: a type may read "set to its default" differently
-        # from "not set" (docker: an unset `network` is none, a written `bridge` is bridge).
+        # Only the keys the config wrote, so the block read back has the same set fields
+        # (re-validating a full dump would mark every default as written).
         data = cfg.model_dump(mode="json", exclude_unset=True, exclude={"container_env"})
         return cls(benchmark=benchmark, sandbox_json=json.dumps(data, sort_keys=True))
 

@@ -16,6 +16,7 @@ Every scan is line by line, so the work is linear in the length of the answer.
 from __future__ import annotations
 
 import re
+import secrets
 import textwrap
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ __all__ = [
     "code_sandbox",
     "code_sandbox_async",
     "extract_code",
+    "harness_input",
     "judge_run",
+    "new_sentinel",
     "program_for",
     "run_code_tests",
 ]
@@ -40,9 +43,51 @@ __all__ = [
 # skipped when a Python one exists.
 _PY_TAGS = frozenset({"", "python", "python3", "py", "py3", "pycon", "ipython"})
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)")
-#: The command a program runs with inside the sandbox: read from stdin, isolated mode (no
-#: user site, no PYTHON* variables, no script directory on sys.path).
-PYTHON_CMD = ["python3", "-I", "-"]
+#: Runs inside the sandbox, before and after the program (see `harness_input`). It reads
+#: `<length>\n<program>` from stdin and leaves the rest (the sentinel) unread; moves that pipe
+#: off fd 0 (stdin reads EOF, as under `python3 -`); runs the program as `__main__`; and only
+#: if the program ran to its end writes the sentinel straight to fd 1 with the `os.read` and
+#: `os.write` it captured first (an answer that replaces them, `print` or `sys.stdout` does
+#: not reach the tail).
+_HARNESS = """\
+def _nel_run():
+    import os, sys
+    read, write = os.read, os.write
+    head = b""
+    while not head.endswith(b"\\n") and len(head) < 24:
+        head += read(0, 1)
+    size, chunks = int(head), []
+    while size > 0:
+        chunk = read(0, min(size, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    code = compile(b"".join(chunks), "<stdin>", "exec")
+    rest = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    main = sys.modules["__main__"].__dict__
+    main.pop("_nel_run", None)
+    exec(code, main)
+    token = b""
+    while len(token) < 128:
+        more = read(rest, 128)
+        if not more:
+            break
+        token += more
+    for out in (sys.stdout, sys.__stdout__):
+        try:
+            out.flush()
+        except Exception:
+            pass
+    write(1, b"\\n" + token)
+_nel_run()
+"""
+#: The command a program runs with inside the sandbox: isolated mode (no user site, no
+#: PYTHON* variables, no script directory on sys.path), the harness above around it.
+PYTHON_CMD = ["python3", "-I", "-c", _HARNESS]
 # Exceptions a failed run is classified by (the last traceback line names the exception).
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|AssertionError)\b")
@@ -230,9 +275,10 @@ class RunVerdict:
     """What one run of a program says about the answer.
 
     Attributes:
-        passed: The tests passed (exit 0, not stopped by a limit).
+        passed: The tests passed (exit 0, not stopped by a limit, the sentinel printed).
         reason: `passed`, `timeout`, `memory`, `assertion`, `syntax_error`, `exception`,
-            `exit_status`, `output_limit`, or the sandbox's own stop reason.
+            `exit_status`, `tests_not_finished` (exit 0 before the tests ended),
+            `output_limit`, or the sandbox's own stop reason.
         exception: The exception type on the last traceback line, when there was one.
     """
 
@@ -249,11 +295,40 @@ def _last_exception(stderr: str) -> str | None:
     return None
 
 
-def judge_run(return_code: int, stopped: str | None, stderr: str) -> RunVerdict:
-    """Classify a finished run: pass only on exit 0 within every limit."""
+def new_sentinel() -> str:
+    """A fresh, unguessable sentinel for one run (`harness_input`, `judge_run`)."""
+    return f"nel-tests-done-{secrets.token_hex(16)}"
+
+
+def harness_input(program: str, sentinel: str) -> bytes:
+    """What `PYTHON_CMD` reads on stdin: the program, then the sentinel it writes on stdout
+    only when the program ran to its end.
+
+    Why the sentinel is not in the program's text: the answer runs first, in the same
+    process, and can read its own source or code object (`sys._getframe().f_code.co_consts`),
+    so a sentinel written there could be printed by an answer that then exits 0 without the
+    tests (`sys.exit(0)`, `os._exit(0)`, `SystemExit` from an `atexit` hook). Here it waits
+    unread in the stdin pipe, which the harness moves off fd 0 before the answer runs (so
+    `input()` and `sys.stdin` see EOF), and is read only after the tests returned.
+
+    What this cannot stop: code in the same process can do what the harness does, so an
+    answer that deliberately searches its open file descriptors for the moved pipe could
+    read the sentinel. Only running the tests in another process than the answer closes that.
+    """
+    body = program.encode()
+    return b"%d\n" % len(body) + body + sentinel.encode()
+
+
+def judge_run(return_code: int, stopped: str | None, stderr: str, *,
+              stdout: str | None = None, sentinel: str | None = None) -> RunVerdict:
+    """Classify a finished run: pass only on exit 0 within every limit and, when a
+    `sentinel` is given, with it alone on a line of `stdout` (the tests ran to their end)."""
     exc = _last_exception(stderr) if (return_code != 0 or stopped) else None
     if stopped is not None:
         return RunVerdict(False, "memory" if stopped == "memory" else str(stopped), exc)
+    if return_code == 0 and sentinel is not None and sentinel not in (stdout or "").splitlines():
+        # Exit 0 without the harness's tail: the program ended before its tests did.
+        return RunVerdict(False, "tests_not_finished")
     if return_code == 0:
         return RunVerdict(True, "passed")
     if exc == "AssertionError":
@@ -293,7 +368,8 @@ async def run_code_tests(response: str | None, *, prompt: str, test: str, entry_
                          sandbox: ExecSandbox, timeout: float = 30.0,
                          reasoning: str | None = None) -> VerifyResult:
     """Score a code answer: extract it, run prompt + code + tests + `check(entry_point)` in
-    `sandbox`, pass = the tests pass.
+    `sandbox`, pass = the tests ran to their end and passed (exit 0 and the run's sentinel,
+    which only the harness's tail prints, on stdout).
 
     The program goes in on stdin (never on a command line). `scoring_details` records the
     extraction (`method`, `source`), the run's `reason` (`passed`, `timeout`, `memory`,
@@ -305,9 +381,11 @@ async def run_code_tests(response: str | None, *, prompt: str, test: str, entry_
     if ext.code is None or not ext.code.strip():
         return VerifyResult(0.0, None, {**details, "reason": "no_code"})
     program = program_for(prompt, ext.code, test, entry_point)
-    res = await sandbox.exec(PYTHON_CMD, timeout_sec=timeout, stdin=program.encode())
+    sentinel = new_sentinel()  # per run: an answer cannot know it (see harness_input)
+    res = await sandbox.exec(PYTHON_CMD, timeout_sec=timeout, stdin=harness_input(program, sentinel))
     stopped = getattr(res, "stopped", None)
-    verdict = judge_run(res.return_code, stopped, res.stderr or "")
+    verdict = judge_run(res.return_code, stopped, res.stderr or "",
+                        stdout=res.stdout or "", sentinel=sentinel)
     details.update(reason=verdict.reason, return_code=res.return_code,
                    duration_s=round(float(getattr(res, "duration_s", 0.0) or 0.0), 4))
     if verdict.exception:

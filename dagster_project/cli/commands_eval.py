@@ -124,9 +124,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
     _check_flags(args)
     if args.config:
         cfg = load_config(args.config, overrides=overrides)
-        data = cfg.model_dump(mode="json", exclude_none=False)
+        # Only what the config wrote: validating a full dump again would mark every default
+        # as written, and code that tells "set" from "unset" (a proxy's timeouts and
+        # retries) would then read defaults as the user's choice.
+        data = cfg.model_dump(mode="json", exclude_unset=True)
         if args.bench:
-            names = {b["name"] for b in data["benchmarks"]}
+            names = {b["name"] for b in data.setdefault("benchmarks", [])}
             wanted = [bench_entry(n) for n in args.bench]
             data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] in {w["name"] for w in wanted}]
             data["benchmarks"] += [w for w in wanted if w["name"] not in names]
@@ -162,7 +165,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
             from nel_resources.config import apply_override
 
             apply_override(data, expr)
-    for svc in data["services"].values():
+    for svc in data.get("services", {}).values():
         if args.api_key:
             svc["api_key"] = args.api_key
         if args.api_key_env:
@@ -176,7 +179,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         for key in ("temperature", "max_tokens"):
             if getattr(args, key) is not None:
                 svc.setdefault("generation", {})[key] = getattr(args, key)
-    for b in data["benchmarks"]:
+    for b in data.get("benchmarks", []):
         if args.repeats is not None:
             b["repeats"] = args.repeats
         if args.max_problems is not None:
@@ -281,7 +284,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     shard_only = shard_from_env(default_total=cfg.cluster.shards)
     if shard_only is not None:
-        data = cfg.model_dump(mode="json")
+        data = cfg.model_dump(mode="json", exclude_unset=True)  # see config_from_args
         for b in data["benchmarks"]:
             b["shards"] = shard_only[1]
         from nel_resources.config import load_config

@@ -167,7 +167,13 @@ def _sandbox_block(given: Any, config: dict[str, Any]) -> Any:
         if dump is None:
             raise NelError(f"run_evaluation: sandbox must be a sandbox block (a dict such as "
                            f"{{'type': 'local'}}) or a SandboxFactory, not {type(given).__name__}")
-        given = {k: v for k, v in dump().items() if v is not None}
+        # Only the keys the caller set: the peer's defaults are not nel's (its `network`
+        # default is `bridge`, nel's `none`), and a full dump would pass them as chosen.
+        try:
+            dumped = dump(exclude_unset=True)
+        except TypeError:  # a model_dump without pydantic's keywords
+            dumped = dump()
+        given = {k: v for k, v in dumped.items() if v is not None}
     try:
         return SandboxConfig.model_validate(given)
     except ValidationError as exc:

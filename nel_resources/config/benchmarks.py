@@ -166,7 +166,10 @@ class SandboxConfig(_Strict):
     cpu: str | int | None = None
     timeout: float = Field(1800.0, gt=0)
     concurrency: int = Field(4, ge=1)
-    network: Literal["bridge", "host", "none"] = "bridge"
+    #: No network unless the config names one (NeMo Evaluator's default is `bridge`). The
+    #: default itself is `none`, so a config dumped and validated again (which marks every
+    #: field as set) can never turn into a networked sandbox.
+    network: Literal["bridge", "host", "none"] = "none"
     container_env: dict[str, str] = Field(default_factory=dict)
     container_port: int | None = None
     region: str | None = None

@@ -2,18 +2,19 @@
 
 Every container is locked down the same way: read-only root filesystem, all capabilities
 dropped, `no-new-privileges`, a pids limit, a memory limit (swap included), CPU quota,
-per-process ulimits (CPU seconds, data size, file size, open files, no core files), an
+per-process ulimits (CPU seconds, data size, file size, open files, no core files), no
+System V or POSIX IPC objects (they would outlive a sample), an
 unprivileged user (65534, `nobody`, when nel runs as root; else nel's own uid), and no
 network (`--network none`) unless the config names one. Nothing of nel's environment is
 passed in: a command sees the image's environment plus the spec's and config's variables.
-The only writable places are the workdir and /tmp, two host directories nel makes for the
-container and bind-mounts (the engine must run on this host, as `deploy/docker/
+The only writable places are the workdir, /tmp and /dev/shm, host directories nel makes for
+the container and bind-mounts (the engine must run on this host, as `deploy/docker/
 start_engine.sh` starts it): files move in and out by nel's own file copies, never through
 a command line, and wiping them needs no call to the engine.
 
 Warm reuse: starting a container costs several times a short program's run, so when a
 sandbox stops its container is kept for the next sandbox with the same image and volumes:
-its workdir and /tmp are emptied, and if anything is still running in it (its cgroup
+its workdir, /tmp and /dev/shm are emptied, and if anything is still running in it (its cgroup
 counts more than the keeper's two processes, or the count cannot be read) every process
 but PID 1 is killed first. A container that cannot be made clean is removed. NeMo
 Evaluator 0.3.0 starts and removes one container per sandbox; `bench/bench_sandboxes.py`
@@ -61,6 +62,9 @@ _KEEPER = "trap '' TERM INT HUP QUIT USR1 USR2; while :; do sleep 86400 & wait; 
 #: Run as the sandbox user: kill every process but PID 1 and this shell (three rounds, in
 #: case one was forking during the first).
 _KILL_ALL = "for _ in 1 2 3; do kill -9 -1 2>/dev/null; done; true"
+#: Namespaced sysctls that leave a container's IPC namespace unable to hold anything.
+_NO_IPC_OBJECTS = ("--sysctl", "kernel.shmall=0", "--sysctl", "kernel.msgmni=0",
+                   "--sysctl", "kernel.sem=0 0 0 0", "--sysctl", "fs.mqueue.queues_max=0")
 #: Processes in a container at rest: the keeper shell and its `sleep`.
 _AT_REST = 2
 _ENGINE_CALL_TIMEOUT_S = 120.0
@@ -112,6 +116,7 @@ class _Box:
     cid: str
     work: Path
     tmp: Path
+    shm: Path
     #: the container's cgroup process count, when the engine's layout is known
     pids_current: Path | None
 
@@ -143,7 +148,7 @@ class DockerSandboxFactory:
     image: str | None = None
     limits: Limits = field(default_factory=Limits)
     cpus: float | None = 1.0
-    #: `none` unless the config sets one (NeMo Evaluator's default is `bridge`)
+    #: `none` unless the config sets one (the config's own default; NeMo Evaluator's is `bridge`)
     network: str = "none"
     concurrency_: int = 4
     max_timeout: float = 1800.0
@@ -226,10 +231,11 @@ class DockerSandboxFactory:
             shutil.rmtree(old.work.parent, ignore_errors=True)
 
     async def _clean(self, box: _Box) -> bool:
-        """Make a used container as good as new: nothing running, workdir and /tmp empty."""
+        """Make a used container as good as new: nothing running, workdir, /tmp and
+        /dev/shm empty."""
         if box.at_rest() is not True and not await self.kill_all(box.cid, box):
             return False
-        return empty_dir(box.work) and empty_dir(box.tmp)
+        return empty_dir(box.work) and empty_dir(box.tmp) and empty_dir(box.shm)
 
     async def kill_all(self, cid: str, box: _Box | None = None) -> bool:
         """End every process in the container but the keeper (after a timeout or output cap,
@@ -265,10 +271,9 @@ class DockerSandboxFactory:
         self._seq += 1
         home = Path(tempfile.mkdtemp(prefix="nel-docker-sandbox-", dir=self.root))
         home.chmod(0o755)  # the container's user must reach the two directories inside
-        work, tmp = home / "work", home / "tmp"
-        work.mkdir(mode=0o700)
-        tmp.mkdir(mode=0o700)
-        for d in (work, tmp):
+        work, tmp, shm = home / "work", home / "tmp", home / "shm"
+        for d in (work, tmp, shm):
+            d.mkdir(mode=0o700)
             os.chown(d, self._uid, self._gid)
         args = ["run", "-d", "--pull", "never", "--name", f"nel-sandbox-{self._tag}-{self._seq}",
                 "--label", f"{LABEL}={os.getpid()}",
@@ -283,6 +288,14 @@ class DockerSandboxFactory:
                 "--ulimit", f"fsize={lim.max_file_bytes}",
                 "--ulimit", f"nofile={lim.max_open_files}", "--ulimit", "core=0",
                 "-v", f"{work}:{shape.workdir}", "-v", f"{tmp}:/tmp",
+                # The engine's own /dev/shm tmpfs would outlive a sample in a warm
+                # container: a host directory is wiped with the workdir and /tmp instead.
+                "-v", f"{shm}:/dev/shm",
+                # No System V segments, message queues or semaphore sets and no POSIX
+                # message queues: they live in the container's IPC namespace, not in a
+                # directory, and would pass from one sample to the next. (multiprocessing's
+                # locks are POSIX semaphores: files in /dev/shm, which still work.)
+                *_NO_IPC_OBJECTS,
                 "-w", shape.workdir]
         if self.cpus:
             args += ["--cpus", str(self.cpus)]
@@ -295,7 +308,7 @@ class DockerSandboxFactory:
             raise SandboxError(f"docker could not start a sandbox from image {shape.image!r}: "
                                f"{err.strip().splitlines()[-1] if err.strip() else 'no reason given'}")
         cid = out.strip()
-        return _Box(cid, work, tmp, _pids_file(cid))
+        return _Box(cid, work, tmp, shm, _pids_file(cid))
 
 
 class DockerSandbox:
@@ -423,8 +436,7 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> DockerSandboxFact
     if cfg.image_template:
         raise SandboxError("`image_template` is not supported by nel's docker sandbox yet: "
                            "set `image:` (or return the image in the benchmark's SandboxSpec)")
-    network = cfg.network if "network" in cfg.model_fields_set else "none"
     return DockerSandboxFactory(image=cfg.image, limits=Limits.from_config(cfg.memory, base=limits),
-                                cpus=cfg.cpus if cfg.cpus is not None else 1.0, network=network,
+                                cpus=cfg.cpus if cfg.cpus is not None else 1.0, network=cfg.network,
                                 concurrency_=cfg.concurrency, max_timeout=cfg.timeout,
                                 base_env=dict(cfg.container_env))

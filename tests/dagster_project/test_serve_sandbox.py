@@ -19,6 +19,7 @@ from nel_resources.processes import ManagedProcess, start_on_free_port
 from nel_resources.sandboxes.docker import docker_cli
 from tests.support import require_bwrap
 from tests.support.cli import run_nel
+from tests.support.code_attacks import ATTACKS, attack_answer
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.reference import http_json
 from tests.support.waiting import PROCESS_START_S
@@ -124,3 +125,40 @@ def test_docker_sandbox_serves_and_leaves_no_container(humaneval: HumanEval) -> 
     ps = subprocess.run([docker_cli(), "ps", "-aq", "--filter", f"label=nel.sandbox.owner={proc.pid}"],
                         capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": host}, timeout=60)
     assert ps.returncode == 0 and ps.stdout.strip() == "", ps.stdout + ps.stderr
+
+
+def _attack_rewards(base: str, env: HumanEval) -> dict[str, float]:
+    ep = env.rows[2]["entry_point"]
+    return {a: verify(base, env, 2, attack_answer(a, ep))["reward"] for a in ATTACKS}
+
+
+def test_local_verify_scores_0_when_the_program_ends_before_its_tests(local_server: str,
+                                                                        humaneval: HumanEval) -> None:
+    assert _attack_rewards(local_server, humaneval) == dict.fromkeys(ATTACKS, 0.0)
+    reply = verify(local_server, humaneval, 2, attack_answer("sys_exit", humaneval.rows[2]["entry_point"]))
+    assert reply["scoring_details"]["reason"] == "tests_not_finished", reply
+
+
+def test_docker_verify_has_no_network_and_scores_early_exits_0(humaneval: HumanEval) -> None:
+    """`nel serve --sandbox docker`: its containers have no network, and no attack scores."""
+    from tests.support.gateway_listener import gateway_listener
+
+    host = start_docker_engine()
+    proc, base = start_serve(["-b", "humaneval", "--sandbox", "docker", "--sandbox-image", BASE_IMAGE,
+                              "--max-problems", "3"], env={"DOCKER_HOST": host})
+    denv = {**os.environ, "DOCKER_HOST": host}
+    try:
+        with gateway_listener() as lis:
+            row = humaneval.rows[0]
+            reach = f"```python\n{lis.connect_code()}\n{row['prompt']}{row['canonical_solution']}```"
+            assert verify(base, humaneval, 0, reach)["reward"] == 1.0
+            assert not lis.seen, lis.seen
+        ids = subprocess.run([docker_cli(), "ps", "-q", "--filter", f"label=nel.sandbox.owner={proc.pid}"],
+                             capture_output=True, text=True, env=denv, timeout=60).stdout.split()
+        assert ids
+        modes = subprocess.run([docker_cli(), "inspect", "--format", "{{.HostConfig.NetworkMode}}", *ids],
+                               capture_output=True, text=True, env=denv, timeout=60).stdout.split()
+        assert set(modes) == {"none"}, modes
+        assert _attack_rewards(base, humaneval) == dict.fromkeys(ATTACKS, 0.0)
+    finally:
+        proc.stop(grace=60)

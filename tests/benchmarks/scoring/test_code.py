@@ -10,7 +10,15 @@ import time
 
 import pytest
 
-from benchmarks.scoring.code import PYTHON_CMD, extract_code, judge_run, program_for
+from benchmarks.scoring.code import (
+    PYTHON_CMD,
+    extract_code,
+    harness_input,
+    judge_run,
+    new_sentinel,
+    program_for,
+)
+from tests.support.code_attacks import ATTACKS, attack_answer
 
 PROMPT = '''from typing import List
 
@@ -31,15 +39,19 @@ EP = "add_all"
 FULL = "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
 
 
-def run(program: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=program, capture_output=True,
-                          text=True, timeout=60)
+def run(program: str, sentinel: str = "nel-tests-done-x") -> subprocess.CompletedProcess[str]:
+    """The program under the scorer's harness, with plain Python (no sandbox)."""
+    p = subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=harness_input(program, sentinel),
+                       capture_output=True, timeout=60)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
 def passes(response: str) -> bool:
     ext = extract_code(response, EP)
     assert ext.code is not None, response
-    return run(program_for(PROMPT, ext.code, TEST, EP)).returncode == 0
+    sentinel = new_sentinel()
+    p = run(program_for(PROMPT, ext.code, TEST, EP), sentinel)
+    return judge_run(p.returncode, None, p.stderr, stdout=p.stdout, sentinel=sentinel).passed
 
 
 @pytest.mark.parametrize(("response", "method"), [
@@ -174,3 +186,26 @@ def test_real_failures_are_classified_from_real_runs() -> None:
     for program, reason in ((wrong, "assertion"), (broken, "syntax_error"), (raising, "exception")):
         p = run(program)
         assert judge_run(p.returncode, None, p.stderr).reason == reason, p.stderr
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_an_answer_that_ends_before_the_tests_never_passes(attack: str) -> None:
+    """Exit 0 before the tests, a forged sentinel, a patched print: never a pass."""
+    ext = extract_code(attack_answer(attack, EP), EP)
+    assert ext.code is not None
+    sentinel = new_sentinel()
+    p = run(program_for(PROMPT, ext.code, TEST, EP), sentinel)
+    v = judge_run(p.returncode, None, p.stderr, stdout=p.stdout, sentinel=sentinel)
+    assert not v.passed, (attack, p.returncode, p.stdout[-500:], p.stderr[-500:])
+    assert sentinel not in p.stdout
+
+
+def test_the_sentinel_is_per_run_and_a_right_answer_prints_it_last() -> None:
+    assert new_sentinel() != new_sentinel()
+    sentinel = new_sentinel()
+    p = run(program_for(PROMPT, "print('hi')\n" + FULL, TEST, EP), sentinel)
+    assert p.returncode == 0 and p.stdout.splitlines()[-1] == sentinel, p
+    assert judge_run(0, None, "", stdout=p.stdout, sentinel=sentinel).passed
+    # exit 0 without it: the program ended before its tests did
+    v = judge_run(0, None, "", stdout="hi\n", sentinel=sentinel)
+    assert (v.passed, v.reason) == (False, "tests_not_finished")
