@@ -24,11 +24,14 @@ from typing import Any, Protocol
 
 from benchmarks._types import VerifyResult
 from benchmarks.errors import NelError
+from benchmarks.scoring.code_harness import HARNESS_CMD, harness_input
 
 __all__ = [
+    "PYTHON_CMD",
     "CodeExtraction",
     "ExecSandbox",
     "RunVerdict",
+    "answer_module",
     "code_sandbox",
     "code_sandbox_async",
     "extract_code",
@@ -43,51 +46,9 @@ __all__ = [
 # skipped when a Python one exists.
 _PY_TAGS = frozenset({"", "python", "python3", "py", "py3", "pycon", "ipython"})
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)")
-#: Runs inside the sandbox, before and after the program (see `harness_input`). It reads
-#: `<length>\n<program>` from stdin and leaves the rest (the sentinel) unread; moves that pipe
-#: off fd 0 (stdin reads EOF, as under `python3 -`); runs the program as `__main__`; and only
-#: if the program ran to its end writes the sentinel straight to fd 1 with the `os.read` and
-#: `os.write` it captured first (an answer that replaces them, `print` or `sys.stdout` does
-#: not reach the tail).
-_HARNESS = """\
-def _nel_run():
-    import os, sys
-    read, write = os.read, os.write
-    head = b""
-    while not head.endswith(b"\\n") and len(head) < 24:
-        head += read(0, 1)
-    size, chunks = int(head), []
-    while size > 0:
-        chunk = read(0, min(size, 1 << 16))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size -= len(chunk)
-    code = compile(b"".join(chunks), "<stdin>", "exec")
-    rest = os.dup(0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    main = sys.modules["__main__"].__dict__
-    main.pop("_nel_run", None)
-    exec(code, main)
-    token = b""
-    while len(token) < 128:
-        more = read(rest, 128)
-        if not more:
-            break
-        token += more
-    for out in (sys.stdout, sys.__stdout__):
-        try:
-            out.flush()
-        except Exception:
-            pass
-    write(1, b"\\n" + token)
-_nel_run()
-"""
-#: The command a program runs with inside the sandbox: isolated mode (no user site, no
-#: PYTHON* variables, no script directory on sys.path), the harness above around it.
-PYTHON_CMD = ["python3", "-I", "-c", _HARNESS]
+#: The command a code answer's tests run with inside a sandbox (see `code_harness`: the
+#: tests and the answer in two processes, the sentinel only in the tests' one).
+PYTHON_CMD = HARNESS_CMD
 # Exceptions a failed run is classified by (the last traceback line names the exception).
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|AssertionError)\b")
@@ -257,9 +218,8 @@ def _as_body(code: str) -> str:
     return textwrap.indent(textwrap.dedent("\n".join(lines)), "    ")
 
 
-def program_for(prompt: str, code: str, test: str, entry_point: str) -> str:
-    """The program a sandbox runs: the prompt, the model's code, the tests, and the call
-    `check(entry_point)` (as NeMo Evaluator assembles it).
+def answer_module(prompt: str, code: str, entry_point: str) -> str:
+    """The answer as a module: the prompt and the model's code.
 
     A whole function (a top-level `def entry_point`) follows the prompt and replaces the
     prompt's stub, keeping the prompt's imports and helpers; a body is indented under the
@@ -267,7 +227,13 @@ def program_for(prompt: str, code: str, test: str, entry_point: str) -> str:
     """
     flat = _strip_main_guard(textwrap.dedent(code))
     completion = flat if _defines(flat, entry_point) else _as_body(code)
-    return f"{prompt.rstrip()}\n{completion}\n\n{test}\n\ncheck({entry_point})\n"
+    return f"{prompt.rstrip()}\n{completion}\n"
+
+
+def program_for(prompt: str, code: str, test: str, entry_point: str) -> str:
+    """NeMo Evaluator's one-file program: the answer module, the tests, and the call
+    `check(entry_point)`. nel's own harness runs the same parts in two processes."""
+    return f"{answer_module(prompt, code, entry_point)}\n{test}\n\ncheck({entry_point})\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,25 +266,6 @@ def new_sentinel() -> str:
     return f"nel-tests-done-{secrets.token_hex(16)}"
 
 
-def harness_input(program: str, sentinel: str) -> bytes:
-    """What `PYTHON_CMD` reads on stdin: the program, then the sentinel it writes on stdout
-    only when the program ran to its end.
-
-    Why the sentinel is not in the program's text: the answer runs first, in the same
-    process, and can read its own source or code object (`sys._getframe().f_code.co_consts`),
-    so a sentinel written there could be printed by an answer that then exits 0 without the
-    tests (`sys.exit(0)`, `os._exit(0)`, `SystemExit` from an `atexit` hook). Here it waits
-    unread in the stdin pipe, which the harness moves off fd 0 before the answer runs (so
-    `input()` and `sys.stdin` see EOF), and is read only after the tests returned.
-
-    What this cannot stop: code in the same process can do what the harness does, so an
-    answer that deliberately searches its open file descriptors for the moved pipe could
-    read the sentinel. Only running the tests in another process than the answer closes that.
-    """
-    body = program.encode()
-    return b"%d\n" % len(body) + body + sentinel.encode()
-
-
 def judge_run(return_code: int, stopped: str | None, stderr: str, *,
               stdout: str | None = None, sentinel: str | None = None) -> RunVerdict:
     """Classify a finished run: pass only on exit 0 within every limit and, when a
@@ -326,6 +273,9 @@ def judge_run(return_code: int, stopped: str | None, stderr: str, *,
     exc = _last_exception(stderr) if (return_code != 0 or stopped) else None
     if stopped is not None:
         return RunVerdict(False, "memory" if stopped == "memory" else str(stopped), exc)
+    if exc == "AnswerExit":
+        # The answer's process ended (an exit, a kill) before the tests could finish.
+        return RunVerdict(False, "tests_not_finished", exc)
     if return_code == 0 and sentinel is not None and sentinel not in (stdout or "").splitlines():
         # Exit 0 without the harness's tail: the program ended before its tests did.
         return RunVerdict(False, "tests_not_finished")
@@ -380,9 +330,10 @@ async def run_code_tests(response: str | None, *, prompt: str, test: str, entry_
     details: dict[str, Any] = {"method": ext.method, "source": ext.source, "n_blocks": ext.n_blocks}
     if ext.code is None or not ext.code.strip():
         return VerifyResult(0.0, None, {**details, "reason": "no_code"})
-    program = program_for(prompt, ext.code, test, entry_point)
-    sentinel = new_sentinel()  # per run: an answer cannot know it (see harness_input)
-    res = await sandbox.exec(PYTHON_CMD, timeout_sec=timeout, stdin=harness_input(program, sentinel))
+    sentinel = new_sentinel()  # per run; it never reaches the answer's process (code_harness)
+    stdin = harness_input(prompt=prompt, answer=answer_module(prompt, ext.code, entry_point),
+                          tests=test, entry_point=entry_point, sentinel=sentinel)
+    res = await sandbox.exec(PYTHON_CMD, timeout_sec=timeout, stdin=stdin)
     stopped = getattr(res, "stopped", None)
     verdict = judge_run(res.return_code, stopped, res.stderr or "",
                         stdout=res.stdout or "", sentinel=sentinel)

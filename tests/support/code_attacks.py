@@ -23,9 +23,34 @@ _PRELUDES = {
                               "os.write = lambda fd, data: len(data)\n"
                               "sys.stdout = open(os.devnull, 'w')\n"
                               "import atexit\natexit.register(os._exit, 0)\n"),
+    # the harness's own channels: every open file descriptor (without blocking), the parent's
+    # through /proc, and the parent's memory
+    "hunt_descriptors": ("import os\nfor fd in range(64):\n    try:\n"
+                         "        os.set_blocking(fd, False)\n        print(os.read(fd, 1 << 16))\n"
+                         "    except OSError:\n        pass\n"
+                         "for path in ('/proc/%d/fd/0' % os.getppid(), '/proc/%d/environ' % os.getppid()):\n"
+                         "    try:\n        print(open(path, 'rb').read())\n    except OSError:\n        pass\n"
+                         "import sys\nsys.stdout.flush()\nos._exit(0)\n"),
+    # walk up to whatever called the answer and print every string it holds
+    "walk_frames": ("import sys\nf = sys._getframe()\nwhile f is not None:\n"
+                    "    for v in list(f.f_locals.values()) + list(f.f_globals.values()):\n"
+                    "        print(repr(v)[:200])\n    f = f.f_back\n"
+                    "sys.stdout.flush()\nimport os\nos._exit(0)\n"),
+    # stop the process that runs the tests
+    "kill_the_tests": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
 }
 
+#: An answer whose value claims to equal anything: only plain data crosses to the tests.
+ALWAYS_EQUAL = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+                "    __hash__ = object.__hash__\n")
+
 ATTACKS = sorted(_PRELUDES)
+
+
+def always_equal_answer(entry_point: str) -> str:
+    """A fenced answer whose function returns an object equal to everything."""
+    return (f"```python\n{ALWAYS_EQUAL}\n\ndef {entry_point}(*args, **kwargs):\n"
+            "    return Anything()\n```")
 
 
 def attack_answer(name: str, entry_point: str) -> str:

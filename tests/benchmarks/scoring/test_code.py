@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.scoring.code import (
     PYTHON_CMD,
+    answer_module,
     extract_code,
     harness_input,
     judge_run,
@@ -39,10 +40,13 @@ EP = "add_all"
 FULL = "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
 
 
-def run(program: str, sentinel: str = "nel-tests-done-x") -> subprocess.CompletedProcess[str]:
-    """The program under the scorer's harness, with plain Python (no sandbox)."""
-    p = subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=harness_input(program, sentinel),
-                       capture_output=True, timeout=60)
+def run(code: str, sentinel: str = "nel-tests-done-x") -> subprocess.CompletedProcess[str]:
+    """The model's `code` for PROMPT under the scorer's harness (the tests in one process,
+    the answer in another), with plain Python (no sandbox)."""
+    stdin = harness_input(prompt=PROMPT, answer=answer_module(PROMPT, code, EP), tests=TEST,
+                          entry_point=EP, sentinel=sentinel)
+    p = subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=stdin, capture_output=True,
+                       timeout=60)
     return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
@@ -50,7 +54,7 @@ def passes(response: str) -> bool:
     ext = extract_code(response, EP)
     assert ext.code is not None, response
     sentinel = new_sentinel()
-    p = run(program_for(PROMPT, ext.code, TEST, EP), sentinel)
+    p = run(ext.code, sentinel)
     return judge_run(p.returncode, None, p.stderr, stdout=p.stdout, sentinel=sentinel).passed
 
 
@@ -115,13 +119,13 @@ def test_a_raw_continuation_stops_at_the_next_top_level_line() -> None:
     ext = extract_code(response, EP)
     assert ext.method == "body" and ext.code is not None and ext.code.startswith("total")
     program = program_for(PROMPT, ext.code, TEST, EP)
-    assert "input()" not in program and run(program).returncode == 0
+    assert "input()" not in program and run(ext.code).returncode == 0
 
 
 def test_a_main_guard_does_not_run_with_the_tests() -> None:
     response = f"```python\n{FULL}\nif __name__ == \"__main__\":\n    input()\n    raise SystemExit(3)\n```"
-    program = program_for(PROMPT, extract_code(response, EP).code or "", TEST, EP)
-    assert "__main__" not in program and run(program).returncode == 0
+    code = extract_code(response, EP).code or ""
+    assert "__main__" not in program_for(PROMPT, code, TEST, EP) and run(code).returncode == 0
 
 
 def test_imports_from_the_prompt_and_the_answer_both_reach_the_program() -> None:
@@ -180,11 +184,9 @@ def test_run_outcomes_are_classified(rc: int, stopped: str | None, stderr: str, 
 
 
 def test_real_failures_are_classified_from_real_runs() -> None:
-    wrong = program_for(PROMPT, "    return 0", TEST, EP)
-    broken = program_for(PROMPT, "    return sum(xs", TEST, EP)
-    raising = program_for(PROMPT, "    return undefined_name", TEST, EP)
-    for program, reason in ((wrong, "assertion"), (broken, "syntax_error"), (raising, "exception")):
-        p = run(program)
+    wrong, broken, raising = "    return 0", "    return sum(xs", "    return undefined_name"
+    for code, reason in ((wrong, "assertion"), (broken, "syntax_error"), (raising, "exception")):
+        p = run(code)
         assert judge_run(p.returncode, None, p.stderr).reason == reason, p.stderr
 
 
@@ -194,7 +196,7 @@ def test_an_answer_that_ends_before_the_tests_never_passes(attack: str) -> None:
     ext = extract_code(attack_answer(attack, EP), EP)
     assert ext.code is not None
     sentinel = new_sentinel()
-    p = run(program_for(PROMPT, ext.code, TEST, EP), sentinel)
+    p = run(ext.code, sentinel)
     v = judge_run(p.returncode, None, p.stderr, stdout=p.stdout, sentinel=sentinel)
     assert not v.passed, (attack, p.returncode, p.stdout[-500:], p.stderr[-500:])
     assert sentinel not in p.stdout
@@ -203,9 +205,40 @@ def test_an_answer_that_ends_before_the_tests_never_passes(attack: str) -> None:
 def test_the_sentinel_is_per_run_and_a_right_answer_prints_it_last() -> None:
     assert new_sentinel() != new_sentinel()
     sentinel = new_sentinel()
-    p = run(program_for(PROMPT, "print('hi')\n" + FULL, TEST, EP), sentinel)
+    p = run("print('hi')\n" + FULL, sentinel)
     assert p.returncode == 0 and p.stdout.splitlines()[-1] == sentinel, p
     assert judge_run(0, None, "", stdout=p.stdout, sentinel=sentinel).passed
     # exit 0 without it: the program ended before its tests did
     v = judge_run(0, None, "", stdout="hi\n", sentinel=sentinel)
     assert (v.passed, v.reason) == (False, "tests_not_finished")
+
+
+def test_an_answer_equal_to_everything_does_not_pass() -> None:
+    """Only plain data crosses from the answer's process to the tests'."""
+    from tests.support.code_attacks import always_equal_answer
+
+    ext = extract_code(always_equal_answer(EP), EP)
+    assert ext.code is not None
+    sentinel = new_sentinel()
+    p = run(ext.code, sentinel)
+    v = judge_run(p.returncode, None, p.stderr, stdout=p.stdout, sentinel=sentinel)
+    assert not v.passed and "cannot be compared by the tests" in p.stderr
+
+
+def test_values_cross_between_the_processes_faithfully() -> None:
+    """inf, nan, nested containers, bytes, sets and exceptions reach the tests as they are."""
+    prompt = "def echo(x):\n    pass\n"
+    tests = ("import math\n"
+             "def check(candidate):\n"
+             "    for v in [None, True, 3, -2.5, float('inf'), 1j, 'é', b'\\x00', [1, (2, {3})],"
+             " {'a': [float('-inf')]}, frozenset({1})]:\n"
+             "        assert candidate(v) == v and type(candidate(v)) is type(v), v\n"
+             "    assert math.isnan(candidate(float('nan')))\n"
+             "    try:\n        candidate('boom')\n    except ValueError as e:\n"
+             "        assert 'boom' in str(e)\n    else:\n        raise AssertionError('no raise')\n")
+    answer = answer_module(prompt, "def echo(x):\n    if x == 'boom':\n"
+                           "        raise ValueError('boom')\n    return x\n", "echo")
+    stdin = harness_input(prompt=prompt, answer=answer, tests=tests, entry_point="echo",
+                          sentinel="done-1")
+    p = subprocess.run([sys.executable, *PYTHON_CMD[1:]], input=stdin, capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.decode().splitlines()[-1] == "done-1", p.stderr.decode()

@@ -49,5 +49,6 @@ def test_only_answers_whose_tests_ran_to_the_end_pass(block: dict[str, Any]) -> 
     got = asyncio.run(go())
     assert got.pop("right") == (1.0, "passed")
     assert {name: reward for name, (reward, _) in got.items()} == dict.fromkeys(ATTACKS, 0.0), got
-    # the ones that exit 0 are told apart from a failed assertion
+    # the ones that leave early are told apart from a failed assertion
     assert got["sys_exit"][1] == got["os_exit"][1] == "tests_not_finished", got
+    assert got["hunt_descriptors"][1] == got["walk_frames"][1] == "tests_not_finished", got
