@@ -54,6 +54,16 @@ class ClientEndpoint:
         self.extra_headers = dict(extra_headers or {})
         self._session: Any = None  # aiohttp.ClientSession for streams, made on first use
 
+    def cache_identity(self) -> dict[str, Any]:
+        """Which upstream answers this endpoint's requests (what `caching` keys by besides
+        the request): the base URL (scheme, host, port, path) and the headers sent with
+        every request, secrets left out (a new API key does not empty the cache)."""
+        from nel_resources.redact import is_secret_header
+
+        headers = {**self.client.base_headers, **self.extra_headers}
+        return {"url": self.client.base_url,
+                "headers": {k.lower(): v for k, v in headers.items() if not is_secret_header(k)}}
+
     def wire(self, req: ProxyRequest) -> tuple[bytes, dict[str, str]]:
         """The encoded body and the headers this endpoint sends for `req`: the bytes the
         request came in as when no hook changed it (`req.raw`), else the body encoded."""
