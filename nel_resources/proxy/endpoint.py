@@ -43,6 +43,37 @@ class UpstreamStreamError(Exception):
         self.text = text
 
 
+def _as_events(raw: bytes, req: ProxyRequest) -> list[dict[str, Any]]:
+    """A whole answer to a streamed request (an upstream that does not stream) as the
+    chunks of a stream: a chat or text completion replayed (`streams.replay_chunks`), a
+    Responses-API answer as its `response.completed` event; events sent without their
+    content type are read as events."""
+    from nel_resources.proxy.streams import replay_chunks, wants_usage
+
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict):
+        if req.path.endswith("/responses"):
+            return [{"type": "response.completed", "response": body}]
+        return replay_chunks(body, req.path, wants_usage(req.body))
+    events = []
+    for line in raw.splitlines():
+        line = line.strip()
+        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+            try:
+                obj = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                events.append(obj)
+    if not events:
+        raise UpstreamStreamError(502, "the upstream answered a streamed request with neither "
+                                       f"events nor a JSON object: {raw[:200]!r}")
+    return events
+
+
 class ClientEndpoint:
     """Sends through a `ModelClient` (one exchange with its retries)."""
 
@@ -120,6 +151,11 @@ class ClientEndpoint:
             if resp.status != 200:
                 text = client.redact_text((await resp.read()).decode("utf-8", "replace"))
                 raise UpstreamStreamError(resp.status, text[:300].strip())
+            if "text/event-stream" not in resp.headers.get("Content-Type", "text/event-stream"):
+                # An upstream that ignores `stream` answers whole: the answer as a stream.
+                for chunk in _as_events(client.redact_bytes(await resp.read()), req):
+                    yield chunk
+                return
             async for line in resp.content:
                 line = line.strip()
                 if not line.startswith(b"data:"):
