@@ -286,14 +286,17 @@ class Http1Connection(asyncio.Protocol):
                     return
                 length = int(raw_len)
                 if length > self.max_body:
+                    waits = b"\r\nexpect: 100-continue" in lower and len(buf) == end + 4
                     self.refuse(413, f"request body larger than {self.max_body} bytes",
-                                end + 4 + length - len(buf))
+                                0 if waits else end + 4 + length - len(buf))
                     return
             total = end + 4 + length
             if not self._admitted:
                 refused = self.admit(length)
                 if refused is not None:
-                    self.refuse(*refused, total - len(buf))
+                    # A client waiting for `100 Continue` sends no body after a refusal.
+                    waits = b"\r\nexpect: 100-continue" in lower and len(buf) == end + 4
+                    self.refuse(*refused, 0 if waits else total - len(buf))
                     return
                 self._admitted = True
             if len(buf) < total:

@@ -20,7 +20,9 @@ A body no hook changed passes as the bytes it came in: the agent's request goes 
 as it was sent, the upstream's answer comes back as it was sent (no re-encoding; which
 hooks allow it: `reports_changes` in `types.py`).
 
-Malformed requests get 4xx with one line saying what is wrong; a spent turn budget gets 429
+What it takes in is bounded (`http_server.ProxyLimits`: body size, bytes buffered across
+requests, head and body read timeouts). Malformed requests get 4xx with one line saying
+what is wrong; a spent turn budget gets 429
 (`session_budget_exhausted`, like NeMo Evaluator); an upstream that cannot be reached after
 the retries gets 502.
 
