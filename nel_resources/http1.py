@@ -95,9 +95,23 @@ class Request(NamedTuple):
 class Http1Connection(asyncio.Protocol):
     """One keep-alive connection. Requests are parsed from a byte buffer and handed to
     `respond` one at a time; while an answer is pending (`respond` returned False), later
-    pipelined requests wait in the buffer, and reading pauses once it holds `MAX_BODY`."""
+    pipelined requests wait in the buffer, and reading pauses once it holds `busy_buffer`.
 
-    __slots__ = ("_buf", "_busy", "_closed", "_continued", "_paused", "_task", "_transport")
+    Limits a server may set (class attributes): `max_body` bytes per request body (413
+    above it); `head_timeout` / `body_timeout` seconds for a request's head (from the
+    connection, or its first byte) and then its body to arrive (408 and the connection
+    closed past them: a slow client cannot hold the connection and its buffer for ever).
+    `admit` may refuse a request from its head, before its body is read (a server-wide
+    budget), and `release` frees what it reserved once the request is over.
+    """
+
+    __slots__ = ("_admitted", "_buf", "_busy", "_closed", "_continued", "_discard", "_paused",
+                 "_task", "_timer", "_transport", "_waiting")
+
+    max_body: int = MAX_BODY
+    busy_buffer: int = MAX_BODY
+    head_timeout: float | None = None
+    body_timeout: float | None = None
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -107,6 +121,10 @@ class Http1Connection(asyncio.Protocol):
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
+        self._admitted = False  # `admit` passed the request being read
+        self._timer: asyncio.TimerHandle | None = None  # the head / body deadline
+        self._waiting: str | None = None  # which part the deadline is for
+        self._discard = 0  # body bytes of a refused request still to swallow before closing
 
     # -- what a server provides ------------------------------------------------------------
     def respond(self, request: Request) -> bool:
@@ -118,6 +136,15 @@ class Http1Connection(asyncio.Protocol):
         """The server's JSON error answer."""
         raise NotImplementedError
 
+    def admit(self, length: int) -> tuple[int, str] | None:
+        """A request's head is in and its body (`length` bytes) is not read yet: None to
+        go on, or (status, message) to refuse it. Called once per request."""
+        return None
+
+    def release(self) -> None:
+        """The last admitted request is over (answered, refused or cut); may be called
+        more than once."""
+
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
@@ -126,17 +153,26 @@ class Http1Connection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.head_timeout is not None:  # a client that connects and sends nothing
+            self._deadline(self.head_timeout, "head")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._task is not None:
             self._task.cancel()
+        self.release()
 
     def data_received(self, data: bytes) -> None:
+        if self._discard:
+            self._swallow(len(data))
+            return
         self._buf += data
         if self._busy:
             # Backpressure: a client pipelining into a slow answer must not grow us forever.
-            if len(self._buf) > MAX_BODY and not self._paused and self._transport is not None:
+            if len(self._buf) > self.busy_buffer and not self._paused and self._transport is not None:
                 self._paused = True
                 self._transport.pause_reading()
             return
@@ -149,6 +185,54 @@ class Http1Connection(asyncio.Protocol):
         self._transport.write(render(self.error_reply(status, message), keep_alive=False))
         self._transport.close()
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.release()
+
+    def refuse(self, status: int, message: str, body_left: int) -> None:
+        """Answer with an error before the body is read, then swallow the `body_left` bytes
+        the client may still send (a client that writes its whole request before reading
+        gets the answer, not a reset), and close."""
+        assert self._transport is not None
+        self._transport.write(render(self.error_reply(status, message), keep_alive=False))
+        self._busy = True
+        self._buf.clear()
+        self.release()
+        self._discard = body_left
+        # Without a body deadline (or for a body far over the limit) the connection closes
+        # at once: the client may see a reset instead of the answer, but nothing waits.
+        if body_left <= 0 or self.body_timeout is None or body_left > 2 * self.max_body:
+            self._discard = 0
+            self._transport.close()
+            self._closed = True
+        elif self.body_timeout is not None:
+            self._deadline(self.body_timeout, "body")
+
+    def _swallow(self, n: int) -> None:
+        self._discard = max(self._discard - n, 0)
+        if not self._discard and self._transport is not None:
+            self._transport.close()
+            self._closed = True
+
+    def _deadline(self, seconds: float, part: str) -> None:
+        """Close the connection with a 408 unless the request's `part` is in within
+        `seconds` (replaces the deadline set before)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._waiting = part
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expired, seconds, part)
+
+    def _expired(self, seconds: float, part: str) -> None:
+        self._timer = None
+        self._waiting = None
+        if self._closed or self._transport is None:
+            return
+        if self._discard:  # the refused body never came: the answer is out already
+            self._transport.close()
+            self._closed = True
+            return
+        self.fail(408, f"the request {part} did not arrive within {seconds:g}s")
 
     def finish(self, keep_alive: bool) -> None:
         """A pending answer is written: close, or go on with buffered requests."""
@@ -161,6 +245,7 @@ class Http1Connection(asyncio.Protocol):
 
     def resume(self) -> None:
         """Go on with the requests waiting in the buffer."""
+        self.release()
         self._busy = False
         self._task = None
         if self._paused and self._transport is not None:
@@ -175,6 +260,8 @@ class Http1Connection(asyncio.Protocol):
             if end < 0:
                 if len(buf) > MAX_HEAD:
                     self.fail(431, "request head too large")
+                elif self.head_timeout is not None and self._timer is None:
+                    self._deadline(self.head_timeout, "head")
                 return
             head = bytes(buf[:end])
             line_end = head.find(b"\r\n")
@@ -194,20 +281,50 @@ class Http1Connection(asyncio.Protocol):
                 if not raw_len.isdigit():
                     self.fail(400, "invalid Content-Length")
                     return
+                if len(raw_len) > 18:  # int() of a huge run of digits is slow and large
+                    self.fail(413, f"request body larger than {self.max_body} bytes")
+                    return
                 length = int(raw_len)
-                if length > MAX_BODY:
-                    self.fail(413, f"request body larger than {MAX_BODY} bytes")
+                if length > self.max_body:
+                    waits = b"\r\nexpect: 100-continue" in lower and len(buf) == end + 4
+                    self.refuse(413, f"request body larger than {self.max_body} bytes",
+                                0 if waits else end + 4 + length - len(buf))
                     return
             total = end + 4 + length
+            if not self._admitted:
+                refused = self.admit(length)
+                if refused is not None:
+                    # A client waiting for `100 Continue` sends no body after a refusal.
+                    waits = b"\r\nexpect: 100-continue" in lower and len(buf) == end + 4
+                    self.refuse(*refused, 0 if waits else total - len(buf))
+                    return
+                self._admitted = True
             if len(buf) < total:
+                if self._waiting != "body":  # the head is in: the body's deadline now
+                    self._waiting = "body"
+                    if self.body_timeout is not None:
+                        self._deadline(self.body_timeout, "body")
+                    elif self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
                 if not self._continued and b"\r\nexpect: 100-continue" in lower:
                     self._continued = True
                     assert self._transport is not None
                     self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
-            body = bytes(buf[end + 4:total])
+            if length > MAX_HEAD:  # one copy, not a slice's and then its bytes' (2x the body)
+                with memoryview(buf) as view:
+                    body = bytes(view[end + 4:total])
+            else:
+                body = bytes(buf[end + 4:total])
             del buf[:total]
             self._continued = False
+            self._admitted = False
+            if self._waiting is not None:  # the request is in: no deadline while it is answered
+                self._waiting = None
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
             keep_alive = (b"\r\nconnection: close" not in lower if version == b"HTTP/1.1"
                           else b"\r\nconnection: keep-alive" in lower)
             if not self.respond(Request(method, target, head, lower, body, keep_alive)):

@@ -135,6 +135,8 @@ class ServerConfig:
     # (joined), and number script turns over the whole chat: agents such as OpenClaw add a
     # runtime-context user message after the task, which would otherwise be "the prompt".
     match_conversation: bool = False
+    # Answer `"stream": true` with a whole JSON answer, as servers that cannot stream do.
+    ignore_stream: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:
@@ -559,6 +561,8 @@ class ReferenceApp:
         if self.config.record_bodies > 0:
             self.bodies.append(req)
             del self.bodies[:-self.config.record_bodies]
+        if self.config.ignore_stream:  # a server that cannot stream answers whole
+            req.pop("stream", None)
         try:
             if responses:
                 result = self._responses(req)
@@ -1214,6 +1218,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--match-conversation", action="store_true",
                    help="match answers, scripts and --fault-match against all user messages "
                    "of a chat (agents that add context messages after the task)")
+    p.add_argument("--ignore-stream", action="store_true",
+                   help='answer "stream": true with a whole JSON answer (a server that cannot stream)')
     return p
 
 

@@ -21,5 +21,14 @@ def add_proxy_arguments(p: argparse.ArgumentParser, *, internal: bool = False) -
     p.add_argument("--capture", type=Path, metavar="FILE",
                    help="append each exchange (session, request, answer, tokens, latency, "
                         "status; keys redacted) to this JSONL file")
+    p.add_argument("--max-body-mb", type=float, metavar="MB",
+                   help="largest request body taken, in MiB (default 64; larger: 413)")
+    p.add_argument("--max-buffered-mb", type=float, metavar="MB",
+                   help="request bodies in flight may hold this many MiB together (default "
+                        "256; past it: 503 with Retry-After)")
+    p.add_argument("--head-timeout", type=float, metavar="S",
+                   help="seconds a request head may take to arrive (default 30; then 408)")
+    p.add_argument("--body-timeout", type=float, metavar="S",
+                   help="seconds a request body may take after its head (default 120; then 408)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="level of the interceptors' log lines on stderr (default INFO)")

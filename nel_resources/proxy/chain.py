@@ -42,8 +42,18 @@ class Chain:
     def __init__(self, links: Sequence[Link], endpoint: Endpoint) -> None:
         req_side = [lk for lk in links if hasattr(lk.impl, "on_request")]
         resp_only = [lk for lk in links if not hasattr(lk.impl, "on_request")]
+        # A hook that must see the request as it is sent (`caching` keys by it) runs its
+        # request stage after every other one, wherever the config put it; so its response
+        # stage runs first, on the upstream's answer as it came.
+        last = [lk for lk in req_side if getattr(lk.impl, "sees_final_request", False)]
+        if last:
+            req_side = [lk for lk in req_side if lk not in last] + last
         self.links = tuple(req_side + resp_only)
         self.endpoint = endpoint
+        for lk in self.links:
+            bind = getattr(lk.impl, "bind_endpoint", None)
+            if bind is not None:
+                bind(endpoint)
         # Bound methods collected once, each with whether it must be awaited: a plain hook
         # is called without making a coroutine, so a request pays only the hooks' own work.
         # An interceptor whose config makes a hook a no-op says so (`idle_hooks`), and the

@@ -43,6 +43,37 @@ class UpstreamStreamError(Exception):
         self.text = text
 
 
+def _as_events(raw: bytes, req: ProxyRequest) -> list[dict[str, Any]]:
+    """A whole answer to a streamed request (an upstream that does not stream) as the
+    chunks of a stream: a chat or text completion replayed (`streams.replay_chunks`), a
+    Responses-API answer as its `response.completed` event; events sent without their
+    content type are read as events."""
+    from nel_resources.proxy.streams import replay_chunks, wants_usage
+
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict):
+        if req.path.endswith("/responses"):
+            return [{"type": "response.completed", "response": body}]
+        return replay_chunks(body, req.path, wants_usage(req.body))
+    events = []
+    for line in raw.splitlines():
+        line = line.strip()
+        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+            try:
+                obj = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                events.append(obj)
+    if not events:
+        raise UpstreamStreamError(502, "the upstream answered a streamed request with neither "
+                                       f"events nor a JSON object: {raw[:200]!r}")
+    return events
+
+
 class ClientEndpoint:
     """Sends through a `ModelClient` (one exchange with its retries)."""
 
@@ -53,6 +84,16 @@ class ClientEndpoint:
         self.extra_body = dict(extra_body or {})
         self.extra_headers = dict(extra_headers or {})
         self._session: Any = None  # aiohttp.ClientSession for streams, made on first use
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Which upstream answers this endpoint's requests (what `caching` keys by besides
+        the request): the base URL (scheme, host, port, path) and the headers sent with
+        every request, secrets left out (a new API key does not empty the cache)."""
+        from nel_resources.redact import is_secret_header
+
+        headers = {**self.client.base_headers, **self.extra_headers}
+        return {"url": self.client.base_url,
+                "headers": {k.lower(): v for k, v in headers.items() if not is_secret_header(k)}}
 
     def wire(self, req: ProxyRequest) -> tuple[bytes, dict[str, str]]:
         """The encoded body and the headers this endpoint sends for `req`: the bytes the
@@ -110,6 +151,11 @@ class ClientEndpoint:
             if resp.status != 200:
                 text = client.redact_text((await resp.read()).decode("utf-8", "replace"))
                 raise UpstreamStreamError(resp.status, text[:300].strip())
+            if "text/event-stream" not in resp.headers.get("Content-Type", "text/event-stream"):
+                # An upstream that ignores `stream` answers whole: the answer as a stream.
+                for chunk in _as_events(client.redact_bytes(await resp.read()), req):
+                    yield chunk
+                return
             async for line in resp.content:
                 line = line.strip()
                 if not line.startswith(b"data:"):

@@ -7,6 +7,15 @@ bench_interceptors.py). Each request is handed to the handler as (method, path, 
 lookup, body); its answer is a `Reply`, or an async iterator of byte pieces sent with
 chunked transfer encoding (server-sent events). Malformed requests get a 4xx and the
 connection is closed.
+
+Limits (`ProxyLimits`, the `nel proxy` flags): a request body over `max_body` bytes gets
+413; the bodies of all requests being read or answered at once may hold `max_buffered`
+bytes together (their Content-Lengths, reserved when a head arrives, before its body is
+read), and a request past that budget gets 503 with Retry-After rather than growing the
+process; a head not in within `head_timeout` seconds of the connection (or of its first
+byte), or a body not in within `body_timeout` seconds of its head, gets 408 and the
+connection is closed (a slow client cannot hold a connection and its buffer for ever).
+While an answer is pending, reading pauses once `MAX_HEAD` bytes of the next request wait.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import orjson
 
@@ -27,15 +37,71 @@ Handler = Callable[[bytes, str, Headers, bytes], Awaitable["Reply | AsyncIterato
 _INTERNAL = Reply(500, b'{"error":{"message":"internal proxy error","type":"server_error"}}')
 
 
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """How much the proxy takes in (see the module's docstring).
+
+    Attributes:
+        max_body: bytes one request body may have.
+        max_buffered: bytes the bodies of all requests in flight may have together.
+        head_timeout: seconds a request head may take to arrive.
+        body_timeout: seconds a request body may take to arrive after its head.
+    """
+
+    max_body: int = 64 * MIB
+    max_buffered: int = 256 * MIB
+    head_timeout: float = 30.0
+    body_timeout: float = 120.0
+
+
+class ByteBudget:
+    """The bytes the request bodies in flight hold, against a cap (one per server)."""
+
+    __slots__ = ("cap", "peak", "used")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.used = 0
+        self.peak = 0
+
+
 class HttpConnection(Http1Connection):
     """One client connection of the proxy: requests answered strictly in order."""
 
-    __slots__ = ("_handler", "_spawn")
+    __slots__ = ("_handler", "_reserved", "_spawn")
+
+    # Set per server by `start_server` (a subclass with its limits).
+    budget: ByteBudget = ByteBudget(ProxyLimits.max_buffered)
+    busy_buffer = http1.MAX_HEAD
 
     def __init__(self, handler: Handler) -> None:
         super().__init__()
         self._handler = handler
         self._spawn: Callable[..., asyncio.Task[None]] | None = None
+        self._reserved = 0  # the bytes of the budget this connection's request holds
+
+    def admit(self, length: int) -> tuple[int, str] | None:
+        if not length:
+            return None
+        budget = self.budget
+        used = budget.used + length
+        if used > budget.cap:
+            return 503, (f"the proxy is busy: request bodies in flight hold {budget.used} bytes "
+                         f"and this one has {length}, over its {budget.cap}-byte budget "
+                         "(--max-buffered-mb); retry later")
+        budget.used = used
+        if used > budget.peak:
+            budget.peak = used
+        self._reserved = length
+        return None
+
+    def release(self) -> None:
+        if self._reserved:
+            self.budget.used -= self._reserved
+            self._reserved = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -43,8 +109,10 @@ class HttpConnection(Http1Connection):
         self._spawn = asyncio.get_running_loop().create_task
 
     def error_reply(self, status: int, message: str) -> Reply:
-        return Reply(status, orjson.dumps({"error": {"message": message,
-                                                     "type": "invalid_request_error"}}))
+        body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+        if status == 503:  # the budget is spent for now: a client's retry will be taken
+            return Reply(status, body, http1.JSON_HEADERS + b"Retry-After: 1\r\n")
+        return Reply(status, body)
 
     def respond(self, request: Request) -> bool:
         target = request.target
@@ -89,11 +157,16 @@ class HttpConnection(Http1Connection):
         self.finish(keep_alive)
 
 
-async def start_server(handler: Handler, port: int) -> asyncio.AbstractServer:
-    """Listen on 127.0.0.1:`port` (0: a free one)."""
+async def start_server(handler: Handler, port: int, limits: ProxyLimits | None = None
+                       ) -> asyncio.AbstractServer:
+    """Listen on 127.0.0.1:`port` (0: a free one), taking in no more than `limits` allow."""
+    lim = limits or ProxyLimits()
+    conn = type("LimitedHttpConnection", (HttpConnection,), {
+        "__slots__": (), "max_body": lim.max_body, "budget": ByteBudget(lim.max_buffered),
+        "head_timeout": lim.head_timeout, "body_timeout": lim.body_timeout})
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HttpConnection(handler), "127.0.0.1", port,
-                                    backlog=1024)
+    return await loop.create_server(lambda: conn(handler), "127.0.0.1", port, backlog=1024)
 
 
-__all__ = ["Handler", "Headers", "HttpConnection", "Reply", "start_server"]
+__all__ = ["ByteBudget", "Handler", "Headers", "HttpConnection", "ProxyLimits", "Reply",
+           "start_server"]

@@ -20,7 +20,9 @@ A body no hook changed passes as the bytes it came in: the agent's request goes 
 as it was sent, the upstream's answer comes back as it was sent (no re-encoding; which
 hooks allow it: `reports_changes` in `types.py`).
 
-Malformed requests get 4xx with one line saying what is wrong; a spent turn budget gets 429
+What it takes in is bounded (`http_server.ProxyLimits`: body size, bytes buffered across
+requests, head and body read timeouts). Malformed requests get 4xx with one line saying
+what is wrong; a spent turn budget gets 429
 (`session_budget_exhausted`, like NeMo Evaluator); an upstream that cannot be reached after
 the retries gets 502.
 
@@ -50,7 +52,7 @@ from nel_resources.model_client import AuthError, ModelClient, ModelError, clien
 from nel_resources.proxy.capture import Capture
 from nel_resources.proxy.chain import Chain, Link
 from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
-from nel_resources.proxy.http_server import Headers, Reply, start_server
+from nel_resources.proxy.http_server import MIB, Headers, ProxyLimits, Reply, start_server
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
 
 if TYPE_CHECKING:
@@ -163,8 +165,11 @@ class ProxyServer:
         repeat: int | None = None
         rep = headers(b"x-nel-repeat")
         if rep is not None:
-            if not rep.isdigit():
-                return _error(400, f"X-Nel-Repeat must be a non-negative integer, not {rep.decode(errors='replace')!r}")
+            # At most 9 digits: an int, not a 4,300-digit parse that raises.
+            if not rep.isdigit() or len(rep) > 9:
+                shown = rep[:40].decode(errors="replace") + ("..." if len(rep) > 40 else "")
+                return _error(400, "X-Nel-Repeat must be a non-negative integer below "
+                                   f"1000000000, not {shown!r}")
             repeat = int(rep)
         send_raw: bytes | None = raw  # the agent's bytes go upstream unless a hook edits
         if self.client.model and "model" not in body:
@@ -266,18 +271,20 @@ def pick_service(config_path: str, service: str | None) -> tuple[str, ServiceCon
 
 
 async def serve(service: ServiceConfig, *, port: int = 0, port_file: Path | None = None,
-                out: Any = sys.stdout, capture_path: Path | None = None) -> None:
+                out: Any = sys.stdout, capture_path: Path | None = None,
+                limits: ProxyLimits | None = None) -> None:
     """Serve the service's chain on 127.0.0.1 until SIGTERM or SIGINT.
 
     Prints `http://127.0.0.1:PORT/v1` once listening (and writes the port to `port_file`).
     With `capture_path`, each exchange is appended to that JSONL file (`capture.py`).
+    `limits` bound what it takes in (body sizes, bytes buffered, read timeouts).
     """
     client = client_for_service(service)
     capture = Capture(capture_path, client.redact_bytes) if capture_path is not None else None
     server = ProxyServer(client, capture)
     await server.open()
     try:
-        listener = await start_server(server.handle, port)
+        listener = await start_server(server.handle, port, limits)
     except OSError as exc:
         await server.close()
         raise NelError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
@@ -332,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.getLogger("nel.proxy").setLevel(getattr(args, "log_level", "INFO"))
     main_coro = serve(svc, port=args.port, port_file=args.port_file,
-                      capture_path=getattr(args, "capture", None))
+                      capture_path=getattr(args, "capture", None), limits=limits_from(args))
     try:
         import uvloop
     except ImportError:
@@ -342,18 +349,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def limits_from(args: argparse.Namespace) -> ProxyLimits:
+    """The proxy's limits from its flags, checked."""
+    d = ProxyLimits()
+    body = getattr(args, "max_body_mb", None)
+    buffered = getattr(args, "max_buffered_mb", None)
+    head = getattr(args, "head_timeout", None)
+    body_t = getattr(args, "body_timeout", None)
+    for flag, value in (("--max-body-mb", body), ("--max-buffered-mb", buffered),
+                        ("--head-timeout", head), ("--body-timeout", body_t)):
+        if value is not None and not value > 0:
+            raise NelError(f"{flag} must be a positive number, not {value:g}")
+    lim = ProxyLimits(max_body=int(body * MIB) if body else d.max_body,
+                      max_buffered=int(buffered * MIB) if buffered else d.max_buffered,
+                      head_timeout=head or d.head_timeout, body_timeout=body_t or d.body_timeout)
+    if lim.max_body > lim.max_buffered:
+        raise NelError(f"--max-body-mb ({lim.max_body / MIB:g}) must not exceed --max-buffered-mb "
+                       f"({lim.max_buffered / MIB:g}): such a request could never be taken")
+    return lim
+
+
 def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None = None, *,
                 timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
                 env: dict[str, str] | None = None, log_level: str = "INFO",
                 capture_path: str | os.PathLike[str] | None = None,
-                service_config: ServiceConfig | None = None
-                ) -> tuple[ManagedProcess, str]:
+                service_config: ServiceConfig | None = None,
+                extra_args: Sequence[str] = ()) -> tuple[ManagedProcess, str]:
     """Start the proxy for a service as a child process (its own session); wait until it
     answers `/health`. Returns the process (stop it) and its base URL (`.../v1`).
 
     The service is `service` of the config file at `config_path`, or `service_config`
     itself (handed over in the child's environment, so a literal key stays off the disk).
-    With `capture_path`, it records each exchange there (`capture.py`).
+    With `capture_path`, it records each exchange there (`capture.py`). `extra_args` are
+    more of the proxy's flags (`--max-body-mb 8`, `--head-timeout 5`, ...).
 
     Raises:
         ProcessExitedError: the proxy exited first (a bad config: its log tail says why).
@@ -379,6 +407,7 @@ def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None 
         argv += ["--service", service]
     if capture_path is not None:
         argv += ["--capture", str(capture_path)]
+    argv += list(extra_args)
     proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
                           env=env).start()
     try:

@@ -23,6 +23,10 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   body as it is, and a later hook that changes it drops them. `raw` is read once the
   request stage is over (the chain drops it then unless every hook reported), never
   by a hook in the middle of it.
+- `sees_final_request` (optional, True): its request stage runs after every other one
+  (the request as it will be sent: `caching` keys by it), so its response stage runs
+  first; `bind_endpoint(endpoint)` (optional) is called with the chain's endpoint when the
+  chain is built.
 - `edit(body, session_id)` and `seen(status, body, latency_ms, extra, cached)`
   (optional): the request / response stage on the bare parts, for the compiled
   in-process chain (`compiled.py`). `edit` returns the body when it changed it (possibly a
