@@ -13,6 +13,7 @@ compares and exits 1 naming the stale pages (tests/docs/test_reference_pages.py 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import types
@@ -61,7 +62,12 @@ def _default(info: Any) -> str:
 
     if info.is_required():
         return "required"
-    value = info.default_factory() if info.default_factory is not None else info.default
+    factory = info.default_factory
+    if isinstance(factory, types.FunctionType) and factory.__name__ != "<lambda>" and factory.__doc__:
+        # A named factory computes its default from the environment: say how, since the
+        # value on the machine that wrote the page is not everyone's.
+        return " ".join(factory.__doc__.split())
+    value = factory() if factory is not None else info.default
     if isinstance(value, BaseModel):
         return "(block)"
     if value is None:
@@ -109,7 +115,19 @@ def _models() -> list[tuple[str, Any, dict[str, frozenset[str]] | None]]:
 
 
 def render_config() -> str:
-    """reference/config.md: one table per block of the config schema."""
+    """reference/config.md: one table per block of the config schema.
+
+    Defaults are those of an environment without NEL_* variables (some defaults read one,
+    e.g. NEL_SHUFFLE_SEED), so the page does not depend on the shell that wrote it.
+    """
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("NEL_")}
+    try:
+        return _render_config()
+    finally:
+        os.environ.update(saved)
+
+
+def _render_config() -> str:
     import inspect
 
     lines = [GENERATED_NOTE.format(source="the pydantic models in nel_resources/config/"), "",
@@ -119,7 +137,8 @@ def render_config() -> str:
              "but are refused at run time, before any request, because nel does not have their "
              "feature yet: see [Write a NeMo Evaluator config](../how-to/config.md). "
              "`${VAR}` / `${VAR:-default}` expand from the environment; `-O KEY=VALUE` overrides "
-             "any key on the command line.", ""]
+             "any key on the command line. Defaults are shown as they are with no `NEL_*` variable "
+             "set.", ""]
     for where, model, per_type in _models():
         lines += [f"## {model.__name__}", "", f"Where: {where}.", ""]
         doc = inspect.getdoc(model)
@@ -201,7 +220,7 @@ def _render_cli(root: argparse.ArgumentParser) -> str:
              "# Command line", "",
              "Every `nel` command and flag, as `nel COMMAND --help` prints them. Exit statuses: "
              "[Exit codes](exit-codes.md).", ""]
-    for path, parser, help_text in _subcommands(root, ["nel"]):
+    for path, parser, help_text in [(["nel"], root, ""), *_subcommands(root, ["nel"])]:
         title = " ".join(path)
         lines += [f"## {title}", ""]
         description = parser.description or help_text
@@ -250,7 +269,7 @@ def _constant_docs(source: str) -> dict[str, str]:
 
     out: dict[str, str] = {}
     body = ast.parse(source).body
-    for node, nxt in zip(body, body[1:], strict=False):
+    for node, nxt in itertools.pairwise(body):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and isinstance(nxt, ast.Expr)
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
