@@ -12,9 +12,15 @@ export NEL_MODEL_PATH ?= $(if $(wildcard $(SHARED)/models/stories260K.gguf),$(SH
 # tests/conftest.py (keep --no-loadscope-reorder, or xdist re-sorts modules by test count).
 TEST_WORKERS ?= 2
 PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
-# Install once: the stamp is older than pyproject.toml only when the dependencies may have
-# changed (a fresh clone has no .venv, hence no stamp, and installs).
+# Install once: a stamp is older than pyproject.toml only when the dependencies may have
+# changed (a fresh clone has no .venv, hence no stamp, and installs). `make run` installs only
+# what the main job needs (nel and llama.cpp's server, `.[llama]`); `make test` everything
+# (`.[all]`: Docker/K8s/Postgres/AWS/Ray integrations, the test tools, the docs site).
 STAMP := $(VENV)/.nel-installed
+STAMP_ALL := $(VENV)/.nel-installed-all
+# pip shows each package it collects and a progress bar per download (no -q: an install of
+# several minutes must not look hung).
+PIP_INSTALL = $(BIN)/pip install --progress-bar on $(if $(WHEELS),--find-links $(SHARED)/wheels,)
 # The real NeMo Evaluator 0.3.0, in its own Python 3.12 venv: the compatibility tests run
 # the same invocations through both tools (pyenv's shim needs the version named).
 PEER_VENV ?= .venv-peers/nemo-evaluator
@@ -28,19 +34,31 @@ PEER_HARBOR_VENV ?= .venv-peers/harbor
 # The OpenClaw CLI agent with its own Node, from npm (deploy/agents/install_openclaw.sh).
 OPENCLAW_LINK ?= .venv-peers/openclaw
 
-.PHONY: setup system-deps peers bytecode run test test-fast lint bench clean
+.PHONY: setup setup-all system-deps peers bytecode run test test-fast lint bench docs docs-build clean
 
 $(BIN)/python:
+	@echo "==> [1/2] creating the virtualenv $(VENV) and upgrading pip"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install --progress-bar on --upgrade pip
 
 # Python packages (llama-cpp-python from the prebuilt wheel when ../shared has one,
-# else built from source by pip), then the system packages the real-component tests use.
+# else built from source by pip: 3-10 minutes, which pip's "Building wheel" line shows).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q $(if $(WHEELS),--find-links $(SHARED)/wheels,) -e '.[all]'
+	@echo "==> [2/2] installing nel and llama.cpp's server for the main job: pip install -e '.[llama]'"
+	$(PIP_INSTALL) -e '.[llama]'
 	@touch $@
+	@echo "==> installed the main job's packages ($(VENV)); \`make test\` adds the test extras"
+
+# Everything the tests use; it includes the main job's packages, so it stamps both.
+$(STAMP_ALL): pyproject.toml | $(BIN)/python
+	@echo "==> [2/2] installing nel with every extra for the tests: pip install -e '.[all]'"
+	$(PIP_INSTALL) -e '.[all]'
+	@touch $@ $(STAMP)
+	@echo "==> installed nel[all] ($(VENV))"
 
 setup: $(STAMP)
+
+setup-all: $(STAMP_ALL)
 
 # Built once per machine under PEER_HOME and linked here (deploy/peers/install_peer.sh; a
 # second call only checks the venv's stamp, so a new pin here gets a new venv).
@@ -57,7 +75,7 @@ system-deps:
 # nel's own modules compiled once: where PYTHONDONTWRITEBYTECODE is set (CI images set it),
 # every `nel` process would otherwise compile ~100 modules from source (about 0.3 s each
 # start). compileall only rewrites what changed.
-bytecode: setup
+bytecode: | $(BIN)/python
 	$(BIN)/python -m compileall -q -j 0 benchmarks nel_assets nel_resources dagster_project
 
 # The main job on the embedded default: nel starts llama.cpp with the tiny model and
@@ -69,11 +87,11 @@ run: setup bytecode
 	$(if $(NEL_MODEL_PATH),@$(BIN)/nel config set model_path '$(NEL_MODEL_PATH)',)
 	$(BIN)/nel eval run $(if $(CONFIG),$(CONFIG),dagster_project/configs/default.yaml)
 
-test: setup system-deps peers bytecode
+test: setup-all system-deps peers bytecode
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=15 $(PYTEST_ARGS)
 
-test-fast: setup bytecode
+test-fast: setup-all bytecode
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint:
@@ -81,6 +99,18 @@ lint:
 
 bench: setup
 	$(BIN)/python bench/bench_eval_throughput.py
+
+# The documentation site: the generated reference pages rewritten from the code, then served
+# with live reload on http://127.0.0.1:8000 (docs-build: the strict build CI's test makes).
+docs: setup
+	@test -x $(BIN)/mkdocs || $(PIP_INSTALL) -e '.[docs]'
+	$(BIN)/python docs/gen_reference.py
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: setup
+	@test -x $(BIN)/mkdocs || $(PIP_INSTALL) -e '.[docs]'
+	$(BIN)/python docs/gen_reference.py
+	$(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf eval_results .pytest_cache

@@ -1,4 +1,5 @@
-"""Exit statuses of `nel eval run`, `nel compare` and `nel gate` (shown in --help and the README).
+"""Exit statuses of `nel eval run`, `nel compare` and `nel gate` (shown in --help and in
+docs/reference/exit-codes.md, which docs/gen_reference.py writes from this module).
 
 `nel compare` and `nel gate` exit exactly as NeMo Evaluator 0.3.0's do, strict by default
 (CI scripts written for it branch on these numbers): compare BLOCK 1, WARN or INCONCLUSIVE 2;
@@ -23,7 +24,8 @@ OK = 0
 GATE_NO_GO = 1
 """The run completed and a gate said NO-GO (as `nel gate`)."""
 USAGE = 2
-"""Bad flags, config or output location: nothing ran, no request was sent."""
+"""Bad flags or config, or an unusable output directory or Dagster home (a file, read-only,
+full): nothing ran, no request was sent."""
 GATE_INCONCLUSIVE = 3
 """The run completed and a gate said INCONCLUSIVE, none NO-GO (`nel gate` exits 2 for it)."""
 EVAL_FAILED = 4

@@ -155,10 +155,10 @@ def test_exit_status_scheme(failures: int, decisions: list[str], status: int) ->
 def test_help_documents_the_exit_statuses() -> None:
     p = run_nel("eval", "run", "--help")
     assert p.returncode == 0
-    readme = (REPO_ROOT / "README.md").read_text()
+    page = (REPO_ROOT / "docs" / "reference" / "exit-codes.md").read_text()
     for code, _ in exit_codes.TABLE:
         assert f"\n  {code:<4} " in p.stdout, code
-        assert f"\n| {code} | " in readme, f"README's exit-status table lacks {code}"
+        assert f"\n| {code} | " in page, f"docs/reference/exit-codes.md lacks {code}"
 
 
 def test_ctrl_c_stops_the_whole_suite_with_130(tmp_path: Path, reference_server, server_stats,
