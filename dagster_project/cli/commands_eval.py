@@ -219,6 +219,12 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {value}: must be at least {low} ({what})")
     if args.output_dir is not None and not args.output_dir.strip():
         raise ConfigError("-o/--output-dir is empty: give a directory, e.g. -o ./eval_results")
+    if args.output_dir is not None:
+        from nel_resources.config.deployment import path_length_problem
+
+        problem = path_length_problem(args.output_dir)
+        if problem:
+            raise ConfigError(f"-o/--output-dir: {problem}; give a shorter directory")
 
 
 def _check_runnable(cfg: Any, where: str) -> None:
