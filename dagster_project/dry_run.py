@@ -12,6 +12,7 @@ from typing import Any
 
 from dagster_project import exit_codes
 from nel_resources.config import NelConfig
+from nel_resources.endpoint_url import redact_url
 
 
 @dataclass
@@ -55,7 +56,7 @@ def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
     svc = cfg.services[name]
     launched = svc.type not in ("api", "gym")
     return {"type": svc.type, "model": svc.model, "protocol": svc.protocol,
-            "url": svc.url if not launched else None,
+            "url": redact_url(svc.url) if svc.url and not launched else None,
             "launch": "started by nel when a shard runs (not in a dry run)" if launched else None,
             "generation": svc.generation.to_request()}
 

@@ -39,6 +39,7 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
     import yaml
 
+    from nel_resources.endpoint_url import redact_url
     from nel_resources.redact import REDACTED, is_secret_header
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
@@ -52,6 +53,11 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
             print(f"warning: services.{name}.api_key is written literally, so "
                   f"{out / 'nel-config.yaml'} leaves it out: write api_key: ${{VAR}} (or "
                   "api_key_env) so runs started from that file authenticate", file=sys.stderr)
+        if svc.get("url") and (url := redact_url(svc["url"])) != svc["url"]:
+            svc["url"] = url
+            print(f"warning: services.{name}.url carries credentials (user-info or a query "
+                  f"string), redacted in nel-config.yaml: runs started from that file need "
+                  f"-O services.{name}.url=...", file=sys.stderr)
         for key, value in (svc.get("headers") or {}).items():
             if "${" not in value and is_secret_header(key):
                 svc["headers"][key] = REDACTED

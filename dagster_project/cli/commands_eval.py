@@ -126,10 +126,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         cfg = load_config(args.config, overrides=overrides)
         data = cfg.model_dump(mode="json", exclude_none=False)
         if args.bench:
-            names = {b["name"] for b in data["benchmarks"]}
-            wanted = [bench_entry(n) for n in args.bench]
-            data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] in {w["name"] for w in wanted}]
-            data["benchmarks"] += [w for w in wanted if w["name"] not in names]
+            data["benchmarks"] = _select_benchmarks(data["benchmarks"], args.bench, args.config)
         if args.model_url:
             raise ConfigError("--model-url cannot be combined with a config file; "
                               "edit the config's services or use -O services.NAME.url=...")
@@ -198,6 +195,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
     cfg = load_config(data=data, source=cfg if args.config else None)
     _check_runnable(cfg, args.config or "the flags")
     return cfg
+
+
+def _select_benchmarks(entries: list[dict[str, Any]], refs: list[str], where: str
+                       ) -> list[dict[str, Any]]:
+    """With a config, `-b` selects among its benchmarks; a name it lacks is refused (it
+    would otherwise run a whole benchmark the config never asked for)."""
+    from nel_resources.config import ConfigError
+
+    names = [b["name"] for b in entries]
+    wanted = {bench_entry(ref)["name"]: ref for ref in refs}
+    missing = [ref for name, ref in wanted.items() if name not in names]
+    if missing:
+        raise ConfigError(f"-b {missing[0]}: {where} has no such benchmark (its benchmarks: "
+                          f"{', '.join(names) or 'none'}); pick one of those, or run without "
+                          "the config")
+    return [b for b in entries if b["name"] in wanted]
 
 
 # flag -> (smallest allowed value, what it means); a value below is refused before any run.

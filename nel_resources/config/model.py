@@ -11,6 +11,7 @@ from nel_resources.config._base import _Strict, key_error
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig
 from nel_resources.config.deployment import ClusterConfig, OutputConfig
 from nel_resources.config.services import ServiceConfig
+from nel_resources.endpoint_url import redact_url
 
 # NeMo Evaluator also reserves `default`; nel's flag-only runs name their service that.
 _RESERVED_SERVICE_NAMES = ("none", "")
@@ -162,6 +163,8 @@ class NelConfig(_Strict):
         for s in data.get("services", {}).values():
             if s.get("api_key"):
                 s["api_key"] = "***"
+            if s.get("url"):  # user-info and query values are credentials
+                s["url"] = redact_url(s["url"])
             headers = s.get("headers") or {}
             for k, v in headers.items():
                 if "${" not in v:
