@@ -69,7 +69,7 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
     """
-    from dagster_project.runner import validate_before_run
+    from dagster_project.runner import is_config_error, validate_before_run
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
@@ -82,6 +82,8 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
         try:
             tasks = ev.plan(store, spec)
         except Exception as exc:  # the run fails this benchmark alone; say why
+            if is_config_error(bench.name, exc):
+                raise  # the run refuses the whole config for it: so does the plan
             from dagster_project import run_log
 
             plan.errors.append(f"{bench.name}: cannot be planned: "

@@ -54,6 +54,8 @@ class NelConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     comparison: ComparisonConfig = Field(default_factory=ComparisonConfig)
     data_dir: str | None = None
+    # Fetch a missing benchmark file from the Hugging Face hub (None: `NEL_ALLOW_DOWNLOADS`).
+    allow_downloads: bool | None = None
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     # Where this config was read from and the line of each key path: `check_supported`
     # names file:line for keys it refuses. Not part of the config's content.
