@@ -54,14 +54,14 @@ def make_handler(log: Path) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] == "/health":
                 self._reply(200, b'{"status":"ok"}')
                 return
             self._record()
             self._reply(200, b'{"object":"list","data":[{"id":"tiny","object":"model"}]}')
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
             self._record()
