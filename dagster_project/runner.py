@@ -305,12 +305,12 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
 
 def is_config_error(bench: str, exc: BaseException) -> bool:
     """Whether a planning failure is the config's fault (an unknown parameter, a bad
-    language list): the whole run is refused with it, before any request. Missing data
-    and remote environments (gym://, container://) fail their benchmark alone."""
-    from benchmarks.errors import DataMissingError
+    language list): the whole run is refused with it, before any request. Missing data,
+    an empty selection and remote environments (gym://, container://) fail their
+    benchmark alone."""
+    from benchmarks.errors import BenchmarkConfigError
 
-    return (isinstance(exc, NelError) and not isinstance(exc, DataMissingError)
-            and not bench.startswith(("gym://", "container://")))
+    return isinstance(exc, BenchmarkConfigError) and not bench.startswith(("gym://", "container://"))
 
 
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
