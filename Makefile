@@ -85,7 +85,7 @@ bytecode: | $(BIN)/python
 run: setup bytecode
 	$(if $(NEL_DATA_DIR),@$(BIN)/nel config set data_dir '$(NEL_DATA_DIR)',)
 	$(if $(NEL_MODEL_PATH),@$(BIN)/nel config set model_path '$(NEL_MODEL_PATH)',)
-	$(BIN)/nel eval run $(if $(CONFIG),$(CONFIG),dagster_project/configs/default.yaml)
+	$(if $(NEL_DATA_DIR),,NEL_ALLOW_DOWNLOADS=1 )$(BIN)/nel eval run $(if $(CONFIG),$(CONFIG),dagster_project/configs/default.yaml)
 
 test: setup-all system-deps peers bytecode
 	$(BIN)/ruff check .

@@ -5,7 +5,8 @@ Sources:
 - `hf://org/name?split=test&config=main` (downloaded once into the hub cache; honours
   `HF_HUB_OFFLINE`);
 - built-in benchmarks look under the data root (`NEL_DATA_DIR`, or the `data_dir` config
-  key) in the layout of the original files, then in nel's cache, then on the hub.
+  key) in the layout of the original files, then in nel's cache, then on the hub, but
+  only when downloads are allowed (`NEL_ALLOW_DOWNLOADS=1` / `allow_downloads: true`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,32 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+_ALLOW_DOWNLOADS: bool | None = None
+
+
+def set_allow_downloads(allowed: bool | None) -> None:
+    """Set the config's `allow_downloads` for this process (None: `NEL_ALLOW_DOWNLOADS`)."""
+    global _ALLOW_DOWNLOADS
+    _ALLOW_DOWNLOADS = allowed
+
+
+def downloads_allowed() -> bool:
+    """Whether a missing benchmark file may be fetched from the Hugging Face hub.
+
+    Off unless asked for (`NEL_ALLOW_DOWNLOADS=1` or `allow_downloads: true`): a run on a
+    machine without network must fail at once saying where the file goes, not retry DNS.
+    """
+    if _ALLOW_DOWNLOADS is not None:
+        return _ALLOW_DOWNLOADS
+    return os.environ.get("NEL_ALLOW_DOWNLOADS", "").strip().lower() in ("1", "true", "yes")
+
+
+def _check_data_root(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise DataMissingError(f"the data directory {root} (NEL_DATA_DIR / data_dir) is a file, "
+                               "not a directory; point it at the folder holding <benchmark>/<file>")
+
+
 def find_local(bench: str, relpath: str) -> Path | None:
     """The benchmark file under the data root or the cache, if present."""
     for root in (data_root(), cache_root()):
@@ -110,17 +137,23 @@ def resolve_file(bench: str, relpath: str, hub: HubFile | None = None) -> Path:
     Raises:
         DataMissingError: one line saying exactly which file to provide and where.
     """
+    root = data_root()
+    if root is not None:
+        _check_data_root(root)
     local = find_local(bench, relpath)
     if local is not None:
         return local
-    where = data_root() or cache_root()
+    where = root or cache_root()
     hint = (
         f"{bench}: data file {relpath!r} not found; put the original file at "
-        f"{where / bench / relpath} (or set NEL_DATA_DIR to a folder holding {bench}/{relpath}), "
-        f"or run `nel data import {bench} PATH`"
+        f"{where / bench / relpath} (NEL_DATA_DIR or the config's data_dir names the folder "
+        f"holding {bench}/{relpath}), or run `nel data import {bench} PATH`"
     )
     if hub is None:
         raise DataMissingError(hint)
+    if not downloads_allowed():
+        raise DataMissingError(f"{hint}; or allow a download from the Hugging Face hub "
+                               f"({hub.repo_id}) with NEL_ALLOW_DOWNLOADS=1")
     try:
         return _hub_download(hub)
     except DataMissingError as exc:

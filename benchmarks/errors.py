@@ -10,5 +10,10 @@ class NelError(Exception):
     """
 
 
+class BenchmarkConfigError(NelError):
+    """A benchmark entry of the config cannot build its environment (an unknown parameter,
+    a bad value): the whole config is refused before any request, not the benchmark alone."""
+
+
 class DataMissingError(NelError):
     """A benchmark's data is not available locally and cannot be downloaded."""

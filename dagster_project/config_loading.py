@@ -16,8 +16,9 @@ def default_config_path() -> Path:
 def load_definitions_config(path: str | None) -> tuple[NelConfig, str]:
     """(config, output dir) for `Definitions`: `path` if given, else the embedded default."""
     cfg = load_config(path or default_config_path())
-    if cfg.data_dir:
-        from benchmarks.datasets import set_data_dir
+    from benchmarks.datasets import set_allow_downloads, set_data_dir
 
+    set_allow_downloads(cfg.allow_downloads)
+    if cfg.data_dir:
         set_data_dir(cfg.data_dir)
     return cfg, cfg.output.dir

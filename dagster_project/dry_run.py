@@ -12,6 +12,7 @@ from typing import Any
 
 from dagster_project import exit_codes
 from nel_resources.config import NelConfig
+from nel_resources.endpoint_url import redact_url
 
 
 @dataclass
@@ -55,7 +56,7 @@ def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
     svc = cfg.services[name]
     launched = svc.type not in ("api", "gym")
     return {"type": svc.type, "model": svc.model, "protocol": svc.protocol,
-            "url": svc.url if not launched else None,
+            "url": redact_url(svc.url) if svc.url and not launched else None,
             "launch": "started by nel when a shard runs (not in a dry run)" if launched else None,
             "generation": svc.generation.to_request()}
 
@@ -68,7 +69,7 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
     """
-    from dagster_project.runner import validate_before_run
+    from dagster_project.runner import is_config_error, validate_before_run
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 
@@ -81,6 +82,8 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
         try:
             tasks = ev.plan(store, spec)
         except Exception as exc:  # the run fails this benchmark alone; say why
+            if is_config_error(bench.name, exc):
+                raise  # the run refuses the whole config for it: so does the plan
             from dagster_project import run_log
 
             plan.errors.append(f"{bench.name}: cannot be planned: "

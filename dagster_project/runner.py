@@ -39,6 +39,7 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
     import yaml
 
+    from nel_resources.endpoint_url import redact_url
     from nel_resources.redact import REDACTED, is_secret_header
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
@@ -52,6 +53,11 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
             print(f"warning: services.{name}.api_key is written literally, so "
                   f"{out / 'nel-config.yaml'} leaves it out: write api_key: ${{VAR}} (or "
                   "api_key_env) so runs started from that file authenticate", file=sys.stderr)
+        if svc.get("url") and (url := redact_url(svc["url"])) != svc["url"]:
+            svc["url"] = url
+            print(f"warning: services.{name}.url carries credentials (user-info or a query "
+                  f"string), redacted in nel-config.yaml: runs started from that file need "
+                  f"-O services.{name}.url=...", file=sys.stderr)
         for key, value in (svc.get("headers") or {}).items():
             if "${" not in value and is_secret_header(key):
                 svc["headers"][key] = REDACTED
@@ -244,9 +250,10 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
         NelError: (ConfigError or UnknownBenchmarkError) one line naming what to fix.
     """
     check_supported(cfg)  # keys nel cannot honour yet are refused, in a dry run too
-    if cfg.data_dir:
-        from benchmarks.datasets import set_data_dir
+    from benchmarks.datasets import set_allow_downloads, set_data_dir
 
+    set_allow_downloads(cfg.allow_downloads)
+    if cfg.data_dir:
         set_data_dir(cfg.data_dir)
     from benchmarks import get_factory
     from benchmarks.plugins import load_module
@@ -277,6 +284,12 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     from nel_assets.engine.sandboxing import check_sandbox
 
     resolved = resolve(cfg)
+    seen: set[str] = set()
+    for bench_spec in resolved.benchmarks:  # found by the asset factory only after a run began
+        if bench_spec.asset_name in seen:
+            raise NelError(f"benchmark {bench_spec.name!r} appears twice in the config; merge "
+                           "the entries (list several services under `service:`)")
+        seen.add(bench_spec.asset_name)
     for bench_spec in resolved.benchmarks:
         for run in bench_spec.runs:
             check_scoring(run)
@@ -288,6 +301,16 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     for line in self_judging_warnings(resolved):
         print(line, file=sys.stderr)
     return resolved
+
+
+def is_config_error(bench: str, exc: BaseException) -> bool:
+    """Whether a planning failure is the config's fault (an unknown parameter, a bad
+    language list): the whole run is refused with it, before any request. Missing data,
+    an empty selection and remote environments (gym://, container://) fail their
+    benchmark alone."""
+    from benchmarks.errors import BenchmarkConfigError
+
+    return isinstance(exc, BenchmarkConfigError) and not bench.startswith(("gym://", "container://"))
 
 
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
@@ -354,6 +377,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         try:
             tasks = ev.plan(store, bench)
         except Exception as exc:  # isolate: the other benchmarks still run
+            if is_config_error(bench.name, exc):
+                raise  # every plan comes before any request: nothing has been sent
             reason = run_log.one_line(type(exc).__name__, str(exc))
             _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
             failures += [BenchFailure(bench.name, m, reason, "plan") for m in bench.models]

@@ -30,8 +30,9 @@ from benchmarks.errors import NelError
 from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
 from nel_resources.deadlines import Deadlines
+from nel_resources.endpoint_url import split_url, url_secrets
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
-from nel_resources.redact import Redactor, client_secrets
+from nel_resources.redact import Redactor, client_secrets, is_secret_header
 
 if TYPE_CHECKING:
     import aiohttp
@@ -223,7 +224,11 @@ class ModelClient:
             raise NelError(f"ModelClient: timeout must be a positive number of seconds, not {timeout!r}")
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise NelError(f"ModelClient: max_concurrent must be an integer >= 1, not {max_concurrent!r}")
-        self.base_url = normalize_base_url(base_url)
+        # Credentials in the URL are sent as meant: the user-info as Basic auth (never in
+        # the Host header), the query string (`?api-key=...`) on every request.
+        endpoint = split_url(base_url)
+        self.base_url = normalize_base_url(endpoint.base)
+        self._query = endpoint.query
         self.model = model
         self.protocol = protocol
         # The sampling arguments (NeMo Evaluator's names) are checked and win over `generation`.
@@ -236,13 +241,19 @@ class ModelClient:
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self.max_backoff = max_backoff
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        given = dict(headers or {})
+        # A configured `content-type` (any case) replaces nel's, never goes beside it.
+        own_type = {} if any(k.lower() == "content-type" for k in given) else {
+            "Content-Type": "application/json"}
+        self._headers = {**own_type, **given}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        elif endpoint.basic_auth and not any(is_secret_header(k) for k in given):
+            self._headers["Authorization"] = endpoint.basic_auth
         # Everything that leaves this client (replies, error text) is redacted here, once:
         # a server that echoes the key (in an error body, say) must not put it into
         # results, journals, Parquet, exports or the Dagster event log.
-        self._redact = Redactor(client_secrets(api_key, self._headers))
+        self._redact = Redactor(client_secrets(api_key, self._headers) | url_secrets(base_url))
         self._session: aiohttp.ClientSession | None = None
         self._transport_errors: tuple[type[BaseException], ...] = _RAW_TRANSPORT_ERRORS
         # Adaptive concurrency: shrinks when a window's answers are mostly 429s, grows
@@ -297,7 +308,7 @@ class ModelClient:
             if self._pool is None:
                 self._pool = RawHTTPPool(self._host, self._port, limit=self.max_concurrent,
                                          connect_timeout=self.connect_timeout,
-                                         host_header=urlsplit(self.base_url).netloc)
+                                         host_header=urlsplit(self.base_url).netloc)  # no user-info
             return
         if self._session is None:
             import aiohttp
@@ -328,6 +339,12 @@ class ModelClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def _with_query(self, target: str) -> str:
+        """`target` with the URL's own query string (the user's `?api-key=...`) kept."""
+        if not self._query:
+            return target
+        return f"{target}{'&' if '?' in target else '?'}{self._query}"
 
     @property
     def base_headers(self) -> dict[str, str]:
@@ -374,7 +391,8 @@ class ModelClient:
             # A shared deadline check, not asyncio.timeout (~10 us a request: deadlines.py).
             deadline = self._deadlines.arm(timeout)
             try:
-                r = await self._pool.request(method, self._base_path + subpath, raw_headers, data)
+                r = await self._pool.request(method, self._with_query(self._base_path + subpath),
+                                             raw_headers, data)
             except asyncio.CancelledError:
                 if deadline.fired:
                     deadline.task.uncancel()
@@ -387,7 +405,8 @@ class ModelClient:
         import aiohttp  # loaded by `open` already
 
         async with self._session.request(
-            method, self.base_url + subpath, data=data or None, headers=headers or None,
+            method, self._with_query(self.base_url + subpath), data=data or None,
+            headers=headers or None,
             timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
         ) as resp:
             return resp.status, resp.headers, await resp.read()
@@ -831,7 +850,8 @@ def client_for_service(service: ServiceConfig, base_url: str | None = None, *,
         from nel_resources.proxy.endpoint import ClientEndpoint
 
         env = ChainEnv(service=service.model or "model",
-                       redactor=Redactor(client_secrets(api_key, {**headers, **ep.get("extra_headers", {})})))
+                       redactor=Redactor(client_secrets(api_key, {**headers, **ep.get("extra_headers", {})})
+                                          | url_secrets(url)))
         client.chain = Chain(chain_links(specs, env, verbose=verbose),
                              ClientEndpoint(client, ep.get("extra_body"), ep.get("extra_headers")))
     return client

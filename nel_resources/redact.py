@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from nel_resources.endpoint_url import url_secrets
+
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig, ServiceConfig
 
@@ -39,6 +41,7 @@ def _service_secrets(svc: ServiceConfig) -> list[str]:
         key = None
     if key:
         out.append(key)
+    out.extend(url_secrets(svc.url))  # `http://user:key@host/v1?api-key=...`
     try:
         headers = svc.resolved_headers()
     except Exception:

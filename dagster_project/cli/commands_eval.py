@@ -129,10 +129,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         # retries) would then read defaults as the user's choice.
         data = cfg.model_dump(mode="json", exclude_unset=True)
         if args.bench:
-            names = {b["name"] for b in data.setdefault("benchmarks", [])}
-            wanted = [bench_entry(n) for n in args.bench]
-            data["benchmarks"] = [b for b in data["benchmarks"] if b["name"] in {w["name"] for w in wanted}]
-            data["benchmarks"] += [w for w in wanted if w["name"] not in names]
+            data["benchmarks"] = _select_benchmarks(data.setdefault("benchmarks", []), args.bench,
+                                                    args.config)
         if args.model_url:
             raise ConfigError("--model-url cannot be combined with a config file; "
                               "edit the config's services or use -O services.NAME.url=...")
@@ -203,6 +201,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return cfg
 
 
+def _select_benchmarks(entries: list[dict[str, Any]], refs: list[str], where: str
+                       ) -> list[dict[str, Any]]:
+    """With a config, `-b` selects among its benchmarks; a name it lacks is refused (it
+    would otherwise run a whole benchmark the config never asked for)."""
+    from nel_resources.config import ConfigError
+
+    names = [b["name"] for b in entries]
+    wanted = {bench_entry(ref)["name"]: ref for ref in refs}
+    missing = [ref for name, ref in wanted.items() if name not in names]
+    if missing:
+        raise ConfigError(f"-b {missing[0]}: {where} has no such benchmark (its benchmarks: "
+                          f"{', '.join(names) or 'none'}); pick one of those, or run without "
+                          "the config")
+    return [b for b in entries if b["name"] in wanted]
+
+
 # flag -> (smallest allowed value, what it means); a value below is refused before any run.
 _INT_FLAGS = {
     "repeats": ("-n/--repeats", 1, "samples per problem"),
@@ -222,6 +236,12 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {value}: must be at least {low} ({what})")
     if args.output_dir is not None and not args.output_dir.strip():
         raise ConfigError("-o/--output-dir is empty: give a directory, e.g. -o ./eval_results")
+    if args.output_dir is not None:
+        from nel_resources.config.deployment import path_length_problem
+
+        problem = path_length_problem(args.output_dir)
+        if problem:
+            raise ConfigError(f"-o/--output-dir: {problem}; give a shorter directory")
 
 
 def _check_runnable(cfg: Any, where: str) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from benchmarks import EvalEnvironment, get_benchmark
-from benchmarks.errors import NelError
+from benchmarks.errors import BenchmarkConfigError, DataMissingError, NelError
 from benchmarks.plugins import load_module
 from nel_assets.engine.interrupts import run_interruptibly
 from nel_assets.engine.journal import Journal
@@ -143,7 +143,12 @@ def plan(store: ResultStore, bench: BenchmarkSpec) -> list[ShardTask]:
     tasks: list[ShardTask] = []
     total = bench.shards
     for run in bench.runs:
-        env = make_env(run.env)
+        try:
+            env = make_env(run.env)
+        except DataMissingError:
+            raise
+        except NelError as exc:  # its parameters are wrong: a config error (see runner)
+            raise BenchmarkConfigError(str(exc)) from None
 
         async def fingerprints(env: EvalEnvironment = env, run: RunSpec = run
                                ) -> list[tuple[list[int], str, str]]:

@@ -51,6 +51,33 @@ def _scorer(name: str) -> Callable[..., VerifyResult]:
     return getattr(scoring, _SCORER_ALIASES.get(name, name))
 
 
+def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> None:
+    """A scorer's `params` must be options it takes, of its options' types: the scorers
+    swallow unknown keywords (`**_opts`), so a typo would silently score with defaults."""
+    import inspect
+
+    fn = _scorer(name)
+    options = {p.name: p for p in inspect.signature(fn).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "reasoning"}
+    for key, value in params.items():
+        opt = options.get(key)
+        if opt is None:
+            raise NelError(f"{benchmark}: scorer {name!r} has no option {key!r} (its options: "
+                           f"{', '.join(sorted(options)) or 'none'})")
+        default = opt.default
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int | float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True  # None default or a structured option: the scorer checks it
+        if not ok:
+            raise NelError(f"{benchmark}: scorer {name!r} option {key!r} must be a "
+                           f"{type(default).__name__} (got {value!r})")
+
+
 def _env_class(benchmark: str) -> Any:
     if benchmark.startswith("gym://"):
         return None
@@ -80,7 +107,7 @@ def check_scoring(run: RunSpec) -> None:
         return
     for m in scoring.metrics:
         if m.type == "scorer":
-            _scorer(m.name)
+            _check_scorer_params(run.benchmark, m.name, m.params)
     names = {m.name for m in scoring.metrics} | ({"default"} if scoring.include_defaults else set())
     if scoring.primary is not None and scoring.primary not in names:
         raise NelError(f"{run.benchmark}: scoring.primary {scoring.primary!r} is not a metric "

@@ -511,6 +511,10 @@ def run_config(benchmark: str, *, model_id: str | None, base_url: str | None, re
                generation: dict[str, Any] | None = None, system_prompt: str | None = None) -> dict[str, Any]:
     """The bundle's `config` in 0.3.0's shape (flat: `benchmark`, `model`, `repeats`, ...);
     `eval merge` reads `repeats` and `benchmark` from it."""
+    from nel_resources.endpoint_url import redact_url
+
+    # A URL's user-info and query string are credentials: never into an artifact.
+    base_url = redact_url(base_url) if base_url else base_url
     cfg: dict[str, Any] = {"benchmark": benchmark, "model": model_id, "base_url": base_url,
                            "repeats": repeats, "max_problems": max_problems, "scorers": None}
     for k, v in (generation or {}).items():

@@ -78,9 +78,10 @@ def run_partition(config_path: str, benchmark: str, model: str, shard: int, tota
     from nel_resources.specs import resolve
 
     cfg = load_config(config_path)
-    if cfg.data_dir:
-        from benchmarks.datasets import set_data_dir
+    from benchmarks.datasets import set_allow_downloads, set_data_dir
 
+    set_allow_downloads(cfg.allow_downloads)
+    if cfg.data_dir:
         set_data_dir(cfg.data_dir)
     from benchmarks.plugins import load_module
 

@@ -62,8 +62,20 @@ def _find(name: str, dirs: list[Path], where: str) -> Path | None:
     if name in _BUILTIN_FRAGMENTS:
         return None
     looked = ", ".join(str(d) for d in dirs) or "no conf/ directory next to the config"
+    stem = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
     raise ConfigError(f"{where}: defaults: fragment {name!r} not found (looked in {looked}); "
-                      f"create conf/{name}.yaml next to the config")
+                      f"create conf/{stem} next to the config")
+
+
+def _find_base(name: str, dirs: list[Path], where: str) -> Path:
+    for base in dirs:
+        for ext in ("", ".yaml", ".yml"):
+            candidate = base / f"{name}{ext}"
+            if candidate.is_file():
+                return candidate
+    looked = ", ".join(str(d) for d in dirs)
+    raise ConfigError(f"{where}: _base_: base file {name!r} not found (looked in {looked}); "
+                      "give the path of an existing config relative to this one")
 
 
 def compose(path: Path, data: dict[str, Any], load: Loader, seen: frozenset[Path] = frozenset()
@@ -74,12 +86,17 @@ def compose(path: Path, data: dict[str, Any], load: Loader, seen: frozenset[Path
     if resolved in seen:
         raise ConfigError(f"{where}: defaults: the config includes itself (circular `_base_`)")
     defaults = data.pop("defaults", None)
-    if defaults is None:
+    top_base = data.pop("_base_", None)
+    if defaults is None and top_base is None:
         return data
-    if not isinstance(defaults, list):
+    if not isinstance(defaults, list | None):
         raise ConfigError(f"{where}: defaults: must be a list of fragment names or "
                           "`{_base_: file}` entries")
-    entries = list(defaults)
+    # A top-level `_base_: file` (or a list of files) is a base too, merged under this
+    # file's keys; left alone it would be dropped as a `_variable` and a missing file
+    # would go unnoticed.
+    bases = top_base if isinstance(top_base, list) else [] if top_base is None else [top_base]
+    entries = [{"_base_": b} for b in bases] + list(defaults or [])
     self_at = entries.index("_self_") if "_self_" in entries else len(entries)
     if "_self_" in entries:
         entries.remove("_self_")
@@ -87,9 +104,7 @@ def compose(path: Path, data: dict[str, Any], load: Loader, seen: frozenset[Path
     layers: list[dict[str, Any]] = []
     for entry in entries:
         if isinstance(entry, dict) and set(entry) == {"_base_"}:
-            base = _find(str(entry["_base_"]), [path.parent, *dirs], where)
-            if base is None:
-                raise ConfigError(f"{where}: defaults: base {entry['_base_']!r} not found")
+            base = _find_base(str(entry["_base_"]), [path.parent, *dirs], where)
             layers.append(compose(base, load(base), load, seen | {resolved}))
         elif isinstance(entry, str):
             found = _find(entry, dirs, where)
@@ -107,30 +122,35 @@ def compose(path: Path, data: dict[str, Any], load: Loader, seen: frozenset[Path
     return merged
 
 
-def resolve_self_refs(data: Any, root: dict[str, Any]) -> Any:
+def _lookup(ref: str, root: dict[str, Any], at: str, where: str) -> Any:
+    """The value at `${.ref}`; a path that leads nowhere is an error, not literal text."""
+    val: Any = root
+    for key in ref.split("."):
+        if not isinstance(val, dict) or key not in val:
+            raise ConfigError(f"{where}: {at}: `${{.{ref}}}` refers to {ref!r}, which is not "
+                              "in the config; define that key or correct the reference")
+        val = val[key]
+    return val
+
+
+def resolve_self_refs(data: Any, root: dict[str, Any], where: str = "config", at: str = ""
+                      ) -> Any:
     """Replace `${.a.b}` with the value at that path of the merged config."""
     if isinstance(data, str):
-        def sub(m: re.Match[str]) -> str:
-            val: Any = root
-            for key in m.group(1).split("."):
-                if not isinstance(val, dict) or key not in val:
-                    return m.group(0)
-                val = val[key]
-            return val if isinstance(val, str) else str(val)
-
         whole = _SELF_REF_RE.fullmatch(data)
         if whole:  # a whole-value reference keeps the referred value's type
-            val: Any = root
-            for key in whole.group(1).split("."):
-                if not isinstance(val, dict) or key not in val:
-                    return data
-                val = val[key]
-            return val
+            return _lookup(whole.group(1), root, at or "(top level)", where)
+
+        def sub(m: re.Match[str]) -> str:
+            val = _lookup(m.group(1), root, at or "(top level)", where)
+            return val if isinstance(val, str) else str(val)
+
         return _SELF_REF_RE.sub(sub, data)
     if isinstance(data, dict):
-        return {k: resolve_self_refs(v, root) for k, v in data.items()}
+        return {k: resolve_self_refs(v, root, where, f"{at}.{k}" if at else str(k))
+                for k, v in data.items()}
     if isinstance(data, list):
-        return [resolve_self_refs(v, root) for v in data]
+        return [resolve_self_refs(v, root, where, f"{at}.{i}") for i, v in enumerate(data)]
     return data
 
 

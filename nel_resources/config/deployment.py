@@ -104,6 +104,24 @@ KNOWN_EXPORTERS = ("inspect", "mlflow", "wandb")
 KNOWN_REPORTS = ("markdown", "html", "csv", "json", "latex")
 
 
+# Linux's limits on a path and on one name in it (bytes).
+_PATH_MAX = 4095
+_NAME_MAX = 255
+
+
+def path_length_problem(path: str) -> str | None:
+    """Why the OS would refuse `path` as too long (ENAMETOOLONG, found only once nel
+    starts writing there), or None."""
+    size = len(path.encode())
+    if size > _PATH_MAX:
+        return f"the path is {size:,} bytes long; the limit is {_PATH_MAX:,}"
+    longest = max(path.split("/"), key=lambda part: len(part.encode()))
+    if len(longest.encode()) > _NAME_MAX:
+        return (f"the path has a {len(longest.encode()):,}-byte component ({longest[:20]!r}...); "
+                f"each may have at most {_NAME_MAX}")
+    return None
+
+
 class OutputConfig(_Strict):
     """Where results go (`dir`), which reports are written and where results are exported.
 
@@ -118,6 +136,14 @@ class OutputConfig(_Strict):
     # None = nel's layout (one stable directory, so reruns only evaluate stale shards).
     timestamped: bool | None = None
     progress_interval: float | None = Field(None, gt=0)
+
+    @field_validator("dir", "dagster_home")
+    @classmethod
+    def _path_fits(cls, v: str | None) -> str | None:
+        problem = path_length_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="before")
     @classmethod

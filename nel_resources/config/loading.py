@@ -23,8 +23,22 @@ from nel_resources.config.compose import (
     strip_variables,
 )
 from nel_resources.config.model import NelConfig
+from nel_resources.config.reading import (
+    MAX_CONFIG_BYTES,
+    MAX_YAML_NODES,
+    check_yaml_depth,
+    check_yaml_size,
+    read_config_text,
+)
 
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+__all__ = ["MAX_CONFIG_BYTES", "MAX_YAML_NODES", "apply_override", "check_yaml_size",
+           "expand_env", "load_config", "parse_override", "read_config_text"]
+
+# `${VAR}`, `${VAR-default}`, `${VAR:-default}`, `${VAR?message}`, `${VAR:?message}` (the
+# shell's forms: with `:` an empty value counts as unset).
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-?])([^}]*))?\}")
+# Any other `${...}` left after expansion, except a `${.a.b}` reference to another value.
+_OTHER_REF_RE = re.compile(r"\$\{(?!\.[A-Za-z0-9_.]+\})[^}\n]{0,60}\}?")
 _ESCAPED = "\x00nel-escaped-dollar\x00"
 # Maps keyed by a user-chosen name: `-O` may set keys inside an entry only when it exists.
 _NAMED_MAPS = {("services",): "service", ("sandboxes",): "sandbox",
@@ -35,25 +49,45 @@ _ALIASES = {"fewshot", "extra_env", "exports", "temperature", "top_p", "max_toke
 
 
 def expand_env(text: str, *, where: str = "config") -> str:
-    """Replace `${VAR}` and `${VAR:-default}`; an unset variable without default is an error."""
+    """Replace `${VAR}`, `${VAR:-default}` and `${VAR:?message}` as a shell does.
+
+    An unset variable without a default is an error, as is any other `${...}` form (a
+    literal `${...}` is written `$${...}`): nothing is left in the config as literal text.
+    """
+
+    def line_of(m: re.Match[str]) -> int:
+        return text.count("\n", 0, m.start()) + 1
 
     def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
+        name, colon, op, arg = m.group(1), m.group(2), m.group(3), m.group(4)
         val = os.environ.get(name)
-        if val is None or (val == "" and default is not None and ":-" in m.group(0)):
-            if default is not None:
-                return default
-            line = text.count("\n", 0, m.start()) + 1
-            raise ConfigError(
-                f"{where}:{line}: environment variable {name} is not set "
-                f"(export it, or write ${{{name}:-default}})"
-            )
-        return val
+        unset = val is None or (val == "" and colon == ":")
+        if not unset:
+            return val or ""
+        if op == "-":
+            return arg
+        if op == "?":
+            why = f": {arg.strip()}" if arg and arg.strip() else ""
+            raise ConfigError(f"{where}:{line_of(m)}: environment variable {name} is "
+                              f"{'empty' if val == '' else 'not set'}{why}")
+        raise ConfigError(
+            f"{where}:{line_of(m)}: environment variable {name} is not set "
+            f"(export it, or write ${{{name}:-default}})"
+        )
 
     # `$${VAR}` is a literal `${VAR}` left for a later shell (as in NeMo Evaluator).
     protected = text.replace("$${", _ESCAPED)
+    # Looked for in the text as written (a variable's value may hold `${` legitimately);
+    # each expandable reference is blanked to its newlines so line numbers stay right.
+    written = _ENV_RE.sub(lambda m: "\n" * m.group(0).count("\n"), protected)
+    other = _OTHER_REF_RE.search(written)
+    if other:
+        line = written.count("\n", 0, other.start()) + 1
+        raise ConfigError(
+            f"{where}:{line}: {other.group(0)!r} is not a reference nel can expand (use "
+            "${VAR}, ${VAR:-default}, ${VAR:?message} or ${.path.to.key}; write $${ for a "
+            "literal ${)")
     return _ENV_RE.sub(sub, protected).replace(_ESCAPED, "${")
-
 
 
 def _line_map(node: yaml.Node, path: tuple[Any, ...] = (), out: dict | None = None) -> dict:
@@ -84,6 +118,8 @@ def parse_override(expr: str) -> tuple[list[str | int], Any]:
     if not parts:
         raise ConfigError(f"override {expr!r}: empty key")
     try:
+        if raw.strip():
+            check_yaml_depth(raw, f"override {key.strip()}")
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
@@ -206,12 +242,6 @@ def _format_validation(exc: ValidationError, where: str, lines: dict) -> str:
     return "; ".join(msgs)
 
 
-MAX_CONFIG_BYTES = 1_000_000
-# Values a config may expand to through YAML aliases (a "billion laughs" file expands a
-# few lines into billions).
-MAX_YAML_NODES = 100_000
-
-
 _WHOLE_REF_RE = re.compile(r"^\$\{(\w+)\}$")
 
 
@@ -243,80 +273,12 @@ def _keep_secret_references(data: dict[str, Any], raw: Any) -> None:
                     headers[key] = value
 
 
-def read_config_text(p: Path) -> str:
-    """The text of a config file, refusing what cannot be one in one line each."""
-    if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
-    if p.is_dir():
-        raise ConfigError(f"config path {p} is a directory; give the YAML file inside it")
+def _read_yaml(p: Path, where: str, text: str | None = None) -> tuple[Any, dict]:
+    """One YAML file (or its `text`, already read): expanded, bounded and parsed, with its
+    key -> line map."""
+    text = expand_env(read_config_text(p) if text is None else text, where=where)
     try:
-        size = p.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{p}: {size:,} bytes is not a config (the limit is {MAX_CONFIG_BYTES:,}); "
-                "check the path"
-            )
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{p}: byte {exc.start} is not UTF-8 (a binary or UTF-16 file?); save the config "
-            "as UTF-8 text"
-        ) from None
-    if "\x00" in text:
-        raise ConfigError(f"{p}: contains NUL bytes (a binary file?); a config is YAML text")
-    return text.removeprefix("\ufeff")
-
-
-def check_yaml_size(root: yaml.Node, where: str) -> None:
-    """Refuse recursive aliases and alias bombs before `safe_load` expands them.
-
-    Counted on the composed node graph, where an alias is a shared node: linear time.
-    """
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def children(node: yaml.Node) -> list[yaml.Node]:
-        if isinstance(node, yaml.MappingNode):
-            return [n for pair in node.value for n in pair]
-        if isinstance(node, yaml.SequenceNode):
-            return list(node.value)
-        return []
-
-    # Iterative post-order walk: a deep document must not hit Python's recursion limit.
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            active.discard(key)
-            total = 1 + sum(sizes[id(c)] for c in children(node))
-            if total > MAX_YAML_NODES:
-                raise ConfigError(
-                    f"{where}:{node.start_mark.line + 1}: YAML aliases expand this config to "
-                    f"more than {MAX_YAML_NODES:,} values; write the values out instead"
-                )
-            sizes[key] = total
-            continue
-        if key in sizes:
-            continue
-        if key in active:
-            raise ConfigError(
-                f"{where}:{node.start_mark.line + 1}: a YAML alias refers to a value that "
-                "contains it (recursive alias); write the value out instead"
-            )
-        active.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
-
-
-def _read_yaml(p: Path, where: str) -> tuple[Any, dict]:
-    """One YAML file: expanded, size-checked and parsed, with its key -> line map."""
-    text = expand_env(read_config_text(p), where=where)
-    try:
+        check_yaml_depth(text, where)
         node = yaml.compose(text)
         if node is not None:
             check_yaml_size(node, where)
@@ -364,8 +326,8 @@ def load_config(
     raw_text: str | None = None
     if path is not None:
         p = Path(path)
-        raw_text = read_config_text(p)
-        data, lines = _read_yaml(p, where)
+        raw_text = read_config_text(p)  # read once: a pipe (`<(cat cfg)`) has no second reading
+        data, lines = _read_yaml(p, where, raw_text)
         if data is None:
             raise ConfigError(
                 f"{where}: the config is empty; it needs `services` (the model endpoints) "
@@ -375,7 +337,7 @@ def load_config(
             raise ConfigError(f"{where}:1: the config must be a mapping with keys such as "
                               "services, benchmarks, output")
         data = compose(p, dict(data), _load_fragment)
-        data = resolve_self_refs(data, data)
+        data = resolve_self_refs(data, data, where)
         strip_variables(data)
         resolve_playbooks(data, p.resolve().parent, _load_fragment, where)
     data = dict(data or {})

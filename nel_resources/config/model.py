@@ -11,6 +11,7 @@ from nel_resources.config._base import _Strict, key_error
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig
 from nel_resources.config.deployment import ClusterConfig, OutputConfig
 from nel_resources.config.services import ServiceConfig
+from nel_resources.endpoint_url import redact_url
 
 # NeMo Evaluator also reserves `default`; nel's flag-only runs name their service that.
 _RESERVED_SERVICE_NAMES = ("none", "")
@@ -53,6 +54,8 @@ class NelConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     comparison: ComparisonConfig = Field(default_factory=ComparisonConfig)
     data_dir: str | None = None
+    # Fetch a missing benchmark file from the Hugging Face hub (None: `NEL_ALLOW_DOWNLOADS`).
+    allow_downloads: bool | None = None
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     # Where this config was read from and the line of each key path: `check_supported`
     # names file:line for keys it refuses. Not part of the config's content.
@@ -162,6 +165,8 @@ class NelConfig(_Strict):
         for s in data.get("services", {}).values():
             if s.get("api_key"):
                 s["api_key"] = "***"
+            if s.get("url"):  # user-info and query values are credentials
+                s["url"] = redact_url(s["url"])
             headers = s.get("headers") or {}
             for k, v in headers.items():
                 if "${" not in v:

@@ -20,6 +20,7 @@ from nel_resources.config._base import (
     field_defaults,
     key_error,
 )
+from nel_resources.endpoint_url import redact_url, url_problem
 
 _GEN_KEYS = ("temperature", "top_p", "max_tokens", "seed", "stop", "frequency_penalty",
              "presence_penalty", "n_logprobs")
@@ -135,6 +136,30 @@ _SERVICE_KEYS: dict[str, frozenset[str]] = {
 LAUNCHED_TYPES = frozenset({"llama_cpp", "vllm", "sglang", "trt_llm"})
 
 
+# Headers nel writes itself from the request (framing, routing): a configured one would be
+# sent beside nel's own, and two Host or Content-Length headers make a request ambiguous.
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                          "keep-alive", "upgrade", "te", "trailer", "proxy-connection"})
+
+
+def check_headers(headers: dict[str, str], at: str) -> None:
+    """Refuse headers nel sets itself, names given twice, and values that break the line."""
+    seen: dict[str, str] = {}
+    for name, value in headers.items():
+        low = name.strip().lower()
+        if low in _OWN_HEADERS:
+            raise key_error(f"{at}.{name}", f"header {name!r} is set by nel from the URL and "
+                            "the request; remove it from the config")
+        if low in seen:
+            raise key_error(f"{at}.{name}", f"header {name!r} is given twice (also as "
+                            f"{seen[low]!r}); keep one")
+        if not name.strip() or any(c in name for c in " :\r\n") or any(
+                c in str(value) for c in "\r\n"):
+            raise key_error(f"{at}.{name}", f"header {name!r}: a name without spaces or "
+                            "colons and a one-line value are needed")
+        seen[low] = name
+
+
 def _service_defaults() -> dict[str, Any]:
     return field_defaults(ServiceConfig)
 
@@ -232,7 +257,18 @@ class ServiceConfig(_Strict):
     def _check(self) -> ServiceConfig:
         if self.url is not None and self.type in ("api", "gym") and not self.url.startswith(
                 ("http://", "https://")):
-            raise key_error("url", f"url must start with http:// or https:// (got {self.url!r})")
+            raise key_error("url", f"url must start with http:// or https:// (got "
+                            f"{redact_url(self.url)!r})")
+        if self.url is not None and self.url.startswith(("http://", "https://")):
+            problem = url_problem(self.url)  # refused here, never looked up
+            if problem:
+                raise key_error("url", problem)
+        if self.model is not None and not self.model.strip():
+            raise key_error("model", "model is empty; give the model name the endpoint "
+                            "serves, or leave the key out")
+        check_headers(self.headers, "headers")
+        if self.proxy is not None:
+            check_headers(self.proxy.extra_headers, "proxy.extra_headers")
         if self.type == "custom" and not self.class_path:
             raise key_error("class_path", "a `type: custom` service needs `class_path`")
         if (self.prefill is None) != (self.decode is None):

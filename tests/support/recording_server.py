@@ -1,0 +1,88 @@
+"""An OpenAI-compatible server process that records exactly what each request carried.
+
+Every request's target (path and query string, as sent) and its header lines (in order,
+duplicates kept) are appended as one JSON line to `--log`; chat and completion requests
+get a fixed answer. Unlike the reference server it keeps the raw request head, so a test
+can see a `Host` header, an `Authorization` header or a query string on the wire.
+
+    python -m tests.support.recording_server --port-file PORT --log requests.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+_LOCK = threading.Lock()
+
+
+def _answer(path: str) -> bytes:
+    text = "The answer is 42.\n#### 42"
+    if path.endswith("/chat/completions"):
+        choice = {"index": 0, "finish_reason": "stop",
+                  "message": {"role": "assistant", "content": text}}
+    else:
+        choice = {"index": 0, "finish_reason": "stop", "text": text}
+    return json.dumps({"id": "rec-1", "object": "chat.completion", "model": "tiny",
+                       "choices": [choice],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+                       }).encode()
+
+
+def make_handler(log: Path) -> type[BaseHTTPRequestHandler]:
+    """A request handler appending each request's head to `log`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as nel's clients expect
+
+        def log_message(self, *args: object) -> None:  # quiet
+            return
+
+        def _record(self) -> None:
+            entry = {"method": self.command, "target": self.path,
+                     "headers": [[k, v] for k, v in self.headers.items()]}
+            with _LOCK, log.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(entry) + "\n")
+
+        def _reply(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] == "/health":
+                self._reply(200, b'{"status":"ok"}')
+                return
+            self._record()
+            self._reply(200, b'{"object":"list","data":[{"id":"tiny","object":"model"}]}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            self._record()
+            self._reply(200, _answer(self.path.split("?", 1)[0]))
+
+    return Handler
+
+
+def main() -> None:
+    """Serve on 127.0.0.1 (a free port, written to --port-file) until killed."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--port-file", required=True)
+    p.add_argument("--log", required=True)
+    a = p.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Path(a.log)))
+    server.daemon_threads = True
+    tmp = Path(a.port_file + ".tmp")
+    tmp.write_text(str(server.server_address[1]))
+    tmp.rename(a.port_file)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
