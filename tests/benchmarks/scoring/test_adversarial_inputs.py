@@ -16,6 +16,7 @@ of the input's length (copying every level of `\\boxed{\\boxed{...}}` once took
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,13 @@ LARGE_SHAPES = ("boxed_open", "mixed", "nest_boxed")
 # nested level peaks in the thousands at these sizes, and grows with them.
 PEAK_BYTES_PER_CHAR = 48
 PEAK_CONSTANT_BYTES = 4_000_000
+# The child may not map more than this: copying every level of a 1 MB nest needs ~70 GB,
+# and a regression must fail here, not take the machine's memory.
+ADDRESS_SPACE_CAP = 3_000_000_000
+
+
+def _cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
 
 _CHILD = """
 import sys, tracemalloc
@@ -80,6 +88,7 @@ def test_scorer_finishes_on_adversarial_input(scorer: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_cap_memory,
     )
     try:
         out, err = proc.communicate(timeout=DEADLINE_S)
