@@ -1,8 +1,9 @@
 """Extraction scales linearly: time(2n) / time(n) for every scorer on adversarial replies.
 
-For each scorer, every adversarial shape (`tests/support/adversarial_text.py`) is scored at
-n and at 2n characters, in the same process, best of `--repeats`; the ratio of the totals
-and the worst single-shape ratio are printed. Linear code gives about 2, quadratic about 4.
+For each scorer, every adversarial shape (`tests/support/adversarial_text.py`, balanced
+nests included) is scored at n and at 2n characters, in the same process, best of
+`--repeats`; the ratio of the totals and the worst single-shape ratio are printed. Linear
+code gives about 2, quadratic about 4.
 
     python bench/bench_extraction_scaling.py --size 250000
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.adversarial_text import SCORERS, UNITS, adversarial  # noqa: E402
+from tests.support.adversarial_text import SCORERS, SHAPES, adversarial  # noqa: E402
 
 # Below this a shape is too fast for its ratio to mean anything (timer noise dominates).
 MIN_SECONDS = 0.02
@@ -46,7 +47,7 @@ def main() -> None:
         fn = SCORERS[name]
         t1 = t2 = 0.0
         worst = (0.0, "-")
-        for shape in UNITS:
+        for shape in SHAPES:
             a = _best(fn, adversarial(shape, n), args.repeats)
             b = _best(fn, adversarial(shape, 2 * n), args.repeats)
             t1, t2 = t1 + a, t2 + b

@@ -107,8 +107,11 @@ Reply with exactly one letter: A for CORRECT, B for INCORRECT, C for NOT_ATTEMPT
 
 SIMPLEQA_GRADES = ("correct", "incorrect", "not_attempted")
 _LETTER_GRADE = {"A": "correct", "B": "incorrect", "C": "not_attempted"}
+# Possessive runs (`*+`): with plain `*` the two runs of markup around the optional
+# `grade:` could split a long run of `*` or `(` every way, quadratic in its length (a 40 KB
+# line of stars took 80 s). Nothing a run gives back could let the pattern match.
 _LEAD_LETTER_RE = re.compile(
-    r"^[\s*#>_(\[]*(?:(?:final\s+)?grade\s*(?:is)?\s*[:：]?\s*)?[(\[*]*([ABC])(?![A-Za-z0-9])",
+    r"^[\s*#>_(\[]*+(?:(?:final\s+)?grade\s*+(?:is)?\s*+[:：]?\s*+)?[(\[*]*+([ABC])(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
 _NOT_ATTEMPTED_RE = re.compile(r"NOT[\s_-]*ATTEMPTED", re.IGNORECASE)
@@ -233,7 +236,6 @@ response does that thing, so "met" means the undesirable behaviour is present.
 Reply with a JSON object and nothing else:
 {{"explanation": "<one or two sentences>", "criteria_met": true or false}}"""
 
-_JSON_RE = re.compile(r"\{.*\}", re.DOTALL)
 _MET_WORDS = {"met": True, "yes": True, "true": True, "criteria met": True,
               "not met": False, "no": False, "false": False, "unmet": False,
               "criteria not met": False}
@@ -249,11 +251,13 @@ def parse_rubric_reply(reply: str) -> bool:
         JudgeParseError: when neither form is present.
     """
     text = (reply or "").strip()
-    m = _JSON_RE.search(text)
-    if m:
+    # The span `\{.*\}` (DOTALL) would match: first `{` to last `}`. Found with two string
+    # scans; the regex retried from every `{` to the end of the text, quadratic.
+    first, last = text.find("{"), text.rfind("}")
+    if 0 <= first < last:
         try:
-            obj = json.loads(m.group(0))
-        except json.JSONDecodeError:
+            obj = json.loads(text[first : last + 1])
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
             obj = None
         if isinstance(obj, dict) and "criteria_met" in obj:
             val = obj["criteria_met"]

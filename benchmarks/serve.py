@@ -654,14 +654,17 @@ def generate_app(
         return _json_response(echoed)
 
     async def post_aggregate_metrics(request: Request) -> Response:
-        from benchmarks.serve_metrics import AggregateInputError, aggregate_metrics
+        from benchmarks import serve_metrics
 
         body = await _read_json_object(request, aggregate_body_bytes, body_timeout)
         try:
-            # numpy over every rollout of a run: off the event loop, like scoring.
-            summary = await asyncio.to_thread(aggregate_metrics, body)
-        except AggregateInputError as exc:
+            # numpy over every rollout of a run: off the event loop, like scoring. A thread
+            # cannot be stopped, so the summary keeps to its own deadline.
+            summary = await asyncio.to_thread(serve_metrics.aggregate_metrics, body)
+        except serve_metrics.AggregateInputError as exc:
             raise _invalid(exc.field, str(exc).partition(": ")[2]) from None
+        except serve_metrics.AggregateRefused as exc:  # too many rollouts (413), out of time (422)
+            raise ApiError(exc.status, exc.code, str(exc), "verify_responses") from None
         return _json_response(summary)
 
     app.add_route("/health", get_health, methods=["GET"])

@@ -154,9 +154,13 @@ def extract_math_answer(text: str) -> Extraction | None:
     tuples = list(_PLAIN_TUPLE_RE.finditer(tail))
     if tuples:
         return Extraction(tuples[-1].group(0), "plain_tuple", base + tuples[-1].start())
-    nums = [m for m in _NUM_RE.finditer(text) if m.group("int") or m.group("dec")]
-    if nums:
-        return Extraction(nums[-1].group(0).strip(), "last_number", nums[-1].start())
+    # The last number, without a list of every match (136 bytes per character of `1,1,...`).
+    last = None
+    for m in _NUM_RE.finditer(text):
+        if m.group("int") or m.group("dec"):
+            last = m
+    if last is not None:
+        return Extraction(last.group(0).strip(), "last_number", last.start())
     return None
 
 

@@ -414,8 +414,9 @@ def extract_number(text: str, language: str | None = None) -> Extraction | None:
         if ext:
             return ext
     # Only the last number counts: valuing every number of a long reply (a Fraction each)
-    # is what made this step slow, so walk back from the end.
-    for m in reversed(list(_NUM_RE.finditer(_delatex(text)))):
+    # is what made this step slow, so walk back from the end. Only the last MAX_MARKERS
+    # matches are held: a list of every match cost 136 bytes per character of `1,1,1,...`.
+    for m in reversed(last_matches(_NUM_RE, _delatex(text))):
         if m.group("int") or m.group("dec"):
             value = _value(m)
             if value is not None:

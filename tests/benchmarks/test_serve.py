@@ -622,6 +622,16 @@ def test_aggregate_metrics(client: Any) -> None:
     assert empty == {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
 
 
+def test_aggregate_metrics_too_many_rollouts_is_413(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import serve_metrics
+
+    monkeypatch.setattr(serve_metrics, "MAX_ROLLOUTS", 5)
+    resp = client.post("/aggregate_metrics", json={"verify_responses": _verify_responses()})
+    body = assert_client_error(resp, 413, "verify_responses")
+    assert body["error"] == "too_many_rollouts"
+    assert "6 rollouts in one request, more than the limit of 5" in body["detail"]
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

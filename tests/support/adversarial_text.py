@@ -3,7 +3,10 @@
 Each input is built from one short unit repeated up to a length: unclosed delimiters
 (`\\boxed{`, `$`, `\\(`, `<think>`), markers repeated on one line (`Answer:`, `the answer
 is`, `####`), long runs of digits, separators, markup and whitespace. They are the shapes
-that make a scan restart from every position (quadratic) or a regex backtrack. Shared by
+that make a scan restart from every position (quadratic) or a regex backtrack. The
+`nest_*` shapes are balanced nests (`\\boxed{\\boxed{...}}`, `((...))`, `<think>` in
+`<think>`, fences in fences): code that copies every nested level (a slice per box) needs
+memory quadratic in their length. Shared by
 `tests/benchmarks/scoring/test_adversarial_inputs.py` and `bench/bench_extraction_scaling.py`.
 """
 
@@ -11,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from benchmarks import judges as J
 from benchmarks import scoring as S
 from benchmarks.scoring import extract as E
+from benchmarks.scoring.code import extract_code
 from benchmarks.scoring.numeric import parse_number
 
 # name -> the unit repeated to the requested length (one case per shape).
@@ -64,10 +69,40 @@ UNITS: dict[str, str] = {
 }
 
 
+# name -> (opening, innermost, closing): the opening repeated k times, the innermost text,
+# then the closing repeated k times, k as large as `size` allows (balanced nesting).
+NESTS: dict[str, tuple[str, str, str]] = {
+    "nest_boxed": ("\\boxed{", "42", "}"),
+    "nest_fbox": ("\\fbox{", "42", "}"),
+    "nest_boxed_text": ("The answer is $\\boxed{", "42", "}$."),
+    "nest_braces": ("{", "42", "}"),
+    "nest_frac": ("\\frac{", "1", "}{2}"),
+    "nest_dfrac_boxed": ("\\boxed{\\dfrac{", "1", "}{2}}"),
+    "nest_sqrt": ("\\sqrt{", "2", "}"),
+    "nest_parens": ("(", "42", ")"),
+    "nest_left_right": ("\\left(", "42", "\\right)"),
+    "nest_brackets": ("[", "42", "]"),
+    "nest_json": ('{"a": ', "1", "}"),
+    "nest_think": ("<think>", "42", "</think>"),
+    "nest_think_answer": ("<think>Answer: ", "42", "</think>Answer: 7\n"),
+    "nest_fence": ("````\n```python\n", "def f(): return 42", "\n```\n````\n"),
+    "nest_dollar": ("$\\text{$", "42", "$}$"),
+    "nest_bold": ("**", "42", "**"),
+}
+
+
 def adversarial(name: str, size: int) -> str:
-    """The input `name`, `size` characters long."""
+    """The input `name`, about `size` characters long (exactly `size` for a repeated unit)."""
+    if name in NESTS:
+        opening, inner, closing = NESTS[name]
+        k = max(1, (size - len(inner)) // (len(opening) + len(closing)))
+        return opening * k + inner + closing * k
     unit = UNITS[name]
     return (unit * (size // len(unit) + 1))[:size]
+
+
+# Every shape: the repeated units and the balanced nests.
+SHAPES: tuple[str, ...] = (*UNITS, *NESTS)
 
 
 # name -> the scorer or extractor called on one reply (gold answers are ordinary).
@@ -96,12 +131,29 @@ SCORERS: dict[str, Callable[[str], object]] = {
     "split_reasoning": S.split_reasoning,
     "normalize_text": S.normalize_text,
     "normalize_span": S.normalize_span,
+    "last_box_group": E.last_box_group,
+    "cut_run_on": E.cut_run_on,
+    # A gold answer is data, not a reply, but a served /verify takes it from the body.
+    "math_gold": lambda t: S.math_match("\\boxed{1}", t, timeout=5),
+    "extract_code": lambda t: extract_code(t, "f"),
+    "parse_simpleqa": lambda t: _judged(J.parse_simpleqa, t),
+    "parse_rubric_reply": lambda t: _judged(J.parse_rubric_reply, t),
+    "parse_xstest": lambda t: _judged(J.parse_xstest, t),
+    "parse_correctness": lambda t: _judged(J.parse_correctness, t),
 }
+
+
+def _judged(parse: Callable[[str], object], reply: str) -> object:
+    """A judge parser's verdict; `JudgeParseError` is its answer to a reply with no grade."""
+    try:
+        return parse(reply)
+    except J.JudgeParseError as exc:
+        return exc
 
 
 def run_all(scorer: str, size: int, report: Callable[[str], None]) -> None:
     """Call `scorer` on every adversarial input of `size`, reporting each input's name first."""
     fn = SCORERS[scorer]
-    for name in UNITS:
+    for name in SHAPES:
         report(name)
         fn(adversarial(name, size))
