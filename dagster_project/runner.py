@@ -22,7 +22,7 @@ from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from dagster_project.instance_config import open_instance, write_instance_yaml
-from nel_resources.config import NelConfig, check_supported
+from nel_resources.config import ConfigError, NelConfig, check_supported
 from nel_resources.specs import ResolvedConfig, resolve
 
 
@@ -239,6 +239,27 @@ def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
     return out, home
 
 
+def _preflight_sandboxes(resolved: ResolvedConfig) -> None:
+    """Each benchmark's sandbox can start here (a docker image in the engine, ...), checked
+    before the first model request of the run, not when its first sample is scored."""
+    from nel_resources.sandboxes.base import SandboxError
+    from nel_resources.sandboxes.factory import preflight as sandbox_preflight
+
+    seen: set[str] = set()
+    for bench in resolved.benchmarks:
+        sb = bench.sandbox
+        if sb is None:
+            continue
+        key = sb.model_dump_json()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            sandbox_preflight(sb)
+        except SandboxError as exc:
+            raise ConfigError(f"benchmark {bench.name}: {exc}") from None
+
+
 def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     """Every check a run makes before it writes or sends anything; `nel eval run` and
     `nel eval run --dry-run` both call it, so a dry run accepts exactly what a run accepts.
@@ -356,6 +377,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
 
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
+    _preflight_sandboxes(resolved)
     started = time.time()
     t0 = time.perf_counter()
     out, home = prepare_output(cfg)

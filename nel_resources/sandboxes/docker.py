@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -440,3 +441,29 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> DockerSandboxFact
                                 cpus=cfg.cpus if cfg.cpus is not None else 1.0, network=cfg.network,
                                 concurrency_=cfg.concurrency, max_timeout=cfg.timeout,
                                 base_env=dict(cfg.container_env))
+
+
+def preflight(cfg: SandboxConfig) -> None:
+    """Before any model request: the engine answers and holds `cfg.image` (nothing is pulled,
+    so a missing image would otherwise fail every sample after requests were paid for).
+
+    Raises:
+        SandboxError: one line naming the image, or saying how to start the engine.
+    """
+    if not cfg.image:
+        return  # the benchmark's SandboxSpec names it per sample; checked at start
+    try:
+        proc = subprocess.run([docker_cli(), "image", "inspect", "--format", "{{.Id}}", cfg.image],
+                              capture_output=True, text=True, timeout=_ENGINE_CALL_TIMEOUT_S,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise SandboxError("the Docker engine did not answer within "
+                           f"{_ENGINE_CALL_TIMEOUT_S:.0f} s (is DOCKER_HOST right?)") from None
+    if proc.returncode == 0:
+        return
+    err = (proc.stderr or "").strip().splitlines()
+    if any("No such image" in line or "No such object" in line for line in err):
+        raise SandboxError(f"the docker sandbox's image {cfg.image!r} is not in the Docker engine: "
+                           "build or load it first (nothing is pulled)")
+    raise SandboxError(f"the docker sandbox cannot reach the Docker engine ({err[-1] if err else 'no answer'}): "
+                       "run `deploy/docker/start_engine.sh` and export the DOCKER_HOST it prints")

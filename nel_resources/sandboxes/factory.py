@@ -2,7 +2,9 @@
 
 Each type's module is imported only when a config uses it (Docker's client, boto3 and
 friends cost nothing to a run that needs no sandbox). A new type is one line in
-`SANDBOX_TYPES`: the dotted path of a `build(cfg, limits) -> SandboxFactory` function.
+`SANDBOX_TYPES`: the dotted path of a `build(cfg, limits) -> SandboxFactory` function. A
+type's module may also define `preflight(cfg)`, the checks a run makes before its first
+model request (an image that is not in the engine, say): `preflight` below calls it.
 """
 
 from __future__ import annotations
@@ -53,3 +55,20 @@ def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> Sandbox
     module, func = target.split(":")
     build: Builder = getattr(importlib.import_module(module), func)
     return build(cfg, limits)
+
+
+def preflight(cfg: SandboxConfig) -> None:
+    """Check, before any model request, that a sandbox of `cfg` can start here.
+
+    Calls the type module's own `preflight(cfg)` when it has one (a type without one is
+    checked when its first sandbox starts). Not for dry runs: it may need the real engine.
+
+    Raises:
+        SandboxError: one line saying what to fix.
+    """
+    target = SANDBOX_TYPES.get(cfg.type)
+    if target is None or cfg.type == "none":
+        return  # make_factory says why, with the benchmark's own context
+    check = getattr(importlib.import_module(target.split(":")[0]), "preflight", None)
+    if check is not None:
+        check(cfg)

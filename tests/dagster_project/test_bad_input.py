@@ -135,3 +135,23 @@ def test_bench_with_config_selects_among_its_benchmarks(tmp_path: Path, ref_url:
     import json
 
     assert [b["name"] for b in json.loads(proc.stdout)["benchmarks"]] == ["mgsm"]
+
+
+def test_a_sandbox_image_missing_from_the_engine_is_refused_before_any_request(
+        tmp_path: Path, ref_url: str, docker_host: str) -> None:
+    """The second benchmark's docker sandbox names an image the engine lacks: the run is
+    refused before the first benchmark sends anything (it used to fail every HumanEval
+    sample after GSM8K had run). A dry run needs no engine and still plans."""
+    cfg = _config_path(tmp_path, _cfg(ref_url, "{name: humaneval, max_problems: 2, sandbox: "
+                                      "{type: docker, image: 'nel-no-such-image:404'}}"))
+    env = {"NEL_DATA_DIR": os.environ.get("NEL_DATA_DIR", ""), "DOCKER_HOST": docker_host}
+    proc = run_nel("eval", "run", str(cfg), "--no-progress", "-o", str(tmp_path / "out"),
+                   env=env, timeout=300)
+    err_lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == exit_codes.USAGE, proc.stderr[-3000:]
+    assert len(err_lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "humaneval" in err_lines[0] and "'nel-no-such-image:404' is not in the Docker engine" in err_lines[0]
+    assert server_stats(ref_url)["total_requests"] == 0
+    dry = run_nel("eval", "run", str(cfg), "--dry-run", "-o", str(tmp_path / "out"),
+                  env={**env, "DOCKER_HOST": "unix:///nonexistent.sock"}, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
