@@ -30,6 +30,7 @@ from benchmarks.errors import NelError
 from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
 from nel_resources.deadlines import Deadlines
+from nel_resources.hang_cut import HangCut
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
 from nel_resources.redact import Redactor, client_secrets
 
@@ -49,6 +50,10 @@ _RAW_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.Incom
 
 class _BadBody(Exception):
     """An HTTP 200 whose body is not a JSON object (cut short on the way, most likely)."""
+
+
+class _AttemptCut(Exception):
+    """The hang cut ended an attempt that went silent far past the run's answers."""
 
 
 class ModelError(Exception):
@@ -191,6 +196,8 @@ class ModelClient:
     Use as an async context manager (one aiohttp session per run). `timeout` bounds each
     attempt (a hung attempt costs one timeout, then is retried); `adapt_window` is the
     period, in seconds, over which 429s are judged and the concurrency grows back.
+    An attempt silent far past the latencies answered so far is cut and retried well before
+    `timeout` (`hang_cut`, see hang_cut.py; `False` turns it off).
     """
 
     def __init__(
@@ -218,6 +225,7 @@ class ModelClient:
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
         retry_on_status: list[int] | None = None,
+        hang_cut: HangCut | bool = True,
     ) -> None:
         if not (isinstance(timeout, int | float) and timeout > 0):
             raise NelError(f"ModelClient: timeout must be a positive number of seconds, not {timeout!r}")
@@ -269,7 +277,7 @@ class ModelClient:
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._path = parsed.path + path
         self._base_path = parsed.path
-        self._deadlines = Deadlines()
+        self._deadlines = Deadlines(hang=HangCut() if hang_cut is True else hang_cut or None)
         self._raw_headers = b"".join(
             f"{k}: {v}\r\n".encode("latin-1") for k, v in self._headers.items())
         self._pool: RawHTTPPool | None = None
@@ -363,34 +371,57 @@ class ModelClient:
                 "check the key or the api_key_env variable"
             )
 
-    async def _send(self, method: str, subpath: str, data: bytes,
-                    timeout: float, headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
-        """One HTTP exchange on the chosen transport: (status, headers, body)."""
+    async def _send(self, method: str, subpath: str, data: bytes, timeout: float,
+                    headers: dict[str, str] | None = None, cut: float = 0.0) -> tuple[int, Any, bytes]:
+        """One HTTP exchange on the chosen transport: (status, headers, body). `cut` > 0
+        lets the hang cut end it (raising _AttemptCut) at `cut` times the learnt limit."""
         if self._pool is not None:
             raw_headers = self._raw_headers
             if headers:
                 merged = {**self._headers, **headers}
                 raw_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in merged.items())
             # A shared deadline check, not asyncio.timeout (~10 us a request: deadlines.py).
-            deadline = self._deadlines.arm(timeout)
+            deadline = self._deadlines.arm(timeout, cut)
             try:
-                r = await self._pool.request(method, self._base_path + subpath, raw_headers, data)
+                r = await self._pool.request(method, self._base_path + subpath, raw_headers, data,
+                                             deadline)
             except asyncio.CancelledError:
-                if deadline.fired:
-                    deadline.task.uncancel()
-                    raise TimeoutError(f"no answer within {timeout:g}s") from None
+                self._timed_out(deadline, timeout)
                 raise
             finally:
                 self._deadlines.disarm(deadline)
+            if r.status == 200:
+                self._deadlines.answered(deadline)
             return r.status, r.headers, r.body
         assert self._session is not None
         import aiohttp  # loaded by `open` already
 
-        async with self._session.request(
-            method, self.base_url + subpath, data=data or None, headers=headers or None,
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
-        ) as resp:
-            return resp.status, resp.headers, await resp.read()
+        # aiohttp keeps the timeout; the deadline (after it) is there for the hang cut only.
+        deadline = self._deadlines.arm(timeout + 1.0, cut)
+        try:
+            async with self._session.request(
+                method, self.base_url + subpath, data=data or None, headers=headers or None,
+                timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
+            ) as resp:
+                deadline.scale = 0.0  # its head arrived: answering, not hung (no byte counts here)
+                out = resp.status, resp.headers, await resp.read()
+        except asyncio.CancelledError:
+            self._timed_out(deadline, timeout)
+            raise
+        finally:
+            self._deadlines.disarm(deadline)
+        if out[0] == 200:
+            self._deadlines.answered(deadline)
+        return out
+
+    @staticmethod
+    def _timed_out(deadline: Any, timeout: float) -> None:
+        """A cancelled exchange: raise what a fired deadline or a hang cut means."""
+        if deadline.fired or deadline.cut:
+            deadline.task.uncancel()
+            if deadline.cut:
+                raise _AttemptCut() from None
+            raise TimeoutError(f"no answer within {timeout:g}s") from None
 
     # ------------------------------------------------------------------ requests
     def build_payload(self, messages: list[dict[str, Any]] | None, prompt: str | None,
@@ -575,7 +606,7 @@ class ModelClient:
         """POST with retries: (200, parsed body, attempts, the redacted bytes it was parsed
         from), or (status, redacted error text, attempts, b"") for a 4xx that retrying cannot
         fix. Raises ModelError after the last retry."""
-        attempt = 0
+        attempt = cuts = 0
         while True:
             attempt += 1
             status: int | None = None
@@ -586,7 +617,12 @@ class ModelClient:
             try:
                 self.requests_sent += 1
                 status, resp_headers, raw = await self._send("POST", subpath, data, self.timeout,
-                                                             headers)
+                                                             headers, 2.0 ** cuts)
+            except _AttemptCut:
+                # Hung, by the run's own latencies: resent at once, with a cut twice as late
+                # (a genuinely long answer gets its time), and no retry used up.
+                cuts += 1
+                continue
             except TimeoutError:
                 # First: TimeoutError is an OSError, and aiohttp's read timeouts are
                 # connection errors too.
@@ -623,7 +659,7 @@ class ModelClient:
                         category, message = "error", f"HTTP {status}: {text}"
             finally:
                 self._limit.release()
-            if attempt > self.max_retries:
+            if attempt - cuts > self.max_retries:
                 # Transport error text can quote a URL or header too: redacted like replies.
                 raise ModelError(self._redact.text(message), category, status, attempt)
             if stale:
@@ -666,6 +702,12 @@ class ModelClient:
     def in_flight(self) -> int:
         """Requests on the wire now."""
         return self._limit.in_flight
+
+    @property
+    def attempts_cut(self) -> int:
+        """How many hung attempts the hang cut ended (each one retried)."""
+        hang = self._deadlines.hang
+        return hang.cuts if hang is not None else 0
 
     @property
     def concurrency_cuts(self) -> int:
