@@ -1,0 +1,117 @@
+"""Two runs on one output directory: one at a time (a lock), and every model keeps its exports.
+
+Real `nel eval run` processes against a real reference server; requests are counted at the
+server."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.cli import REPO_ROOT, nel_env, run_nel, summary_json
+from tests.support.cli_output import error_lines
+from tests.support.reference import reset_server_stats
+from tests.support.waiting import PROCESS_START_S, wait_for
+
+N = 120
+
+
+def _args(url: str, out: Path, model: str = "m", *extra: str) -> list[str]:
+    return ["eval", "run", "--bench", "gsm8k", "-m", str(N), "--model-url", url, "--model-id",
+            model, "-o", str(out), "--no-progress", "--max-concurrent", "4", "--json", *extra]
+
+
+def _popen(args: list[str], data_dir: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=nel_env({"NEL_DATA_DIR": str(data_dir)}), cwd=REPO_ROOT,
+                            start_new_session=True)
+
+
+def _sent(server_stats, url: str) -> int:
+    return server_stats(url)["by_endpoint"].get("/v1/chat/completions", 0)
+
+
+def test_two_runs_started_together_send_each_request_once(
+        tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    """Both start at once: one runs, the other refuses in one line naming the first's pid
+    (or, had the first ended already, finds everything stored). Requests == samples."""
+    url = reference_server(delay_ms=100)  # ~3 s of requests: the two runs overlap
+    out = tmp_path / "out"
+    procs = [_popen(_args(url, out), data_dir) for _ in range(2)]
+    try:
+        results = [(p, *p.communicate(timeout=300)) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert _sent(server_stats, url) == N, "both runs sent the requests"
+    codes = sorted(p.returncode for p, _, _ in results)
+    assert codes in ([0, 0], [0, 2]), [(p.returncode, e[-2000:]) for p, _, e in results]
+    for p, stdout, stderr in results:
+        if p.returncode == 2:
+            (line,) = error_lines(stdout, stderr)
+            winner = next(q for q, _, _ in results if q is not p)
+            assert f"in use by another nel run (pid {winner.pid})" in line and "--wait" in line, line
+        else:
+            assert summary_json(subprocess.CompletedProcess([], 0, stdout, stderr))[
+                "results"][0]["n_samples"] == N
+
+
+def test_a_second_run_refuses_or_waits_while_the_first_runs(
+        tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    url = reference_server(delay_ms=100)
+    out = tmp_path / "out"
+    first = _popen(_args(url, out), data_dir)
+    try:
+        # The first run holds the lock once its pid is in the lock file.
+        wait_for(lambda: (out / ".nel-run.lock").exists()
+                 and (out / ".nel-run.lock").read_text().strip() == str(first.pid),
+                 timeout=PROCESS_START_S, what="the first run's lock", interval=0.05)
+        refused = run_nel(*_args(url, out), env={"NEL_DATA_DIR": str(data_dir)})
+        assert refused.returncode == 2
+        (line,) = error_lines(refused.stdout, refused.stderr)
+        assert f"pid {first.pid}" in line, line
+        assert first.poll() is None, "the first run ended before the second was refused"
+        waited = _popen(_args(url, out, "m", "--wait"), data_dir)
+        w_out, w_err = waited.communicate(timeout=300)
+        assert first.wait(timeout=300) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert waited.returncode == 0, w_err[-2000:]
+    assert f"waiting for the nel run (pid {first.pid})" in w_err
+    # The waiting run found the first run's results stored: no request of its own.
+    assert _sent(server_stats, url) == N
+    assert summary_json(subprocess.CompletedProcess([], 0, w_out, w_err))["requests_sent"] == 0
+
+
+def _files(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.iterdir()) if p.is_file() and (p.name.startswith("eval-")
+                                                           or p.suffix in (".jsonl", ".json"))
+            and not p.name.startswith(".")}
+
+
+def test_model_b_after_model_a_keeps_a_exports(
+        tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    url = reference_server()
+    out = tmp_path / "out"
+    env = {"NEL_DATA_DIR": str(data_dir)}
+    summary_json(run_nel(*_args(url, out, "model-a"), env=env))
+    bench = out / "gsm8k"
+    a_files = _files(bench)
+    assert any(n.startswith("eval-") for n in a_files) and "results.jsonl" in a_files, a_files
+    summary_json(run_nel(*_args(url, out, "model-b"), env=env))
+    models = bench / "models"
+    moved = {p.parent.parent.name: p.parent for p in models.glob("*/gsm8k/results.jsonl")}
+    assert set(moved) == {"model-a", "model-b"}, sorted(models.rglob("*"))
+    assert _files(moved["model-a"]) == a_files, "model A's exports changed or went missing"
+    assert not list(bench.glob("eval-*.json")) and not (bench / "results.jsonl").exists()
+    # A's files are complete where they are now: a rerun of A neither asks nor rebuilds.
+    reset_server_stats(url)
+    again = summary_json(run_nel(*_args(url, out, "model-a"), env=env))
+    assert again["requests_sent"] == 0 and _sent(server_stats, url) == 0
+    assert _files(moved["model-a"]) == a_files
