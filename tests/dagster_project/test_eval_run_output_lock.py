@@ -6,9 +6,13 @@ server."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.cli import REPO_ROOT, nel_env, run_nel, summary_json
 from tests.support.cli_output import error_lines
@@ -67,9 +71,12 @@ def test_a_second_run_refuses_or_waits_while_the_first_runs(
     first = _popen(_args(url, out), data_dir)
     try:
         # The first run holds the lock once its pid is in the lock file.
-        wait_for(lambda: (out / ".nel-run.lock").exists()
-                 and (out / ".nel-run.lock").read_text().strip() == str(first.pid),
-                 timeout=PROCESS_START_S, what="the first run's lock", interval=0.05)
+        def locked() -> bool:
+            assert first.poll() is None, "the first run ended without holding a lock"
+            lock = out / ".nel-run.lock"
+            return lock.exists() and lock.read_text().strip() == str(first.pid)
+
+        wait_for(locked, timeout=PROCESS_START_S, what="the first run's lock", interval=0.05)
         refused = run_nel(*_args(url, out), env={"NEL_DATA_DIR": str(data_dir)})
         assert refused.returncode == 2
         (line,) = error_lines(refused.stdout, refused.stderr)
@@ -86,6 +93,55 @@ def test_a_second_run_refuses_or_waits_while_the_first_runs(
     # The waiting run found the first run's results stored: no request of its own.
     assert _sent(server_stats, url) == N
     assert summary_json(subprocess.CompletedProcess([], 0, w_out, w_err))["requests_sent"] == 0
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
+    """A nel daemon of this checkout (its sockets under tmp_path); yields the environment
+    that hands `nel eval run` to it."""
+    env = {"NEL_DAEMON_DIR": str(tmp_path / "daemons"), "NEL_DATA_DIR": str(data_dir),
+           "NEL_DAEMON": "on"}
+    started = run_nel("daemon", "start", env=env)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield env
+    finally:
+        run_nel("daemon", "stop", "--all", env=env)
+
+
+def _daemon_served(env: dict[str, str]) -> int:
+    st = run_nel("daemon", "status", "--json", env=env)
+    (row,) = [r for r in json.loads(st.stdout) if r["current_code"]]
+    return int(row["served"])
+
+
+def test_two_runs_through_the_daemon_lock_in_their_forks(
+        tmp_path: Path, reference_server, server_stats, daemon_env: dict[str, str]) -> None:
+    """Under the nel daemon each run is a forked child: the lock is the child's, so the two
+    runs still exclude each other, and the daemon holds nothing once they end."""
+    url = reference_server(delay_ms=100)
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", *_args(url, out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=nel_env(daemon_env), cwd=REPO_ROOT, start_new_session=True)
+             for _ in range(2)]
+    try:
+        results = [(p, *p.communicate(timeout=300)) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert _daemon_served(daemon_env) == 2, "the runs did not go through the daemon"
+    assert _sent(server_stats, url) == N
+    codes = sorted(p.returncode for p, _, _ in results)
+    assert codes in ([0, 0], [0, 2]), [(p.returncode, e[-2000:]) for p, _, e in results]
+    for p, stdout, stderr in results:
+        if p.returncode == 2:
+            (line,) = error_lines(stdout, stderr)
+            assert "in use by another nel run (pid " in line, line
+    # Both forks are gone: the next run on the directory takes the lock at once.
+    again = summary_json(run_nel(*_args(url, out), env=daemon_env))
+    assert again["requests_sent"] == 0 and _daemon_served(daemon_env) == 3
 
 
 def _files(d: Path) -> dict[str, str]:
