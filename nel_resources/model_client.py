@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import os
 import random
 import time
@@ -32,6 +31,13 @@ from nel_resources.config import ServiceConfig
 from nel_resources.deadlines import Deadlines
 from nel_resources.hang_cut import HangCut
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
+from nel_resources.openai_fields import (
+    normalize_base_url,
+    responses_finish,
+    retry_after_seconds,
+    sampling_params,
+    total_tokens,
+)
 from nel_resources.redact import Redactor, client_secrets
 
 if TYPE_CHECKING:
@@ -114,80 +120,6 @@ class ModelResponse:
     def raw_response(self) -> dict[str, Any]:
         """The full response body (NeMo Evaluator's name for `raw`)."""
         return self.raw or {}
-
-
-def _total_tokens(usage: dict[str, Any], prompt: Any, completion: Any) -> int | None:
-    total = usage.get("total_tokens")
-    if isinstance(total, int):
-        return total
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return prompt + completion
-    return None
-
-
-# NeMo Evaluator's ModelClient parameters: (lowest, highest) allowed, None = unbounded.
-_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "frequency_penalty": (-2.0, 2.0),
-    "presence_penalty": (-2.0, 2.0),
-    "max_tokens": (1, None),
-}
-
-
-def sampling_params(**values: Any) -> dict[str, Any]:
-    """The generation fields of a request from ModelClient's sampling arguments, checked.
-
-    `None` means "not set" (the server's default). Ranges are those NeMo Evaluator
-    documents: temperature 0-2, top_p 0-1, penalties -2..2, max_tokens >= 1, an integer
-    seed, stop as a list of strings.
-
-    Raises:
-        NelError: naming the parameter and its allowed range.
-    """
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if value is None:
-            continue
-        if key in ("max_tokens", "seed"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise NelError(f"ModelClient: {key} must be an integer, not {value!r}")
-        elif key == "stop":
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise NelError(f"ModelClient: stop must be a list of strings, not {value!r}")
-            value = list(value)
-        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise NelError(f"ModelClient: {key} must be a number, not {value!r}")
-        lo, hi = _RANGES.get(key, (None, None))
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            span = f"{lo:g} to {hi:g}" if hi is not None else f"at least {lo:g}"
-            raise NelError(f"ModelClient: {key}={value!r} is out of range ({span})")
-        out[key] = value
-    return out
-
-
-def normalize_base_url(url: str) -> str:
-    """Accept `http://h:p`, `http://h:p/v1` or a full `/v1/chat/completions` URL."""
-    u = url.rstrip("/")
-    for suffix in ("/chat/completions", "/completions", "/responses"):
-        if u.endswith(suffix):
-            u = u[: -len(suffix)]
-            break
-    if not u.endswith("/v1") and "/v1/" not in u + "/":
-        u += "/v1"
-    return u
-
-
-def _retry_after(headers: Any) -> float | None:
-    val = (headers.get("Retry-After") or headers.get("retry-after")) if headers is not None else None
-    if not val:
-        return None
-    try:
-        return max(0.0, float(val))
-    except ValueError:
-        return None
 
 
 class ModelClient:
@@ -640,7 +572,7 @@ class ModelClient:
                     except _BadBody as exc:  # cut short on the way: as retryable as a reset
                         category, message = "error", str(exc)
                 else:
-                    retry_after = _retry_after(resp_headers)
+                    retry_after = retry_after_seconds(resp_headers)
                     # Redact before cutting, so no prefix of a key survives at the cut.
                     text = self._redact.text(raw.decode("utf-8", "replace"))[:300].strip()
                     if status in (401, 403):
@@ -742,11 +674,11 @@ class ModelClient:
                         reasoning.append(s["text"])
             return ModelResponse(
                 content="".join(texts), reasoning_content="\n".join(reasoning) or None,
-                finish_reason=_responses_finish(obj),
+                finish_reason=responses_finish(obj),
                 prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
                 reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
                 attempts=attempts, model=obj.get("model"), raw=obj,
-                total_tokens=_total_tokens(usage, usage.get("input_tokens"), usage.get("output_tokens")),
+                total_tokens=total_tokens(usage, usage.get("input_tokens"), usage.get("output_tokens")),
             )
         choices = obj.get("choices") or []
         if not choices:
@@ -764,7 +696,7 @@ class ModelClient:
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
             attempts=attempts, model=obj.get("model"), raw=obj,
-            total_tokens=_total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
+            total_tokens=total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
         )
 
 
@@ -883,14 +815,3 @@ def service_interceptors(service: ServiceConfig) -> list[tuple[str, dict[str, An
     """The service's chain as (name, config) pairs: `interceptors:`, then `proxy.interceptors`."""
     items = [*service.interceptors, *(service.proxy.interceptors if service.proxy else ())]
     return [(i.name, dict(i.config)) for i in items]
-
-
-def _responses_finish(obj: dict[str, Any]) -> str | None:
-    """Map a Responses-API status onto chat finish reasons (stop / length / ...)."""
-    status = obj.get("status")
-    if status == "completed":
-        return "stop"
-    reason = (obj.get("incomplete_details") or {}).get("reason")
-    if reason == "max_output_tokens" or status == "incomplete":
-        return "length" if reason in (None, "max_output_tokens") else str(reason)
-    return status
