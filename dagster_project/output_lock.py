@@ -54,10 +54,7 @@ class OutputLock:
             holder = _holder(fd)
             if not self.wait:
                 os.close(fd)
-                raise OutputBusyError(
-                    f"the output directory {out} is in use by another nel run (pid {holder}); "
-                    f"wait for it to end (re-run with --wait to start as soon as it does) or "
-                    f"use another -o") from None
+                raise _busy(out, holder) from None
             print(f"waiting for the nel run (pid {holder}) using {out} to end ...",
                   file=sys.stderr, flush=True)
             try:
@@ -78,6 +75,28 @@ class OutputLock:
 
 
 
+def check_output_free(out: Path, how_to_wait: str = "") -> None:
+    """Refuse (OutputBusyError) when a run holds `out` now: `--background` checks before it
+    starts its child, which would otherwise overwrite the running run's pid file and log
+    before refusing where nobody reads it."""
+    try:
+        fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file: no run has used the directory
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(out, _holder(fd), how_to_wait) from None
+    finally:
+        os.close(fd)
+
+
+def _busy(out: Path, holder: str, how_to_wait: str = "") -> OutputBusyError:
+    how = how_to_wait or "re-run with --wait to start as soon as it does"
+    return OutputBusyError(f"the output directory {out} is in use by another nel run (pid "
+                           f"{holder}); wait for it to end ({how}) or use another -o")
+
+
 def _holder(fd: int) -> str:
     """The pid the holding run wrote ("unknown" while it has not written it yet)."""
     try:
@@ -87,4 +106,4 @@ def _holder(fd: int) -> str:
     return text if text.isdigit() else "unknown"
 
 
-__all__ = ["LOCK_NAME", "OutputBusyError", "OutputLock"]
+__all__ = ["LOCK_NAME", "OutputBusyError", "OutputLock", "check_output_free"]

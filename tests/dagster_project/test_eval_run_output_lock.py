@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -171,3 +172,26 @@ def test_model_b_after_model_a_keeps_a_exports(
     again = summary_json(run_nel(*_args(url, out, "model-a"), env=env))
     assert again["requests_sent"] == 0 and _sent(server_stats, url) == 0
     assert _files(moved["model-a"]) == a_files
+
+
+def test_background_run_refuses_a_busy_directory_before_touching_its_files(
+        tmp_path: Path, reference_server, data_dir: Path) -> None:
+    """`--background` checks before it starts its child: the running run's pid file and log
+    are left alone, and the refusal reaches the terminal."""
+    from dagster_project.output_lock import OutputLock
+
+    url = reference_server()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "nel_eval.log").write_text("the running run's log\n")
+    lock = OutputLock()
+    lock.acquire(out)  # this test process plays the running run
+    try:
+        r = run_nel(*_args(url, out), "--background", env={"NEL_DATA_DIR": str(data_dir)})
+    finally:
+        lock.release()
+    assert r.returncode == 2
+    (line,) = error_lines(r.stdout, r.stderr)
+    assert f"in use by another nel run (pid {os.getpid()})" in line, line
+    assert (out / "nel_eval.log").read_text() == "the running run's log\n"
+    assert not (out / "nel.pid").exists()
