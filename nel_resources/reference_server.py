@@ -387,7 +387,6 @@ class ReferenceApp:
         self.answers = answers
         self._api_key = config.require_api_key.encode() if config.require_api_key else None
         self._seq = 0
-        self._rng = random.Random(0)  # the delays' spread: the same run, the same delays
         self._truncate = False  # set by _fault for the request being dispatched
         self._barrier_open: asyncio.Event | None = None
         self.script = ToolScript.from_jsonl(config.tool_script) if config.tool_script else None
@@ -395,6 +394,8 @@ class ReferenceApp:
 
     def reset(self) -> None:
         """Forget all statistics and per-prompt attempt counters."""
+        # The delays' spread, re-seeded: runs after a reset draw the same delays.
+        self._rng = random.Random(0)
         self.total = 0
         self.by_endpoint: dict[str, int] = {}
         # Wall-clock time (time.time()) of each endpoint's first request since the reset:
