@@ -23,7 +23,17 @@ chain of faults, not on idle slots.
 Prints faulty/clean and faulty/floor for both durations, and checks that nel's
 `requests_sent` equals what the server received and that no sample failed.
 
+nel runs at its default settings (no `--timeout`: 120 s per attempt, hung attempts cut by
+the hang cut of nel_resources/hang_cut.py); `--timeout S` pins the old comparison. A hang
+costs the floor estimate `--timeout` when given, else the hang cut's floor (2 s).
+
+The slow-model case (`--case slow`): every answer takes 5-15 s (`--slow-ms`, e.g.
+20000,60000 for 20-60 s), no faults. The same run at the default settings and with a huge
+`--timeout`: the hang cut must cut nothing (requests sent == samples in both) and the
+results must be the same.
+
     NEL_DATA_DIR=../shared/datasets python bench/bench_faults.py --repeats 2 --rounds 3
+    NEL_DATA_DIR=../shared/datasets python bench/bench_faults.py --case slow
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ sys.path.insert(0, str(REPO))
 
 import pyarrow.parquet as pq  # noqa: E402
 
+from nel_resources.hang_cut import HangCut  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 
 ANSWER = "Step by step.\n#### 42"
@@ -71,12 +82,15 @@ def request_phase(out: str) -> tuple[float, float]:
     return phase, max(r["model_ms"] for r in rows) / 1000
 
 
-def run_nel(url: str, a: argparse.Namespace) -> tuple[float, tuple[float, float], dict[str, Any]]:
+def run_nel(url: str, a: argparse.Namespace, *extra: str
+            ) -> tuple[float, tuple[float, float], dict[str, Any]]:
     """One `nel eval run` into a fresh output dir: (wall s, request_phase(), JSON summary)."""
     with tempfile.TemporaryDirectory(prefix="nel-bench-faults-") as out:
         args = ["eval", "run", "-b", "gsm8k", "-n", str(a.repeats), "--model-url", url,
                 "--model-id", "m", "--max-concurrent", str(a.concurrency),
-                "--timeout", str(a.timeout), "-o", out, "--no-progress", "--json"]
+                "-o", out, "--no-progress", "--json", *extra]
+        if a.timeout is not None:
+            args += ["--timeout", str(a.timeout)]
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "dagster_project.cli.main", *args],
                            capture_output=True, text=True, cwd=REPO,
@@ -87,9 +101,14 @@ def run_nel(url: str, a: argparse.Namespace) -> tuple[float, tuple[float, float]
         return wall, request_phase(out), json.loads(p.stdout)
 
 
+def hang_cost(a: argparse.Namespace) -> float:
+    """What one hang forces a sample to wait at least: the timeout, or the hang cut's floor."""
+    return a.timeout if a.timeout is not None else HangCut().floor
+
+
 def chain_floor(log: dict[str, list[str]], a: argparse.Namespace) -> float:
     """The longest forced wait of one sample (see the module docstring)."""
-    cost = {"hang": a.timeout, "429": a.retry_after}
+    cost = {"hang": hang_cost(a), "429": a.retry_after}
     worst = 0.0
     for faults in log.values():
         costs = [cost.get(f, 0.0) for f in faults]
@@ -113,11 +132,52 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="GSM8K repeats (1,319 problems each)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="alternating clean/faulty rounds")
-    ap.add_argument("--timeout", type=float, default=5.0, help="nel's --timeout (s)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="nel's --timeout (s); default: none (nel's defaults)")
+    ap.add_argument("--case", choices=["faults", "slow", "both"], default="faults")
+    ap.add_argument("--slow-ms", default="5000,15000", help="slow case: answer time range (ms)")
+    ap.add_argument("--slow-problems", type=int, default=96, help="slow case: GSM8K problems")
+    ap.add_argument("--slow-concurrency", type=int, default=16)
     ap.add_argument("--retry-after", type=float, default=1.0)
     ap.add_argument("--fail-attempts", type=int, default=3,
                     help="faults hit only a prompt's first N attempts (so every sample can end well)")
     a = ap.parse_args()
+    if a.case in ("slow", "both"):
+        slow_case(a)
+    if a.case in ("faults", "both"):
+        fault_case(a)
+
+
+def slow_case(a: argparse.Namespace) -> None:
+    """A slow model at nel's defaults vs a huge --timeout: nothing cut, the same results."""
+    lo, hi = (float(x) for x in a.slow_ms.split(","))
+    proc, url = start_reference_server(default_content=ANSWER, delay_ms=lo, delay_ms_max=hi)
+    sub = argparse.Namespace(**{**vars(a), "repeats": 1, "concurrency": a.slow_concurrency})
+    runs: dict[str, dict[str, Any]] = {}
+    try:
+        for name, timeout in (("default", None), ("huge_timeout", 1e6)):
+            sub.timeout = timeout
+            _server(url, "POST", "/stats/reset")
+            wall, _, summ = run_nel(url, sub, "-m", str(a.slow_problems))
+            st = _server(url, "GET", "/stats")
+            res = summ["results"][0]
+            runs[name] = {"wall_s": round(wall, 2), "samples": res["n_samples"],
+                          "requests_sent": summ["requests_sent"],
+                          "received": st["by_endpoint"].get("/v1/chat/completions", 0),
+                          "failed": res["failed"], "score": res["score"]}
+            print(f"slow {name}: {runs[name]}", file=sys.stderr, flush=True)
+    finally:
+        proc.stop()
+    d, h = runs["default"], runs["huge_timeout"]
+    print(json.dumps({"case": "slow", "answer_ms": [lo, hi], "concurrency": a.slow_concurrency,
+                      **runs, "no_attempt_cut": d["requests_sent"] == d["samples"] == d["received"],
+                      "same_result": (d["score"], d["failed"], d["samples"])
+                      == (h["score"], h["failed"], h["samples"]),
+                      "ratio_wall_default_over_huge": round(d["wall_s"] / h["wall_s"], 2)}, indent=2))
+
+
+def fault_case(a: argparse.Namespace) -> None:
+    """The fault mix against a clean server (the module docstring)."""
     clean_proc, clean_url = start_reference_server(default_content=ANSWER)
     faulty_proc, faulty_url = start_reference_server(
         default_content=ANSWER, fault_per_request=True, fail_attempts=a.fail_attempts,
@@ -140,7 +200,7 @@ def main() -> None:
         hangs = r["faulty"]["faults"].get("hang", 0)
         # The request phase cannot beat the clean phase plus the hangs' slot-seconds spread
         # over the slots, nor the longest forced chain; the rest of the run is as clean.
-        r["floor"] = max(r["clean"]["phase"] + hangs * a.timeout / a.concurrency,
+        r["floor"] = max(r["clean"]["phase"] + hangs * hang_cost(a) / a.concurrency,
                          r["faulty"]["chain"])
         r["wall_floor"] = r["clean"]["wall"] - r["clean"]["phase"] + r["floor"]
     faulty = [r["faulty"] for r in rounds]
@@ -160,7 +220,7 @@ def main() -> None:
             med(r["faulty"]["phase"] / r["clean"]["phase"] for r in rounds), 2),
         "request_phase_floor_s": round(med(r["floor"] for r in rounds), 2),
         "capacity_floor_s": round(med(r["clean"]["phase"] + r["faulty"]["faults"].get("hang", 0)
-                                      * a.timeout / a.concurrency for r in rounds), 2),
+                                      * hang_cost(a) / a.concurrency for r in rounds), 2),
         "chain_floor_s": round(med(f["chain"] for f in faulty), 2),
         "slowest_sample_s": round(med(f["slowest"] for f in faulty), 2),
         "ratio_request_phase_over_floor": round(med(r["faulty"]["phase"] / r["floor"] for r in rounds), 2),

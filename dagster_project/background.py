@@ -30,7 +30,12 @@ def start_background(cfg: Any, argv: list[str]) -> int:
     Returns 0 once the process is started (its own exit status is in its log and in
     `<out>/checkpoint.json`).
     """
+    from dagster_project.output_lock import check_output_free
+
     out = Path(cfg.output.dir).expanduser().resolve()
+    # Before the running run's pid file and log are overwritten; a background run never
+    # waits (its child would have to share them meanwhile).
+    check_output_free(out, "`nel eval status -o DIR -w` shows when; --background does not wait")
     try:
         out.mkdir(parents=True, exist_ok=True)
         log = open(out / LOG_FILE, "wb")  # handed to the child, closed below

@@ -22,6 +22,7 @@ from benchmarks.errors import NelError
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from dagster_project.instance_config import open_instance, write_instance_yaml
+from dagster_project.output_lock import OutputLock
 from nel_resources.config import ConfigError, NelConfig, check_supported
 from nel_resources.specs import ResolvedConfig, resolve
 
@@ -214,9 +215,10 @@ def _storage_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}"
 
 
-def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
+def prepare_output(cfg: NelConfig, lock: OutputLock | None = None) -> tuple[Path, Path]:
     """Create the output directory and the Dagster home; NelError (one line, exit 2) when
-    either cannot be used (a file in the way, a read-only or full disk). Nothing has run yet."""
+    either cannot be used (a file in the way, a read-only or full disk). Nothing has run yet.
+    `lock` is taken on the directory before anything is written into it."""
     out = Path(cfg.output.dir).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise NelError(f"the output directory {out} is a file: give -o / output.dir a directory")
@@ -224,6 +226,8 @@ def prepare_output(cfg: NelConfig) -> tuple[Path, Path]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise NelError(f"cannot create the output directory {out}: {_os_reason(exc)}") from None
+    if lock is not None:
+        lock.acquire(out)
     home = Path(cfg.output.dagster_home or out / ".dagster").expanduser().resolve()
     if home.exists() and not home.is_dir():
         raise NelError(f"the Dagster home {home} is a file: set output.dagster_home to a directory")
@@ -338,7 +342,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
              shard_only: tuple[int, int] | None = None,
              only: set[tuple[str, str, int]] | None = None,
              merge_only: set[tuple[str, str]] | None = None,
-             elsewhere: Mapping[str, str | None] | None = None) -> RunSummary:
+             elsewhere: Mapping[str, str | None] | None = None,
+             wait: bool = False) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
 
     A failure of one (benchmark, model) (missing data, a dead or refusing endpoint, a
@@ -361,9 +366,13 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         elsewhere: launched services this process must not start, by name: the base URL
             where another process serves it, or None when this run does not use it (a
             component of a heterogeneous SLURM job, dagster_project.slurm_het).
+        wait: when another run holds the output directory, wait for it to end (default:
+            refuse, OutputBusyError). The parts of a distributed run (`shard_only`, `only`,
+            `merge_only`) share the directory and take no lock.
 
     Raises:
         NelError: the config or output location cannot work at all (nothing ran).
+        OutputBusyError: another run is using the output directory (and not `wait`).
     """
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
@@ -380,98 +389,105 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     _preflight_sandboxes(resolved)
     started = time.time()
     t0 = time.perf_counter()
-    out, home = prepare_output(cfg)
-    os.environ["DAGSTER_HOME"] = str(home)
-    # `nel eval status|stop|logs|resume` find this run by its id or output dir.
-    run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
-    log_path = run_log.log_path_for(out)
-    store = ResultStore(out)
+    # One run per output directory (output_lock.py): two at once each sent every request.
+    lock = None if (shard_only is not None or only is not None or merge_only is not None) \
+        else OutputLock(wait=wait)
+    try:
+        out, home = prepare_output(cfg, lock)
+        os.environ["DAGSTER_HOME"] = str(home)
+        # `nel eval status|stop|logs|resume` find this run by its id or output dir.
+        run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
+        log_path = run_log.log_path_for(out)
+        store = ResultStore(out)
 
-    failures: list[BenchFailure] = []
-    if not cfg.benchmarks:
-        failures.append(BenchFailure("*", "*", "nothing to evaluate: the config selects no benchmarks", "plan"))
+        failures: list[BenchFailure] = []
+        if not cfg.benchmarks:
+            failures.append(BenchFailure("*", "*", "nothing to evaluate: the config selects no benchmarks", "plan"))
 
-    # Plan first, without Dagster: an up-to-date run never pays for Dagster or a launched
-    # model server, and sends no request. A benchmark that cannot be planned (its data is
-    # missing) fails alone.
-    plans: list[tuple[Any, list[Any], list[Any]]] = []
-    for bench in resolved.benchmarks:
-        try:
-            tasks = ev.plan(store, bench)
-        except Exception as exc:  # isolate: the other benchmarks still run
-            if is_config_error(bench.name, exc):
-                raise  # every plan comes before any request: nothing has been sent
-            reason = run_log.one_line(type(exc).__name__, str(exc))
-            _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
-            failures += [BenchFailure(bench.name, m, reason, "plan") for m in bench.models]
-            continue
-        tasks = _drop_empty_models(bench.name, tasks, failures)
-        if shard_only is not None:
-            tasks = [t for t in tasks if t.shard == shard_only[0]]
-        if only is not None:
-            tasks = [t for t in tasks if (bench.name, t.model, t.shard) in only]
-        if not resume and merge_only is None:
-            for t in tasks:
-                for p in store.journal_path(bench.name, t.model, t.shard, t.fingerprint).parent.glob("*.jsonl"):
-                    p.unlink()
-        todo = [t for t in tasks if t.stale or not resume]
-        if merge_only is not None:  # evaluated elsewhere: what is still stale is missing
-            failures += [BenchFailure(bench.name, t.model, f"shard {t.shard} is missing "
-                                      f"({t.reason}): its task did not store results", "shard")
-                         for t in todo if t.stale]
-            todo = []
-        plans.append((bench, tasks, todo))
-    # Every run checks every artifact (cheaply) and rebuilds missing or torn ones from the
-    # store: a rebuild runs the bundle job only, never a model request.
-    sub_run = shard_only is not None or only is not None  # one part of a distributed run
-    artifact_issues = {} if sub_run else {
-        (b.name, m): ev.artifact_problems(store, b.name, m)
-        for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
-    needs_bundle = any(artifact_issues.values())
-    needs_compare = not sub_run and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
-    needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
+        # Plan first, without Dagster: an up-to-date run never pays for Dagster or a launched
+        # model server, and sends no request. A benchmark that cannot be planned (its data is
+        # missing) fails alone.
+        plans: list[tuple[Any, list[Any], list[Any]]] = []
+        for bench in resolved.benchmarks:
+            try:
+                tasks = ev.plan(store, bench)
+            except Exception as exc:  # isolate: the other benchmarks still run
+                if is_config_error(bench.name, exc):
+                    raise  # every plan comes before any request: nothing has been sent
+                reason = run_log.one_line(type(exc).__name__, str(exc))
+                _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
+                failures += [BenchFailure(bench.name, m, reason, "plan") for m in bench.models]
+                continue
+            tasks = _drop_empty_models(bench.name, tasks, failures)
+            if shard_only is not None:
+                tasks = [t for t in tasks if t.shard == shard_only[0]]
+            if only is not None:
+                tasks = [t for t in tasks if (bench.name, t.model, t.shard) in only]
+            if not resume and merge_only is None:
+                for t in tasks:
+                    for p in store.journal_path(bench.name, t.model, t.shard, t.fingerprint).parent.glob("*.jsonl"):
+                        p.unlink()
+            todo = [t for t in tasks if t.stale or not resume]
+            if merge_only is not None:  # evaluated elsewhere: what is still stale is missing
+                failures += [BenchFailure(bench.name, t.model, f"shard {t.shard} is missing "
+                                          f"({t.reason}): its task did not store results", "shard")
+                             for t in todo if t.stale]
+                todo = []
+            plans.append((bench, tasks, todo))
+        # Every run checks every artifact (cheaply) and rebuilds missing or torn ones from the
+        # store: a rebuild runs the bundle job only, never a model request.
+        sub_run = shard_only is not None or only is not None  # one part of a distributed run
+        artifact_issues = {} if sub_run else {
+            (b.name, m): ev.artifact_problems(store, b.name, m)
+            for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
+        needs_bundle = any(artifact_issues.values())
+        needs_compare = not sub_run and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
+        needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
 
-    n_runs = 0
-    outcomes: list[BenchOutcome] = []
-    gates: dict[str, dict[str, Any]] = {}
-    if needs_dagster:
-        try:
-            n_runs = _materialize(resolved, store, home, plans, progress=progress,
-                                  shard_only=shard_only,
-                                  outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
-                                  artifact_issues=artifact_issues, bundle=only is None,
-                                  merged=merge_only or set(), elsewhere=elsewhere or {})
-        except OSError as exc:
-            # Mid-run (the output's disk filled, a file became unwritable): what is stored
-            # stays; the run ends as failed with one line, not a traceback.
-            _log_exception(log_path, "the run stopped on an OS error")
-            where = f"{exc.filename}: " if exc.filename else ""
-            failures.append(BenchFailure("*", "*", f"the run stopped: {where}{_os_reason(exc)}", "run"))
-            outcomes += [BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):]]
-    else:
-        outcomes = [BenchOutcome(b.name, shards_total=len(tasks), shards_fresh=len(tasks))
-                    for b, tasks, _ in plans]
-    failed_pairs = {(f.benchmark, f.model) for f in failures}
-    for (bench, tasks, _), oc in zip(plans, outcomes, strict=True):
-        if not sub_run:
-            for m in sorted({t.model for t in tasks}):
-                if (bench.name, m) in failed_pairs:
-                    continue  # an older bundle is not this run's result
-                bundle = store.read_bundle(bench.name, m)
-                if bundle is not None:
-                    oc.bundles[m] = bundle
-                    oc.exports[m] = str(store.export_dir(bench.name, m))
-                    if (why := _all_samples_failed(bundle)) is not None:
-                        failures.append(BenchFailure(bench.name, m, why, "scores"))
-    if resolved.comparison.baseline and not sub_run and not gates:
-        gates = _stored_gates(resolved, store, _failed_models(failures))
-    summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
-                         failures=failures, log_path=log_path)
-    if only is None:  # an array task leaves the run's files to the merge job
-        _write_run_reports(cfg.output.report, store, summary)
-        summary.checkpoint_path = _write_checkpoint(summary, started)
-    run_registry.finished(summary.exit_status, len(summary.failures))
-    return summary
+        n_runs = 0
+        outcomes: list[BenchOutcome] = []
+        gates: dict[str, dict[str, Any]] = {}
+        if needs_dagster:
+            try:
+                n_runs = _materialize(resolved, store, home, plans, progress=progress,
+                                      shard_only=shard_only,
+                                      outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
+                                      artifact_issues=artifact_issues, bundle=only is None,
+                                      merged=merge_only or set(), elsewhere=elsewhere or {})
+            except OSError as exc:
+                # Mid-run (the output's disk filled, a file became unwritable): what is stored
+                # stays; the run ends as failed with one line, not a traceback.
+                _log_exception(log_path, "the run stopped on an OS error")
+                where = f"{exc.filename}: " if exc.filename else ""
+                failures.append(BenchFailure("*", "*", f"the run stopped: {where}{_os_reason(exc)}", "run"))
+                outcomes += [BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):]]
+        else:
+            outcomes = [BenchOutcome(b.name, shards_total=len(tasks), shards_fresh=len(tasks))
+                        for b, tasks, _ in plans]
+        failed_pairs = {(f.benchmark, f.model) for f in failures}
+        for (bench, tasks, _), oc in zip(plans, outcomes, strict=True):
+            if not sub_run:
+                for m in sorted({t.model for t in tasks}):
+                    if (bench.name, m) in failed_pairs:
+                        continue  # an older bundle is not this run's result
+                    bundle = store.read_bundle(bench.name, m)
+                    if bundle is not None:
+                        oc.bundles[m] = bundle
+                        oc.exports[m] = str(store.export_dir(bench.name, m))
+                        if (why := _all_samples_failed(bundle)) is not None:
+                            failures.append(BenchFailure(bench.name, m, why, "scores"))
+        if resolved.comparison.baseline and not sub_run and not gates:
+            gates = _stored_gates(resolved, store, _failed_models(failures))
+        summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
+                             failures=failures, log_path=log_path)
+        if only is None:  # an array task leaves the run's files to the merge job
+            _write_run_reports(cfg.output.report, store, summary)
+            summary.checkpoint_path = _write_checkpoint(summary, started)
+        run_registry.finished(summary.exit_status, len(summary.failures))
+        return summary
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _log_exception(log_path: Path, title: str) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from nel_resources import heap
 
@@ -83,14 +84,17 @@ class RawHTTPPool:
                 % (method.encode(), path.encode(), self._host_header, headers, length))
 
     async def request(self, method: str, path: str, headers: bytes = b"",
-                      body: bytes = b"") -> RawResponse:
-        """Send one request and read the whole response."""
+                      body: bytes = b"", watch: Any = None) -> RawResponse:
+        """Send one request and read the whole response. `watch.conn`, when given, is set to
+        the connection: its `received` count shows whether the answer is arriving."""
         if not self._slots.take():
             await self._slots.acquire()
         try:
             data = self.head(method, path, headers, len(body)) + body
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
+            if watch is not None:
+                watch.conn = conn
             try:
                 resp, keep = await conn.exchange(data)
             except _Stale:
@@ -208,7 +212,7 @@ class _Connection(asyncio.Protocol):
     """
 
     __slots__ = ("_body", "_buf", "_done", "_eof", "_got_bytes", "_head", "_loop", "_pos",
-                 "_size", "_transport", "_waiter")
+                 "_size", "_transport", "_waiter", "received")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
@@ -222,6 +226,8 @@ class _Connection(asyncio.Protocol):
         self._size = -2  # framing: >= 0 Content-Length, -1 chunked, -3 until close
         self._body: bytearray | None = None  # chunks decoded so far
         self._done = False
+        # Reads of the current answer: the hang cut (deadlines.py) sees an answer arriving.
+        self.received = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -233,6 +239,7 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None:
             return  # bytes nobody asked for (no request pending): nothing can own them
         self._got_bytes = True
+        self.received += 1
         if not self._buf:
             self._buf = data  # usually the whole answer: parsed without a copy
         else:
@@ -263,7 +270,7 @@ class _Connection(asyncio.Protocol):
         if self._eof or self._transport is None or self._loop is None or self._transport.is_closing():
             raise _Stale  # closed while idle: nothing of this request reaches the server
         self._buf, self._got_bytes, self._head, self._body = b"", False, None, None
-        self._pos, self._size, self._done = 0, -2, False
+        self._pos, self._size, self._done, self.received = 0, -2, False, 0
         waiter = self._waiter = self._loop.create_future()
         self._transport.write(data)
         return waiter

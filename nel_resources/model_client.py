@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import os
 import random
 import time
@@ -31,7 +30,15 @@ from nel_resources.adaptive_limit import AdaptiveLimit
 from nel_resources.config import ServiceConfig
 from nel_resources.deadlines import Deadlines
 from nel_resources.endpoint_url import split_url, url_secrets
+from nel_resources.hang_cut import HangCut
 from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
+from nel_resources.openai_fields import (
+    normalize_base_url,
+    responses_finish,
+    retry_after_seconds,
+    sampling_params,
+    total_tokens,
+)
 from nel_resources.redact import Redactor, client_secrets, is_secret_header
 
 if TYPE_CHECKING:
@@ -50,6 +57,10 @@ _RAW_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.Incom
 
 class _BadBody(Exception):
     """An HTTP 200 whose body is not a JSON object (cut short on the way, most likely)."""
+
+
+class _AttemptCut(Exception):
+    """The hang cut ended an attempt that went silent far past the run's answers."""
 
 
 class ModelError(Exception):
@@ -112,86 +123,14 @@ class ModelResponse:
         return self.raw or {}
 
 
-def _total_tokens(usage: dict[str, Any], prompt: Any, completion: Any) -> int | None:
-    total = usage.get("total_tokens")
-    if isinstance(total, int):
-        return total
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return prompt + completion
-    return None
-
-
-# NeMo Evaluator's ModelClient parameters: (lowest, highest) allowed, None = unbounded.
-_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "frequency_penalty": (-2.0, 2.0),
-    "presence_penalty": (-2.0, 2.0),
-    "max_tokens": (1, None),
-}
-
-
-def sampling_params(**values: Any) -> dict[str, Any]:
-    """The generation fields of a request from ModelClient's sampling arguments, checked.
-
-    `None` means "not set" (the server's default). Ranges are those NeMo Evaluator
-    documents: temperature 0-2, top_p 0-1, penalties -2..2, max_tokens >= 1, an integer
-    seed, stop as a list of strings.
-
-    Raises:
-        NelError: naming the parameter and its allowed range.
-    """
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if value is None:
-            continue
-        if key in ("max_tokens", "seed"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise NelError(f"ModelClient: {key} must be an integer, not {value!r}")
-        elif key == "stop":
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise NelError(f"ModelClient: stop must be a list of strings, not {value!r}")
-            value = list(value)
-        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise NelError(f"ModelClient: {key} must be a number, not {value!r}")
-        lo, hi = _RANGES.get(key, (None, None))
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            span = f"{lo:g} to {hi:g}" if hi is not None else f"at least {lo:g}"
-            raise NelError(f"ModelClient: {key}={value!r} is out of range ({span})")
-        out[key] = value
-    return out
-
-
-def normalize_base_url(url: str) -> str:
-    """Accept `http://h:p`, `http://h:p/v1` or a full `/v1/chat/completions` URL."""
-    u = url.rstrip("/")
-    for suffix in ("/chat/completions", "/completions", "/responses"):
-        if u.endswith(suffix):
-            u = u[: -len(suffix)]
-            break
-    if not u.endswith("/v1") and "/v1/" not in u + "/":
-        u += "/v1"
-    return u
-
-
-def _retry_after(headers: Any) -> float | None:
-    val = (headers.get("Retry-After") or headers.get("retry-after")) if headers is not None else None
-    if not val:
-        return None
-    try:
-        return max(0.0, float(val))
-    except ValueError:
-        return None
-
-
 class ModelClient:
     """An OpenAI-compatible client bound to one endpoint and one set of generation params.
 
     Use as an async context manager (one aiohttp session per run). `timeout` bounds each
     attempt (a hung attempt costs one timeout, then is retried); `adapt_window` is the
     period, in seconds, over which 429s are judged and the concurrency grows back.
+    An attempt silent far past the latencies answered so far is cut and retried well before
+    `timeout` (`hang_cut`, see hang_cut.py; `False` turns it off).
     """
 
     def __init__(
@@ -219,6 +158,7 @@ class ModelClient:
         frequency_penalty: float | None = None,
         presence_penalty: float | None = None,
         retry_on_status: list[int] | None = None,
+        hang_cut: HangCut | bool = True,
     ) -> None:
         if not (isinstance(timeout, int | float) and timeout > 0):
             raise NelError(f"ModelClient: timeout must be a positive number of seconds, not {timeout!r}")
@@ -280,7 +220,7 @@ class ModelClient:
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._path = parsed.path + path
         self._base_path = parsed.path
-        self._deadlines = Deadlines()
+        self._deadlines = Deadlines(hang=HangCut() if hang_cut is True else hang_cut or None)
         self._raw_headers = b"".join(
             f"{k}: {v}\r\n".encode("latin-1") for k, v in self._headers.items())
         self._pool: RawHTTPPool | None = None
@@ -380,36 +320,57 @@ class ModelClient:
                 "check the key or the api_key_env variable"
             )
 
-    async def _send(self, method: str, subpath: str, data: bytes,
-                    timeout: float, headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
-        """One HTTP exchange on the chosen transport: (status, headers, body)."""
+    async def _send(self, method: str, subpath: str, data: bytes, timeout: float,
+                    headers: dict[str, str] | None = None, cut: float = 0.0) -> tuple[int, Any, bytes]:
+        """One HTTP exchange on the chosen transport: (status, headers, body). `cut` > 0
+        lets the hang cut end it (raising _AttemptCut) at `cut` times the learnt limit."""
         if self._pool is not None:
             raw_headers = self._raw_headers
             if headers:
                 merged = {**self._headers, **headers}
                 raw_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in merged.items())
             # A shared deadline check, not asyncio.timeout (~10 us a request: deadlines.py).
-            deadline = self._deadlines.arm(timeout)
+            deadline = self._deadlines.arm(timeout, cut)
             try:
                 r = await self._pool.request(method, self._with_query(self._base_path + subpath),
-                                             raw_headers, data)
+                                             raw_headers, data, deadline)
             except asyncio.CancelledError:
-                if deadline.fired:
-                    deadline.task.uncancel()
-                    raise TimeoutError(f"no answer within {timeout:g}s") from None
+                self._timed_out(deadline, timeout)
                 raise
             finally:
                 self._deadlines.disarm(deadline)
+            if r.status == 200:
+                self._deadlines.answered(deadline)
             return r.status, r.headers, r.body
         assert self._session is not None
         import aiohttp  # loaded by `open` already
 
-        async with self._session.request(
-            method, self._with_query(self.base_url + subpath), data=data or None,
-            headers=headers or None,
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
-        ) as resp:
-            return resp.status, resp.headers, await resp.read()
+        # aiohttp keeps the timeout; the deadline (after it) is there for the hang cut only.
+        deadline = self._deadlines.arm(timeout + 1.0, cut)
+        try:
+            async with self._session.request(
+                method, self._with_query(self.base_url + subpath), data=data or None, headers=headers or None,
+                timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
+            ) as resp:
+                deadline.scale = 0.0  # its head arrived: answering, not hung (no byte counts here)
+                out = resp.status, resp.headers, await resp.read()
+        except asyncio.CancelledError:
+            self._timed_out(deadline, timeout)
+            raise
+        finally:
+            self._deadlines.disarm(deadline)
+        if out[0] == 200:
+            self._deadlines.answered(deadline)
+        return out
+
+    @staticmethod
+    def _timed_out(deadline: Any, timeout: float) -> None:
+        """A cancelled exchange: raise what a fired deadline or a hang cut means."""
+        if deadline.fired or deadline.cut:
+            deadline.task.uncancel()
+            if deadline.cut:
+                raise _AttemptCut() from None
+            raise TimeoutError(f"no answer within {timeout:g}s") from None
 
     # ------------------------------------------------------------------ requests
     def build_payload(self, messages: list[dict[str, Any]] | None, prompt: str | None,
@@ -594,7 +555,7 @@ class ModelClient:
         """POST with retries: (200, parsed body, attempts, the redacted bytes it was parsed
         from), or (status, redacted error text, attempts, b"") for a 4xx that retrying cannot
         fix. Raises ModelError after the last retry."""
-        attempt = 0
+        attempt = cuts = 0
         while True:
             attempt += 1
             status: int | None = None
@@ -605,7 +566,12 @@ class ModelClient:
             try:
                 self.requests_sent += 1
                 status, resp_headers, raw = await self._send("POST", subpath, data, self.timeout,
-                                                             headers)
+                                                             headers, 2.0 ** cuts)
+            except _AttemptCut:
+                # Hung, by the run's own latencies: resent at once, with a cut twice as late
+                # (a genuinely long answer gets its time), and no retry used up.
+                cuts += 1
+                continue
             except TimeoutError:
                 # First: TimeoutError is an OSError, and aiohttp's read timeouts are
                 # connection errors too.
@@ -623,7 +589,7 @@ class ModelClient:
                     except _BadBody as exc:  # cut short on the way: as retryable as a reset
                         category, message = "error", str(exc)
                 else:
-                    retry_after = _retry_after(resp_headers)
+                    retry_after = retry_after_seconds(resp_headers)
                     # Redact before cutting, so no prefix of a key survives at the cut.
                     text = self._redact.text(raw.decode("utf-8", "replace"))[:300].strip()
                     if status in (401, 403):
@@ -642,7 +608,7 @@ class ModelClient:
                         category, message = "error", f"HTTP {status}: {text}"
             finally:
                 self._limit.release()
-            if attempt > self.max_retries:
+            if attempt - cuts > self.max_retries:
                 # Transport error text can quote a URL or header too: redacted like replies.
                 raise ModelError(self._redact.text(message), category, status, attempt)
             if stale:
@@ -687,6 +653,12 @@ class ModelClient:
         return self._limit.in_flight
 
     @property
+    def attempts_cut(self) -> int:
+        """How many hung attempts the hang cut ended (each one retried)."""
+        hang = self._deadlines.hang
+        return hang.cuts if hang is not None else 0
+
+    @property
     def concurrency_cuts(self) -> int:
         """How many times 429s shrank the concurrency."""
         return self._limit.cuts
@@ -719,11 +691,11 @@ class ModelClient:
                         reasoning.append(s["text"])
             return ModelResponse(
                 content="".join(texts), reasoning_content="\n".join(reasoning) or None,
-                finish_reason=_responses_finish(obj),
+                finish_reason=responses_finish(obj),
                 prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
                 reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
                 attempts=attempts, model=obj.get("model"), raw=obj,
-                total_tokens=_total_tokens(usage, usage.get("input_tokens"), usage.get("output_tokens")),
+                total_tokens=total_tokens(usage, usage.get("input_tokens"), usage.get("output_tokens")),
             )
         choices = obj.get("choices") or []
         if not choices:
@@ -741,7 +713,7 @@ class ModelClient:
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=details.get("reasoning_tokens"), latency_ms=latency_ms,
             attempts=attempts, model=obj.get("model"), raw=obj,
-            total_tokens=_total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
+            total_tokens=total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
         )
 
 
@@ -861,14 +833,3 @@ def service_interceptors(service: ServiceConfig) -> list[tuple[str, dict[str, An
     """The service's chain as (name, config) pairs: `interceptors:`, then `proxy.interceptors`."""
     items = [*service.interceptors, *(service.proxy.interceptors if service.proxy else ())]
     return [(i.name, dict(i.config)) for i in items]
-
-
-def _responses_finish(obj: dict[str, Any]) -> str | None:
-    """Map a Responses-API status onto chat finish reasons (stop / length / ...)."""
-    status = obj.get("status")
-    if status == "completed":
-        return "stop"
-    reason = (obj.get("incomplete_details") or {}).get("reason")
-    if reason == "max_output_tokens" or status == "incomplete":
-        return "length" if reason in (None, "max_output_tokens") else str(reason)
-    return status

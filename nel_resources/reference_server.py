@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import hmac
 import os
+import random
 import re
 import signal
 import socket
@@ -49,6 +50,7 @@ import orjson
 
 from nel_resources.http1 import (
     JSON_HEADERS,
+    LAST_CHUNK,
     MAX_BODY,
     MAX_HEAD,
     SSE_HEADERS,
@@ -110,6 +112,12 @@ class ServerConfig:
     status_429_rate: float = 0.0
     retry_after: float = 1.0
     delay_ms: float = 0.0
+    # A slow model's spread: each answer waits uniformly between delay_ms and this.
+    delay_ms_max: float = 0.0
+    # Send a delayed answer in chunks spread over its delay, as a response streaming in.
+    trickle: bool = False
+    # Delay only the requests whose body contains this text (a model slow on some prompts).
+    delay_match: str | None = None
     hang_rate: float = 0.0
     drop_rate: float = 0.0
     reset_rate: float = 0.0
@@ -359,7 +367,7 @@ class Later(NamedTuple):
     """A deferred outcome: answer after ``delay`` seconds, drop or reset the connection,
     hang, send ``reply`` cut short (``eof``/``chunked``), or hold ``reply`` at the barrier."""
 
-    action: str  # "reply" | "drop" | "reset" | "hang" | "eof" | "chunked" | "barrier"
+    action: str  # "reply" | "drop" | "reset" | "hang" | "eof" | "chunked" | "barrier" | "trickle"
     delay: float = 0.0
     reply: Reply | None = None
 
@@ -388,6 +396,8 @@ class ReferenceApp:
 
     def reset(self) -> None:
         """Forget all statistics and per-prompt attempt counters."""
+        # The delays' spread, re-seeded: runs after a reset draw the same delays.
+        self._rng = random.Random(0)
         self.total = 0
         self.by_endpoint: dict[str, int] = {}
         # Wall-clock time (time.time()) of each endpoint's first request since the reset:
@@ -570,8 +580,11 @@ class ReferenceApp:
                 result = self._chat(req) if chat else self._completion(req)
         except _BadRequest as exc:
             return _error(400, str(exc))
-        if self.config.delay_ms > 0 and isinstance(result, Reply):
-            return Later("reply", self.config.delay_ms / 1000.0, result)
+        lo, hi = self.config.delay_ms, max(self.config.delay_ms, self.config.delay_ms_max)
+        if hi > 0 and isinstance(result, Reply) and (
+                self.config.delay_match is None or self.config.delay_match.encode() in body):
+            delay = (lo if hi == lo else self._rng.uniform(lo, hi)) / 1000.0
+            return Later("trickle" if self.config.trickle else "reply", delay, result)
         return result
 
     def _mangle(self, result: Reply | Later) -> Reply | Later:
@@ -1084,6 +1097,9 @@ class _HttpProtocol(Http1Connection):
     async def _later(self, later: Later, keep_alive: bool) -> None:
         if later.action == "barrier":
             await self._app.wait_barrier()
+        if later.action == "trickle":
+            await self._trickle(later, keep_alive)
+            return
         await asyncio.sleep(later.delay)
         if self._closed or later.reply is None:
             return
@@ -1102,6 +1118,22 @@ class _HttpProtocol(Http1Connection):
             self._closed = True
             return
         self._transport.write(render(later.reply, keep_alive))
+        self.finish(keep_alive)
+
+
+    async def _trickle(self, later: Later, keep_alive: bool) -> None:
+        """The head at once, then the body in ten chunks spread over the delay."""
+        assert self._transport is not None and later.reply is not None
+        body, pieces = later.reply.body, 10
+        self._transport.write(chunked_head(later.reply.status, later.reply.headers, keep_alive))
+        step = max(1, -(-len(body) // pieces))
+        for i in range(0, len(body), step):
+            await asyncio.sleep(later.delay / pieces)
+            if self._closed:
+                return
+            self._transport.write(chunk(body[i:i + step]))
+        self._settle()
+        self._transport.write(LAST_CHUNK)
         self.finish(keep_alive)
 
 
@@ -1186,6 +1218,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--retry-after", type=float, default=d.retry_after, help="Retry-After seconds sent with 429"
     )
     p.add_argument("--delay-ms", type=float, default=d.delay_ms)
+    p.add_argument("--delay-ms-max", type=float, default=d.delay_ms_max,
+                   help="answers wait uniformly between --delay-ms and this")
+    p.add_argument("--trickle", action="store_true",
+                   help="send delayed answers in chunks spread over the delay")
+    p.add_argument("--delay-match", default=d.delay_match,
+                   help="delay only requests whose body contains this text")
     p.add_argument("--hang-rate", type=float, default=d.hang_rate)
     p.add_argument("--drop-rate", type=float, default=d.drop_rate,
                    help="close the connection without answering (FIN)")

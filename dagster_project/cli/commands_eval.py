@@ -56,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("-O", "--override", action="append", default=[], metavar="KEY=VALUE",
                      help="config override, e.g. -O benchmarks.0.repeats=3")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--wait", action="store_true",
+                     help="when another run is using the output directory, wait for it to end "
+                     "(default: refuse with its pid)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--no-wait", action="store_true",
                      help="cluster.type slurm: print the job ids once submitted instead of "
@@ -347,7 +350,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
-                           shard_only=shard_only)
+                           shard_only=shard_only, wait=args.wait)
     finally:
         from dagster_project.background import finished_in_background
 

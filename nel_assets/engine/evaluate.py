@@ -448,7 +448,7 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
             written into the exports.
     """
     from nel_assets.engine.bundle import BUNDLE_COLUMNS, build_bundle, bundle_row
-    from nel_assets.engine.exports import write_exports
+    from nel_assets.engine.exports import move_other_model_exports, write_exports
     from nel_assets.engine.report import render_markdown
 
     # The bundle's columns only: the exports stream every column from the store themselves.
@@ -483,6 +483,9 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     if shuffle:
         summary.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
     edir = store.export_dir(bench_name, model)
+    if edir != store.bench_dir(bench_name):  # a second model: the first one's files move
+        move_other_model_exports(store.bench_dir(bench_name), model,
+                                 lambda owner: store.export_dir(bench_name, owner))
     paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
                           nel_config=summary,
                           sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)),

@@ -8,12 +8,14 @@ file or the new one, never a torn one (`artifacts.py` checks them on every run).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only annotations: the table arrives built
     import pyarrow as pa
+
+import orjson
 
 from nel_assets.engine import nemo_format as nf
 from nel_assets.engine.nemo_lines import LineBuilder
@@ -65,6 +67,39 @@ def eval_file_name(bundle: dict[str, Any]) -> str:
 def has_failures(table: pa.Table) -> bool:
     """Whether any step has a failure category (0.3.0 writes failure_analysis.json then)."""
     return "failure_category" in table.column_names and table.column("failure_category").null_count < table.num_rows
+
+
+def move_other_model_exports(bench_dir: Path, model: str, place: Callable[[str], Path]) -> None:
+    """Move another model's 0.3.0 files out of the benchmark folder, into `place(owner)`.
+
+    The benchmark folder holds the files of the benchmark's only model; once a second model
+    arrives every model has its own folder. The first model's files move there whole
+    (renames), before the second model's export sweeps the benchmark folder: the sweep used
+    to delete them, so a run of model B lost model A's exports, sequential runs included.
+    The owner is the `model` its eval file names; the current model's own files stay (the
+    sweep takes them).
+    """
+    evals = list(bench_dir.glob("eval-*.json"))
+    if len(evals) != 1:
+        return
+    try:
+        owner = orjson.loads(evals[0].read_bytes()).get("model")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return  # torn or foreign: the sweep and the artifact check deal with it
+    if not isinstance(owner, str) or owner == model:
+        return
+    dest = place(owner)
+    if dest == bench_dir:
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("eval-*.json"):
+        old.unlink()  # 0.3.0's tools skip a folder with two bundles
+    for name in ARTIFACT_NAMES:
+        if (bench_dir / name).exists():
+            os.replace(bench_dir / name, dest / name)
+        else:
+            (dest / name).unlink(missing_ok=True)  # not part of the moved set
+    os.replace(evals[0], dest / evals[0].name)  # the bundle last, as write_exports does
 
 
 def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
