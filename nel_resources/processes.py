@@ -38,6 +38,7 @@ __all__ = [
     "pid_alive",
     "process_group_members",
     "start_on_free_port",
+    "wait_for_port_file",
 ]
 
 #: Health checks only ever target the loopback interface.
@@ -416,3 +417,33 @@ def start_on_free_port(
             raise
         return proc, port
     raise HealthCheckError(f"no healthy server after {attempts} ports: {last}") from last
+
+
+def wait_for_port_file(proc: ManagedProcess, port_file: Path, *, what: str,
+                       timeout: float = 600.0, stall: float = 30.0) -> int:
+    """Wait until a server that binds port 0 writes its port to `port_file` and answers
+    `/health` on it; returns the port.
+
+    The wait ends early only when the server's process group has used no CPU for `stall`
+    seconds (hung), else at the `timeout` ceiling: a start slowed by a loaded machine keeps
+    progressing and is waited for (see :mod:`nel_resources.progress_deadline`).
+
+    Raises:
+        ProcessExitedError: the server exited first (the message has its log tail).
+        HealthCheckError: it stalled, or was not ready by the ceiling.
+    """
+    deadline = ProgressDeadline(proc.pid, stall=stall, ceiling=timeout)
+    while True:
+        if not proc.is_running():
+            raise ProcessExitedError(f"{what} exited before listening; log:\n{proc.log_tail()}")
+        try:
+            port = int(port_file.read_text())
+            break
+        except (FileNotFoundError, ValueError):  # not written yet, or half written
+            pass
+        if deadline.expired():
+            raise HealthCheckError(f"{what} wrote no port file: {deadline.describe()}; "
+                                   f"log:\n{proc.log_tail()}")
+        time.sleep(0.01)
+    proc.wait_healthy(f"http://127.0.0.1:{port}/health", deadline=deadline)
+    return port

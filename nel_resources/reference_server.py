@@ -1310,8 +1310,7 @@ def start_reference_server(
     Returns:
         The running :class:`ManagedProcess` (stop it!) and the base URL ending in ``/v1``.
     """
-    from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
-    from nel_resources.progress_deadline import ProgressDeadline
+    from nel_resources.processes import ManagedProcess, wait_for_port_file
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-refserver-"))
     for key in ("answers", "tool_script"):
@@ -1337,20 +1336,8 @@ def start_reference_server(
         argv, name="reference-server", log_path=log_path or workdir / "server.log"
     ).start()
     try:
-        deadline = ProgressDeadline(proc.pid, stall=stall, ceiling=timeout)
-        while not port_file.exists():
-            if not proc.is_running():
-                raise ProcessExitedError(
-                    f"reference server exited before listening; log:\n{proc.log_tail()}"
-                )
-            if deadline.expired():
-                raise HealthCheckError(
-                    f"reference server wrote no port file: {deadline.describe()}; "
-                    f"log:\n{proc.log_tail()}"
-                )
-            time.sleep(0.01)
-        port = int(port_file.read_text())
-        proc.wait_healthy(f"http://127.0.0.1:{port}/health", deadline=deadline)
+        port = wait_for_port_file(proc, port_file, what="the reference server", timeout=timeout,
+                                  stall=stall)
     except BaseException:
         proc.stop()
         raise

@@ -71,7 +71,7 @@ def proxied_service(cfg: NelConfig, service_name: str, url: str | None = None) -
 def proxy_for_service(cfg: NelConfig, service_name: str, *, url: str | None = None,
                       capture_path: str | os.PathLike[str] | None = None,
                       log_path: str | os.PathLike[str] | None = None,
-                      timeout: float = 60.0) -> Iterator[RunProxy]:
+                      timeout: float = 600.0) -> Iterator[RunProxy]:
     """Start the proxy of one service for the length of the block.
 
     Args:
@@ -82,7 +82,8 @@ def proxy_for_service(cfg: NelConfig, service_name: str, *, url: str | None = No
         capture_path: where exchanges are recorded (default: a file in a private temp
             directory that is removed with the proxy: read it inside the block).
         log_path: the proxy's log (default: in that temp directory).
-        timeout: seconds to wait for it to listen.
+        timeout: ceiling, in seconds, on the wait for it to listen (a stalled start fails
+            earlier: nel_resources.processes.wait_for_port_file).
 
     Raises:
         NelError: no such service, or it has no URL.

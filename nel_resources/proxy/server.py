@@ -370,7 +370,7 @@ def limits_from(args: argparse.Namespace) -> ProxyLimits:
 
 
 def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None = None, *,
-                timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
+                timeout: float = 600.0, log_path: str | os.PathLike[str] | None = None,
                 env: dict[str, str] | None = None, log_level: str = "INFO",
                 capture_path: str | os.PathLike[str] | None = None,
                 service_config: ServiceConfig | None = None,
@@ -385,12 +385,12 @@ def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None 
 
     Raises:
         ProcessExitedError: the proxy exited first (a bad config: its log tail says why).
-        HealthCheckError: it was not listening within `timeout` seconds.
+        HealthCheckError: it stalled (no CPU progress for 30 s) or was not listening by the
+            `timeout` ceiling.
     """
     import tempfile
-    import time
 
-    from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError
+    from nel_resources.processes import ManagedProcess, wait_for_port_file
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
     port_file = workdir / "port"
@@ -411,17 +411,7 @@ def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None 
     proc = ManagedProcess(argv, name="nel-proxy", log_path=log_path or workdir / "proxy.log",
                           env=env).start()
     try:
-        deadline = time.monotonic() + timeout
-        while not port_file.exists():
-            if not proc.is_running():
-                raise ProcessExitedError(f"the proxy exited before listening:\n{proc.log_tail()}")
-            if time.monotonic() > deadline:
-                raise HealthCheckError(f"the proxy was not listening after {timeout:g}s:\n"
-                                       f"{proc.log_tail()}")
-            time.sleep(0.02)
-        port = int(port_file.read_text())
-        proc.wait_healthy(f"http://127.0.0.1:{port}/health",
-                          timeout=max(deadline - time.monotonic(), 1.0))
+        port = wait_for_port_file(proc, port_file, what="the proxy", timeout=timeout)
     except BaseException:
         proc.stop()
         raise
