@@ -34,7 +34,7 @@ import struct
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.serve_json import dumps, loads
@@ -185,16 +185,56 @@ def _zygote_main(control: socket.socket, env: Any, memory_bytes: int | None) -> 
 # --------------------------------------------------------------------------- server side
 
 
+class _Channel(asyncio.Protocol):
+    """The server's end of one worker's socket: hands each reply frame to the waiting call.
+
+    A protocol registered once with the loop (rather than `sock_recv` per call, which adds
+    and removes a reader each time) keeps the round trip to one write and one wake-up.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[bytes | None] | None = None
+        self.transport: Any = None  # uvloop's transports are no asyncio.Transport subclass
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        if len(buf) < _HEADER.size:
+            return
+        (n,) = _HEADER.unpack_from(buf)
+        if len(buf) < _HEADER.size + n:
+            return
+        frame = bytes(buf[_HEADER.size : _HEADER.size + n])
+        del buf[: _HEADER.size + n]
+        self._settle(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._settle(None)  # the worker died (or was killed)
+
+    def _settle(self, frame: bytes | None) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(frame)
+
+
 @dataclass(eq=False)
 class _Worker:
     pid: int
     sock: socket.socket
-    buffer: bytearray = field(default_factory=bytearray)
+    channel: _Channel | None = None
+    loop: asyncio.AbstractEventLoop | None = None
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.pid, signal.SIGKILL)
-        self.sock.close()
+        if self.channel is not None and self.channel.transport is not None:
+            self.channel.transport.abort()
+        else:
+            self.sock.close()
 
 
 class ScoringPool:
@@ -285,6 +325,11 @@ class ScoringPool:
                 raise ScoringFailed("the server is stopping")
             if self._idle:
                 worker = self._idle.pop()
+                if worker.loop is not None and worker.loop is not asyncio.get_running_loop():
+                    # Bound to an event loop that is no longer serving (a test client's
+                    # earlier loop): replace it rather than share a socket across loops.
+                    worker.kill()
+                    continue
                 self._busy.add(worker)
                 return worker
             if len(self._busy) < self.size:
@@ -317,19 +362,16 @@ class ScoringPool:
 
     async def _exchange(self, worker: _Worker, payload: bytes) -> bytes | None:
         loop = asyncio.get_running_loop()
-        await loop.sock_sendall(worker.sock, _HEADER.pack(len(payload)) + payload)
-        buf = worker.buffer
-        while True:
-            if len(buf) >= _HEADER.size:
-                (n,) = _HEADER.unpack_from(buf)
-                if len(buf) >= _HEADER.size + n:
-                    frame = bytes(buf[_HEADER.size : _HEADER.size + n])
-                    del buf[: _HEADER.size + n]
-                    return frame
-            chunk = await loop.sock_recv(worker.sock, 1 << 16)
-            if not chunk:
-                return None
-            buf += chunk
+        if worker.channel is None:
+            _, worker.channel = await loop.create_unix_connection(_Channel, sock=worker.sock)
+            worker.loop = loop
+        channel = worker.channel
+        if channel.transport is None or channel.transport.is_closing():
+            return None
+        waiter: asyncio.Future[bytes | None] = loop.create_future()
+        channel.waiter = waiter
+        channel.transport.write(_HEADER.pack(len(payload)) + payload)
+        return await waiter
 
     async def verify(
         self, text: str, expected: str, kwargs: dict[str, Any], timeout: float
