@@ -1,13 +1,21 @@
-"""Throughput of `nel serve`: seed+verify pairs per second, against a fixed-JSON ceiling.
+"""Throughput of `nel serve`: seed+verify pairs per second, against a ceiling and the peer.
 
-One command starts, in turn, `nel serve` (with N uvicorn workers) and a bare FastAPI app that
-returns fixed JSON for the same routes under the same uvicorn settings, drives each with the
-same concurrent aiohttp client for a fixed time, and prints both rates and their ratio.
+One command serves the same BYOB benchmark (NeMo Evaluator's decorator style: a JSONL
+dataset of 1000 `i + i` problems and a last-integer scorer, written to a temp dir) three
+ways, and drives each with the same concurrent aiohttp client in alternating rounds:
 
-    .venv/bin/python bench/bench_serve.py --workers 2 --concurrency 64 --rounds 3 --duration 3
+- `nel serve` (N uvicorn workers; scoring in its worker-process pool);
+- the ceiling: a bare FastAPI app with plain request->response routes doing the same work
+  inline (`env.seed`, `env.verify` on the event loop, orjson in and out), run by uvicorn
+  with the very settings `nel serve` uses (`benchmarks.serve.server_settings`: the same
+  parser, head deadline, keep-alive and shutdown limits) and the same worker count;
+- NeMo Evaluator 0.3.0's own `nel serve` (its default settings, one worker), from the peer
+  venv (`make peers`; `NEL_PEER_NEMO` names another `nel` of the peer; skipped if absent).
 
-By default it serves a cheap built-in-free benchmark defined here (so the figure measures
-the serving stack, not a scorer); `-b gsm8k` measures a real benchmark instead.
+    .venv/bin/python bench/bench_serve.py --workers 1 --concurrency 64 --rounds 5 --duration 3
+
+It prints every round, the medians and the ratios nel/ceiling and nel/peer; the exit status
+is 0 when both meet their targets.
 """
 
 from __future__ import annotations
@@ -15,14 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
-import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -32,88 +40,69 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import EvalEnvironment, SeedResult, VerifyResult, register  # noqa: E402
-
 BENCH_NAME = "bench_serve_arith"
-UVICORN_SETTINGS: dict[str, Any] = {
-    "log_level": "warning",
-    "access_log": False,
-    "timeout_keep_alive": 30,
-}
+SIZE = 1000
+PEER_NEL = ROOT / ".venv-peers" / "nemo-evaluator" / "bin" / "nel"
+
+# NeMo Evaluator's BYOB style, which both tools serve: the scorer takes the last integer
+# (cheap, like a regex scorer), so the figures measure the serving stack.
+BYOB = f'''
+import re
+
+from nemo_evaluator import ScorerInput, benchmark, scorer
+
+_INT = re.compile(r"-?\\d+")
 
 
-@register(BENCH_NAME)
-class BenchArithmetic(EvalEnvironment):
-    """1000 problems `i + i`; the scorer takes the last integer (cheap, like a regex scorer)."""
+@benchmark(name="{BENCH_NAME}", dataset="{BENCH_NAME}.jsonl",
+           prompt="What is {{q}} + {{q}}? Answer with a number.", target_field="a")
+@scorer
+def last_int(sample: ScorerInput) -> dict:
+    found = _INT.findall(sample.response)
+    got = found[-1] if found else None
+    return {{"correct": got == str(sample.target), "extracted": got}}
+'''
 
-    name = BENCH_NAME
 
-    async def seed(self, idx: int) -> SeedResult:
-        return SeedResult(
-            prompt=f"What is {idx} + {idx}? Answer with a number.",
-            expected_answer=str(2 * idx),
-            metadata={"idx": idx, "category": "arith"},
-        )
-
-    async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
-        found = re.findall(r"-?\d+", response)
-        got = found[-1] if found else None
-        return VerifyResult(
-            reward=float(got == expected),
-            extracted_answer=got,
-            scoring_details={"method": "last_int", "source": "content"},
-        )
-
-    def __len__(self) -> int:
-        return 1000
+def write_benchmark(folder: Path) -> Path:
+    """Write the BYOB file and its dataset into `folder`; returns the file."""
+    rows = "".join(json.dumps({"q": i, "a": str(2 * i)}) + "\n" for i in range(SIZE))
+    (folder / f"{BENCH_NAME}.jsonl").write_text(rows)
+    path = folder / f"{BENCH_NAME}.py"
+    path.write_text(BYOB)
+    return path
 
 
 def ceiling_app() -> Any:
-    """The ceiling: a bare FastAPI app answering the same routes with fixed JSON.
-
-    `NEL_BENCH_CEILING_STYLE=decorated` uses `@app.post` endpoints (FastAPI's dependency
-    machinery per request); the default `route` uses plain request->response routes, the
-    cheapest a FastAPI app can answer and the style `nel serve` itself uses, so it is the
-    stricter ceiling.
-    """
+    """The ceiling: bare FastAPI routes doing what `nel serve` does for a valid request,
+    inline and without its checks (`NEL_BENCH_BYOB` names the benchmark file)."""
+    import orjson
     from fastapi import FastAPI
     from fastapi.responses import Response
 
-    seed = (
-        b'{"prompt":"What is 1 + 1? Answer with a number.","expected_answer":"2",'
-        b'"metadata":{"idx":1,"category":"arith"},"messages":null,"system":null,'
-        b'"sandbox_spec":null}'
-    )
-    verdict = (
-        b'{"reward":1.0,"extracted_answer":"2","scoring_details":{"method":"last_int",'
-        b'"source":"content"},"metadata":{}}'
-    )
+    from benchmarks.plugins import resolve_benchmark_ref
+    from benchmarks.serve import build_environment
+
+    ref = os.environ["NEL_BENCH_BYOB"]
+    env = build_environment(resolve_benchmark_ref(ref), imports=[ref])
+
+    async def seed_session(request: Any) -> Response:
+        body = orjson.loads(await request.body())
+        seed = await env.seed(body.get("idx", 0))
+        return Response(orjson.dumps(seed.to_dict()), media_type="application/json")
+
+    async def verify(request: Any) -> Response:
+        body = orjson.loads(await request.body())
+        result = await env.verify(body["response"], body["expected"], **body.get("metadata", {}))
+        return Response(orjson.dumps(result.to_dict()), media_type="application/json")
+
+    async def health(request: Any) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
     app = FastAPI()
-    if os.environ.get("NEL_BENCH_CEILING_STYLE") == "decorated":
-
-        @app.post("/seed_session")
-        async def seed_session() -> Response:
-            return Response(seed, media_type="application/json")
-
-        @app.post("/verify")
-        async def verify() -> Response:
-            return Response(verdict, media_type="application/json")
-
-        @app.get("/health")
-        async def health() -> Response:
-            return Response(b'{"status":"ok"}', media_type="application/json")
-
-        return app
-
-    def fixed(body: bytes) -> Any:
-        async def endpoint(request: Any) -> Response:
-            return Response(body, media_type="application/json")
-
-        return endpoint
-
-    app.add_route("/seed_session", fixed(seed), methods=["POST"])
-    app.add_route("/verify", fixed(verdict), methods=["POST"])
-    app.add_route("/health", fixed(b'{"status":"ok"}'), methods=["GET"])
+    app.add_route("/seed_session", seed_session, methods=["POST"])
+    app.add_route("/verify", verify, methods=["POST"])
+    app.add_route("/health", health, methods=["GET"])
     return app
 
 
@@ -127,18 +116,17 @@ def _free_port() -> int:
 
 
 def _nel_serve_cmd() -> list[str]:
-    if importlib.util.find_spec("dagster_project.cli.commands_eval") is not None:
-        return [sys.executable, "-m", "dagster_project.cli.main", "serve"]
-    # main.py imports sibling command modules that may not exist yet in a work tree.
-    return [sys.executable, "-m", "dagster_project.cli.commands_serve"]
+    return [sys.executable, "-m", "dagster_project.cli.main", "serve"]
 
 
-def _start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
+def _start(cmd: list[str], port: int, *, cwd: Path = ROOT,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         cmd,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+        env=env if env is not None else {**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,  # own process group: killed with its workers below
     )
     deadline = time.monotonic() + 60
@@ -221,21 +209,18 @@ def _measure(port: int, size: int, args: argparse.Namespace) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; returns 0 when the ratio meets the target."""
+    """Run the benchmark; returns 0 when both ratios meet their targets."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("-b", "--benchmark", default=BENCH_NAME)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=1, help="uvicorn workers (nel and ceiling)")
+    p.add_argument("--scoring-workers", type=int, default=None,
+                   help="nel serve --scoring-workers (default: its own)")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--duration", type=float, default=3.0, help="seconds per round")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per server")
     p.add_argument("--warmup", type=float, default=1.0)
-    p.add_argument("--target", type=float, default=0.5)
-    p.add_argument(
-        "--ceiling-style",
-        choices=["route", "decorated"],
-        default="route",
-        help="route: plain request->response routes (strict); decorated: @app.post endpoints",
-    )
+    p.add_argument("--target", type=float, default=0.8, help="nel / ceiling")
+    p.add_argument("--peer-target", type=float, default=2.0, help="nel / NeMo Evaluator")
+    p.add_argument("--no-peer", action="store_true", help="skip NeMo Evaluator's serve")
     p.add_argument("--ceiling-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -243,77 +228,68 @@ def main(argv: list[str] | None = None) -> int:
     if args.ceiling_server:
         import uvicorn
 
-        # Same uvicorn settings and worker count as `nel serve`, rebuilt per worker too.
+        from benchmarks.serve import server_settings
+
+        # Exactly `nel serve`'s uvicorn settings and worker count, rebuilt per worker too.
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        uvicorn.run(
-            "bench_serve:ceiling_app",
-            factory=True,
-            host="127.0.0.1",
-            port=args.port,
-            workers=args.workers,
-            **UVICORN_SETTINGS,
-        )
+        uvicorn.run("bench_serve:ceiling_app", factory=True, workers=args.workers,
+                    **server_settings("127.0.0.1", args.port))
         return 0
 
-    nel_port, ceiling_port = _free_port(), _free_port()
-    nel_cmd = [
-        *_nel_serve_cmd(),
-        "-b",
-        args.benchmark,
-        "--port",
-        str(nel_port),
-        "--workers",
-        str(args.workers),
-        "--import",
-        str(Path(__file__).resolve()),
-    ]
-    ceiling_cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--ceiling-server",
-        "--port",
-        str(ceiling_port),
-        "--workers",
-        str(args.workers),
-    ]
-    # Both servers stay up (an idle server costs no CPU) and are driven in alternating rounds,
-    # so a change in background load on this shared machine hits both figures alike.
-    nel_proc = _start(nel_cmd, nel_port)
-    os.environ["NEL_BENCH_CEILING_STYLE"] = args.ceiling_style
-    try:
-        ceiling_proc = _start(ceiling_cmd, ceiling_port)
-    except BaseException:
-        _stop(nel_proc)
-        raise
-    nel_rates: list[float] = []
-    ceiling_rates: list[float] = []
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{nel_port}/dataset_size") as r:
-            size = json.loads(r.read())["size"]
-        for _ in range(args.rounds):
-            nel_rates.append(_measure(nel_port, size, args))
-            ceiling_rates.append(_measure(ceiling_port, 1, args))
-    finally:
-        _stop(nel_proc)
-        _stop(ceiling_proc)
-    nel_rate = sum(nel_rates) / len(nel_rates)
-    ceiling_rate = sum(ceiling_rates) / len(ceiling_rates)
+    peer_bin = Path(os.environ.get("NEL_PEER_NEMO") or PEER_NEL)
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        byob = write_benchmark(Path(tmp))
+        ports = {"nel": _free_port(), "ceiling": _free_port(), "peer": _free_port()}
+        nel_cmd = [*_nel_serve_cmd(), "-b", str(byob), "--port", str(ports["nel"]),
+                   "--workers", str(args.workers)]
+        if args.scoring_workers:
+            nel_cmd += ["--scoring-workers", str(args.scoring_workers)]
+        ceiling_cmd = [sys.executable, str(Path(__file__).resolve()), "--ceiling-server",
+                       "--port", str(ports["ceiling"]), "--workers", str(args.workers)]
+        starts: dict[str, Any] = {
+            "nel": lambda: _start(nel_cmd, ports["nel"]),
+            "ceiling": lambda: _start(ceiling_cmd, ports["ceiling"], env={
+                **os.environ, "PYTHONPATH": str(ROOT), "NEL_BENCH_BYOB": str(byob)}),
+        }
+        if not args.no_peer:
+            if not peer_bin.is_file():
+                print(f"NeMo Evaluator 0.3.0 not found at {peer_bin} (make peers): --no-peer",
+                      file=sys.stderr)
+                return 2
+            peer_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",
+                                                                        "DAGSTER_HOME")}
+            peer_env["HF_HUB_OFFLINE"] = "1"
+            starts["peer"] = lambda: _start(
+                [str(peer_bin), "serve", "-b", str(byob), "-p", str(ports["peer"]),
+                 "--host", "127.0.0.1"], ports["peer"], cwd=Path(tmp), env=peer_env)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        rates: dict[str, list[float]] = {name: [] for name in starts}
+        try:
+            # All stay up (an idle server costs no CPU) and are driven in alternating
+            # rounds, so a change in background load on a shared machine hits all alike.
+            for name, start in starts.items():
+                procs[name] = start()
+            for _ in range(args.rounds):
+                for name in starts:
+                    rates[name].append(_measure(ports[name], SIZE, args))
+        finally:
+            for proc in procs.values():
+                _stop(proc)
 
-    ratio = nel_rate / ceiling_rate if ceiling_rate else float("nan")
-    print(
-        f"benchmark={args.benchmark} workers={args.workers} concurrency={args.concurrency} "
-        f"rounds={args.rounds}x{args.duration}s cores={os.cpu_count()}"
-    )
-    print(
-        f"per round: nel {[round(r) for r in nel_rates]} ceiling {[round(r) for r in ceiling_rates]}"
-    )
-    print(f"nel serve      : {nel_rate:9.0f} seed+verify pairs/s")
-    print(
-        f"fixed-JSON app : {ceiling_rate:9.0f} seed+verify pairs/s "
-        f"(ceiling, {args.ceiling_style} style)"
-    )
-    print(f"ratio          : {ratio:9.2f} (target >= {args.target})")
-    return 0 if ratio >= args.target else 1
+    med = {name: statistics.median(r) for name, r in rates.items()}
+    print(f"workers={args.workers} concurrency={args.concurrency} "
+          f"rounds={args.rounds}x{args.duration}s cores={os.cpu_count()}")
+    for name, r in rates.items():
+        print(f"{name:8s}: median {med[name]:7.0f} pairs/s; rounds {[round(x) for x in r]}")
+    ratio = med["nel"] / med["ceiling"]
+    ok = ratio >= args.target
+    print(f"nel / ceiling (bare FastAPI route, same settings, same scoring): {ratio:.2f} "
+          f"(target >= {args.target})")
+    if "peer" in med:
+        peer_ratio = med["nel"] / med["peer"]
+        ok = ok and peer_ratio >= args.peer_target
+        print(f"nel / NeMo Evaluator 0.3.0 serve: {peer_ratio:.2f} (target >= {args.peer_target})")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

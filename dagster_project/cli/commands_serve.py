@@ -138,6 +138,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="answer 422 when scoring one response takes longer (default 30)",
     )
     p.add_argument(
+        "--scoring-workers",
+        type=_positive,
+        metavar="N",
+        help="scoring processes per server process (default: the CPUs shared among --workers, "
+        "at least 2); a scorer that overruns --verify-timeout is killed with its process",
+    )
+    p.add_argument(
+        "--scorer-memory-mb",
+        type=_non_negative,
+        default=2048,
+        metavar="MB",
+        help="memory each scoring process may grow by before its scorer fails with a 422 "
+        "(default 2048; 0: no cap)",
+    )
+    p.add_argument(
         "--param",
         type=_param,
         action="append",
@@ -304,6 +319,8 @@ def _run(args: argparse.Namespace) -> int:
             verify_timeout=args.verify_timeout,
             sandbox=sandboxes.open if sandboxes is not None else None,
             endpoint_file=args.endpoint_file,
+            scoring_workers=args.scoring_workers,
+            scorer_memory_mb=args.scorer_memory_mb or None,
         )
     finally:
         if sandboxes is not None:

@@ -1,0 +1,174 @@
+"""JSON in and out for `nel serve`: bodies read within limits, errors as structured 4xx.
+
+Bodies are parsed by hand with orjson rather than through pydantic models: it is faster on
+the hot path (an RL loop calls this millions of times) and lets every error name its field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+__all__ = ["DEFAULT_BODY_TIMEOUT", "ApiError", "dumps", "invalid", "json_response", "loads",
+           "read_json_object"]
+
+# A body must arrive completely within this (a client sending it byte by byte is cut off).
+DEFAULT_BODY_TIMEOUT = 30.0
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    """A client error with an HTTP status, a stable code and the offending field."""
+
+    def __init__(self, status: int, code: str, detail: str, field: str | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON error body: `{error, detail, field}`."""
+        return {"error": self.code, "detail": self.detail, "field": self.field}
+
+
+def invalid(field: str, detail: str) -> ApiError:
+    return ApiError(422, "invalid_request", f"{field}: {detail}", field)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _json_default(obj: Any) -> Any:
+    # Scorers put numpy scalars, sets, paths... into metadata; never fail on them.
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    item = getattr(obj, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    return str(obj)
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialise to JSON bytes; falls back to the stdlib for ints orjson cannot hold."""
+    try:
+        return orjson.dumps(
+            obj, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+        )
+    except TypeError:
+        # orjson refuses integers beyond 64 bits (a client may echo one back to us).
+        return json.dumps(obj, default=_json_default).encode()
+
+
+def loads(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        first_error = exc
+    # orjson rejects valid JSON with integers beyond 64 bits; the stdlib accepts them. Deep
+    # nesting makes the stdlib recurse, hence RecursionError.
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ApiError(
+            422, "invalid_json", f"body: not valid JSON ({first_error})", "body"
+        ) from None
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    from starlette.responses import Response
+
+    return Response(dumps(obj), status_code=status, headers=JSON_HEADERS)
+
+
+# --------------------------------------------------------------------------- body reading
+
+
+def require_json(request: Request) -> None:
+    """Refuse a declared content type other than JSON (415); none at all is accepted."""
+    ctype = request.headers.get("content-type")
+    if ctype is None or not ctype.strip():  # an empty header declares nothing either
+        return
+    media = ctype.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"content-type {media or ctype!r} is not JSON; send application/json",
+            "content-type",
+        )
+
+
+async def read_json_object(
+    request: Request,
+    limit: int,
+    timeout: float = DEFAULT_BODY_TIMEOUT,
+    *,
+    allow_empty: bool = False,
+) -> dict[str, Any]:
+    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object.
+
+    With `allow_empty`, a body-less request reads as `{}` (NeMo Evaluator's `/seed_session`
+    takes one); otherwise an empty body is a 422.
+    """
+    require_json(request)
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise ApiError(
+                400, "bad_request", "Content-Length is not an integer", "content-length"
+            ) from None
+        if size > limit:
+            raise ApiError(
+                413,
+                "body_too_large",
+                f"body of {size} bytes exceeds the {limit}-byte limit",
+                "body",
+            )
+    # Count while streaming too: chunked bodies carry no Content-Length and a client can lie.
+    chunks: list[bytes] = []
+    received = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:
+                    raise ApiError(
+                        413, "body_too_large", f"body exceeds the {limit}-byte limit", "body"
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408, "body_timeout", f"body not received within {timeout:g} s", "body"
+        ) from None
+    raw = b"".join(chunks)
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise ApiError(422, "invalid_request", "body: empty; a JSON object is required", "body")
+    data = loads(raw)
+    if not isinstance(data, dict):
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"body: expected a JSON object, got {type(data).__name__}",
+            "body",
+        )
+    return data

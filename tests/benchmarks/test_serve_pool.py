@@ -1,0 +1,195 @@
+"""`nel serve` scoring in killable worker processes: an overrunning scorer stops consuming.
+
+Real `nel serve` processes serving a BYOB benchmark whose scorer, depending on the response,
+loops forever in pure Python (`while True`), allocates without bound, or scores normally.
+Each scorer call writes its process id to a file, so the test knows which process scored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nel_resources.processes import (
+    ManagedProcess,
+    pid_alive,
+    process_group_members,
+    start_on_free_port,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
+LIMIT_S = 1.5  # --verify-timeout of the served benchmark
+
+BYOB = '''
+import os
+from pathlib import Path
+from benchmarks.byob import benchmark, scorer
+from benchmarks.scoring import numeric_match
+
+PIDS = Path({pids!r})
+
+@benchmark(name="runaway_scorer", dataset=[{{"q": "1+1", "a": "2"}}], prompt="{{q}}",
+           target_field="a")
+@scorer
+def runaway(inp):
+    (PIDS / str(os.getpid())).write_text(inp.response)
+    if inp.response == "loop":
+        while True:  # pure Python: only killing its process stops it
+            pass
+    if inp.response == "hog":
+        held = []
+        while True:
+            held.append(bytearray(64 << 20))
+    return numeric_match(inp.response, inp.target)
+'''
+
+
+def _wait_for(cond: Any, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"within {timeout:.0f} s: {what} did not happen")
+        time.sleep(0.02)
+
+
+@pytest.fixture()
+def served(tmp_path: Path) -> Iterator[tuple[ManagedProcess, int, Path]]:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    module = tmp_path / "runaway.py"
+    module.write_text(BYOB.format(pids=str(pids)))
+
+    def make(port: int) -> ManagedProcess:
+        return ManagedProcess(
+            [sys.executable, "-m", "dagster_project.cli.main", "serve", "-b", "runaway_scorer",
+             "--import", str(module), "--port", str(port), "--verify-timeout", str(LIMIT_S),
+             "--scorer-memory-mb", "512"],
+            cwd=REPO,
+            env={"PYTHONPATH": str(REPO)},
+            name="nel-serve",
+        )
+
+    proc, port = start_on_free_port(make, lambda p: f"http://127.0.0.1:{p}/health")
+    try:
+        yield proc, port, pids
+    finally:
+        proc.stop()
+
+
+def _verify(port: int, response: str) -> tuple[int, dict[str, Any], float]:
+    body = json.dumps({"response": response, "expected_answer": "2"}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/verify", data=body,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=WAIT_S) as resp:
+            return resp.status, json.loads(resp.read()), time.monotonic() - t0
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), time.monotonic() - t0
+
+
+def _scorer_pid(pids: Path, response: str) -> int:
+    found = [int(p.name) for p in pids.iterdir() if p.read_text() == response]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _group_cpu_seconds(pgid: int) -> float:
+    """CPU time (user + system) of the live processes in the server's process group."""
+    ticks = 0
+    for pid in process_group_members(pgid):
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2:].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_growth(pgid: int, window: float = 2.0) -> float:
+    """CPU seconds the server's processes burn over `window` s of wall time (a measurement)."""
+    before = _group_cpu_seconds(pgid)
+    end = time.monotonic() + window
+    while time.monotonic() < end:
+        time.sleep(0.1)
+    return _group_cpu_seconds(pgid) - before
+
+
+def test_infinite_loop_scorer_is_killed_and_replaced(served) -> None:
+    proc, port, pids = served
+    status, body, took = _verify(port, "loop")
+    assert status == 422, body
+    assert body["error"] == "scorer_timeout" and "reward" not in body, body
+    assert took < LIMIT_S + 5, f"the 422 took {took:.1f} s for a {LIMIT_S} s limit"
+
+    # Nothing keeps burning: the server's processes sit idle (the old design's abandoned
+    # scoring thread kept a core busy here).
+    grown = _cpu_growth(proc.pid)
+    assert grown < 0.5, f"the server's processes used {grown:.2f} CPU s in 2 s after the 422"
+    looping = _scorer_pid(pids, "loop")
+    assert looping != proc.pid, "the scorer ran in the server process itself"
+    _wait_for(lambda: not pid_alive(looping), f"the looping scorer's process {looping} ending")
+
+    # The next request is scored, by a fresh worker.
+    status, body, _ = _verify(port, "The answer is 2")
+    assert status == 200 and body["reward"] == 1.0, body
+    fresh = _scorer_pid(pids, "The answer is 2")
+    assert fresh != looping and pid_alive(fresh)
+
+
+def test_unbounded_allocation_is_stopped_by_the_memory_cap(served) -> None:
+    _, port, pids = served
+    status, body, _ = _verify(port, "hog")
+    assert status == 422, body
+    assert body["error"] in ("scorer_error", "scorer_timeout") and "reward" not in body, body
+    if body["error"] == "scorer_error":
+        assert "MemoryError" in body["detail"], body
+    hog = _scorer_pid(pids, "hog")
+    _wait_for(lambda: not pid_alive(hog), f"the allocating scorer's process {hog} ending")
+    status, body, _ = _verify(port, "2")
+    assert status == 200 and body["reward"] == 1.0, body
+    assert _scorer_pid(pids, "2") != hog
+
+
+def test_scoring_workers_never_outlive_the_server(served) -> None:
+    proc, port, pids = served
+    status, _, _ = _verify(port, "2")
+    assert status == 200
+    worker = _scorer_pid(pids, "2")
+    assert pid_alive(worker)
+    # SIGKILL leaves no chance to clean up: the workers must still go with the server.
+    os.kill(proc.pid, signal.SIGKILL)
+    _wait_for(lambda: not process_group_members(proc.pid),
+              "every process of the killed server ending", 20)
+    assert not pid_alive(worker)
+
+
+def test_sigterm_during_an_overrun_exits_within_3s_and_stops_the_workers(served) -> None:
+    import threading
+
+    proc, port, pids = served
+    answers: list[int] = []
+    caller = threading.Thread(target=lambda: answers.append(_verify(port, "loop")[0]),
+                              daemon=True)
+    caller.start()
+    _wait_for(lambda: any(p.read_text() == "loop" for p in pids.iterdir()), "scoring starting")
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    _wait_for(lambda: not proc.is_running(), "nel serve exiting after SIGTERM", 20)
+    took = time.monotonic() - t0
+    assert took < 3.0, f"nel serve took {took:.1f} s to exit after SIGTERM"
+    _wait_for(lambda: not process_group_members(proc.pid), "the scoring workers ending", 20)
+    caller.join(WAIT_S)
+    assert answers in ([], [422], [503]), answers  # never a 500 or a reward
