@@ -139,11 +139,12 @@ def test_local_verify_scores_0_when_the_program_ends_before_its_tests(local_serv
     assert reply["scoring_details"]["reason"] == "tests_not_finished", reply
 
 
-def test_docker_verify_has_no_network_and_scores_early_exits_0(humaneval: HumanEval) -> None:
+def test_docker_verify_has_no_network_and_scores_early_exits_0(humaneval: HumanEval,
+                                                               docker_host: str) -> None:
     """`nel serve --sandbox docker`: its containers have no network, and no attack scores."""
     from tests.support.gateway_listener import gateway_listener
 
-    host = start_docker_engine()
+    host = docker_host  # exported too: the listener's own docker calls reach the same engine
     proc, base = start_serve(["-b", "humaneval", "--sandbox", "docker", "--sandbox-image", BASE_IMAGE,
                               "--max-problems", "3"], env={"DOCKER_HOST": host})
     denv = {**os.environ, "DOCKER_HOST": host}
