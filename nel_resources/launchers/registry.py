@@ -37,7 +37,7 @@ def unknown_type_message(name: str) -> str:
     """`unknown cluster type 'dokcer'; did you mean 'docker'? (known: ...)`."""
     import difflib
 
-    near = difflib.get_close_matches(name.lower(), cluster_types(), n=1, cutoff=0.5)
+    near = difflib.get_close_matches(name.lower(), cluster_types(), n=1, cutoff=0.6)
     hint = f"did you mean {near[0]!r}? " if near else ""
     return f"unknown cluster type {name!r}; {hint}(known: {', '.join(cluster_types())})"
 
