@@ -5,7 +5,7 @@
    the first `sbatch` until every task has started (each task writes its start time; the
    tasks exit at once). Medians and ratios array/baseline.
 2. Planning before a submission: the stale detection `nel eval run` does (dagster_project.
-   slurm_run.plan_partitions: fingerprints of every (model, shard), the store's records)
+   slurm_submit.plan_partitions: fingerprints of every (model, shard), the store's records)
    for 100, 1,000 and 10,000 partitions (4 models x N/4 shards of a BYOB benchmark, 2
    problems a shard), on an empty store and with half the partitions stored and fresh.
 
@@ -92,9 +92,10 @@ def bench_planning(sizes: list[int]) -> None:
     import pyarrow as pa
     import yaml
 
-    from dagster_project.slurm_run import plan_partitions
+    from dagster_project.cluster_launch import RunnerHooks
     from nel_assets.engine import evaluate as ev
     from nel_resources.config import load_config
+    from nel_resources.launchers.slurm_submit import plan_partitions
     from nel_resources.specs import resolve
     from nel_resources.store import ResultStore
 
@@ -120,7 +121,7 @@ def bench_planning(sizes: list[int]) -> None:
             resolved = resolve(load_config(cfg_path))
             store = ResultStore(d / "out")
             t0 = time.perf_counter()
-            parts, fresh, _ = plan_partitions(resolved, store, resume=True)
+            parts, fresh, _ = plan_partitions(RunnerHooks(), resolved, d / "out", resume=True)
             empty = time.perf_counter() - t0
             assert len(parts) == n and fresh == 0, (len(parts), fresh)
             # Store half the partitions as finished and fresh (a one-row table each).
@@ -129,7 +130,7 @@ def bench_planning(sizes: list[int]) -> None:
                 store.write_shard("plan_demo", t.model, t.shard, table,
                                   {"fingerprint": t.fingerprint, "n_failed": 0})
             t0 = time.perf_counter()
-            parts, fresh, _ = plan_partitions(resolved, store, resume=True)
+            parts, fresh, _ = plan_partitions(RunnerHooks(), resolved, d / "out", resume=True)
             half = time.perf_counter() - t0
             assert len(parts) == n - n // 2 and fresh == n // 2, (len(parts), fresh)
             print(f"plan {n:6d} partitions: empty store {empty * 1000:9.1f} ms "

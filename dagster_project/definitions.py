@@ -29,6 +29,7 @@ from dagster_project.sensors import (
 )
 from nel_assets.factory import build_defs
 from nel_resources.config import NelConfig
+from nel_resources.launchers.registry import get_launcher
 from nel_resources.services.launch import launched_resources
 from nel_resources.specs import resolve
 from nel_resources.user_config import apply_user_config
@@ -43,10 +44,8 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     full = resolve(with_checkpoint_services(cfg))
     base = build_defs(full, output_dir)
     resources = launched_resources(full, dict(base.resources or {}), Path(output_dir) / "logs")
-    if cfg.cluster.type == "slurm":  # the launcher `nel eval run` uses, shown in the UI
-        from nel_resources.launchers.resource import SlurmLauncherResource
-
-        resources["slurm_launcher"] = SlurmLauncherResource()
+    # The cluster type's own resources (the SLURM launcher `nel eval run` uses), shown in the UI.
+    resources.update(get_launcher(cfg.cluster.type).resources())
     assets = with_automation(list(base.assets or []))
     checks = list(base.asset_checks or [])
     sensors: list[dg.SensorDefinition] = [

@@ -152,7 +152,12 @@ def _render_config() -> str:
         lines += [header, sep]
         for name, info in model.model_fields.items():
             key = info.alias or name
-            row = [f"`{key}`", _cell(_type_name(info.annotation)), _cell(_default(info)),
+            kind = _type_name(info.annotation)
+            if model.__name__ == "ClusterConfig" and name == "type":  # the launcher table's names
+                from nel_resources.launchers.registry import cluster_types
+
+                kind = "one of: " + ", ".join(f"`{t}`" for t in cluster_types())
+            row = [f"`{key}`", _cell(kind), _cell(_default(info)),
                    _cell(_limits(info))]
             if per_type:
                 types_with = sorted(t for t, keys in per_type.items() if name in keys)

@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Inside the jobs `cluster.type: slurm` submits (dagster_project.slurm_run); not for users.
     run.add_argument("--slurm-task", help=argparse.SUPPRESS)
     run.add_argument("--slurm-merge", help=argparse.SUPPRESS)
-    # Heterogeneous jobs (dagster_project.slurm_het): the task's index, and a service's component.
+    # Heterogeneous jobs (nel_resources.launchers.slurm_het): the task's index, and a service's component.
     run.add_argument("--slurm-index", type=int, help=argparse.SUPPRESS)
     run.add_argument("--slurm-service", help=argparse.SUPPRESS)
     run.add_argument("--slurm-services", help=argparse.SUPPRESS)
@@ -284,12 +284,11 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     if args.adapter:
         raise ConfigError(f"--adapter {args.adapter}: adapters / interceptor chains are not "
                           "supported yet in nel; run without --adapter")
-    if args.submit and cfg.cluster.type == "slurm":
-        raise ConfigError("--submit: submitting over SSH (cluster.hostname) is not supported yet "
-                          "in nel; run `nel eval run` on the SLURM submit host without --submit")
-    if args.submit and cfg.cluster.type not in ("local", "k8s", "kubernetes", "docker", "ray"):
-        raise ConfigError(f"--submit: submitting to a cluster (cluster.type: {cfg.cluster.type}) "
-                          "is not supported yet in nel; run locally (cluster.type: local)")
+    from nel_resources.launchers.registry import get_launcher
+
+    flag = get_launcher(cfg.cluster.type).submit_flag
+    if args.submit and flag not in ("note", "submit"):
+        raise ConfigError(flag)  # the launcher's own one line
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -300,9 +299,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config_from_args(args)
     _refuse_unsupported_flags(args, cfg)
-    if (args.slurm_task or args.slurm_merge or args.slurm_service
-            or (cfg.cluster.type == "slurm" and not args.dry_run)):
-        return _run_slurm(args, cfg)
+    if args.slurm_task or args.slurm_merge or args.slurm_service:
+        return _run_slurm_job(args, cfg)
+    from nel_resources.launchers.registry import get_launcher
+
+    launcher = get_launcher(cfg.cluster.type)
+    if launcher.runs == "submits" and not args.dry_run:
+        return _run_submitted(args, cfg, launcher)
     from nel_assets.engine.sharding import shard_from_env
 
     shard_only = shard_from_env(default_total=cfg.cluster.shards)
@@ -313,10 +316,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from nel_resources.config import load_config
 
         cfg = load_config(data=data, source=cfg)  # keeps file:line for refusals
-    if args.submit and cfg.cluster.type in ("local", "docker", "ray"):
+    if args.submit and launcher.submit_flag == "note":
         # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run. For
         # docker and ray nel starts the containers / Ray tasks itself, with or without it.
-        where = ("running here" if cfg.cluster.type == "local"
+        where = ("running here" if launcher.runs == "here"
                  else "nel launches the shards itself")
         print(f"note: --submit has no effect with cluster.type: {cfg.cluster.type}; {where}",
               file=sys.stderr)
@@ -335,10 +338,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print_plan(plan, where=args.config or "the flags")
         return plan.exit_status
     _validate_benchmarks(cfg)
-    if shard_only is None and cfg.cluster.type in ("k8s", "kubernetes"):
-        from dagster_project.cluster_k8s import launch_k8s
-
-        return launch_k8s(cfg, submit=args.submit)  # writes (and submits) the manifests
     if args.background:
         from dagster_project.runner import validate_before_run
 
@@ -360,29 +359,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return summary.exit_status
 
 
-def _run_slurm(args: argparse.Namespace, cfg: Any) -> int:
-    """`cluster.type: slurm`: submit the stale partitions and wait (dagster_project.slurm_run),
-    or be one of its jobs (`--slurm-task` / `--slurm-merge`)."""
+def _run_submitted(args: argparse.Namespace, cfg: Any, launcher: Any) -> int:
+    """A cluster type that submits the whole run (`runs = "submits"`: slurm, k8s): its
+    launcher plans through the runner's hooks and submits (and, when it can, waits)."""
+    from dagster_project.cluster_launch import RunnerHooks
+    from nel_resources.launchers.base import SubmitOptions
+
+    _validate_benchmarks(cfg)
+    opts = SubmitOptions(argv=tuple(args.argv), resume=not args.fresh,
+                         wait=not (args.no_wait or args.background), submit=args.submit)
+    status, summary = launcher.submit(cfg, RunnerHooks(), opts)
+    if summary is None:
+        return int(status)
+    _print_summary(summary, as_json=args.json)
+    _print_failures(summary)
+    return int(summary.exit_status)
+
+
+def _run_slurm_job(args: argparse.Namespace, cfg: Any) -> int:
+    """One of the jobs `cluster.type: slurm` submits (`--slurm-task` / `--slurm-merge` /
+    `--slurm-service`; dagster_project.slurm_run)."""
     from pathlib import Path
 
     from dagster_project import slurm_run
 
     _validate_benchmarks(cfg)
     if args.slurm_service:
-        from dagster_project.slurm_het import serve_service
+        from nel_resources.launchers.slurm_het import serve_service
 
         return serve_service(cfg, args.slurm_service, Path(args.slurm_services or "."))
     if args.slurm_task:
         summary = slurm_run.run_task(cfg, Path(args.slurm_task), resume=not args.fresh,
                                      index=args.slurm_index,
                                      svc_dir=Path(args.slurm_services) if args.slurm_services else None)
-    elif args.slurm_merge:
-        summary = slurm_run.run_merge(cfg, Path(args.slurm_merge), resume=not args.fresh)
     else:
-        status, summary = slurm_run.run_on_slurm(cfg, args.argv, resume=not args.fresh,
-                                                 wait=not (args.no_wait or args.background))
-        if summary is None:
-            return status
+        summary = slurm_run.run_merge(cfg, Path(args.slurm_merge), resume=not args.fresh)
     _print_summary(summary, as_json=args.json)
     _print_failures(summary)
     return int(summary.exit_status)

@@ -58,7 +58,8 @@ def _as_plain(value: Any) -> Any:
 
 
 def check_type_keys(data: Any, kind: str, allowed: Mapping[str, frozenset[str]],
-                    default_type: str | None, defaults: Mapping[str, Any] | None = None) -> None:
+                    default_type: str | None, defaults: Mapping[str, Any] | None = None, *,
+                    all_keys: frozenset[str] | None = None) -> None:
     """Refuse keys that exist in the schema but not for this `type:` of block.
 
     One flat model per concept keeps downstream code simple; this check keeps the
@@ -72,7 +73,9 @@ def check_type_keys(data: Any, kind: str, allowed: Mapping[str, frozenset[str]],
     if not isinstance(typ, str) or typ not in allowed:
         return
     ok = allowed[typ]
-    all_keys = set().union(*allowed.values()) | set(defaults or {})
+    # `all_keys`: every key of the block's schema, so a lazy `allowed` (one entry looked up)
+    # is not read whole.
+    all_keys = set(all_keys) if all_keys is not None else set().union(*allowed.values()) | set(defaults or {})
     defaults = defaults or {}
     for key, value in data.items():
         # A dumped config holds every field at its default: only a set value is an error.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -23,24 +24,35 @@ class NodePool(_Strict):
     sbatch_extra_flags: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-ClusterType = Literal["local", "docker", "slurm", "k8s", "kubernetes", "ray"]
-_NEL_CLUSTER = frozenset({"shards", "slurm", "k8s", "docker", "ray"})
-_CONTAINERS = frozenset({"container_mounts", "container_env", "mount_home", "shm_size"})
-_CLUSTER_KEYS: dict[str, frozenset[str]] = {
-    "local": _NEL_CLUSTER | {"gpus", "max_memory", "container_env"},
-    "docker": _NEL_CLUSTER | _CONTAINERS | {"image"},
-    "slurm": _NEL_CLUSTER | _CONTAINERS | {
-        "account", "walltime", "node_pools", "conda_env", "eval_image", "auto_resume",
-        "max_retries", "max_walltime", "sbatch_comment", "sbatch_extra_flags", "hostname",
-        "username", "submit"},
-    "k8s": _NEL_CLUSTER | {"submit"}, "kubernetes": _NEL_CLUSTER | {"submit"}, "ray": _NEL_CLUSTER,
-}
+class _LauncherKeys(Mapping[str, frozenset[str]]):
+    """`cluster:` keys per type, from each type's Launcher (`keys`), imported only for the
+    type a config names: the schema keeps no list of its own (registry.LAUNCHERS)."""
+
+    def __getitem__(self, typ: str) -> frozenset[str]:
+        from nel_resources.launchers.registry import cluster_types, get_launcher
+
+        if typ not in cluster_types():
+            raise KeyError(typ)
+        return frozenset(get_launcher(typ).keys)
+
+    def __iter__(self) -> Iterator[str]:
+        from nel_resources.launchers.registry import cluster_types
+
+        return iter(cluster_types())
+
+    def __len__(self) -> int:
+        from nel_resources.launchers.registry import cluster_types
+
+        return len(cluster_types())
+
+
+_CLUSTER_KEYS: Mapping[str, frozenset[str]] = _LauncherKeys()
 
 
 class ClusterConfig(_Strict):
     """Where shards run: locally, or spread on SLURM / Kubernetes / Docker / Ray."""
 
-    type: ClusterType = "local"
+    type: str = "local"  # a name of nel_resources.launchers.registry.LAUNCHERS (or an alias)
     shards: int | None = Field(None, ge=1)
     slurm: dict[str, Any] = Field(default_factory=dict)
     k8s: dict[str, Any] = Field(default_factory=dict)
@@ -71,8 +83,18 @@ class ClusterConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _keys_for_type(cls, data: Any) -> Any:
-        check_type_keys(data, "a cluster", _CLUSTER_KEYS, "local", field_defaults(cls))
+        check_type_keys(data, "a cluster", _CLUSTER_KEYS, "local", field_defaults(cls),
+                        all_keys=frozenset(cls.model_fields))
         return data
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        from nel_resources.launchers.registry import cluster_types, unknown_type_message
+
+        if v not in cluster_types():
+            raise ValueError(unknown_type_message(v))
+        return v
 
     @field_validator("walltime", "max_walltime")
     @classmethod

@@ -15,7 +15,6 @@ from pydantic import BaseModel
 
 from nel_resources.config._base import ConfigError, field_defaults
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig, ScoringMetric
-from nel_resources.config.deployment import ClusterConfig
 from nel_resources.config.model import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES, ServiceConfig
 
@@ -51,10 +50,7 @@ _BENCH_UNBUILT = {
 }
 _JUDGE_UNBUILT = ("rubric", "rubric_file", "system_prompt", "max_score", "swap_check",
                   "reference_free", "temperature", "timeout", "max_retries")
-_CLUSTER_LOCAL_UNBUILT = {"gpus": "GPU selection", "max_memory": "memory limits",
-                          "container_env": "container environment variables"}
 _SERVICE_DEFAULTS = field_defaults(ServiceConfig)
-_CLUSTER_DEFAULTS = field_defaults(ClusterConfig)
 _BENCH_DEFAULTS = field_defaults(BenchmarkConfig)
 
 
@@ -96,119 +92,18 @@ def check_supported(cfg: NelConfig) -> None:
 
 
 def _check_cluster(cfg: NelConfig) -> None:
-    c = cfg.cluster
-    # Each type reads only its own block: another type's block would be silently ignored.
-    own = "k8s" if c.type == "kubernetes" else c.type
-    for block in ("slurm", "k8s", "docker", "ray"):
-        if block != own and getattr(c, block):
-            raise _Refusal(("cluster", block), f"a `{block}:` block in a {c.type} cluster "
-                           f"(only `type: {block}` reads it)", f"remove `{block}:` or set "
-                           f"`type: {block}`")
-    if c.type in ("docker", "ray"):  # nel_resources/launchers/{docker,ray_tasks}.py
-        from nel_resources.launchers.docker import docker_block_refusal
-        from nel_resources.launchers.ray_tasks import ray_block_refusal
+    """The cluster type's own refusal (its Launcher, nel_resources.launchers.registry): the
+    config side holds no list of types or of their checks."""
+    from nel_resources.launchers.registry import get_launcher
 
-        bad = docker_block_refusal(c) if c.type == "docker" else ray_block_refusal(c)
-        if bad is not None:
-            raise _Refusal(("cluster", c.type, bad[0]), bad[1], f"remove `{bad[0]}`")
+    bad = get_launcher(cfg.cluster.type).refusal(cfg)
+    if bad is None:
         return
-    if c.type in ("k8s", "kubernetes"):
-        # manifests for the stale partitions (dagster_project.cluster_k8s); the block's keys
-        # and values are checked here too, so `--dry-run` refuses what a run would refuse.
-        from benchmarks.errors import NelError
-        from nel_resources.launchers.k8s import settings_from
-
-        try:
-            settings_from(c.k8s)
-        except NelError as exc:
-            key = str(exc).split(":", 1)[0].removeprefix("cluster.k8s.")
-            line = cfg.line_of("cluster", "k8s", key)
-            raise ConfigError(f"{cfg._where}:{line or '?'}: {exc}") from None
-        return
-    if c.type == "slurm":
-        _check_slurm(cfg)
-        return
-    if c.type != "local":
-        raise _Refusal(("cluster", "type"), f"cluster type {c.type!r} (launching shards on "
-                       f"{c.type})", "remove `cluster:` (or write `type: local`) to run on this "
-                       "machine, or start one `nel eval run` per shard yourself")
-    for name, what in _CLUSTER_LOCAL_UNBUILT.items():
-        if _changed(c, name, _CLUSTER_DEFAULTS):
-            raise _Refusal(("cluster", name), f"cluster.{name} ({what})", f"remove `{name}`")
-
-
-# `cluster:` keys of a slurm cluster nel does not honour yet (all run nel inside a container
-# image or on another host).
-_SLURM_UNBUILT = {
-    "hostname": ("submitting over SSH to a login node", "run nel on the submit host itself"),
-    "username": ("submitting over SSH to a login node", "run nel on the submit host itself"),
-    "conda_env": ("activating a conda environment in the job",
-                  "activate it before `nel eval run` (the job inherits the environment)"),
-    "eval_image": ("running the evaluation in a container image", "remove `eval_image`"),
-    "container_mounts": ("container mounts", "remove `container_mounts`"),
-    "shm_size": ("container shared memory", "remove `shm_size`"),
-    "mount_home": ("container home mounts", "remove `mount_home`"),
-    "slurm": ("the `cluster.slurm` block", "write the keys at the top of `cluster:`"),
-}
-
-
-def _check_slurm(cfg: NelConfig) -> None:
-    """`cluster.type: slurm` (nel_resources.launchers.slurm): every key is honoured except
-    these, refused in one line; services on node pools are checked against the pool."""
-    c = cfg.cluster
-    for name, (what, instead) in _SLURM_UNBUILT.items():
-        if _changed(c, name, _CLUSTER_DEFAULTS):
-            raise _Refusal(("cluster", name), f"cluster.{name} ({what})", instead)
-    submit = c.submit is not False
-    for name, svc in cfg.services.items():
-        at = ("services", name)
-        pool = c.node_pools.get(svc.node_pool or "")
-        if svc.node_pool is not None and pool is None:
-            line = cfg.line_of(*at, "node_pool")
-            raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}.node_pool: "
-                              f"{svc.node_pool!r} is not one of cluster.node_pools "
-                              f"({', '.join(c.node_pools)})")
-        _check_het_placement(cfg, name, svc)
-        if svc.type in ("vllm", "sglang", "trt_llm"):
-            gpus = _pool_gpus(pool) if pool is not None else None
-            tp = svc.tensor_parallel_size or 1
-            if gpus is not None and gpus < tp:
-                line = cfg.line_of(*at, "tensor_parallel_size")
-                raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}."
-                                  f"tensor_parallel_size: {tp} GPUs asked but node pool "
-                                  f"{svc.node_pool!r} has {gpus} per node ({pool and pool.gres})")
-            if submit:
-                raise _Refusal((*at, "type"), f"launching {svc.type} servers in SLURM jobs "
-                               "(no GPU node here to run them on)", "set `cluster.submit: "
-                               "false` to write the job scripts, or use `type: llama_cpp`")
-
-
-def _check_het_placement(cfg: NelConfig, name: str, svc: ServiceConfig) -> None:
-    """Services on several node pools make heterogeneous jobs (dagster_project.slurm_het):
-    the eval client runs on the first pool and every other pool is a component that runs
-    the launched services placed on it. A service nel does not start (`type: api`, ...)
-    placed on another pool would get nodes that run nothing: refused."""
-    named = {s.node_pool for s in cfg.services.values() if s.node_pool}
-    first = next(iter(cfg.cluster.node_pools), None)
-    if (len(named) < 2 or svc.node_pool is None or svc.node_pool == first
-            or svc.node_pool not in cfg.cluster.node_pools or svc.type in LAUNCHED_TYPES):
-        return
-    line = cfg.line_of("services", name, "node_pool")
-    raise ConfigError(f"{cfg._where}:{line or '?'}: key services.{name}.node_pool: nel starts no "
-                      f"server for a `type: {svc.type}` service, so node pool {svc.node_pool!r} "
-                      f"would run nothing for it; remove `node_pool` (its requests come from the "
-                      f"eval client on the first pool, {first!r})")
-
-
-def _pool_gpus(pool: Any) -> int | None:
-    """GPUs per node of a pool: `gpus_per_node`, else the count in `gres` (`gpu:8`,
-    `gpu:a100:8`); None when neither says."""
-    import re
-
-    if pool.gpus_per_node:
-        return int(pool.gpus_per_node)
-    m = re.search(r"gpu(?::[^:,]+)?:(\d+)", pool.gres or "")
-    return int(m.group(1)) if m else None
+    line = cfg.line_of(*bad.path)
+    where = f"{cfg._where}:{line or '?'}"
+    if bad.bare:
+        raise ConfigError(f"{where}: {bad.message}")
+    raise ConfigError(f"{where}: key {'.'.join(str(p) for p in bad.path)}: {bad.message}")
 
 
 def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:

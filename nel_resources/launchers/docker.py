@@ -22,17 +22,27 @@ import subprocess
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
 from nel_resources.container_image import docker_bin
+from nel_resources.launchers.base import (
+    COMMON_KEYS,
+    CONTAINER_KEYS,
+    LaunchContext,
+    Launcher,
+    Refusal,
+)
 from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
 
+if TYPE_CHECKING:
+    from nel_resources.config import NelConfig
+
 #: nel's image when `cluster.image` is unset or `local`: built here from deploy/docker/Dockerfile.
 LOCAL_TAG = "nel:local"
-#: The keys of `cluster.docker` nel reads; any other is refused (support.check_supported).
+#: The keys of `cluster.docker` nel reads; any other is refused (DockerCluster.refusal).
 DOCKER_KEYS = {"network": "the container network (default host)",
                "gpus": "docker run --gpus", "max_parallel": "containers at once"}
 _WORKER = ["python", "-m", "nel_assets.engine.remote_shard"]
@@ -180,3 +190,37 @@ def check_docker_usable() -> None:
     if proc.returncode != 0:
         raise NelError(f"cluster.type docker: the Docker engine is not reachable "
                        f"({last_line(proc.stderr)}); start it or set DOCKER_HOST")
+
+
+class DockerCluster(Launcher):
+    """`cluster.type: docker` behind the Launcher interface: the engine and image checked
+    first, then every stale partition as a container (DockerLauncher)."""
+
+    kind = "docker"
+    keys: ClassVar[frozenset[str]] = COMMON_KEYS | CONTAINER_KEYS | {"image"}
+    runs = "partitions"
+
+    def __init__(self) -> None:
+        # The image each `cluster.image` runs, resolved (nel's own built) once per process.
+        self._images: dict[str | None, str] = {}
+
+    def refusal(self, cfg: NelConfig) -> Refusal | None:
+        """Another type's block, or a `cluster.docker` key nel does not read."""
+        if (bad := super().refusal(cfg)) is not None:
+            return bad
+        if (block := docker_block_refusal(cfg.cluster)) is not None:
+            return Refusal.unbuilt(("cluster", "docker", block[0]), block[1], f"remove `{block[0]}`")
+        return None
+
+    def preflight(self, resolved: Any) -> None:
+        """The Docker engine reachable and the image there (nel's own built when it is not)."""
+        cluster = resolved.config.cluster
+        check_docker_usable()
+        self._images[cluster.image] = resolve_image(cluster)
+
+    def run(self, jobs: list[PartitionJob], ctx: LaunchContext) -> list[PartitionResult]:
+        """Every job as a container of the run's image."""
+        cluster = ctx.cluster
+        check_docker_usable()
+        image = self._images.get(cluster.image) or resolve_image(cluster)
+        return DockerLauncher(cluster, image, ctx.output_dir, ctx.read_only).run(jobs)

@@ -31,13 +31,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
+from nel_resources.launchers.base import COMMON_KEYS, LaunchContext, Launcher, Refusal
 from nel_resources.launchers.forwarded_env import referenced_env
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
+
+if TYPE_CHECKING:
+    from nel_resources.config import NelConfig
 
 _log = logging.getLogger("nel.ray")
 
@@ -212,3 +216,35 @@ class RayLauncher:
                     results.append(PartitionResult(job, error=f"Ray task failed: {type(cause).__name__}: {line}",
                                                    details=str(exc)[-6000:]))
             return results
+
+
+class RayCluster(Launcher):
+    """`cluster.type: ray` behind the Launcher interface: the address checked first, then
+    every stale partition as a Ray task of the injected shard worker (RayLauncher)."""
+
+    kind = "ray"
+    keys: ClassVar[frozenset[str]] = COMMON_KEYS
+    runs = "partitions"
+
+    def refusal(self, cfg: NelConfig) -> Refusal | None:
+        """Another type's block, or a `cluster.ray` key nel does not read or a bad value."""
+        if (bad := super().refusal(cfg)) is not None:
+            return bad
+        if (block := ray_block_refusal(cfg.cluster)) is not None:
+            return Refusal.unbuilt(("cluster", "ray", block[0]), block[1], f"remove `{block[0]}`")
+        return None
+
+    def preflight(self, resolved: Any) -> None:
+        """In a `ray job submit` driver, the output dir outside the job's working_dir copy;
+        a configured address reachable."""
+        cluster = resolved.config.cluster
+        check_job_output_dir(resolved.config.output.dir)
+        address = ray_address(cluster)
+        if address is not None:
+            check_reachable(address)
+
+    def run(self, jobs: list[PartitionJob], ctx: LaunchContext) -> list[PartitionResult]:
+        """Every job as a Ray task of `ctx.work`."""
+        if ctx.work is None:
+            raise NelError("cluster.type ray: the runner gave no shard worker to run")
+        return RayLauncher(ctx.cluster, ctx.work).run(jobs)

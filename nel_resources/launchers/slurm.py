@@ -1,7 +1,7 @@
 """The SLURM launcher: sbatch scripts from `cluster:`, submission, monitoring, cancellation
 and accounting, with the cluster's own commands (sbatch, squeue, scontrol, scancel, sacct).
 
-No Dagster here: `nel eval run` (dagster_project.slurm_run) uses `SlurmLauncher` directly,
+No Dagster here: `nel eval run` (nel_resources.launchers.slurm_submit) uses `SlurmLauncher` directly,
 and `SlurmLauncherResource` (nel_resources.launchers.resource) wraps it for Dagster.
 
 What each `cluster:` key does (NeMo Evaluator 0.3.0's meanings):

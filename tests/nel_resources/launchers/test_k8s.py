@@ -17,9 +17,9 @@ import kubernetes_validate as kv
 import pytest
 import yaml
 
-from dagster_project.cluster_k8s import kube_api_configured
 from nel_assets.engine.sharding import shard_from_env
 from nel_resources.launchers.k8s import MERGE_SCRIPT, SHARD_SCRIPT
+from nel_resources.launchers.k8s_cluster import kube_api_configured
 from tests.support.cli import nel_env, run_nel
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import reset_server_stats, server_stats

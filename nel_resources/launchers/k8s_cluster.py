@@ -1,6 +1,7 @@
-"""`nel eval run` with `cluster.type: k8s`: plan the stale (model, shard) partitions here,
-write the Kubernetes manifests that run them (nel_resources.launchers.k8s) into the output
-dir, print the kubectl lines, and submit them when an API server is configured.
+"""`cluster.type: k8s` (or `kubernetes`) behind the Launcher interface: plan the stale
+(model, shard) partitions here (through the runner's hooks), write the Kubernetes manifests
+that run them (nel_resources.launchers.k8s) into the output dir, print the kubectl lines,
+and submit them when an API server is configured.
 
 Planning reads the result store at `output.dir`, which must be the same store the pods write
 (the shared volume, mounted here too), so a rerun submits only what is missing or stale.
@@ -12,12 +13,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from benchmarks.errors import NelError
 from nel_resources.config import ConfigError, NelConfig
+from nel_resources.launchers.base import COMMON_KEYS, Launcher, Refusal, RunHooks, SubmitOptions
 from nel_resources.launchers.k8s import (
     K8sSettings,
     StaleShards,
@@ -26,7 +28,33 @@ from nel_resources.launchers.k8s import (
     settings_from,
 )
 
-__all__ = ["kube_api_configured", "launch_k8s", "pod_config"]
+__all__ = ["K8sCluster", "kube_api_configured", "launch_k8s", "pod_config"]
+
+
+class K8sCluster(Launcher):
+    """Indexed Jobs for the stale partitions and a merge Job (see the module docstring)."""
+
+    kind = "k8s"
+    keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"submit"}
+    runs = "submits"
+    submit_flag = "submit"
+
+    def refusal(self, cfg: NelConfig) -> Refusal | None:
+        """Another type's block, or a bad `cluster.k8s` key or value (checked at config
+        time, so `--dry-run` refuses what a run would refuse)."""
+        if (bad := super().refusal(cfg)) is not None:
+            return bad
+        try:
+            settings_from(cfg.cluster.k8s)
+        except NelError as exc:
+            key = str(exc).split(":", 1)[0].removeprefix("cluster.k8s.")
+            return Refusal(("cluster", "k8s", key), str(exc), bare=True)
+        return None
+
+    def submit(self, cfg: NelConfig, hooks: RunHooks, opts: SubmitOptions) -> tuple[int, Any]:
+        """Write (and submit, when asked and possible) the manifests; no summary here (the
+        merge Job's run reports)."""
+        return launch_k8s(cfg, hooks, submit=opts.submit), None
 
 
 def kube_api_configured(environ: dict[str, str] | None = None) -> str | None:
@@ -64,16 +92,12 @@ def _want_submit(cfg: NelConfig, flag: bool | None) -> bool:
     return cfg.cluster.submit if cfg.cluster.submit is not None else True
 
 
-def launch_k8s(cfg: NelConfig, *, submit: bool | None = None) -> int:
+def launch_k8s(cfg: NelConfig, hooks: RunHooks, *, submit: bool | None = None) -> int:
     """Write (and submit, when asked and possible) the manifests of the stale partitions.
 
     Returns the exit status. Raises ConfigError (exit 2) for a submission with no API server
     configured or bad `cluster.k8s` settings, before anything is written.
     """
-    from dagster_project.runner import validate_before_run
-    from nel_assets.engine import evaluate as ev
-    from nel_resources.store import ResultStore
-
     try:
         settings = settings_from(cfg.cluster.k8s)
     except NelError as exc:
@@ -83,13 +107,12 @@ def launch_k8s(cfg: NelConfig, *, submit: bool | None = None) -> int:
         raise ConfigError("cluster.type k8s: no Kubernetes API server is configured (no $KUBECONFIG, "
                           "~/.kube/config or in-cluster service account); set `cluster.submit: false` "
                           "(or pass --no-submit) to write the manifests and apply them with kubectl")
-    resolved = validate_before_run(cfg)
+    resolved = hooks.validate(cfg)
     out = Path(cfg.output.dir).expanduser().resolve()
-    store = ResultStore(out)
     benches: list[StaleShards] = []
     configs: dict[str, str] = {}
     for i, bench in enumerate(resolved.benchmarks):
-        tasks = ev.plan(store, bench)
+        tasks = hooks.plan(out, bench)
         stale = tuple(sorted({t.shard for t in tasks if t.stale}))
         keys = tuple(sorted({s.config.api_key_env for r in bench.runs for s in [r.service]
                              if getattr(s.config, "api_key_env", None)}))

@@ -58,7 +58,7 @@ class HetPlan:
 
 def het_plan(cfg: NelConfig) -> HetPlan | None:
     """The heterogeneous layout of `cfg`, or None when its services name at most one pool
-    (then one array job does it: dagster_project.slurm_run)."""
+    (then one array job does it: slurm_submit)."""
     named = {s.node_pool for s in cfg.services.values() if s.node_pool}
     if cfg.cluster.type != "slurm" or len(named) < 2:
         return None
