@@ -187,23 +187,33 @@ def gate_policy_or_error(path: str) -> Any:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
+    from benchmarks.errors import NelError
     from nel_assets.engine.gate import decide
+    from nel_assets.engine.nemo_gate_rules import gate_verdict, policy_errors
+    from nel_assets.engine.reports.gate_text import gate_text
     from nel_assets.engine.reports.verdict_markdown import gate_markdown
     from nel_assets.engine.runs import compare_runs, write_regression
     from nel_resources.store import write_json_atomic, write_text_atomic
 
     policy = gate_policy_or_error(args.policy)
+    errors = policy_errors(policy)
+    if errors:
+        raise NelError(f"{args.policy}: invalid gate policy: " + "; ".join(errors))
     base, cand = _load_pair(args)
+    # the verdict: NeMo Evaluator's rules on the same items; nel's paired analysis beside it
+    verdict = gate_verdict(policy, base, cand)
     doc = compare_runs(base, cand, alpha=policy.alpha, seed=args.seed)
-    result = decide(policy, doc["benchmarks"], set(base.benchmarks), set(cand.benchmarks))
-    out = {"decision": result.decision, "exit_code": GATE_EXIT[result.decision],
+    nel = decide(policy, doc["benchmarks"], set(base.benchmarks), set(cand.benchmarks))
+    decision = verdict["verdict"]
+    out = {**verdict, "decision": decision, "exit_code": GATE_EXIT[decision],
            "policy": str(args.policy), "baseline": doc["baseline"], "candidate": doc["candidate"],
-           "gate": result.to_dict()}
+           "nel_analysis": nel.to_dict()}
     report: Path | None = None
     if args.output:
         p = Path(args.output)
         if p.is_dir():  # a directory gets the full regression.json with the gate inside
-            written = write_regression(p, {**doc, "gate": result.to_dict()})
+            gate = {k: v for k, v in out.items() if k not in ("baseline", "candidate")}
+            written = write_regression(p, {**doc, "gate": gate})
             report = p / "gate_report.md"
         else:
             write_json_atomic(p, out)
@@ -220,10 +230,10 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     else:
         print(f"nel gate  baseline {base.model} ({base.source})  candidate {cand.model} ({cand.source})")
         print(f"policy {args.policy}")
-        print(result.to_text(verbose=args.verbose))
+        print(gate_text(out, verbose=args.verbose))
         if args.strict:
-            print(f"exit status {GATE_EXIT[result.decision]} (strict: 0 GO, 1 NO-GO, 2 INCONCLUSIVE)")
+            print(f"exit status {GATE_EXIT[decision]} (strict: 0 GO, 1 NO-GO, 2 INCONCLUSIVE)")
     if report is not None and not args.no_report:
         write_text_atomic(report, gate_markdown(out))
         print(f"wrote {report}", file=sys.stderr)
-    return GATE_EXIT[result.decision] if args.strict else 0
+    return GATE_EXIT[decision] if args.strict else 0

@@ -807,10 +807,12 @@ def item_table(
         category: Optional category per row (a question's first row decides).
 
     Returns:
-        ``{items, scores, n_samples, item_var, clusters, categories, binary}``;
+        ``{items, scores, n_samples, item_var, clusters, categories, binary, pass_frac}``;
         ``item_var`` is each question's unbiased within-question reward variance (None for
         questions with one valid sample) — it lets a comparison tell how much of its SE more
         repeats would remove. ``clusters`` and ``categories`` are None when not given.
+        ``pass_frac`` is each question's share of samples with a reward above 0 (NeMo
+        Evaluator's per-problem ``pass@1``, which its gate can be told to use).
     """
     it = _item_sums(problem_idx, reward)
     r, ids, inv, first, valid, g = it.r, it.ids, it.inv, it.first, it.valid, it.g
@@ -819,6 +821,8 @@ def item_table(
     dev = r[valid] - mu[inv[valid]]
     ss = np.bincount(inv[valid], weights=dev * dev, minlength=g)
     ivar = np.divide(ss, cnt - 1, out=np.full(g, np.nan), where=cnt > 1)
+    hits = np.bincount(inv[valid], weights=(r[valid] > 0).astype(np.float64), minlength=g)
+    passed = np.divide(hits, cnt, out=np.zeros(g), where=cnt > 0)
     clus = _item_labels(cluster, first, keep)
     cats = _item_labels(category, first, keep)
     return {
@@ -829,6 +833,7 @@ def item_table(
         "clusters": None if clus is None else _label_list(clus),
         "categories": None if cats is None else _label_list(cats),
         "binary": is_binary(r),
+        "pass_frac": passed[keep].tolist(),
     }
 
 
