@@ -49,9 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare two runs on the items they share, per benchmark: delta, paired "
         "SE and CI, correlation, exact McNemar (0/1 scores) or a sign-flip permutation test, "
         "flips with examples, per-category deltas, runtime deltas and the minimum detectable "
-        "effect at 80% power, and a verdict: BLOCK (a drop beyond --max-drop is established), "
-        "WARN (significant drop, not established beyond it), INCONCLUSIVE (too few items to "
-        "tell) or PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
+        "effect at 80% power, and NeMo Evaluator 0.3.0's verdict by its rules: PASS (no item "
+        "crossed --correct-above), BLOCK (its one-sided test significant, effect above --max-drop, "
+        "more regressions than improvements), WARN (significant otherwise), INCONCLUSIVE "
+        "(not significant and underpowered: 2.8/sqrt(discordant) > 2*MAX_DROP), else PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
         "files, or NeMo Evaluator 0.3.0 output: eval-*.json files (with results.jsonl next to "
         "them), their run or benchmark directories, or a shard_N/ layout. " + _UNITS + ". Exit status (strict, the default): 0 PASS, "
         "1 BLOCK, 2 WARN or INCONCLUSIVE (2 is also a usage error).",
@@ -61,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp_.add_argument("--baseline-model", help="model of the baseline dir (when it holds several)")
     cmp_.add_argument("--candidate-model", help="model of the candidate dir (when it holds several)")
     cmp_.add_argument("-t", "--max-drop", type=float, default=0.05,
-                      help="tolerated drop in score units (default 0.05 = 5 points); BLOCK when the "
-                      "CI lies entirely below -MAX_DROP")
+                      help="practical threshold in score units (default 0.05 = 5 points): BLOCK "
+                      "needs a significant effect above it")
     cmp_.add_argument("--correct-above", type=float, default=0.0, metavar="SCORE",
                       help="an item counts as correct when its score is above SCORE, for flips and "
                       "a forced McNemar test (default 0: any credit; 0.5 for judge scores)")
@@ -86,9 +87,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     gate = sub.add_parser(
         "gate", help="GO / NO-GO / INCONCLUSIVE release gate from a policy file",
         description="Apply a gate policy (NeMo Evaluator format: version: 1, defaults, "
-        "per-benchmark tier critical|supporting|advisory, max_drop, max_relative_drop, metric, "
-        "direction) to the paired comparison of CANDIDATE against BASELINE, with a Bonferroni "
-        "correction across blocking benchmarks. A benchmark missing on either side is NO-GO. "
+        "per-benchmark tier critical|supporting|advisory, max_drop, max_relative_drop, "
+        "relative_guard_below, metric mean_reward|pass@1, direction) to CANDIDATE against "
+        "BASELINE, by NeMo Evaluator 0.3.0's rules: per benchmark BREACH (relative drop, or the "
+        "95% CI of the paired damage above max_drop), PASS (CI within it) or INSUFFICIENT_EVIDENCE "
+        "(CI straddles it, or fewer than 10 paired problems); NO-GO on any critical or supporting "
+        "BREACH or missing required benchmark, INCONCLUSIVE on any INSUFFICIENT_EVIDENCE, else GO. "
+        "nel's paired analysis (Newcombe CI, Bonferroni, MDE) is shown beside it (-v). "
         + _UNITS + ". Exit status (strict, the default): 0 GO, 1 NO-GO, 2 INCONCLUSIVE "
         "(2 is also a usage error); --no-strict exits 0.",
     )

@@ -314,3 +314,20 @@ def test_text_never_contradicts_its_numbers(table: Table, s: Scenario) -> None:
                 if m:
                     lo, hi, verb, t = float(m.group(1)), float(m.group(2)), m.group(3), float(m.group(4))
                     assert {"exceeds": lo > t, "is within": hi <= t, "straddles": lo <= t < hi}[verb], reason
+
+
+def test_a_policy_the_peer_refuses_is_a_usage_error_in_nel(table: Table, tmp_path: Path) -> None:
+    """Deliberate difference (docs/explanation/differences.md): a required benchmark with no
+    metric is refused by both, with the peer's words; the peer exits 1 (its ClickException,
+    which a CI script reads as NO-GO), nel exits 2, its status for a usage error."""
+    from tests.support.peers import run_peer_nemo
+
+    d = table.root / "no_change"
+    pol = tmp_path / "no-metric.yaml"
+    pol.write_text("version: 1\nbenchmarks:\n  qa: {tier: critical}\n")
+    args = ["gate", str(d / "base"), str(d / "cand"), "-p", str(pol), "--no-report"]
+    peer = run_peer_nemo(*args, cwd=tmp_path)
+    code, out = _nel(args)
+    assert (peer.returncode, code) == (1, 2), (peer.stdout + peer.stderr, out)
+    why = "qa: required benchmark must resolve to an explicit metric"
+    assert why in peer.stdout + peer.stderr and why in out
