@@ -331,3 +331,17 @@ def test_a_policy_the_peer_refuses_is_a_usage_error_in_nel(table: Table, tmp_pat
     assert (peer.returncode, code) == (1, 2), (peer.stdout + peer.stderr, out)
     why = "qa: required benchmark must resolve to an explicit metric"
     assert why in peer.stdout + peer.stderr and why in out
+
+
+def test_json_on_stdout_has_a_top_level_verdict(table: Table) -> None:
+    """`jq .verdict` works on `compare --format json` and `gate --format json`, with one
+    benchmark or several."""
+    for sid, want in (("significant_7pt_drop", ("BLOCK", "INCONCLUSIVE")), ("several_benchmarks", ("BLOCK", "NO-GO"))):
+        d = table.root / sid
+        code, out = _nel(["compare", str(d / "base"), str(d / "cand"), "--no-report", "--no-strict",
+                          "--format", "json"])
+        assert code == 0 and json.loads(out)["verdict"] == want[0], out[-800:]
+        code, out = _nel(["gate", str(d / "base"), str(d / "cand"), "-p", str(d / "policy.yaml"), "--no-strict",
+                          "--format", "json"])
+        doc = json.loads(out)
+        assert code == 0 and doc["verdict"] == doc["decision"] == want[1], out[-800:]
