@@ -667,9 +667,7 @@ def single_report_keys(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"report_version": 1,
                            **{k: comp[k] for k in ("score_deltas", "runtime_deltas", "category_deltas")
                               if k in comp},
-                           "verdict": comp.get("outcome"),
-                           "verdict_reasons": list((comp.get("nemo_verdict") or {}).get("verdict_reasons")
-                                                   or [comp.get("outcome_reason")]),
+                           "verdict": comp.get("outcome"), "verdict_reasons": [comp.get("outcome_reason")],
                            "threshold": doc.get("max_drop")}
     for side in ("baseline", "candidate"):
         if isinstance(doc.get(side), dict):

@@ -36,6 +36,7 @@ import numpy as np
 from benchmarks.errors import NelError
 from nel_assets.engine import nemo_format, stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.drop_units import check_drop_units
 from nel_assets.engine.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
 from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import worst
@@ -440,24 +441,6 @@ def load_run(path: str | Path, *, model: str | None = None, flag: str = "--model
 
 
 # --------------------------------------------------------------------------- compare
-
-
-def check_drop_units(value: float | None, what: str = "max_drop") -> None:
-    """Refuse a drop threshold that was written in points instead of score units.
-
-    Scores are per-item means on a 0–1 scale, so a drop above 1 is impossible to exceed and
-    almost certainly meant as points (``3`` for "3 points" = ``0.03``).
-
-    Raises:
-        NelError: When ``value > 1`` or negative.
-    """
-    if value is None:
-        return
-    if value < 0:
-        raise NelError(f"{what} must be ≥ 0 (got {value})")
-    if value > 1:
-        raise NelError(f"{what}={value:g} is in score units (0.01 = 1 point of accuracy, "
-                       f"scores are 0–1); did you mean {value / 100:g}?")
 
 
 def items_to_detect(comp: Mapping[str, Any], effect: float) -> int | None:

@@ -811,8 +811,7 @@ def item_table(
         ``item_var`` is each question's unbiased within-question reward variance (None for
         questions with one valid sample) — it lets a comparison tell how much of its SE more
         repeats would remove. ``clusters`` and ``categories`` are None when not given.
-        ``pass_frac`` is each question's share of samples with a reward above 0 (NeMo
-        Evaluator's per-problem ``pass@1``, which its gate can be told to use).
+        ``pass_frac``: each question's share of rewards above 0 (NeMo Evaluator's ``pass@1``).
     """
     it = _item_sums(problem_idx, reward)
     r, ids, inv, first, valid, g = it.r, it.ids, it.inv, it.first, it.valid, it.g
@@ -821,8 +820,7 @@ def item_table(
     dev = r[valid] - mu[inv[valid]]
     ss = np.bincount(inv[valid], weights=dev * dev, minlength=g)
     ivar = np.divide(ss, cnt - 1, out=np.full(g, np.nan), where=cnt > 1)
-    hits = np.bincount(inv[valid], weights=(r[valid] > 0).astype(np.float64), minlength=g)
-    passed = np.divide(hits, cnt, out=np.zeros(g), where=cnt > 0)
+    passed = np.bincount(inv[valid], weights=(r[valid] > 0) * 1.0, minlength=g) / np.maximum(cnt, 1)
     clus = _item_labels(cluster, first, keep)
     cats = _item_labels(category, first, keep)
     return {
