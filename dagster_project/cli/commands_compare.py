@@ -49,9 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare two runs on the items they share, per benchmark: delta, paired "
         "SE and CI, correlation, exact McNemar (0/1 scores) or a sign-flip permutation test, "
         "flips with examples, per-category deltas, runtime deltas and the minimum detectable "
-        "effect at 80% power, and a verdict: BLOCK (a drop beyond --max-drop is established), "
-        "WARN (significant drop, not established beyond it), INCONCLUSIVE (too few items to "
-        "tell) or PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
+        "effect at 80% power, and NeMo Evaluator 0.3.0's verdict by its rules: PASS (no item "
+        "crossed --correct-above), BLOCK (its one-sided test significant, effect above --max-drop, "
+        "more regressions than improvements), WARN (significant otherwise), INCONCLUSIVE "
+        "(not significant and underpowered: 2.8/sqrt(discordant) > 2*MAX_DROP), else PASS. BASELINE and CANDIDATE are nel output dirs, nel bundle.json "
         "files, or NeMo Evaluator 0.3.0 output: eval-*.json files (with results.jsonl next to "
         "them), their run or benchmark directories, or a shard_N/ layout. " + _UNITS + ". Exit status (strict, the default): 0 PASS, "
         "1 BLOCK, 2 WARN or INCONCLUSIVE (2 is also a usage error).",
@@ -61,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp_.add_argument("--baseline-model", help="model of the baseline dir (when it holds several)")
     cmp_.add_argument("--candidate-model", help="model of the candidate dir (when it holds several)")
     cmp_.add_argument("-t", "--max-drop", type=float, default=0.05,
-                      help="tolerated drop in score units (default 0.05 = 5 points); BLOCK when the "
-                      "CI lies entirely below -MAX_DROP")
+                      help="practical threshold in score units (default 0.05 = 5 points): BLOCK "
+                      "needs a significant effect above it")
     cmp_.add_argument("--correct-above", type=float, default=0.0, metavar="SCORE",
                       help="an item counts as correct when its score is above SCORE, for flips and "
                       "a forced McNemar test (default 0: any credit; 0.5 for judge scores)")
@@ -86,9 +87,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     gate = sub.add_parser(
         "gate", help="GO / NO-GO / INCONCLUSIVE release gate from a policy file",
         description="Apply a gate policy (NeMo Evaluator format: version: 1, defaults, "
-        "per-benchmark tier critical|supporting|advisory, max_drop, max_relative_drop, metric, "
-        "direction) to the paired comparison of CANDIDATE against BASELINE, with a Bonferroni "
-        "correction across blocking benchmarks. A benchmark missing on either side is NO-GO. "
+        "per-benchmark tier critical|supporting|advisory, max_drop, max_relative_drop, "
+        "relative_guard_below, metric mean_reward|pass@1, direction) to CANDIDATE against "
+        "BASELINE, by NeMo Evaluator 0.3.0's rules: per benchmark BREACH (relative drop, or the "
+        "95% CI of the paired damage above max_drop), PASS (CI within it) or INSUFFICIENT_EVIDENCE "
+        "(CI straddles it, or fewer than 10 paired problems); NO-GO on any critical or supporting "
+        "BREACH or missing required benchmark, INCONCLUSIVE on any INSUFFICIENT_EVIDENCE, else GO. "
+        "nel's paired analysis (Newcombe CI, Bonferroni, MDE) is shown beside it (-v). "
         + _UNITS + ". Exit status (strict, the default): 0 GO, 1 NO-GO, 2 INCONCLUSIVE "
         "(2 is also a usage error); --no-strict exits 0.",
     )
@@ -187,23 +192,33 @@ def gate_policy_or_error(path: str) -> Any:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
+    from benchmarks.errors import NelError
     from nel_assets.engine.gate import decide
+    from nel_assets.engine.nemo_gate_rules import gate_verdict, policy_errors
+    from nel_assets.engine.reports.gate_text import gate_text
     from nel_assets.engine.reports.verdict_markdown import gate_markdown
     from nel_assets.engine.runs import compare_runs, write_regression
     from nel_resources.store import write_json_atomic, write_text_atomic
 
     policy = gate_policy_or_error(args.policy)
+    errors = policy_errors(policy)
+    if errors:
+        raise NelError(f"{args.policy}: invalid gate policy: " + "; ".join(errors))
     base, cand = _load_pair(args)
+    # the verdict: NeMo Evaluator's rules on the same items; nel's paired analysis beside it
+    verdict = gate_verdict(policy, base, cand)
     doc = compare_runs(base, cand, alpha=policy.alpha, seed=args.seed)
-    result = decide(policy, doc["benchmarks"], set(base.benchmarks), set(cand.benchmarks))
-    out = {"decision": result.decision, "exit_code": GATE_EXIT[result.decision],
+    nel = decide(policy, doc["benchmarks"], set(base.benchmarks), set(cand.benchmarks))
+    decision = verdict["verdict"]
+    out = {**verdict, "decision": decision, "exit_code": GATE_EXIT[decision],
            "policy": str(args.policy), "baseline": doc["baseline"], "candidate": doc["candidate"],
-           "gate": result.to_dict()}
+           "nel_analysis": nel.to_dict()}
     report: Path | None = None
     if args.output:
         p = Path(args.output)
         if p.is_dir():  # a directory gets the full regression.json with the gate inside
-            written = write_regression(p, {**doc, "gate": result.to_dict()})
+            gate = {k: v for k, v in out.items() if k not in ("baseline", "candidate")}
+            written = write_regression(p, {**doc, "gate": gate})
             report = p / "gate_report.md"
         else:
             write_json_atomic(p, out)
@@ -220,10 +235,10 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     else:
         print(f"nel gate  baseline {base.model} ({base.source})  candidate {cand.model} ({cand.source})")
         print(f"policy {args.policy}")
-        print(result.to_text(verbose=args.verbose))
+        print(gate_text(out, verbose=args.verbose))
         if args.strict:
-            print(f"exit status {GATE_EXIT[result.decision]} (strict: 0 GO, 1 NO-GO, 2 INCONCLUSIVE)")
+            print(f"exit status {GATE_EXIT[decision]} (strict: 0 GO, 1 NO-GO, 2 INCONCLUSIVE)")
     if report is not None and not args.no_report:
         write_text_atomic(report, gate_markdown(out))
         print(f"wrote {report}", file=sys.stderr)
-    return GATE_EXIT[result.decision] if args.strict else 0
+    return GATE_EXIT[decision] if args.strict else 0

@@ -96,6 +96,7 @@ class PolicyDefaults(_Strict):
 
     max_drop: float | None = Field(None, ge=0)
     max_relative_drop: float | None = Field(None, ge=0, le=1)
+    relative_guard_below: float | None = Field(None, ge=0, le=1)
     metric: str = "mean"
     direction: Direction = "higher_is_better"
     tier: Tier = "critical"
@@ -107,6 +108,7 @@ class BenchmarkPolicy(_Strict):
     tier: Tier | None = None
     max_drop: float | None = Field(None, ge=0)
     max_relative_drop: float | None = Field(None, ge=0, le=1)
+    relative_guard_below: float | None = Field(None, ge=0, le=1)
     metric: str | None = None
     direction: Direction | None = None
 
@@ -135,6 +137,9 @@ class GatePolicy(_Strict):
             "max_relative_drop": own.max_relative_drop
             if "max_relative_drop" in explicit
             else d.max_relative_drop,
+            "relative_guard_below": own.relative_guard_below
+            if "relative_guard_below" in explicit
+            else d.relative_guard_below,
             "metric": own.metric or d.metric,
             "direction": own.direction or d.direction,
         }
@@ -367,7 +372,10 @@ def _decide_one(
     limits = []
     if cfg["max_drop"] is not None:
         limits.append(float(cfg["max_drop"]))
-    if cfg["max_relative_drop"] is not None and base_mean is not None:
+    guard = cfg.get("relative_guard_below")
+    # as NeMo Evaluator: the relative limit applies only to baselines below the guard
+    if cfg["max_relative_drop"] is not None and base_mean is not None and (
+            guard is None or float(base_mean) < float(guard)):
         limits.append(float(cfg["max_relative_drop"]) * abs(float(base_mean)))
     allowed = min(limits) if limits else 0.0
     dec = BenchmarkDecision(

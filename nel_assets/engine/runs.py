@@ -36,8 +36,10 @@ import numpy as np
 from benchmarks.errors import NelError
 from nel_assets.engine import nemo_format, stats
 from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.drop_units import check_drop_units
+from nel_assets.engine.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
 from nel_assets.engine.nemo_results import benchmark_name
-from nel_assets.engine.outcome import benchmark_outcome, worst
+from nel_assets.engine.outcome import worst
 from nel_resources.arrow import pa
 from nel_resources.store import ResultStore, write_json_atomic
 
@@ -76,6 +78,8 @@ class BenchRun:
         samples: Item key (as a string) -> one sample's texts, for flip examples.
         bundle: The nel bundle when one exists (None for foreign files).
         source: Where this benchmark was read from.
+        scores: ``benchmark.scores`` of the ``eval-*.json`` it was read from (None for a
+            nel store run); NeMo Evaluator's gate falls back on them with few items.
     """
 
     benchmark: str
@@ -86,6 +90,7 @@ class BenchRun:
     samples: dict[str, dict[str, Any]] = field(default_factory=dict)
     bundle: dict[str, Any] | None = None
     source: str = ""
+    scores: dict[str, Any] | None = None
 
     @property
     def n_items(self) -> int:
@@ -315,7 +320,14 @@ def _load_nemo_bench(eval_json: Path, results: Path) -> BenchRun:
     runtime = _runtime_arrays(ms, tok, np.asarray(ok, dtype=bool))
     return BenchRun(benchmark=str(name), model=model, model_id=None if model_id is None else str(model_id),
                     items=items, runtime=runtime, samples=samples, bundle=bundle,
-                    source=str(eval_json.parent))
+                    source=str(eval_json.parent), scores=_bundle_scores(meta))
+
+
+def _bundle_scores(meta: Any) -> dict[str, Any]:
+    """An eval JSON's ``benchmark.scores`` (empty when it has none)."""
+    bench = meta.get("benchmark") if isinstance(meta, Mapping) else None
+    scores = bench.get("scores") if isinstance(bench, Mapping) else None
+    return dict(scores) if isinstance(scores, Mapping) else {}
 
 
 def _nemo_pairs(path: Path) -> list[tuple[Path, Path]]:
@@ -357,9 +369,13 @@ def _nemo_benches(path: Path) -> list[BenchRun]:
     nel's schema, so both tools' runs pair on ``problem_idx``)."""
     from nel_assets.engine.nemo_results import load_nemo_benches
 
-    return [bench_run_from_table(nb.table, benchmark=nb.benchmark, model=nb.model, model_id=nb.model_id,
-                                 bundle=None, source=str(nb.source.parent))
-            for nb in load_nemo_benches(path)]
+    out = []
+    for nb in load_nemo_benches(path):
+        br = bench_run_from_table(nb.table, benchmark=nb.benchmark, model=nb.model, model_id=nb.model_id,
+                                  bundle=None, source=str(nb.source.parent))
+        br.scores = _bundle_scores(nb.bundle)
+        out.append(br)
+    return out
 
 
 # --------------------------------------------------------------------------- entry point
@@ -427,24 +443,6 @@ def load_run(path: str | Path, *, model: str | None = None, flag: str = "--model
 # --------------------------------------------------------------------------- compare
 
 
-def check_drop_units(value: float | None, what: str = "max_drop") -> None:
-    """Refuse a drop threshold that was written in points instead of score units.
-
-    Scores are per-item means on a 0–1 scale, so a drop above 1 is impossible to exceed and
-    almost certainly meant as points (``3`` for "3 points" = ``0.03``).
-
-    Raises:
-        NelError: When ``value > 1`` or negative.
-    """
-    if value is None:
-        return
-    if value < 0:
-        raise NelError(f"{what} must be ≥ 0 (got {value})")
-    if value > 1:
-        raise NelError(f"{what}={value:g} is in score units (0.01 = 1 point of accuracy, "
-                       f"scores are 0–1); did you mean {value / 100:g}?")
-
-
 def items_to_detect(comp: Mapping[str, Any], effect: float) -> int | None:
     """Paired items needed for a two-sided test to detect ``|effect|`` at the comparison's
     power: the MDE formula solved for n, ``n' = n · (MDE / |effect|)²``."""
@@ -506,8 +504,11 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         ``{version, created_at, baseline, candidate, max_drop, alpha, power, benchmarks:
         {name: compare_scores(...) + runtime + flip_examples + items_to_detect_delta},
         missing: {baseline: [...], candidate: [...]}, regressions, improvements, regression,
-        outcome}``. ``outcome`` (and ``outcome``/``outcome_reason`` per benchmark) is the
-        verdict in NeMo Evaluator's words (``outcome.benchmark_outcome``), worst first.
+        verdict, verdict_reasons, outcome}``. ``verdict`` (= ``outcome``; per benchmark
+        ``outcome``, ``outcome_reason`` and ``nemo_verdict``) is NeMo Evaluator's verdict by
+        its rules (``nemo_compare_rules.compare_verdict``, with ``max_drop`` as its
+        ``min_effect``, 0.005 when None as in its ``compare_runs``), worst first; nel's own
+        reading of its interval is the per-benchmark ``verdict``.
         ``missing.baseline`` lists benchmarks the baseline lacks (and vice versa).
     """
     check_drop_units(max_drop)
@@ -527,10 +528,14 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         comp["flip_examples"] = _flip_examples(b, c, comp)
         comp["items_to_detect_delta"] = (items_to_detect(comp, comp["delta"])
                                          if comp.get("delta") else None)
-        comp["outcome"], comp["outcome_reason"] = benchmark_outcome(comp)
+        nv = compare_verdict(b.items, c.items, test=test, correct_above=correct_above, alpha=alpha,
+                             min_effect=API_MIN_EFFECT if max_drop is None else max_drop)
+        comp["nemo_verdict"] = nv
+        comp["outcome"], comp["outcome_reason"] = nv["verdict"], "; ".join(nv["verdict_reasons"])
         comp.update(nemo_format.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
+    overall = worst(v["outcome"] for v in benches.values())
     return {
         "version": REGRESSION_VERSION,
         "created_at": time.time(),
@@ -545,7 +550,9 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         "regressions": regressions,
         "improvements": [n for n, v in benches.items() if v["verdict"] == "improvement"],
         "regression": bool(regressions),
-        "outcome": worst(v["outcome"] for v in benches.values()),
+        "outcome": overall,
+        "verdict": overall,
+        "verdict_reasons": [f"{n}: {v['outcome']}: {v['outcome_reason']}" for n, v in benches.items()],
     }
 
 

@@ -807,10 +807,11 @@ def item_table(
         category: Optional category per row (a question's first row decides).
 
     Returns:
-        ``{items, scores, n_samples, item_var, clusters, categories, binary}``;
+        ``{items, scores, n_samples, item_var, clusters, categories, binary, pass_frac}``;
         ``item_var`` is each question's unbiased within-question reward variance (None for
         questions with one valid sample) — it lets a comparison tell how much of its SE more
         repeats would remove. ``clusters`` and ``categories`` are None when not given.
+        ``pass_frac``: each question's share of rewards above 0 (NeMo Evaluator's ``pass@1``).
     """
     it = _item_sums(problem_idx, reward)
     r, ids, inv, first, valid, g = it.r, it.ids, it.inv, it.first, it.valid, it.g
@@ -819,6 +820,7 @@ def item_table(
     dev = r[valid] - mu[inv[valid]]
     ss = np.bincount(inv[valid], weights=dev * dev, minlength=g)
     ivar = np.divide(ss, cnt - 1, out=np.full(g, np.nan), where=cnt > 1)
+    passed = np.bincount(inv[valid], weights=(r[valid] > 0) * 1.0, minlength=g) / np.maximum(cnt, 1)
     clus = _item_labels(cluster, first, keep)
     cats = _item_labels(category, first, keep)
     return {
@@ -829,6 +831,7 @@ def item_table(
         "clusters": None if clus is None else _label_list(clus),
         "categories": None if cats is None else _label_list(cats),
         "binary": is_binary(r),
+        "pass_frac": passed[keep].tolist(),
     }
 
 

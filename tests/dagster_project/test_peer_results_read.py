@@ -97,9 +97,12 @@ def test_compare_and_gate_mix_the_two_tools(inputs: Inputs, tmp_path: Path) -> N
         assert c["delta"] == 0.0 and c["base_mean"] == c["cand_mean"] == 0.5 and doc["outcome"] == "PASS"
     assert doc["baseline"]["kind"] == "nemo" and doc["candidate"]["kind"] == "nel"
     (tmp_path / "policy.yaml").write_text(POLICY)
+    # 4 paired items: too few for NeMo Evaluator's gate (minimum 10), so INCONCLUSIVE, exit 2, as there
     gate = _json("gate", str(inputs.peer_shards), str(inputs.nel), "-p", str(tmp_path / "policy.yaml"),
-                 "--format", "json")
-    assert gate["decision"] == "GO" and gate["gate"]["benchmarks"][BENCH_NAME]["decision"] == "GO"
+                 "--format", "json", code=2)
+    (row,) = gate["benchmarks"]
+    assert gate["verdict"] == gate["decision"] == "INCONCLUSIVE"
+    assert (row["benchmark"], row["status"], row["n_paired"]) == (BENCH_NAME, "INSUFFICIENT_EVIDENCE", 4)
 
 
 def test_compare_writes_its_report_next_to_the_peers_bundle(inputs: Inputs, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ _VERDICT_TEXT = {
     "improvement": "IMPROVEMENT",
     "within_max_drop": "OK (within max drop)",
     "not_detectable": "NOT DETECTABLE",
-    "inconclusive": "INCONCLUSIVE",
+    "inconclusive": "NOT SETTLED BY THE CI",
 }
 
 
@@ -109,13 +109,18 @@ def _bench_lines(name: str, c: Mapping[str, Any], verbose: bool) -> list[str]:
                + (f" (~{need} paired items would detect it at 80% power)" if need else ""))
     elif v == "within_max_drop":
         why = f": the CI stays above −{pts(c['max_drop'], False)} pts"
+    elif c.get("ci_high") is not None and c["ci_high"] < 0:
+        # below 0 but not below −max_drop: say so, never "covers 0" (it does not)
+        why = (f": the CI lies entirely below 0 (a drop is established) but reaches above "
+               f"−{pts(c.get('max_drop') or 0, False)} pts, so a drop beyond the max drop is "
+               "neither established nor ruled out")
     elif c.get("mde") is None:
         why = f": the CI covers 0; the MDE is {c.get('mde_note') or 'undefined'}"
     else:
         why = ": the CI covers 0 and |Δ| ≥ MDE; more items would settle it"
     lines.append(f"  interval   {_VERDICT_TEXT.get(v, v)}{why}")
-    if c.get("outcome"):  # NeMo Evaluator's verdict words, which set the exit status
-        lines.append(f"  verdict    {c['outcome']}: {c.get('outcome_reason') or ''}")
+    if c.get("outcome"):  # NeMo Evaluator's verdict by its rules, which sets the exit status
+        lines.append(f"  verdict    {c['outcome']} (NeMo Evaluator 0.3.0's rules): {c.get('outcome_reason') or ''}")
     rt = _runtime_line(c.get("runtime") or {})
     if rt:
         lines.append(f"  runtime    {rt}")

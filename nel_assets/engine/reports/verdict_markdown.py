@@ -62,23 +62,31 @@ def comparison_markdown(doc: Mapping[str, Any], *, show_flips: bool = False) -> 
 
 
 def gate_markdown(out: Mapping[str, Any]) -> str:
-    """The Markdown damage report of a gate decision (the JSON ``nel gate`` prints)."""
-    g = out["gate"]
-    lines = [f"# Release gate: {out['decision']}", "",
+    """The Markdown damage report of a gate decision (the JSON ``nel gate`` prints).
+
+    Statuses and the verdict are NeMo Evaluator's (its rules); the last column is nel's own
+    paired analysis, informational."""
+    from nel_assets.engine.reports.gate_text import nel_analysis_line
+
+    nel = (out.get("nel_analysis") or {}).get("benchmarks") or {}
+    lines = [f"# Release gate: {out['verdict']}", "",
              f"- policy: `{out['policy']}`",
              f"- baseline: `{out['baseline']['model']}` ({out['baseline']['source']})",
              f"- candidate: `{out['candidate']['model']}` ({out['candidate']['source']})",
-             f"- {g['n_tests']} blocking benchmark(s), multiplicity correction {g['correction']}, "
-             f"CI level {g['ci_level']:.4g}, family α = {g['alpha']:g}", "",
-             "| benchmark | tier | decision | Δ (pts) | CI (pts) | allowed drop (pts) | reason |",
-             "|---|---|---|---:|---|---:|---|"]
-    for name, b in g["benchmarks"].items():
-        allowed = "n/a" if b.get("allowed_drop") is None else pts(b["allowed_drop"], False)
-        lines.append(f"| {_cell(name)} | {b['tier']} | {b['decision']} | {pts(b.get('delta'))} | "
-                     f"[{pts(b.get('ci_low'))}, {pts(b.get('ci_high'))}] | {allowed} | "
-                     f"{_cell(b['reason'])} |")
-    damaged = [n for n, b in g["benchmarks"].items() if b["decision"] != "GO"]
+             *[f"- {_cell(r)}" for r in out.get("verdict_reasons") or []], "",
+             "| benchmark | tier | status | metric | n | Δ (pts) | 95% CI (pts) | max drop (pts) | reason "
+             "| nel's paired analysis |",
+             "|---|---|---|---|---:|---:|---|---:|---|---|"]
+    for b in out.get("benchmarks") or []:
+        lines.append(f"| {_cell(b['benchmark'])} | {b['tier']} | {b['status']} | {b.get('metric') or '-'} | "
+                     f"{b.get('n_paired', 0)} | {pts(b.get('delta'))} | "
+                     f"[{pts(b.get('delta_ci_lower'))}, {pts(b.get('delta_ci_upper'))}] | "
+                     f"{pts(b.get('max_drop_threshold'), False)} | {_cell('; '.join(b.get('reasons') or []))} | "
+                     f"{_cell(nel_analysis_line(nel.get(b['benchmark']) or {}) or '-')} |")
+    damaged = [b for b in out.get("benchmarks") or [] if b["status"] != "PASS"]
     lines += ["", "## Damage", ""]
-    lines += [f"- {_cell(n)}: {g['benchmarks'][n]['decision']}: {_cell(g['benchmarks'][n]['reason'])}"
-              for n in damaged] or ["- none: every benchmark is GO"]
+    lines += [f"- {_cell(b['benchmark'])}: {b['status']}: {_cell('; '.join(b.get('reasons') or []))}"
+              for b in damaged] or ["- none: every benchmark passed"]
+    for w in out.get("warnings") or []:
+        lines.append(f"- warning: {_cell(w)}")
     return "\n".join(lines) + "\n"

@@ -92,6 +92,10 @@ def test_compare_runs_and_write_regression_on_two_real_runs(tmp_path: Path, refe
     comp = report["benchmarks"]["nemo_style_capitals"]
     assert comp["delta"] == pytest.approx(-0.75)
     assert report["regression"] is True and report["regressions"] == ["nemo_style_capitals"]
+    # NeMo Evaluator's top-level verdict, by its rules: 3 of 4 problems lost is not significant
+    # for its one-sided McNemar, and 3 discordant pairs are underpowered for its 0.005 default
+    assert report["verdict"] == comp["outcome"] == "INCONCLUSIVE"
+    assert comp["nemo_verdict"]["n_discordant"] == 3 and comp["nemo_verdict"]["min_effect"] == 0.005
     written = write_regression(report, tmp_path / "out" / "regression.json")
     assert json.loads(written.read_text())["regressions"] == ["nemo_style_capitals"]
     with pytest.raises(NelError, match="matches 0 files"):

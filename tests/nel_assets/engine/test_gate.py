@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,6 +62,7 @@ def test_load_policy_ok(tmp_path):
         "tier": "supporting",
         "max_drop": 0.01,
         "max_relative_drop": 0.1,
+        "relative_guard_below": None,
         "metric": "pass@1",
         "direction": "higher_is_better",
     }
@@ -274,3 +276,17 @@ def test_identical_models_gate_with_undefined_mde():
     one_flip[0] = 1.0 - one_flip[0]
     b = _run(strict, {"a": C.compare_scores(side, {"items": list(range(n)), "scores": one_flip.tolist()})}).benchmarks[0]
     assert b.decision == "INCONCLUSIVE"  # one item changed: the interval decides again
+
+
+def test_relative_guard_below_limits_the_relative_drop_to_low_baselines(tmp_path: Path) -> None:
+    """NeMo Evaluator's `relative_guard_below`: the relative limit applies only when the
+    baseline scores below it (a high baseline is held to `max_drop` alone)."""
+    f = tmp_path / "p.yaml"
+    f.write_text("version: 1\nbenchmarks:\n  a: {tier: critical, max_drop: 0.2, max_relative_drop: 0.01,"
+                 " relative_guard_below: 0.5}\n")
+    pol = G.load_policy(f)
+    assert pol.resolved("a")["relative_guard_below"] == 0.5
+    high = {"a": C.compare_scores({"items": list(range(100)), "scores": [1.0] * 90 + [0.0] * 10},
+                                  {"items": list(range(100)), "scores": [1.0] * 85 + [0.0] * 15})}
+    dec = G.decide(pol, high, {"a"}, {"a"}).benchmarks[0]
+    assert dec.allowed_drop == 0.2  # the baseline (0.9) is above the guard: no relative limit

@@ -1,0 +1,63 @@
+"""Run inside NeMo Evaluator 0.3.0's own venv (never imports nel): writes result directories
+with the peer's own bundle writer, and runs its real CLI commands in one interpreter.
+
+    python nemo_peer_driver.py < job.json > answer.json
+
+``job``: ``{"write": [{"dir", "benchmark", "model", "rows": [[problem_idx, repeat, reward,
+category|null], ...]}], "run": [{"id", "args": [...]}]}``. Answer: ``{"run": {id: {"exit_code",
+"output"}}}``. ``write`` goes first, through ``headline_score_metrics``,
+``build_artifact_bundle`` and ``write_all`` (what its ``eval run`` calls), so each bundle's
+scores and CIs are the peer's own. ``run`` invokes its click group (``nemo_evaluator.cli.main``)
+as its ``nel`` executable does: same parsing, same ``sys.exit`` statuses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def write(spec: dict) -> None:
+    from nemo_evaluator.engine.artifacts import build_artifact_bundle, write_all
+    from nemo_evaluator.metrics.headline import headline_score_metrics
+
+    per_problem: dict[int, list[float]] = defaultdict(list)
+    results = []
+    for pid, rep, reward, cat in spec["rows"]:
+        per_problem[pid].append(float(reward))
+        rec = {"problem_idx": pid, "repeat": rep, "reward": float(reward), "expected_answer": str(pid),
+               "model_response": f"Answer: {pid}", "extracted_answer": str(pid)}
+        if cat is not None:
+            rec["metadata"] = {"category": cat}
+        results.append(rec)
+    repeats = max(len(v) for v in per_problem.values())
+    metrics = dict(headline_score_metrics(per_problem, repeats))
+    config = {"benchmark": spec["benchmark"], "model": spec["model"], "repeats": repeats}
+    bundle = build_artifact_bundle(spec["benchmark"], results, metrics, config)
+    bundle["_results"] = results
+    write_all(bundle, Path(spec["dir"]))
+
+
+def run(args: list[str]) -> dict:
+    from click.testing import CliRunner
+    from nemo_evaluator.cli.main import cli
+
+    res = CliRunner().invoke(cli, args, catch_exceptions=True)
+    out = res.output
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        out += f"\nEXCEPTION: {type(res.exception).__name__}: {res.exception}"
+    return {"exit_code": res.exit_code, "output": out}
+
+
+def main() -> None:
+    job = json.load(sys.stdin)
+    for spec in job.get("write", []):
+        write(spec)
+    answer = {"run": {item["id"]: run(item["args"]) for item in job.get("run", [])}}
+    json.dump(answer, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
