@@ -77,5 +77,10 @@ def test_split_regexes_agree_with_the_single_alternation() -> None:
     texts += ["AS AN AI", "İ can't help", "ı can't help", "TH\u0130S is not appropriate to share",
               "Note: against my policies", "ok\n— sorry, but I refuse", "Cannot comply with your request",
               "Won't comply with your request", "ok, won’t fulfill this request"]
+    from benchmarks.scoring import refusal
+    from benchmarks.scoring.reasoning import split_reasoning
+
     for t in texts:
-        assert looks_like_refusal(t) == _one_regex_verdict(t), t
+        answer, _ = split_reasoning(t)
+        split = bool(answer) and refusal._phrase_hit(answer[: refusal._OPENING_CHARS]) is not None
+        assert split == _one_regex_verdict(t), t
