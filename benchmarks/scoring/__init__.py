@@ -100,8 +100,6 @@ __all__ = [
     "last_boxed",
     "letters_for",
     "looks_like_refusal",
-    "refusal_match",
-    "refusal_rule",
     "math_equiv",
     "math_match",
     "mcq_extract",
@@ -111,6 +109,8 @@ __all__ = [
     "normalize_text",
     "numeric_match",
     "parse_number",
+    "refusal_match",
+    "refusal_rule",
     "split_reasoning",
     "triviaqa_match",
 ]
