@@ -123,10 +123,13 @@ def extract_with_fallback(
     if cut:
         notes["run_on_cut"] = True
     notes["reasoning_decision"] = "unused"
+    declined = NO_EXTRACTION
     if answer_text:
         ext = extractor(answer_text)
         if ext:
             return ext, "content", answer_text, reasoning_text
+        if ext is not None and ext.method != "none":
+            declined = ext  # a rule that read the reply as no answer (`no_option_fits`)
     if use_reasoning and reasoning_text:
         ext = extractor(reasoning_text)
         if ext and not answer_text and thinking_cut_off(response) and not _closes(reasoning_text, ext):
@@ -138,7 +141,7 @@ def extract_with_fallback(
             return ext, "reasoning", answer_text, reasoning_text
         if ext:
             notes["reasoning_decision"] = f"no_final_answer:{ext.method}"
-    return NO_EXTRACTION, "content", answer_text, reasoning_text
+    return declined, "content", answer_text, reasoning_text
 
 
 _SENTENCE_END_RE = re.compile(r"[.!?。！？\n]")
