@@ -71,7 +71,7 @@ def compound_head(text: str, alias: str) -> bool:
 # "Answer: Honda. Hmm, actually, the Prius is made by Toyota, not Honda.": a correction cue
 # at a sentence start after the answer, and the sentence it opens.
 _CORRECTION_RE = re.compile(
-    r"(?:^|(?<=[.!?]\s)|(?<=\n))[\s*_]*(?:(?:hmm+|oh|um+|no|well|sorry)\W+){0,2}"
+    r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t*_]{0,8}(?:(?:hmm+|oh|um+|no|well|sorry)[^\w\n]{1,4}){0,2}"
     r"(?:actually|wait|correction|on\s+second\s+thought|scratch\s+that|i\s+was\s+wrong)\b"
     r"[\s,:;—–-]*(?P<rest>[^\n]{1,300})",
     re.IGNORECASE | re.MULTILINE,

@@ -31,7 +31,8 @@ def base_digits_match(pred: str, gold: str) -> bool:
 
 
 # A function application or a subscripted name: `f(-2)`, `h(0)`, `a_{3}`.
-_CALL_RE = re.compile(r"\\?[A-Za-z]+(?:_\{?\w+\}?)?\([^()=]*\)")
+# Tried only at the start of a name, so a long run of letters is scanned once.
+_CALL_RE = re.compile(r"(?<![A-Za-z\\])\\?[A-Za-z]+(?:_\{?\w+\}?)?\([^()=]*\)")
 _LATEX_CMD_RE = re.compile(r"\\(?:frac|dfrac|tfrac|sqrt|pi|cdot|times|left|right)")
 
 
