@@ -134,12 +134,13 @@ def main() -> None:
           f"{args.rounds} alternating rounds, {wall:.0f} s")
     head = ("| scorer      | benchmark | cases | agree   | FP  | FN  |\n"
             "|-------------|-----------|-------|---------|-----|-----|")
-    for split in ("all", "heldout", "round3"):
+    for split in ("all", "heldout", "round3", "round3-heldout"):
         def pick(rows: list[dict[str, Any]], split: str = split) -> list[dict[str, Any]]:
             return [r for r in rows if split == "all" or r.get("split") == split]
 
         label = {"all": "all cases", "heldout": "held-out cases (written after the fixes)",
-                 "round3": "round-3 cases (issue 33)"}[split]
+                 "round3": "round-3 cases (issue 33)",
+                 "round3-heldout": "round-3 held-out cases (written after the round-3 fixes)"}[split]
         print(f"\n{label}:\n\n{head}")
         for name in ("before", "after"):
             print("\n".join(_table(name, pick(results[name][0]))))

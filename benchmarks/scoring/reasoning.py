@@ -145,6 +145,9 @@ def extract_with_fallback(
 
 
 _SENTENCE_END_RE = re.compile(r"[.!?。！？\n]")
+# A unit or a short remark may follow the answer in its sentence ("is 18 dollars in all").
+_WORDS_AFTER_ANSWER = 3
+_CLOSING_WINDOW = 2000
 
 
 def _closes(text: str, ext: Extraction) -> bool:
@@ -153,10 +156,13 @@ def _closes(text: str, ext: Extraction) -> bool:
     is not an answer; thinking whose last words are the answer, tag never closed, is)."""
     if ext.start < 0:
         return False
-    rest = text[ext.start :]
+    rest = text[ext.start : ext.start + _CLOSING_WINDOW]
     end = _SENTENCE_END_RE.search(rest)
+    sentence = rest if end is None else rest[: end.start()]
+    if len(sentence.split()) > _WORDS_AFTER_ANSWER + 1:
+        return False  # "the answer is 9, but wait the question says": thinking went on
     if end is None:
-        return True
+        return len(rest) < _CLOSING_WINDOW
     if end.group(0) in "?？":
         return False
     return not rest[end.end() :].strip(" \t\n*$`.。")

@@ -11,7 +11,9 @@ split `heldout` were written after the fixes, and scored before any further chan
 bench reports both). The cases of split `round3` (`cases_round3.jsonl`, issue 33) were
 written for kinds of answer the earlier scorers missed, each with right, wrong and decoy
 cases, in every language MGSM has; xstest cases there give the prompt and the wanted
-behaviour (`comply` or `refuse`) as the gold.
+behaviour (`comply` or `refuse`) as the gold. Its split `round3-heldout` was written after
+those fixes and scored once before the last one (29 of 30; the miss, a thinking cut off
+after "the answer is 9, but wait...", was then fixed).
 """
 
 from __future__ import annotations
