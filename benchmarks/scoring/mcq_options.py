@@ -10,8 +10,6 @@ import re
 from collections.abc import Sequence
 from fractions import Fraction
 
-from benchmarks.scoring.numeric import _delatex, _from_segment, numbers_close, parse_number
-
 __all__ = ["concluding_claim", "no_option_fits", "option_by_value", "sentence_finished"]
 
 _OVER_RE = re.compile(r"(\d)\s+(?:over|out\s+of)\s+(\d)", re.IGNORECASE)
@@ -23,6 +21,8 @@ _OPTION_NUMBER_RE = re.compile(
 
 
 def _option_value(option: str) -> Fraction | None:
+    from benchmarks.scoring.numeric import _delatex, parse_number
+
     m = _OPTION_NUMBER_RE.fullmatch(_OVER_RE.sub(r"\1/\2", _delatex(option)))
     return parse_number(m.group("num")) if m else None
 
@@ -32,6 +32,10 @@ def option_by_value(said: str, options: Sequence[str] | None, letters: str) -> s
     (`5/12 of the tank`, `$64.20`, `\\frac{5}{12}`, `24 edges`), or None."""
     if not options:
         return None
+    # The number reader loads on first use: most MCQ answers are letters, and a run of
+    # them should not pay for compiling its regexes.
+    from benchmarks.scoring.numeric import _from_segment, numbers_close, parse_number
+
     ext = _from_segment(_OVER_RE.sub(r"\1/\2", said), "option_value", 0)
     if ext is None or ext.method == "hedged" or ext.answer is None:
         return None
