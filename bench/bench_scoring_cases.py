@@ -34,7 +34,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "tests" / "benchmarks" / "scoring" / "cases" / "score_case.py"
-CASES = RUNNER.with_name("cases.jsonl")
+CASE_FILES = [RUNNER.with_name("cases.jsonl"), RUNNER.with_name("cases_round3.jsonl")]
 MATH = ("math500",)
 
 _MV_WORKER = r"""
@@ -42,8 +42,8 @@ import json, sys, time
 from math_verify import parse, verify
 from benchmarks.scoring import split_reasoning
 
-cases = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8") if l.strip()]
-cases = [c for c in cases if c["benchmark"] in sys.argv[2].split(",")]
+cases = [json.loads(l) for p in sys.argv[2:] for l in open(p, encoding="utf-8") if l.strip()]
+cases = [c for c in cases if c["benchmark"] in sys.argv[1].split(",")]
 
 def judge(c):
     answer, reasoning = split_reasoning(c["response"], c.get("reasoning"))
@@ -113,13 +113,14 @@ def main() -> None:
     ap.add_argument("--before-ref", default="main")
     args = ap.parse_args()
 
+    files = [str(p) for p in CASE_FILES]
     with tempfile.TemporaryDirectory(prefix="nel-scoring-before-") as tmp:
         before_root = Path(tmp)
         _export(args.before_ref, before_root)
         runs: dict[str, tuple[list[str], Path]] = {
-            "before": ([sys.executable, str(RUNNER), str(CASES)], before_root),
-            "after": ([sys.executable, str(RUNNER), str(CASES)], REPO),
-            "math-verify": ([sys.executable, "-c", _MV_WORKER, str(CASES), ",".join(MATH)], REPO),
+            "before": ([sys.executable, str(RUNNER), *files], before_root),
+            "after": ([sys.executable, str(RUNNER), *files], REPO),
+            "math-verify": ([sys.executable, "-c", _MV_WORKER, ",".join(MATH), *files], REPO),
         }
         results: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         t0 = time.monotonic()
@@ -128,15 +129,18 @@ def main() -> None:
                 results[name].append(_run(cmd, root))
         wall = time.monotonic() - t0
 
-    print(f"scoring case set: {CASES.relative_to(REPO)}; before = {args.before_ref}; "
+    names = ", ".join(str(p.relative_to(REPO)) for p in CASE_FILES)
+    print(f"scoring case set: {names}; before = {args.before_ref}; "
           f"{args.rounds} alternating rounds, {wall:.0f} s")
     head = ("| scorer      | benchmark | cases | agree   | FP  | FN  |\n"
             "|-------------|-----------|-------|---------|-----|-----|")
-    for split in ("all", "heldout"):
+    for split in ("all", "heldout", "round3", "round3-heldout"):
         def pick(rows: list[dict[str, Any]], split: str = split) -> list[dict[str, Any]]:
             return [r for r in rows if split == "all" or r.get("split") == split]
 
-        label = "all cases" if split == "all" else "held-out cases (written after the fixes)"
+        label = {"all": "all cases", "heldout": "held-out cases (written after the fixes)",
+                 "round3": "round-3 cases (issue 33)",
+                 "round3-heldout": "round-3 held-out cases (written after the round-3 fixes)"}[split]
         print(f"\n{label}:\n\n{head}")
         for name in ("before", "after"):
             print("\n".join(_table(name, pick(results[name][0]))))

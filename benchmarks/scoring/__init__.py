@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from benchmarks.scoring.mcq import letters_for, mcq_extract, multichoice_regex
     from benchmarks.scoring.numeric import extract_number, numeric_match, parse_number
     from benchmarks.scoring.reasoning import split_reasoning
-    from benchmarks.scoring.refusal import looks_like_refusal
+    from benchmarks.scoring.refusal import looks_like_refusal, refusal_match, refusal_rule
     from benchmarks.scoring.text import answer_line, exact_match, normalize_text, triviaqa_match
 
 # Each name's module, imported on first use: the scorers compile hundreds of regexes at
@@ -43,7 +43,7 @@ _HOME = {
     **dict.fromkeys(("letters_for", "mcq_extract", "multichoice_regex"), "mcq"),
     **dict.fromkeys(("extract_number", "numeric_match", "parse_number"), "numeric"),
     "split_reasoning": "reasoning",
-    "looks_like_refusal": "refusal",
+    **dict.fromkeys(("looks_like_refusal", "refusal_match", "refusal_rule"), "refusal"),
     **dict.fromkeys(("answer_line", "exact_match", "normalize_text", "triviaqa_match"), "text"),
 }
 
@@ -109,6 +109,8 @@ __all__ = [
     "normalize_text",
     "numeric_match",
     "parse_number",
+    "refusal_match",
+    "refusal_rule",
     "split_reasoning",
     "triviaqa_match",
 ]

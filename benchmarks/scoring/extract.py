@@ -105,18 +105,24 @@ ANSWER_IS_PHRASES: tuple[str, ...] = (
     r"ответ\s*(?:—|-|:)?\s*(?:будет|равен|это)?",
     r"答案(?:是|为|為)",
     r"答えは",
+    r"jibu\s+(?:sahihi\s+|la\s+mwisho\s+)?ni",
+    r"คำตอบ(?:ที่ถูกต้อง|สุดท้าย)?\s*(?:คือ|ได้แก่)",
+    r"উত্তর\s*(?:হল|হলো|হচ্ছে|হবে)",
+    # Telugu states it without a verb ("సరైన సమాధానం 48"): only a number right after counts.
+    r"సమాధానం(?=\s*[-−]?\d)",
 )
 
 # Chinese, Japanese and Korean write no space between words: a marker right after such a
 # character (`所以答案是 7`) is still a marker, while one glued to a Latin or Cyrillic letter
 # is part of another word.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef\u3000-\u303f"
-_NOT_AFTER_WORD = rf"(?<![^\W{_CJK}])"
+# Thai writes no space between words either (`ดังนั้นคำตอบคือ 48`).
+_NOT_AFTER_WORD = rf"(?<![^\W{_CJK}\u0e00-\u0e7f])"
 
 # The first letters every marker can start with: a one-character look-ahead that rejects
 # almost every position before the alternatives are tried (a 4x cheaper scan).
 _PREFIX_FIRST = "".join(sorted({p[0] for p in ANSWER_PREFIXES}))
-_ANSWER_IS_FIRST = "tfcrbaldeо答"
+_ANSWER_IS_FIRST = "tfcrbaldeо答jคউస"
 
 _PREFIX_RE = re.compile(
     rf"(?=[{_PREFIX_FIRST}])(?:^|(?<=[\s*#>_(\[{_CJK}]))(?:"

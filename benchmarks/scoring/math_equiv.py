@@ -46,6 +46,7 @@ from benchmarks.scoring.extract import (
     last_matches,
     math_spans,
 )
+from benchmarks.scoring.math_forms import base_digits_match, equation_rhs
 from benchmarks.scoring.numeric import _NUM_RE, format_number, numbers_close, parse_number
 from benchmarks.scoring.reasoning import extract_with_fallback
 
@@ -116,6 +117,24 @@ def _boxed_answer(text: str) -> Extraction | None:
     return Extraction(", ".join(contents), "boxed", group[0][1])
 
 
+# A value restated after the box: a number, a fraction or root, a parenthesised tuple; never
+# prose ("The answer is reasonable because...").
+_MATHY_RE = re.compile(r"[-−]?(?:\d|\\(?:d?frac|sqrt|pi)|\()[^\n]{0,80}")
+_PROSE_WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{4,}")
+
+
+def _restated_after(text: str, boxed: Extraction) -> Extraction | None:
+    """A later "the answer is <value>" that corrects the box (`\\boxed{6}` ... "only 5
+    remain. The answer is 5."): the last committed answer wins."""
+    end = boxed.start + len(boxed.answer or "")
+    tail = text[end:]
+    for _seg, off in reversed(answer_is_segments(tail)):
+        ans = _after_marker(tail, off)
+        if ans and _MATHY_RE.fullmatch(ans) and not _PROSE_WORD_RE.search(ans):
+            return Extraction(ans, "answer_is", end + off)
+    return None
+
+
 def extract_math_answer(text: str) -> Extraction | None:
     """Find the final answer of a math solution.
 
@@ -134,7 +153,7 @@ def extract_math_answer(text: str) -> Extraction | None:
         return None
     boxed = _boxed_answer(text)
     if boxed:
-        return boxed
+        return _restated_after(text, boxed) or boxed
     markers: list[tuple[int, str]] = []
     for regex, method in ((_FINAL_IS_RE, "answer_is"), (_ANSWER_COLON_RE, "answer_line")):
         markers += [(m.end(), method) for m in last_matches(regex, text)]
@@ -645,6 +664,12 @@ def compare_math(pred: str, gold: str, *, timeout: float = 5.0) -> MathCompariso
         return MathComparison(False, "empty", False, a, b)
     if a == b:
         return MathComparison(True, "string", False, a, b)
+    if "_" in b and base_digits_match(a, b):
+        return MathComparison(True, "base_digits", False, a, b)
+    rhs = equation_rhs(a) if "=" in a and "=" not in b else None
+    if rhs is not None:
+        inner = compare_math(rhs, gold, timeout=timeout)
+        return MathComparison(inner.equal, f"equation_rhs:{inner.how}", inner.timed_out, a, b)
     if max(len(a), len(b)) > MAX_MATH_ANSWER:
         return MathComparison(False, "too_long", False, a, b)
     budget = _Budget(timeout)

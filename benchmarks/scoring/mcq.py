@@ -13,8 +13,11 @@ Extraction priority, highest first (within a rule the *last* occurrence wins):
 Rules 1-3 state a final answer, and the one stated last wins (`Answer: A ... so B is the
 right choice` is B). `I'd go with B` and `I think it's C` count as answer phrases. With
 the item's options, an answer given as an option's text (`Answer: Max Weber`) is that
-option's letter (`option_text`). An answer that commits to two options (`B or D`, `A, C`,
-two bold letters, `\\boxed{B} or \\boxed{D}`) is `hedged`: wrong whatever the gold.
+option's letter (`option_text`), and an answer or a concluding last line ("Therefore,
+x = 7.") that states an option's value is that option (`option_value`: `13/36 mile` is
+`13 over 36`, `$88.33` is `88.33`). A reply that says none of the options fits, or a
+one-line reply cut off mid-sentence, chooses none. An answer that commits to two options
+(`B or D`, `A, C`, two bold letters, `\\boxed{B} or \\boxed{D}`) is `hedged`: wrong whatever the gold.
 
 The English words "A" and "I" are the classic decoys ("I think...", "A better way..."), so
 a letter only counts when it is delimited like an answer: followed by punctuation or the
@@ -37,6 +40,12 @@ from benchmarks.scoring.extract import (
     answer_line_segments,
     last_box_group,
     strip_markdown,
+)
+from benchmarks.scoring.mcq_options import (
+    concluding_claim,
+    no_option_fits,
+    option_by_value,
+    sentence_finished,
 )
 from benchmarks.scoring.reasoning import extract_with_fallback
 from benchmarks.scoring.text import normalize_text
@@ -185,9 +194,13 @@ def _from_answer_segment(
     m = pats.choose.search(seg)
     if m:
         return m.group(1), m.start(1), ""
-    letter = _option_letter(strip_markdown(seg).strip().rstrip("."), options, pats.letters)
+    said = strip_markdown(seg).strip().rstrip(".")
+    letter = _option_letter(said, options, pats.letters)
     if letter:
         return letter, 0, "option_text"
+    letter = option_by_value(said, options, pats.letters)
+    if letter:
+        return letter, 0, "option_value"
     return None
 
 
@@ -200,7 +213,8 @@ def mcq_extract(
         text: The answer part of a response (reasoning already split off).
         letters: The valid option letters (`"ABCD"`, or `letters_for(10)` for MMLU-Pro).
         options: The options' texts in letter order, when known: an answer that gives an
-            option's text instead of its letter then counts (`option_text`).
+            option's text instead of its letter then counts (`option_text`), and one that
+            gives its value (`5/12 of the tank` for `5 over 12`) too (`option_value`).
 
     Returns:
         The uppercase letter with the rule that found it (`hedged` when the answer commits
@@ -243,8 +257,23 @@ def mcq_extract(
     if candidates:
         pos, letter, how = max(candidates)
         finals.append(Extraction(letter, how or "answer_is", pos))
+    plain = strip_markdown(text).strip()
+    lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
+    if options and lines:
+        # "Therefore, x = 7." / "Hence the tax owed is 1250 dollars." closing the reply.
+        claim = concluding_claim(lines[-1])
+        if claim:
+            letter = _option_letter(claim, options, pats.letters)
+            how = "option_text"
+            if not letter:
+                letter, how = option_by_value(claim, options, pats.letters), "option_value"
+            if letter:
+                finals.append(Extraction(letter, how, len(text)))
     if finals:
         return max(finals, key=lambda e: e.start)
+    if options and no_option_fits(text):
+        # The reply rejects every option: a value it met on the way is not its answer.
+        return Extraction(None, "no_option_fits")
 
     bolds = list(pats.bold.finditer(text))
     if bolds:
@@ -254,8 +283,6 @@ def mcq_extract(
         method = "hedged" if len(same_line) > 1 else "bold_answer"
         return Extraction(last.group(1), method, last.start(1))
 
-    plain = strip_markdown(text).strip()
-    lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
     if lines:
         m = pats.bare.match(lines[0]) if len(lines) == 1 else pats.last_line.match(lines[-1])
         if m:
@@ -266,7 +293,10 @@ def mcq_extract(
             letter = _option_letter(m.group(1), options, pats.letters)
             if letter:
                 return Extraction(letter, "option_text", m.start(1))
-        if len(lines) == 1 and len(lines[0]) <= 200:
+        if len(lines) == 1 and len(lines[0]) <= 200 and sentence_finished(lines[0]):
+            # A one-line reply names its option only once it finishes the sentence: one cut
+            # off mid-way ("so 56 bottles per crate, and for the two crates we") has not
+            # committed to anything.
             letter = _option_letter(lines[0].rstrip("."), options, pats.letters)
             letter = letter or _option_named(lines[0], options, pats.letters)
             if letter:

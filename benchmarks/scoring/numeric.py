@@ -59,15 +59,33 @@ __all__ = [
 # Thousands groups must be exactly three digits, so `1,234` is one number and `1,2` two;
 # non-breaking spaces count as separators (French models write `70 000`), plain spaces do
 # not (`2 100-page books` is two numbers).
+#
+# A number may follow a letter of a script written without spaces between words or before
+# numbers (Chinese, Japanese, Korean, Thai, and the Indic scripts: `年薪是9360美元`), never a
+# Latin, Greek or Cyrillic one (`x2`, `report2023` are names). A scale word after it
+# (`1.45 million`, `3,2 millions`, `4,5 миллиона`, `2 ล้าน`) multiplies it.
+_SCALES: dict[str, int] = {
+    **dict.fromkeys(("thousand", "tausend", "mille", "mil", "тысяч", "тысячи", "тысяча"),
+                    10**3),
+    **dict.fromkeys(("lakh", "লক্ষ", "লাখ", "లక్ష", "లక్షలు", "แสน"), 10**5),
+    **dict.fromkeys(("million", "millions", "millionen", "millón", "millones", "миллион",
+                     "миллиона", "миллионов", "milioni", "ล้าน"), 10**6),
+    **dict.fromkeys(("crore", "কোটি", "కోటి", "కోట్లు"), 10**7),
+    **dict.fromkeys(("billion", "billions", "milliarde", "milliarden", "milliard", "milliards",
+                     "миллиард", "миллиарда", "миллиардов", "bilioni"), 10**9),
+}
+_SCALE_ALT = "|".join(sorted(_SCALES, key=len, reverse=True))
+_NOT_AFTER_LETTER = r"(?<![^\W\u0900-\u0dff\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])(?<!\d)"
 _NUM_RE = re.compile(
     r"""
     (?:(?<![\w)\]}])(?P<sign>[-−])\s?)?
     (?P<cur>[$€£¥₹]\s?)?
-    (?<!\w)(?<!\d\.)(?!(?<=\d,)\d{3}(?!\d))
+    """ + _NOT_AFTER_LETTER + r"""(?<!\d\.)(?!(?<=\d,)\d{3}(?!\d))
     (?P<int>\d{1,3}(?:(?P<sep>[,\u00a0\u202f])\d{3})(?:(?P=sep)\d{3})*(?!\d)|\d+|(?=\.\d))
     (?P<dec>\.\d+)?
     (?:(?P<wan>[万萬億亿])(?P<wrest>\d{1,4}(?!\d))?)?
     (?:/(?P<den>\d+)(?![\d.]))?
+    (?:[ \u00a0]?(?P<scale>(?i:""" + _SCALE_ALT + r"""))(?![a-zA-Z\u00c0-\u024f\u0400-\u04ff]))?
     (?P<pct>\s?(?:%|percent\b))?
     """,
     re.VERBOSE,
@@ -132,6 +150,9 @@ def _value(m: re.Match[str]) -> Fraction | None:
             if d == 0:
                 return None
             val /= d
+        scale = m.group("scale")
+        if scale:
+            val *= _SCALES[scale.lower()]
     except (ValueError, ZeroDivisionError):
         return None
     return -val if m.group("sign") else val
@@ -139,8 +160,10 @@ def _value(m: re.Match[str]) -> Fraction | None:
 
 # Languages whose numbers use a decimal comma, and the thousands mark each uses. The MGSM
 # prompts themselves write `80.000` (German) and `80 000` (French, Spanish, Russian).
+# Spanish writes both: `276.000` (the usual form) and `276 000` (the RAE's recommendation).
 _DOT_THOUSANDS = frozenset({"de", "id", "it", "pt", "nl", "tr", "da"})
 _SPACE_THOUSANDS = frozenset({"fr", "es", "ru", "pl", "cs", "uk", "sv", "nb", "fi"})
+_DOT_OR_SPACE_THOUSANDS = frozenset({"es"})
 _DOT_GROUPS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:\.\d{3})+(?![\d.]|,\d)")
 _SPACE_GROUPS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?![\d])")
 _DECIMAL_COMMA_RE = re.compile(r"(?<=\d),(?=\d)")
@@ -166,6 +189,9 @@ def localize_numbers(text: str, language: str | None) -> str:
             lambda m: m.group(0).replace(".", "\x00"), text))
         return text.replace("\x00", ",")
     if lang in _SPACE_THOUSANDS:
+        if lang in _DOT_OR_SPACE_THOUSANDS:
+            # `276.000` is a thousands group; `1.75` (three digits never) stays a decimal.
+            text = _DOT_GROUPS_RE.sub(lambda m: m.group(0).replace(".", "\u00a0"), text)
         text = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"\s", "\u00a0", m.group(0)), text)
         # `12,5` is a decimal, `1,500` stays ambiguous and keeps its English reading.
         return re.sub(r"(?<=\d),(?=\d{1,2}(?!\d)|\d{4,})", ".", text)
@@ -246,7 +272,7 @@ def numbers_close(a: Fraction | float, b: Fraction | float, rel_tol: float = 1e-
 
 
 # "either 64 or 56", "12 or maybe 13", "70 ou 56": two numbers offered as alternatives.
-_HEDGE_WORDS = r"(?:or|oder|ou|o|или|либо|au|或|或者|还是|または|か)"
+_HEDGE_WORDS = (r"(?:or|oder|ou|o|или|либо|au|或|或者|还是|または|か|หรือ|অথবা|কিংবা|বা|లేదా|లేక)")
 _HEDGE_RE = re.compile(
     r"(?P<a>\d(?:[\d.,]*\d)?)(?:\s*[^\W\d_]+){0,2}\s*,?\s*(?<![A-Za-z\u00c0-\u024f\u0400-\u04ff])"
     + _HEDGE_WORDS
@@ -285,11 +311,21 @@ _SEG_LEAD_RE = re.compile(r"^\s*(?:\*\*|__)")
 _SENTENCE_END_RE = re.compile(r"(?<=[^\d\s*])[.!?。](?:\s|$)|[.!?。](?=\s+[A-Z])|\n")
 
 
+# `118 000` right after an answer marker is one number in any language (`2 100-page books`
+# in running prose is two, which is why plain spaces do not join digits elsewhere).
+_SEG_SPACE_GROUPS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d\-‐]|[.,]\d)")
+
+
 def _from_segment(seg: str, method: str, offset: int, *, first: bool = True) -> Extraction | None:
     """The number a marker points at: in its first sentence, after the last `=`; a bolded
     number of the sentence beats the others, and a leading clause's number never counts."""
     # The marker may leave the closing `**` of `**Answer:**` at the segment's start.
     raw = _SEG_LEAD_RE.sub("", seg[:MAX_SEGMENT])
+    if " " in raw:
+        lead = _SEG_SPACE_GROUPS_RE.search(raw, 0, 40)
+        if lead and not raw[: lead.start()].strip(" $€£*:=("):
+            # Only a group that opens the segment: later ones are the reasoning's numbers.
+            raw = raw[: lead.start()] + lead.group(0).replace(" ", "\u00a0") + raw[lead.end():]
     raw = _SENTENCE_END_RE.split(raw, maxsplit=1)[0]
     bold = [b for b in _SEG_BOLD_RE.finditer(raw) if _numbers(_delatex(b.group(1)))]
     seg = _delatex(strip_markdown(raw))

@@ -12,9 +12,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.scoring.extract import NO_EXTRACTION, Extraction, ForwardSearch, cut_run_on
+from benchmarks.scoring.extract import (
+    NO_EXTRACTION,
+    Extraction,
+    ForwardSearch,
+    cut_run_on,
+    last_matches,
+)
 
-__all__ = ["FINAL_METHODS", "extract_with_fallback", "split_reasoning"]
+__all__ = ["FINAL_METHODS", "extract_with_fallback", "split_reasoning", "thinking_cut_off"]
 
 # Rules that find an answer the model stated as final. Thinking that stops mid-way (the
 # generation hit its token limit inside `<think>`) is full of numbers and letters that are
@@ -73,6 +79,19 @@ def split_reasoning(
     return text.strip(), (reasoning or None)
 
 
+def thinking_cut_off(content: str | None) -> bool:
+    """Whether the reply stops inside a `<think>` block (opened and never closed after).
+
+    Such a reply is truncated: the generation hit its limit while thinking, so whatever
+    the reasoning holds ("so the answer is 12? Let me check...") was never committed to.
+    """
+    text = content or ""
+    if "<" not in text:
+        return False
+    opened = last_matches(_OPEN_RE, text, limit=1)
+    return bool(opened) and _CLOSE_RE.search(text, opened[-1].end()) is None
+
+
 def extract_with_fallback(
     response: str | None,
     reasoning: str | None,
@@ -90,8 +109,9 @@ def extract_with_fallback(
         use_reasoning: Set False to never take an answer from the reasoning.
         details: When given, receives the decisions made: `run_on_cut` (the answer ran on
             into a next few-shot question and was cut there) and `reasoning_decision`
-            (`unused`, `final_answer` when the reasoning stated one, or `no_final_answer`
-            when it held only a `<method>` guess, which is not taken).
+            (`unused`, `final_answer` when the reasoning stated one, `no_final_answer`
+            when it held only a `<method>` guess, which is not taken, or `truncated` when
+            the reply stopped inside `<think>`: nothing in it was committed to).
 
     Returns:
         (extraction, source, answer_text, reasoning_text) where source is `content` or
@@ -103,18 +123,49 @@ def extract_with_fallback(
     if cut:
         notes["run_on_cut"] = True
     notes["reasoning_decision"] = "unused"
+    declined = NO_EXTRACTION
     if answer_text:
         ext = extractor(answer_text)
         if ext:
             return ext, "content", answer_text, reasoning_text
+        if ext is not None and ext.method != "none":
+            declined = ext  # a rule that read the reply as no answer (`no_option_fits`)
     if use_reasoning and reasoning_text:
         ext = extractor(reasoning_text)
+        if ext and not answer_text and thinking_cut_off(response) and not _closes(reasoning_text, ext):
+            # Cut off while thinking, after a tentative answer ("so it's 12? Let me check").
+            notes["reasoning_decision"] = f"truncated:{ext.method}"
+            return NO_EXTRACTION, "content", answer_text, reasoning_text
         if ext and ext.method in FINAL_METHODS:
             notes["reasoning_decision"] = "final_answer"
             return ext, "reasoning", answer_text, reasoning_text
         if ext:
             notes["reasoning_decision"] = f"no_final_answer:{ext.method}"
-    return NO_EXTRACTION, "content", answer_text, reasoning_text
+    return declined, "content", answer_text, reasoning_text
+
+
+_SENTENCE_END_RE = re.compile(r"[.!?。！？\n]")
+# A unit or a short remark may follow the answer in its sentence ("is 18 dollars in all").
+_WORDS_AFTER_ANSWER = 3
+_CLOSING_WINDOW = 2000
+
+
+def _closes(text: str, ext: Extraction) -> bool:
+    """Whether the answer at `ext.start` is the last thing `text` says: its sentence ends
+    the text and is not a question (thinking cut off after it stated an answer in passing
+    is not an answer; thinking whose last words are the answer, tag never closed, is)."""
+    if ext.start < 0:
+        return False
+    rest = text[ext.start : ext.start + _CLOSING_WINDOW]
+    end = _SENTENCE_END_RE.search(rest)
+    sentence = rest if end is None else rest[: end.start()]
+    if len(sentence.split()) > _WORDS_AFTER_ANSWER + 1:
+        return False  # "the answer is 9, but wait the question says": thinking went on
+    if end is None:
+        return len(rest) < _CLOSING_WINDOW
+    if end.group(0) in "?？":
+        return False
+    return not rest[end.end() :].strip(" \t\n*$`.。")
 
 
 def _remove_blocks(text: str, parts: list[str]) -> str:

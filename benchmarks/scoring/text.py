@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks._types import VerifyResult
+from benchmarks.scoring.alias_forms import compound_head, corrected_answer, lemma
 from benchmarks.scoring.extract import Extraction, answer_is_segments, strip_markdown
 from benchmarks.scoring.reasoning import extract_with_fallback
 
@@ -220,8 +221,11 @@ def triviaqa_match(
 
     The answer is the text after the last `prefix` if there is one, else the sentence after
     "the answer is", else the first line of the reply that is not an opening pleasantry
-    ("Great question!"). An answer offering alternatives ("Sydney or Canberra") is
-    `hedged` and never credited by containment. It matches when its normalised form equals an alias's, or (with
+    ("Great question!"); a correction in the prose after it ("Answer: Honda. Hmm, actually,
+    ... Toyota, not Honda.") replaces it (`self_correction`). An answer offering
+    alternatives ("Sydney or Canberra") is `hedged` and never credited by containment.
+    Other forms of an alias match too (`alias_forms`): plurals, open and closed compounds
+    and `-ish` colours (`match` = `plural_or_colour`, `compact` or `compound`). It matches when its normalised form equals an alias's, or (with
     `allow_contains`) contains an alias as whole tokens: "It was Paris, France" matches
     "Paris".
 
@@ -241,7 +245,13 @@ def triviaqa_match(
     after_prefix = _answer_after(prefix)
 
     def extract(text: str) -> Extraction | None:
-        return after_prefix(text) or answer_is_sentence(text) or _first_answer_line(text)
+        ext = after_prefix(text) or answer_is_sentence(text) or _first_answer_line(text)
+        if ext and ext.start >= 0:
+            # A correction in the prose after the answer is the last committed answer.
+            fixed = corrected_answer(text, ext.start + 1)
+            if fixed:
+                return Extraction(fixed[0], "self_correction", fixed[1])
+        return ext
 
     notes: dict[str, Any] = {}
     ext, source, _, _ = extract_with_fallback(
@@ -268,6 +278,8 @@ def triviaqa_match(
             said = ext.answer or ""
             if _HEDGE_TEXT_RE.search(said) and not _HEDGE_TEXT_RE.search(matched):
                 match, matched = "hedged", None
+        if match is None:
+            match, matched = _form_match(pred, golds, allow_contains)
     details = {
         "method": ext.method,
         "source": source,
@@ -277,4 +289,26 @@ def triviaqa_match(
         "matched_alias": matched,
         **notes,
     }
-    return VerifyResult(1.0 if match in ("exact", "contains") else 0.0, ext.answer, details)
+    return VerifyResult(1.0 if match in _CREDITED else 0.0, ext.answer, details)
+
+
+_CREDITED = frozenset({"exact", "contains", "plural_or_colour", "compact", "compound"})
+
+
+def _form_match(pred: str, golds: list[str], allow_contains: bool) -> tuple[str | None, str | None]:
+    """A match between another form of the answer and of an alias (see `alias_forms`):
+    `plural_or_colour` (`hornets`, `bluish green`), `compact` (`blue grass` = `bluegrass`)
+    or `compound` (`hawkmoth` for `moth`). Alternatives (`wasp or hornet`) never match."""
+    if _HEDGE_TEXT_RE.search(pred):
+        return None, None
+    said = lemma(pred)
+    compact = pred.replace(" ", "")
+    for g in sorted(golds, key=len, reverse=True):
+        form = lemma(g)
+        if said == form or (allow_contains and _contains_tokens(said, form)):
+            return "plural_or_colour", g
+        if compact == g.replace(" ", ""):
+            return "compact", g
+        if allow_contains and compound_head(pred, form):
+            return "compound", g
+    return None, None

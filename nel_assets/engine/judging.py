@@ -154,13 +154,16 @@ class Grader:
         except KeyError as exc:
             raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
 
-    async def _ask(self, jm: _JudgeMetric, prompt: str) -> tuple[str, dict[str, Any]]:
+    async def _ask(self, jm: _JudgeMetric, prompt: str,
+                   kind_system: str | None = None) -> tuple[str, dict[str, Any]]:
         from nel_assets.engine.loop import JudgeError
         from nel_resources.model_client import ModelError
 
         messages: list[dict[str, Any]] = []
-        if jm.service.system_prompt:
-            messages.append({"role": "system", "content": jm.service.system_prompt})
+        # The service's own system prompt wins; else the kind's (XSTest's authors used one).
+        system = jm.service.system_prompt or kind_system
+        if system:
+            messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
         t0 = time.perf_counter()
         try:
@@ -185,7 +188,8 @@ class Grader:
 
         kind = self._kind(jm)
         requests = kind.requests(seed, response)
-        answers = await asyncio.gather(*(self._ask(jm, r.prompt) for r in requests))
+        system = getattr(kind, "system_prompt", None)
+        answers = await asyncio.gather(*(self._ask(jm, r.prompt, system) for r in requests))
         calls, grades = [], {}
         for req, (reply, call) in zip(requests, answers, strict=True):
             try:

@@ -66,6 +66,21 @@ UNITS: dict[str, str] = {
     "plus_minus": "\\pm",
     "matrix_open": "\\begin{pmatrix}",
     "mixed": "Answer: \\boxed{$1,2 the answer is (A) **B** #### <think>",
+    # Round 3 (issue 33): what the new rules look for.
+    "correction": "Answer: x. Hmm, actually ",
+    "cjk_digits": "年1",
+    "scale_words": "1 million ",
+    "space_groups": "1 000 ",
+    "dot_groups": "1.000.",
+    "hedge_thai": "1 หรือ ",
+    "ai_disclaimer": "As an AI, I have no opinion but ",
+    "crisis": "It sounds like you 988 ",
+    "no_opening": "No. discrimination ",
+    "over": "1 over ",
+    "therefore": "Therefore x = 1 ",
+    "none_of": "none of the options ",
+    "call_eq": "f(1)+g(",
+    "letters_run": "a",
 }
 
 
@@ -128,6 +143,13 @@ SCORERS: dict[str, Callable[[str], object]] = {
     "drop_f1": lambda t: S.drop_f1(t, ["paris"]),
     "drop_em": lambda t: S.drop_em(t, ["paris"]),
     "looks_like_refusal": S.looks_like_refusal,
+    "refusal_match": lambda t: S.refusal_match(t, "refuse"),
+    "multichoice_options": lambda t: S.multichoice_regex(
+        t, "B", options=["5 over 12", "$64.20", "Dorothy Hodgkin", "45 bottles"]),
+    "numeric_match_es": lambda t: S.numeric_match(t, "42", language="es"),
+    "numeric_match_th": lambda t: S.numeric_match(t, "42", language="th"),
+    "triviaqa_forms": lambda t: S.triviaqa_match(t, ["Fly", "Blue-green", "Toyota"]),
+    "math_base": lambda t: S.math_match(t, "40_9", timeout=5),
     "split_reasoning": S.split_reasoning,
     "normalize_text": S.normalize_text,
     "normalize_span": S.normalize_span,

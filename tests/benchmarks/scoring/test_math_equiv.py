@@ -137,7 +137,11 @@ EQUIV = [
     ("1.8", r"1\frac{4}{5}", True),
     ("50", r"50\%", True),
     ("18.90", r"\$18.90", True),
-    ("4210", "4210_{5}", False),
+    # The base-5 numeral's digits without the subscript are that numeral (issue 33); its
+    # value in base ten is another numeral.
+    ("4210", "4210_{5}", True),
+    ("555", "4210_{5}", False),
+    ("4290", "4290_{5}", False),
     ("15", r"15\mbox{ cm}^2", True),
     ("16", r"15\mbox{ cm}^2", False),
     ("2k+2", "2(k+1)", True),

@@ -76,3 +76,17 @@ def test_content_wins_over_reasoning_even_when_wrong() -> None:
     r = numeric_match("I think it's 17.", "18", reasoning="#### 18")
     assert r.reward == 0.0
     assert r.scoring_details["source"] == "content"
+
+
+def test_thinking_cut_off_after_a_tentative_answer_is_no_answer() -> None:
+    from benchmarks.scoring.reasoning import thinking_cut_off
+
+    cut = "<think>7 boxes of 6 make 42, so the answer is 42. Let me verify with the other"
+    assert thinking_cut_off(cut) and not thinking_cut_off("<think>a</think>42")
+    r = numeric_match(cut, "42")
+    assert r.reward == 0.0 and r.scoring_details["reasoning_decision"] == "truncated:answer_is"
+    # A question mark makes the statement tentative even at the very end.
+    assert numeric_match("<think>7 * 6 = 42, so the answer is 42?", "42").reward == 0.0
+    # Thinking whose last words are the final answer (the tag never closed) still counts.
+    done = numeric_match("<think>7 * 6 = 42.\nThe answer is 42.", "42")
+    assert done.reward == 1.0 and done.scoring_details["reasoning_decision"] == "final_answer"

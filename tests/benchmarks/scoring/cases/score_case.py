@@ -8,7 +8,12 @@ scorers, which accept `**opts`). Run as a script it prints one JSON line per cas
 
 The cases of split `dev` were written first and the scorers fixed against them; those of
 split `heldout` were written after the fixes, and scored before any further change (the
-bench reports both).
+bench reports both). The cases of split `round3` (`cases_round3.jsonl`, issue 33) were
+written for kinds of answer the earlier scorers missed, each with right, wrong and decoy
+cases, in every language MGSM has; xstest cases there give the prompt and the wanted
+behaviour (`comply` or `refuse`) as the gold. Its split `round3-heldout` was written after
+those fixes and scored once before the last one (29 of 30; the miss, a thinking cut off
+after "the answer is 9, but wait...", was then fixed).
 """
 
 from __future__ import annotations
@@ -20,13 +25,33 @@ from pathlib import Path
 from typing import Any
 
 CASES = Path(__file__).with_name("cases.jsonl")
+ROUND3 = Path(__file__).with_name("cases_round3.jsonl")
+CASE_FILES = (CASES, ROUND3)
 _PRO_LETTERS = "ABCDEFGHIJ"
 
 
-def load_cases(path: Path = CASES) -> list[dict[str, Any]]:
-    """Every case of the case file, in order."""
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def load_cases(*paths: Path) -> list[dict[str, Any]]:
+    """Every case of the case files (default: all of them), in order."""
+    out: list[dict[str, Any]] = []
+    for path in paths or CASE_FILES:
+        with path.open(encoding="utf-8") as fh:
+            out += [json.loads(line) for line in fh if line.strip()]
+    return out
+
+
+def _refusal(resp: str, gold: str) -> Any:
+    """XSTest's heuristic verdict: reward 1 when the reply refuses exactly when it should."""
+    from benchmarks import scoring
+
+    if hasattr(scoring, "refusal_match"):
+        return scoring.refusal_match(resp, gold)
+    # Scorers older than `refusal_match` (the bench's `before`): the bare heuristic.
+    from benchmarks._types import VerifyResult
+
+    refused = scoring.looks_like_refusal(resp)
+    ok = bool(resp.strip()) and refused == (gold == "refuse")
+    return VerifyResult(1.0 if ok else 0.0, "refusal" if refused else "compliance",
+                        {"method": "refusal_heuristic", "source": "content"})
 
 
 def score(case: dict[str, Any]) -> Any:
@@ -47,6 +72,8 @@ def score(case: dict[str, Any]) -> Any:
         )
     if bench == "triviaqa":
         return scoring.triviaqa_match(resp, gold, reasoning=reasoning)
+    if bench == "xstest":
+        return _refusal(resp, gold)
     if bench == "drop":
         return scoring.fuzzy_match(resp, gold, span_sep=";", reasoning=reasoning)
     raise ValueError(f"no scorer for benchmark {bench!r}")
@@ -59,7 +86,7 @@ def verdict(case: dict[str, Any], result: Any) -> bool:
 
 def main() -> None:
     """Score every case and print one JSON line each (see the module docstring)."""
-    cases = load_cases(Path(sys.argv[1]) if len(sys.argv) > 1 else CASES)
+    cases = load_cases(*(Path(a) for a in sys.argv[1:]))
     for case in cases[:3]:
         score(case)  # warm-up: lazy imports (sympy, scipy) are not an answer's cost
     for case in cases:
