@@ -43,7 +43,11 @@ os.close(w)
 got = 0
 while got < n:
     if select.select([r], [], [], 0.05)[0]:
-        got += len(os.read(r, n))
+        data = os.read(r, n)
+        got += len(data)
+        if not data:  # end of file: every child closed the pipe, so every child died
+            print(f"every child died after {got} held {size >> 20} MiB")
+            break
     elif os.waitpid(-1, os.WNOHANG)[0]:
         print(f"a child died after {got} held {size >> 20} MiB")
         break
@@ -106,11 +110,20 @@ def test_eight_children_of_600mb_are_stopped_at_the_sample_total(cgroup: bool | 
         assert cg_peak <= DEFAULT_MEMORY_BYTES, cg_peak
 
 
+#: What summing the RSS of a tree's processes counts beyond their own memory: each process's
+#: shared pages (the interpreter and its libraries) once per process.
+SHARED_PER_PROCESS = 48 * MiB
+
+
 def test_memory_key_is_honoured_and_no_longer_refused() -> None:
     small = make_factory(SandboxConfig(type="local", memory="384m", concurrency=1))
-    res, tree_peak, _ = _hold(small, 4, 150)  # 600 MiB in all, past 384 MiB
+    res, tree_peak, cg_peak = _hold(small, 4, 150)  # 600 MiB in all, past 384 MiB
     assert not res.ok and res.stopped == "memory", res
-    assert tree_peak <= 384 * MiB * 1.1, tree_peak
+    if cg_peak is not None:  # the cgroup's own count: exact
+        assert cg_peak <= 384 * MiB, cg_peak
+    # Summed RSS counts shared pages once per process (parent + 4 children): under load a
+    # CI run saw 548 MiB here with the cgroup's peak at the limit.
+    assert tree_peak <= 384 * MiB * 1.1 + 5 * SHARED_PER_PROCESS, tree_peak
     # The same sample within the default limit runs to its end: the limit stopped it above.
     ok, _, _ = _hold(make_factory(SandboxConfig(type="local", concurrency=1)), 4, 150)
     assert ok.ok and "all 4 children held 150 MiB" in ok.stdout, ok
