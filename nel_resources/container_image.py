@@ -28,7 +28,8 @@ from pathlib import Path
 from benchmarks.errors import NelError
 
 #: What `nel serve` imports (besides the standard library and nel itself).
-SERVE_REQUIREMENTS = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2.6", "orjson>=3.9", "pyyaml>=6"]
+SERVE_REQUIREMENTS = ["fastapi>=0.110", "uvicorn>=0.29", "httptools>=0.6", "pydantic>=2.6", "orjson>=3.9",
+                      "pyyaml>=6"]
 #: nel's packages copied into the image (the CLI, the serve app and what they import).
 NEL_PACKAGES = ["benchmarks", "nel_resources", "nel_assets", "dagster_project"]
 #: The port `nel serve` listens on inside the image (NeMo Evaluator's default).
