@@ -23,6 +23,9 @@ from tests.support import require_bwrap
 from tests.support.proc_tree import PeakTreeRss
 
 MiB = 1 << 20
+#: What summing the RSS of a tree's processes counts beyond their own memory: each process's
+#: shared pages (the interpreter and its libraries) once per process.
+SHARED_PER_PROCESS = 48 * MiB
 
 #: `n` children each hold `size` MiB at once; the parent says so on stdout and exits 0, or
 #: exits 1 when a child died first (quietly: the child's own error is stderr's last line).
@@ -104,26 +107,25 @@ def test_eight_children_of_600mb_are_stopped_at_the_sample_total(cgroup: bool | 
     assert "all 8 children held" not in res.stdout, (res, tree_peak)
     verdict = judge_run(res.return_code, res.stopped, res.stderr)
     assert not verdict.passed and verdict.reason == "memory", (res, verdict)
-    # The host never held much more than the limit (2 GiB), not the 4.8 GB asked for.
-    assert tree_peak <= DEFAULT_MEMORY_BYTES * 1.1, tree_peak
+    # The host never held much more than the limit (2 GiB), not the 4.8 GB asked for: by the
+    # cgroup's own count where there is one (exact), else by the tree's summed RSS, which
+    # counts each process's shared pages again (9 processes here).
     if cg_peak is not None:
         assert cg_peak <= DEFAULT_MEMORY_BYTES, cg_peak
-
-
-#: What summing the RSS of a tree's processes counts beyond their own memory: each process's
-#: shared pages (the interpreter and its libraries) once per process.
-SHARED_PER_PROCESS = 48 * MiB
+    else:
+        assert tree_peak <= DEFAULT_MEMORY_BYTES * 1.1 + 9 * SHARED_PER_PROCESS, tree_peak
 
 
 def test_memory_key_is_honoured_and_no_longer_refused() -> None:
     small = make_factory(SandboxConfig(type="local", memory="384m", concurrency=1))
     res, tree_peak, cg_peak = _hold(small, 4, 150)  # 600 MiB in all, past 384 MiB
     assert not res.ok and res.stopped == "memory", res
-    if cg_peak is not None:  # the cgroup's own count: exact
+    # The cgroup's own count is exact; summed RSS counts shared pages once per process
+    # (CI runs saw 548 and 711 MiB summed with the cgroup's peak at its 384 MiB limit).
+    if cg_peak is not None:
         assert cg_peak <= 384 * MiB, cg_peak
-    # Summed RSS counts shared pages once per process (parent + 4 children): under load a
-    # CI run saw 548 MiB here with the cgroup's peak at the limit.
-    assert tree_peak <= 384 * MiB * 1.1 + 5 * SHARED_PER_PROCESS, tree_peak
+    else:
+        assert tree_peak <= 384 * MiB * 1.1 + 5 * SHARED_PER_PROCESS, tree_peak
     # The same sample within the default limit runs to its end: the limit stopped it above.
     ok, _, _ = _hold(make_factory(SandboxConfig(type="local", concurrency=1)), 4, 150)
     assert ok.ok and "all 4 children held 150 MiB" in ok.stdout, ok
