@@ -27,19 +27,24 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
-from nel_resources.progress_deadline import ProgressDeadline
-
 __all__ = [
     "ALLOWED_HOSTS",
     "HealthCheckError",
     "ManagedProcess",
     "ProcessExitedError",
+    "ProgressDeadline",
     "free_port",
+    "group_cpu_seconds",
     "pid_alive",
     "process_group_members",
     "start_on_free_port",
     "wait_for_port_file",
 ]
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: A progress deadline reads CPU at most this often: listing /proc on every 50 ms health poll
+#: costs more than the check is worth, and clock ticks are 10 ms anyway.
+_CPU_READ_EVERY_S = 0.5
 
 #: Health checks only ever target the loopback interface.
 ALLOWED_HOSTS = frozenset({"127.0.0.1", "localhost"})
@@ -67,15 +72,46 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _read_proc_stat(pid: int) -> tuple[str, int] | None:
-    """Return ``(state, pgrp)`` of a Linux process, or None when it does not exist."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command (field 3, the state, first), or None
+    when the process does not exist."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[2])
+    return raw[raw.rfind(b")") + 2 :].split()
+
+
+def _read_proc_stat(pid: int) -> tuple[str, int] | None:
+    """Return ``(state, pgrp)`` of a Linux process, or None when it does not exist."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (fields[0].decode(), int(fields[2]))
+
+
+def _group_stats(pgid: int) -> list[list[bytes]] | None:
+    """The stat fields (as `_stat_fields`) of every process in group ``pgid``, zombies
+    included; None where /proc cannot be listed."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    found = []
+    for entry in entries:
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None \
+                and int(fields[2]) == pgid:
+            found.append(fields)
+    return found
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds (user + system, own and reaped children's) used by the processes of group
+    ``pgid``; None where /proc cannot be read."""
+    stats = _group_stats(pgid)
+    if stats is None:
+        return None
+    # utime, stime, cutime, cstime: fields 14-17 of the whole line, 11-14 after the command.
+    return sum(int(f) for fields in stats for f in fields[11:15]) / _TICKS
 
 
 def pid_alive(pid: int) -> bool:
@@ -98,15 +134,13 @@ def pid_alive(pid: int) -> bool:
 
 def process_group_members(pgid: int) -> list[int]:
     """PIDs of the live (non-zombie) processes in process group ``pgid`` (Linux /proc)."""
-    members: list[int] = []
     try:
         entries = os.listdir("/proc")
-    except FileNotFoundError:
-        return members
+    except OSError:
+        return []
+    members = []
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        stat = _read_proc_stat(int(entry))
+        stat = _read_proc_stat(int(entry)) if entry.isdigit() else None
         if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
             members.append(int(entry))
     return members
@@ -123,6 +157,64 @@ def _check_local_url(url: str) -> None:
     host = urlsplit(url).hostname
     if host not in ALLOWED_HOSTS:
         raise ValueError(f"refusing to probe {url!r}: only 127.0.0.1 is ever a target")
+
+
+# A start-up deadline that a busy machine does not break. A fixed deadline on a process
+# starting is a hang detector, and a poor one: on a loaded machine an interpreter importing
+# its dependencies can take many times its idle start-up time while making steady progress.
+# ProgressDeadline tells the two apart: it expires when the process group has used no CPU for
+# `stall` seconds (hung: blocked on a lock, a pipe, a dead peer), or at the generous
+# `ceiling`, whichever comes first. Linux only (/proc); elsewhere the ceiling alone counts.
+class ProgressDeadline:
+    """Expires after ``stall`` seconds without CPU progress of group ``pgid``, or at ``ceiling``.
+
+    Args:
+        pgid: The process group to watch (a ``ManagedProcess``'s pid).
+        stall: Seconds without any CPU use after which the start counts as hung.
+        ceiling: Seconds after which the wait ends however busy the group is.
+        watch: False for a plain wall-clock deadline at ``ceiling`` (``stall`` unused).
+    """
+
+    def __init__(self, pgid: int, *, stall: float, ceiling: float, watch: bool = True) -> None:
+        now = time.monotonic()
+        self.pgid = pgid
+        self.stall = stall if watch else ceiling
+        self.ceiling = ceiling
+        self.watch = watch
+        self._start = now
+        self._last_progress = now
+        self._last_read = now
+        self._cpu = group_cpu_seconds(pgid) if watch else None
+
+    def _observe(self, now: float) -> None:
+        if not self.watch or now - self._last_read < _CPU_READ_EVERY_S:
+            return
+        self._last_read = now
+        cpu = group_cpu_seconds(self.pgid)
+        if cpu is not None and (self._cpu is None or cpu > self._cpu):
+            self._cpu = cpu
+            self._last_progress = now
+
+    def remaining(self) -> float:
+        """Seconds left (0 when expired); reads the group's CPU now and then."""
+        now = time.monotonic()
+        self._observe(now)
+        left_stall = self._last_progress + self.stall - now
+        left_ceiling = self._start + self.ceiling - now
+        return max(min(left_stall, left_ceiling), 0.0)
+
+    def expired(self) -> bool:
+        """True once the group stalled for ``stall`` seconds or ``ceiling`` has passed."""
+        return self.remaining() <= 0.0
+
+    def describe(self) -> str:
+        """Why it expired, for an error message."""
+        now = time.monotonic()
+        waited = now - self._start
+        if not self.watch or now - self._start >= self.ceiling:
+            return f"not ready after {waited:.1f}s"
+        return (f"no CPU progress for {now - self._last_progress:.1f}s "
+                f"(waited {waited:.1f}s in all)")
 
 
 class ManagedProcess:
@@ -299,7 +391,7 @@ class ManagedProcess:
             interval: Seconds between polls.
             stall: When given, give up earlier only if the process group has used no CPU for
                 this many seconds: a start slowed by a loaded machine is waited for up to
-                ``timeout``, a hung one is not (see :mod:`nel_resources.progress_deadline`).
+                ``timeout``, a hung one is not (see :class:`ProgressDeadline`).
             deadline: A deadline already running (a wait that began before the health
                 poll, e.g. for a port file); overrides ``timeout`` and ``stall``.
 
@@ -426,7 +518,7 @@ def wait_for_port_file(proc: ManagedProcess, port_file: Path, *, what: str,
 
     The wait ends early only when the server's process group has used no CPU for `stall`
     seconds (hung), else at the `timeout` ceiling: a start slowed by a loaded machine keeps
-    progressing and is waited for (see :mod:`nel_resources.progress_deadline`).
+    progressing and is waited for (see :class:`ProgressDeadline`).
 
     Raises:
         ProcessExitedError: the server exited first (the message has its log tail).

@@ -11,8 +11,13 @@ import time
 
 import pytest
 
-from nel_resources.processes import HealthCheckError, ManagedProcess, free_port
-from nel_resources.progress_deadline import ProgressDeadline, group_cpu_seconds
+from nel_resources.processes import (
+    HealthCheckError,
+    ManagedProcess,
+    ProgressDeadline,
+    free_port,
+    group_cpu_seconds,
+)
 
 #: Burns CPU for BUSY_S seconds (as an import-heavy start under load does), then serves /.
 SLOW_BUSY_START = """
