@@ -26,6 +26,7 @@ from nel_resources.processes import (
     process_group_members,
     start_on_free_port,
 )
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
@@ -53,14 +54,6 @@ def runaway(inp):
             held.append(bytearray(64 << 20))
     return numeric_match(inp.response, inp.target)
 '''
-
-
-def _wait_for(cond: Any, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"within {timeout:.0f} s: {what} did not happen")
-        time.sleep(0.02)
 
 
 @pytest.fixture()
@@ -140,7 +133,8 @@ def test_infinite_loop_scorer_is_killed_and_replaced(served) -> None:
     assert grown < 0.5, f"the server's processes used {grown:.2f} CPU s in 2 s after the 422"
     looping = _scorer_pid(pids, "loop")
     assert looping != proc.pid, "the scorer ran in the server process itself"
-    _wait_for(lambda: not pid_alive(looping), f"the looping scorer's process {looping} ending")
+    wait_for(lambda: not pid_alive(looping), timeout=WAIT_S, interval=0.02,
+             what=f"the looping scorer's process {looping} ending")
 
     # The next request is scored, by a fresh worker.
     status, body, _ = _verify(port, "The answer is 2")
@@ -157,7 +151,8 @@ def test_unbounded_allocation_is_stopped_by_the_memory_cap(served) -> None:
     if body["error"] == "scorer_error":
         assert "MemoryError" in body["detail"], body
     hog = _scorer_pid(pids, "hog")
-    _wait_for(lambda: not pid_alive(hog), f"the allocating scorer's process {hog} ending")
+    wait_for(lambda: not pid_alive(hog), timeout=WAIT_S, interval=0.02,
+             what=f"the allocating scorer's process {hog} ending")
     status, body, _ = _verify(port, "2")
     assert status == 200 and body["reward"] == 1.0, body
     assert _scorer_pid(pids, "2") != hog
@@ -171,8 +166,8 @@ def test_scoring_workers_never_outlive_the_server(served) -> None:
     assert pid_alive(worker)
     # SIGKILL leaves no chance to clean up: the workers must still go with the server.
     os.kill(proc.pid, signal.SIGKILL)
-    _wait_for(lambda: not process_group_members(proc.pid),
-              "every process of the killed server ending", 20)
+    wait_for(lambda: not process_group_members(proc.pid), timeout=20, interval=0.02,
+             what="every process of the killed server ending")
     assert not pid_alive(worker)
 
 
@@ -184,12 +179,15 @@ def test_sigterm_during_an_overrun_exits_within_3s_and_stops_the_workers(served)
     caller = threading.Thread(target=lambda: answers.append(_verify(port, "loop")[0]),
                               daemon=True)
     caller.start()
-    _wait_for(lambda: any(p.read_text() == "loop" for p in pids.iterdir()), "scoring starting")
+    wait_for(lambda: any(p.read_text() == "loop" for p in pids.iterdir()), timeout=WAIT_S,
+             interval=0.02, what="scoring starting")
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
-    _wait_for(lambda: not proc.is_running(), "nel serve exiting after SIGTERM", 20)
+    wait_for(lambda: not proc.is_running(), timeout=20, interval=0.02,
+             what="nel serve exiting after SIGTERM")
     took = time.monotonic() - t0
     assert took < 3.0, f"nel serve took {took:.1f} s to exit after SIGTERM"
-    _wait_for(lambda: not process_group_members(proc.pid), "the scoring workers ending", 20)
+    wait_for(lambda: not process_group_members(proc.pid), timeout=20, interval=0.02,
+             what="the scoring workers ending")
     caller.join(WAIT_S)
     assert answers in ([], [422], [503]), answers  # never a 500 or a reward

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,17 +68,6 @@ CASES: dict[str, Case] = {
                           "[{type: scorer, name: numeric_match, params: {tolerance: 1}}]}}"),
         [], "has no option 'tolerance'"),
 }
-
-
-@pytest.fixture(scope="module")
-def ref_url() -> Iterator[str]:
-    from nel_resources.reference_server import start_reference_server
-
-    proc, url = start_reference_server()
-    try:
-        yield url
-    finally:
-        proc.stop()
 
 
 def _config_path(tmp_path: Path, made: object) -> Path:

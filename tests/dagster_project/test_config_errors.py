@@ -11,7 +11,6 @@ plain mistakes (unknown keys, wrong types, unknown service references).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,17 +100,6 @@ CASES: dict[str, tuple[object, list[str], str]] = {
     "flag_override_timeout_zero": (_good, ["-O", "services.m.timeout=0"], "timeout"),
     "flag_model_url_with_config": (_good, ["--model-url", "http://127.0.0.1:1/v1"], "--model-url"),
 }
-
-
-@pytest.fixture(scope="module")
-def ref_url() -> Iterator[str]:
-    from nel_resources.reference_server import start_reference_server
-
-    proc, url = start_reference_server()
-    try:
-        yield url
-    finally:
-        proc.stop()
 
 
 def _write_config(tmp_path: Path, content: object, url: str) -> Path:

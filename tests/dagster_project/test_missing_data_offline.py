@@ -9,7 +9,6 @@ or connection is refused and logged), against a reference server on 127.0.0.1.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,6 @@ from tests.support.cli_output import error_lines
 from tests.support.realcomponents import REPO_ROOT
 
 NETGUARD = REPO_ROOT / "tests" / "support" / "netguard"
-
-
-@pytest.fixture(scope="module")
-def ref_url() -> Iterator[str]:
-    from nel_resources.reference_server import start_reference_server
-
-    proc, url = start_reference_server()
-    try:
-        yield url
-    finally:
-        proc.stop()
 
 
 def _run(tmp_path: Path, url: str, data_dir: Path, **extra: str):  # type: ignore[no-untyped-def]

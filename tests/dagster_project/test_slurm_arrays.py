@@ -24,8 +24,13 @@ import yaml
 from dagster_project import exit_codes
 from tests.support.cli import run_nel, start_nel
 from tests.support.cluster_runs import items, local_run, shard_materializations, write_config
-from tests.support.signals import cancel_slurm_jobs
-from tests.support.slurm_cluster import ARRAYS_CLUSTER, gsm8k_byob_dir, sh, start_slurm_cluster
+from tests.support.slurm_cluster import (
+    ARRAYS_CLUSTER,
+    ctrl_c_submitted_run,
+    gsm8k_byob_dir,
+    sh,
+    start_slurm_cluster,
+)
 from tests.support.waiting import wait_for
 
 MAX_ARRAY_SIZE = 3
@@ -124,20 +129,17 @@ def test_ctrl_c_cancels_every_array_and_the_merge_job(tmp_path: Path, slurm_env:
                        cluster=slurm(shards=7, sbatch_extra_flags={"begin": "now+1hour"}))
     log = tmp_path / "nel.log"
     proc = start_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, log=log)
-    ids: list[str] = []
-    with cancel_slurm_jobs(slurm_env, ids):
-        try:
-            wait_for(lambda: "merge job" in log.read_text(), timeout=180, what="the jobs to be submitted")
-            doc = json.loads((only_run_dir(out) / "jobs.json").read_text())
-            ids += [a["job_id"] for a in doc["arrays"]] + [doc["merge"]]
-            assert len(ids) == 4
-            queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%F").stdout.split()
-            assert set(queued) == set(ids), queued
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=120) == 130, log.read_text()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+
+    def job_ids() -> list[str]:
+        doc = json.loads((only_run_dir(out) / "jobs.json").read_text())
+        return [a["job_id"] for a in doc["arrays"]] + [doc["merge"]]
+
+    def queued(ids: list[str]) -> None:
+        assert len(ids) == 4
+        listed = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%F").stdout.split()
+        assert set(listed) == set(ids), listed
+
+    ids = ctrl_c_submitted_run(proc, log, slurm_env, job_ids, queued)
     assert f"interrupted: cancelled jobs {', '.join(ids)}" in log.read_text()
     assert sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout.strip() == ""
 

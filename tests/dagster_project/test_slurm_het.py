@@ -24,7 +24,7 @@ import yaml
 from tests.dagster_project.test_slurm_run import bench_dir, model_url, run_dirs, slurm_env
 from tests.support.cli import run_nel
 from tests.support.realcomponents import llama_model_path, require_real_component
-from tests.support.slurm_cluster import sh
+from tests.support.slurm_cluster import ctrl_c_submitted_run, sh
 
 __all__ = ["bench_dir", "model_url", "slurm_env"]  # module fixtures shared with test_slurm_run
 
@@ -180,7 +180,6 @@ def test_a_service_that_fails_to_start_fails_only_its_partitions_and_a_rerun_sub
 
 def _sacct(env: dict[str, str], ids: list[str]) -> dict[str, tuple[str, str]]:
     """`12+0`, `12+1`, `12+1.0` (the service's step) -> (state, node) for two-component jobs."""
-    import os
     import subprocess
 
     from tests.support.waiting import wait_for
@@ -271,7 +270,7 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
     import sys
 
     from tests.support.cli import nel_env
-    from tests.support.signals import cancel_slurm_jobs, default_signals
+    from tests.support.signals import default_signals
 
     out = tmp_path / "out"
     # `begin` keeps the jobs pending for an hour: they are surely queued when Ctrl-C comes.
@@ -283,31 +282,18 @@ def test_ctrl_c_cancels_every_heterogeneous_job_and_the_merge_job(
                                  "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
                                 env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True,
                                 preexec_fn=default_signals)
-    ids: list[str] = []
-    with cancel_slurm_jobs(slurm_env, ids):
-        _interrupt_het_run(proc, log, out, slurm_env, ids)
+
+    def job_ids() -> list[str]:
+        jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
+        return [h["job_id"] for h in jobs["hetjobs"]] + [jobs["merge"]]
+
+    def queued(ids: list[str]) -> None:
+        assert len(ids) == 2 * N_SHARDS + 1
+        listed = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout.split()
+        # each two-component job is listed once per component (`12+0`, `12+1`)
+        assert len(listed) == N_SHARDS * 2 + N_SHARDS + 1, listed
+
+    ids = ctrl_c_submitted_run(proc, log, slurm_env, job_ids, queued, submit_timeout=120)
     assert "interrupted: cancelled jobs" in log.read_text()
     left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
     assert left.strip() == ""
-
-
-def _interrupt_het_run(proc: Any, log: Path, out: Path, slurm_env: dict[str, str],
-                       ids: list[str]) -> None:
-    """Wait for the jobs to queue (their ids into `ids`), Ctrl-C the run, expect exit 130."""
-    import signal
-
-    from tests.support.waiting import wait_for
-
-    try:
-        wait_for(lambda: "merge job" in log.read_text(), timeout=120, what="the jobs to be submitted")
-        jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
-        ids += [h["job_id"] for h in jobs["hetjobs"]] + [jobs["merge"]]
-        assert len(ids) == 2 * N_SHARDS + 1
-        queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout.split()
-        # each two-component job is listed once per component (`12+0`, `12+1`)
-        assert len(queued) == N_SHARDS * 2 + N_SHARDS + 1, queued
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130, log.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)

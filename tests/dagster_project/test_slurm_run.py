@@ -9,9 +9,7 @@ deterministic instead of a race with scancel.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,9 +22,13 @@ import yaml
 
 from dagster_project import exit_codes
 from tests.support.cli import nel_env, run_nel
-from tests.support.signals import cancel_slurm_jobs, default_signals
-from tests.support.slurm_cluster import gsm8k_byob_dir, sh, start_slurm_cluster
-from tests.support.waiting import wait_for
+from tests.support.signals import default_signals
+from tests.support.slurm_cluster import (
+    ctrl_c_submitted_run,
+    gsm8k_byob_dir,
+    sh,
+    start_slurm_cluster,
+)
 
 N_ROWS, N_SHARDS = 8, 4
 MODULE = '''
@@ -200,28 +202,19 @@ def test_ctrl_c_cancels_the_jobs(tmp_path: Path, slurm_env: dict[str, str], mode
                                  "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
                                 env=nel_env(slurm_env), cwd=tmp_path, start_new_session=True,
                                 preexec_fn=default_signals)
-    ids: list[str] = []
-    with cancel_slurm_jobs(slurm_env, ids):
-        _interrupt(proc, log, out, slurm_env, ids)
+
+    def job_ids() -> list[str]:
+        jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
+        return [jobs["arrays"][0]["job_id"], jobs["merge"]]
+
+    def queued(ids: list[str]) -> None:
+        listed = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout
+        assert listed.strip(), "the jobs should be queued before Ctrl-C"
+
+    ids = ctrl_c_submitted_run(proc, log, slurm_env, job_ids, queued, submit_timeout=120)
     assert "interrupted: cancelled jobs" in log.read_text()
     left = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i %T").stdout
     assert left.strip() == ""
-
-
-def _interrupt(proc: subprocess.Popen[bytes], log: Path, out: Path, slurm_env: dict[str, str],
-               ids: list[str]) -> None:
-    """Wait for the jobs to queue (their ids into `ids`), Ctrl-C the run, expect exit 130."""
-    try:
-        wait_for(lambda: "merge job" in log.read_text(), timeout=120, what="the jobs to be submitted")
-        jobs = json.loads((run_dirs(out)[0] / "jobs.json").read_text())
-        ids += [jobs["arrays"][0]["job_id"], jobs["merge"]]
-        queued = sh(slurm_env, "squeue", "-h", "-j", ",".join(ids), "-o", "%i").stdout
-        assert queued.strip(), "the jobs should be queued before Ctrl-C"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130, log.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def gpu_config(tmp_path: Path, url: str, bench_dir: Path, *, tp: int, submit: bool) -> Path:

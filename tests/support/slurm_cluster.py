@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.realcomponents import REPO_ROOT, require_real_component
@@ -67,3 +69,36 @@ def gsm8k_byob_dir(root: Path, n_rows: int, module_name: str, module_text: str) 
 def sh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """A SLURM command (`squeue ...`) against the cluster of `env` (its SLURM_CONF)."""
     return subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+
+
+def ctrl_c_submitted_run(proc: subprocess.Popen[bytes], log: Path, slurm_env: dict[str, str],
+                         job_ids: Callable[[], list[str]],
+                         check_queued: Callable[[list[str]], None], *,
+                         submit_timeout: float = 180) -> list[str]:
+    """Wait until the run `proc` has submitted its merge job (its log says so), take its job
+    ids, `check_queued` them, Ctrl-C the run and expect exit 130; returns the ids.
+
+    `proc` must have been started with default signals (tests.support.signals). If anything
+    here fails, the run is killed and every job learnt of is cancelled, so none stays queued;
+    on success nothing is cancelled here: that the run cancelled them is the test's to check.
+    """
+    from tests.support.waiting import wait_for
+
+    ids: list[str] = []
+    try:
+        wait_for(lambda: "merge job" in log.read_text(), timeout=submit_timeout,
+                 what="the jobs to be submitted")
+        ids += job_ids()
+        check_queued(ids)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, log.read_text()
+    except BaseException:
+        if ids:
+            subprocess.run(["scancel", *ids], env={**os.environ, **slurm_env}, check=False,
+                           capture_output=True, timeout=60)
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return ids
