@@ -6,15 +6,17 @@ after the last assertion, the pipe it came through, the frame that holds it), th
 find too, and then print it and leave with status 0 before the tests ran. So the two are
 kept apart:
 
-- The *test process* (`python3 -I -c TEST_SIDE`, trusted) reads everything from stdin at once:
-  the prompt (the dataset's: it defines the helpers the tests call), the answer module, the
-  tests, the entry point and the run's sentinel. It makes itself non-dumpable (so no other
-  process of the same user can read its memory or file descriptors through /proc), starts the
-  answer process, runs the tests with `candidate` standing for the answer's function, and
+- The *test process* (`python3 -I -c HARNESS`, trusted) reads its stdin in order: the
+  prompt (the dataset's: it defines the helpers the tests call) and the answer module, then,
+  only after the answer's process exists, the tests and the run's sentinel. It makes itself
+  non-dumpable (so no other process of the same user can read its memory or file descriptors
+  through /proc), runs the tests with `candidate` standing for the answer's function, and
   prints the sentinel only when the tests returned.
-- The *answer process* (`python3 -I -c ANSWER_SIDE`, a fresh interpreter: nothing of the test
-  process's memory) gets the answer module and serves calls of its entry point. Its stdout and
-  stderr go to the test process's stderr, never to the stdout the verdict reads.
+- The *answer process* is forked from it before the tests and the sentinel are read (so
+  neither is in its memory), drops the stdin pipe they wait in before any answer code runs,
+  loads the answer module and serves calls of its entry point. Its stdout goes to the test
+  process's stderr, never to the stdout the verdict reads. (A fork, not a second interpreter:
+  an interpreter's start was most of what the harness cost; `bench/bench_code_harness.py`.)
 
 Values cross between them as Python literals (`repr`, then `ast.literal_eval`, which runs no
 code): None, bools, numbers, strings, bytes, lists, tuples, dicts and sets, with inf and nan
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["ANSWER_SIDE", "HARNESS_CMD", "TEST_SIDE", "harness_input"]
+__all__ = ["HARNESS", "HARNESS_CMD", "harness_input"]
 
 #: Both sides: values as Python literals, with inf and nan (which `repr` does not write as
 #: literals) tagged; anything but plain data is refused.
@@ -61,30 +63,20 @@ def _decode(line):
     return _real(ast.literal_eval(line.decode()))
 """
 
-#: The answer process: reads the module, then calls of the entry point, on the fd in argv[1];
-#: answers on the fd in argv[2].
-ANSWER_SIDE = _CODEC + r"""
-import os, sys
-_inbox = os.fdopen(int(sys.argv[1]), "rb")
-_out = int(sys.argv[2])
-wr = os.write
-def _line():
-    line = _inbox.readline()
-    if not line.endswith(b"\n"):
-        os._exit(3)
-    return line[:-1]
-def _block(n):
-    data = _inbox.read(n)
-    if len(data) != n:
-        os._exit(3)
-    return data
-def _send(kind, value):
-    data = _encode((kind, value))
-    while data:
-        data = data[wr(_out, data):]
-def _main():
-    entry = _line().decode()
-    src = _block(int(_line()))
+#: The harness, run as `python3 -I -c HARNESS`. `_answer` is the answer's process: forked
+#: after the test process has read the prompt and the answer module and before it reads the
+#: tests and the sentinel, so neither is in its memory; it drops the stdin pipe they are still
+#: in before any answer code runs. A fork costs far less than a second interpreter's start.
+HARNESS = _CODEC + r"""
+def _answer(inbox, out, entry, src):
+    import os
+    # Taken before the answer runs: an answer that replaces os.write (or os._exit) in its own
+    # process must not hang the exchange until the sandbox's timeout.
+    write, leave = os.write, os._exit
+    def send(kind, value):
+        data = _encode((kind, value))
+        while data:
+            data = data[write(out, data):]
     main = {"__name__": "__main__", "__builtins__": __builtins__}  # the answer's own module
     try:
         exec(compile(src, "<answer>", "exec"), main)
@@ -92,63 +84,77 @@ def _main():
     except BaseException as e:
         import traceback
         traceback.print_exc()
-        _send("load_error", type(e).__name__)
-        os._exit(4)
-    _send("ready", None)
+        send("load_error", type(e).__name__)
+        leave(4)
+    send("ready", None)
     while True:
-        args, kwargs = _decode(_line())
+        line = inbox.readline()
+        if not line.endswith(b"\n"):
+            leave(3)
+        args, kwargs = _decode(line)
         try:
             result = fn(*args, **kwargs)
             _plain(result)
-            out = ("ok", result)
+            out_msg = ("ok", result)
         except BaseException as e:
-            out = ("raise", (type(e).__name__, str(e)[:500]))
-        _send(*out)
-_main()
-"""
+            out_msg = ("raise", (type(e).__name__, str(e)[:500]))
+        send(*out_msg)
 
-#: The test process: everything from stdin, the answer process started, the tests run.
-TEST_SIDE = _CODEC + r"""
 def _nel_tests():
-    import json, os, subprocess, sys
+    import builtins, json, os, sys
     read, write = os.read, os.write
     try:
         import ctypes
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/<pid>/{mem,fd} closed
     except Exception:
         pass
-    data = bytearray()
-    while True:
-        chunk = read(0, 1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    head, _, rest = bytes(data).partition(b"\n")
+    def take(n):
+        data = bytearray()
+        while len(data) < n:
+            chunk = read(0, min(1 << 16, n - len(data)))
+            if not chunk:
+                raise EOFError("the harness's input ended early")
+            data += chunk
+        return bytes(data)
+    head = bytearray()
+    while not head.endswith(b"\n"):
+        head += take(1)
     sizes = json.loads(head)
-    parts, at = {}, 0
-    for name in ("prompt", "answer", "tests", "sentinel"):
-        parts[name] = rest[at:at + sizes[name]]
-        at += sizes[name]
-    entry, answer_side = sizes["entry"], sizes["answer_side"]
+    entry = sizes["entry"]
+    prompt, answer = take(sizes["prompt"]), take(sizes["answer"])
     to_answer_r, to_answer_w = os.pipe()
     from_answer_r, from_answer_w = os.pipe()
-    child = subprocess.Popen(
-        [sys.executable, "-I", "-c", answer_side, str(to_answer_r), str(from_answer_w)],
-        stdin=subprocess.DEVNULL, stdout=2, stderr=2, pass_fds=(to_answer_r, from_answer_w),
-        close_fds=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)  # the tests and the sentinel wait in the old stdin: gone
+            os.dup2(2, 1)  # the answer's prints go to stderr, never to the verdict's stdout
+            os.close(to_answer_w)
+            os.close(from_answer_r)
+            sys.stdin = open(os.devnull)
+            _answer(os.fdopen(to_answer_r, "rb"), from_answer_w, entry, answer)
+        finally:
+            os._exit(3)
     os.close(to_answer_r)
     os.close(from_answer_w)
+    tests, sentinel = take(sizes["tests"]), take(sizes["sentinel"])
     inbox = os.fdopen(from_answer_r, "rb")
+    def status():
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return None
     def send(data):
         while data:
             data = data[write(to_answer_w, data):]
     def receive():
         line = inbox.readline()
         if not line.endswith(b"\n"):
-            raise AnswerProcessExited("the answer's process ended (status %s)" % child.wait())
-        kind, value = _decode(line)
-        return kind, value
-    import builtins
+            raise AnswerProcessExited("the answer's process ended (status %s)" % status())
+        return _decode(line)
     def named(name):
         # The answer's exception as the tests know it: a built-in one as itself (a test may
         # expect `ValueError`), anything else as an Exception printed `<name>: ...` on the
@@ -160,7 +166,6 @@ def _nel_tests():
         cls.__module__ = "builtins"
         return cls
     AnswerProcessExited = named("AnswerExit")
-    send(entry.encode() + b"\n" + str(len(parts["answer"])).encode() + b"\n" + parts["answer"])
     kind, value = receive()
     if kind == "load_error" and value in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
         raise AnswerProcessExited("the answer left with %s before the tests ran" % value)
@@ -177,22 +182,22 @@ def _nel_tests():
     candidate.__name__ = entry
     ns = {"__name__": "__nel_tests__"}
     try:
-        exec(compile(parts["prompt"], "<prompt>", "exec"), ns)
+        exec(compile(prompt, "<prompt>", "exec"), ns)
     except SyntaxError:
         pass  # a prompt that is not a whole module: the tests get no helpers from it
     ns[entry] = candidate
-    exec(compile(parts["tests"], "<tests>", "exec"), ns)
+    exec(compile(tests, "<tests>", "exec"), ns)
     exec(compile("check(%s)\n" % entry, "<check>", "exec"), ns)
-    child.kill()
-    child.wait()
+    os.kill(pid, 9)
+    status()
     sys.stdout.flush()
-    write(1, b"\n" + parts["sentinel"])
+    write(1, b"\n" + sentinel)
 _nel_tests()
 """
 
 #: The command a code answer's tests run with inside a sandbox (isolated mode: no user site,
 #: no PYTHON* variables, no script directory on sys.path).
-HARNESS_CMD = ["python3", "-I", "-c", TEST_SIDE]
+HARNESS_CMD = ["python3", "-I", "-c", HARNESS]
 
 
 def harness_input(*, prompt: str, answer: str, tests: str, entry_point: str,
@@ -200,11 +205,11 @@ def harness_input(*, prompt: str, answer: str, tests: str, entry_point: str,
     """What `HARNESS_CMD` reads on stdin: a JSON line of sizes, then the prompt, the answer
     module (prompt and the model's completion), the tests and the sentinel.
 
-    The sentinel never reaches the answer's process: it is a fresh interpreter that gets the
-    answer module alone, over its own pipe.
+    The tests and the sentinel come last: the answer's process is forked before the harness
+    reads them, so they never reach its memory.
     """
     parts = {"prompt": prompt.encode(), "answer": answer.encode(), "tests": tests.encode(),
              "sentinel": sentinel.encode()}
-    head = {name: len(data) for name, data in parts.items()}
-    head.update(entry=entry_point, answer_side=ANSWER_SIDE)
+    head: dict[str, object] = {name: len(data) for name, data in parts.items()}
+    head["entry"] = entry_point
     return json.dumps(head).encode() + b"\n" + b"".join(parts.values())
