@@ -1,8 +1,11 @@
 """Peak memory of a process tree, measured from the host's /proc while it runs.
 
 A measurement independent of the sandbox under test (which may have no cgroup to ask):
-a thread sums the resident memory (RSS) of every descendant of a pid every few
-milliseconds and keeps the largest sum seen.
+a thread sums the resident memory (RSS) of the descendants of a pid every few
+milliseconds and keeps the largest sum seen. Only processes started while the block runs
+count: under pytest-xdist the worker's tree also holds what earlier tests left running
+(session fixtures: model servers, Ray, a Dagster webserver), whose memory is not the
+block's (a CI run summed 3.6 GB of it into a sandbox's 2 GiB).
 """
 
 from __future__ import annotations
@@ -28,12 +31,34 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss(root: int) -> int:
-    """Bytes resident in every descendant of `root` right now (not `root` itself)."""
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tree_pids(root: int) -> set[tuple[int, int | None]]:
+    """(pid, start time) of every descendant of `root` now: a pid alone may be reused."""
+    kids, out, todo = _children_map(), set(), [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            todo.append(pid)
+            out.add((pid, _start_ticks(pid)))
+    return out
+
+
+def tree_rss(root: int, skip: frozenset[tuple[int, int | None]] = frozenset()) -> int:
+    """Bytes resident in the descendants of `root` right now (not `root` itself), leaving
+    out the processes in `skip` but not their children started since."""
     kids, total, todo = _children_map(), 0, [root]
     while todo:
         for pid in kids.get(todo.pop(), []):
             todo.append(pid)
+            if skip and (pid, _start_ticks(pid)) in skip:
+                continue
             try:
                 with open(f"/proc/{pid}/statm", "rb") as f:
                     total += int(f.read().split()[1]) * _PAGE
@@ -44,7 +69,7 @@ def tree_rss(root: int) -> int:
 
 class PeakTreeRss:
     """`with PeakTreeRss() as m: ...` then `m.peak`: the most the calling process's
-    descendants held at once while the block ran."""
+    descendants started in the block held at once while it ran."""
 
     def __init__(self, root: int | None = None, interval_s: float = 0.005) -> None:
         self.root = os.getpid() if root is None else root
@@ -52,13 +77,15 @@ class PeakTreeRss:
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._before: frozenset[tuple[int, int | None]] = frozenset()
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss(self.root))
+            self.peak = max(self.peak, tree_rss(self.root, self._before))
             self._stop.wait(self._interval)
 
     def __enter__(self) -> PeakTreeRss:
+        self._before = frozenset(tree_pids(self.root))
         self._thread.start()
         return self
 
