@@ -92,6 +92,7 @@ def bench_planning(sizes: list[int]) -> None:
     import pyarrow as pa
     import yaml
 
+    from dagster_project import runner
     from dagster_project.cluster_launch import RunnerHooks
     from nel_assets.engine import evaluate as ev
     from nel_resources.config import load_config
@@ -99,6 +100,7 @@ def bench_planning(sizes: list[int]) -> None:
     from nel_resources.specs import resolve
     from nel_resources.store import ResultStore
 
+    hooks = RunnerHooks(runner.validate_before_run, runner.prepare_output, runner.run_eval, runner.dagster_home_for)
     models = ["m0", "m1", "m2", "m3"]
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="nel-bench-plan-") as tmp:
@@ -121,7 +123,7 @@ def bench_planning(sizes: list[int]) -> None:
             resolved = resolve(load_config(cfg_path))
             store = ResultStore(d / "out")
             t0 = time.perf_counter()
-            parts, fresh, _ = plan_partitions(RunnerHooks(), resolved, d / "out", resume=True)
+            parts, fresh, _ = plan_partitions(hooks, resolved, d / "out", resume=True)
             empty = time.perf_counter() - t0
             assert len(parts) == n and fresh == 0, (len(parts), fresh)
             # Store half the partitions as finished and fresh (a one-row table each).
@@ -130,7 +132,7 @@ def bench_planning(sizes: list[int]) -> None:
                 store.write_shard("plan_demo", t.model, t.shard, table,
                                   {"fingerprint": t.fingerprint, "n_failed": 0})
             t0 = time.perf_counter()
-            parts, fresh, _ = plan_partitions(RunnerHooks(), resolved, d / "out", resume=True)
+            parts, fresh, _ = plan_partitions(hooks, resolved, d / "out", resume=True)
             half = time.perf_counter() - t0
             assert len(parts) == n - n // 2 and fresh == n // 2, (len(parts), fresh)
             print(f"plan {n:6d} partitions: empty store {empty * 1000:9.1f} ms "

@@ -1,91 +1,53 @@
-"""The runner's side of a `partitions` launcher (`cluster.type` docker, ray, or any type
-whose Launcher says `runs = "partitions"`; nel_resources.launchers.registry): the stale
-(model, shard) partitions of a benchmark run there before the runner records them in Dagster.
-
-The launched workers evaluate and commit their shards to the shared Parquet store; the
-runner then materializes each partition with the tag LAUNCHED_TAG, and the shard asset
-reads the worker's `_launch.json` instead of evaluating again (same Dagster record as a
-local run, with where it ran in the metadata). Then the merge (bundles, reports) runs as
-for a local run. A failed partition is reported alone; its siblings' results are recorded.
+"""The Dagster side of a `submits` launcher (slurm, k8s; nel_resources.launchers.base.RunHooks):
+the Dagster instance records the planned model partitions and each job's outcome, and the
+runner's own functions (config checks, output, evaluation) are handed in by the caller, so
+this module does not import the runner (which imports the launchers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nel_assets.engine.remote_shard import LAUNCHED_TAG
-from nel_resources.launchers.base import LaunchContext
-from nel_resources.launchers.partitions import PartitionJob, PartitionResult
-from nel_resources.launchers.registry import get_launcher
-
-__all__ = ["LAUNCHED_TAG", "launch_partitions", "launches", "preflight"]
-
-
-def launches(resolved: Any, shard_only: tuple[int, int] | None) -> bool:
-    """Whether this run sends its shards to a cluster (never inside a shard process)."""
-    return shard_only is None and get_launcher(resolved.config.cluster.type).runs == "partitions"
-
-
-def preflight(resolved: Any) -> None:
-    """Before anything is written: the launcher's own checks (NelError, one line, if not)."""
-    get_launcher(resolved.config.cluster.type).preflight(resolved)
-
-
-def _read_only_paths(resolved: Any) -> list[Path]:
-    """What the workers read besides the output: the data directory and BYOB modules."""
-    from benchmarks.datasets import cache_root, data_root
-
-    paths: list[Path] = [cache_root()]  # datasets fetched once are read from the cache
-    if (root := data_root()) is not None:
-        paths.append(root)
-    for b in resolved.config.benchmarks:
-        if b.module:
-            m = Path(b.module).expanduser()
-            paths.append(m.parent if m.is_file() else m)
-    return paths
-
-
-def launch_partitions(resolved: Any, out: Path, todo: list[Any], resources: dict[str, Any],
-                      bench: Any) -> dict[tuple[str, int], PartitionResult]:
-    """Evaluate `todo` (the benchmark's stale shard tasks) on the cluster; results by
-    (model, shard)."""
-    from nel_assets.engine.remote_shard import run_job
-
-    config_path = str(out / "nel-config.yaml")
-    jobs = []
-    for t in todo:
-        run = bench.run_for(t.model)
-        svc = resources.get(run.service.resource_key) if run is not None else None
-        jobs.append(PartitionJob(bench.name, t.model, t.shard, t.total, config_path,
-                                 getattr(svc, "url", None) or None))
-    cluster = resolved.config.cluster
-    ctx = LaunchContext(cluster, out, _read_only_paths(resolved), run_job)
-    results = get_launcher(cluster.type).run(jobs, ctx)
-    return {(r.job.model, r.job.shard): r for r in results}
+__all__ = ["RunnerHooks"]
 
 
 class RunnerHooks:
-    """The runner's side of a `submits` launcher (nel_resources.launchers.base.RunHooks):
-    config checks, output, planning and the summary come from dagster_project.runner; the
-    Dagster instance records the planned model partitions and each job's outcome."""
+    """The runner's side of a `submits` launcher (nel_resources.launchers.base.RunHooks).
 
-    def __init__(self) -> None:
+    Args:
+        validate: dagster_project.runner.validate_before_run.
+        prepare_output: dagster_project.runner.prepare_output.
+        run_eval: dagster_project.runner.run_eval.
+        dagster_home: dagster_project.runner.dagster_home_for.
+    """
+
+    def __init__(self, validate: Callable[[Any], Any], prepare_output: Callable[[Any], tuple[Any, Any]],
+                 run_eval: Callable[..., Any], dagster_home: Callable[[Any], Any]) -> None:
+        self._validate = validate
+        self._prepare_output = prepare_output
+        self._run_eval = run_eval
+        self._dagster_home = dagster_home
         self._stores: dict[Path, Any] = {}
         self._instances: dict[Path, Any] = {}
 
     def validate(self, cfg: Any) -> Any:
-        """dagster_project.runner.validate_before_run."""
-        from dagster_project.runner import validate_before_run
-
-        return validate_before_run(cfg)
+        """Every config check; the resolved config."""
+        return self._validate(cfg)
 
     def prepare_output(self, cfg: Any) -> tuple[Path, Path]:
-        """dagster_project.runner.prepare_output (no output lock: the jobs share the dir)."""
-        from dagster_project.runner import prepare_output
-
-        out, home = prepare_output(cfg)
+        """The output dir and Dagster home, created (no output lock: the jobs share the dir)."""
+        out, home = self._prepare_output(cfg)
         return Path(out), Path(home)
+
+    def evaluate(self, cfg: Any, **options: Any) -> Any:
+        """A local run's evaluation (run_eval, `progress` off unless asked)."""
+        return self._run_eval(cfg, **{"progress": False, **options})
+
+    def dagster_home(self, cfg: Any) -> Path:
+        """The run's Dagster home."""
+        return Path(self._dagster_home(cfg))
 
     def plan(self, out: Path, bench: Any) -> list[Any]:
         """nel_assets.engine.evaluate.plan against the store at `out` (one store per dir)."""
@@ -138,9 +100,7 @@ class RunnerHooks:
         evaluated here: a shard still missing is a failure naming it); `ran` are the
         partitions the jobs evaluated, `submitted` all those the run submitted (the rest
         were fresh)."""
-        from dagster_project.runner import run_eval
-
-        summary = run_eval(cfg, progress=False, merge_only=set())
+        summary = self.evaluate(cfg, merge_only=set())
         for oc in summary.benchmarks:
             done = [p for p in ran or [] if p.benchmark == oc.benchmark]
             oc.shards_run = [(p.model, p.shard) for p in done]

@@ -359,7 +359,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
             it bundles its own shard (as NeMo Evaluator's shard processes do) and leaves the
             whole benchmark's bundle to `nel eval merge`.
         only: evaluate these (benchmark, model, shard) partitions and nothing else (no
-            bundle, report or comparison): one task of a SLURM array (dagster_project.slurm_run).
+            bundle, report or comparison): one task of a SLURM array (nel_resources.launchers.slurm_jobs).
         merge_only: evaluate nothing; build the bundles, reports and comparisons of these
             (benchmark, model) pairs from shards evaluated elsewhere (the SLURM merge job);
             a partition still missing or stale is a failure naming it.
@@ -382,7 +382,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     # Every config check (unbuilt features included) before anything is written.
     checked = validate_before_run(cfg)
     resolved = given if given is not None else checked
-    from dagster_project.cluster_launch import launches, preflight
+    from nel_resources.launchers.partition_run import launches, preflight
 
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
@@ -647,7 +647,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     in the run log); a failure of the Dagster instance itself stops every further run."""
     # The first stale shard starts before Dagster is imported (see _HeadStart); Dagster's
     # imports, instance and definitions come after it, or at once when there is no head start.
-    from dagster_project.cluster_launch import LAUNCHED_TAG, launch_partitions, launches
+    from nel_assets.engine.remote_shard import LAUNCHED_TAG, run_job
+    from nel_resources.launchers.partition_run import launch_partitions, launches
 
     # cluster.type docker|ray runs every stale shard elsewhere: no head start there.
     head = None if launches(resolved, shard_only) else _HeadStart.pick(resolved, plans, store, bundle=bundle)
@@ -757,7 +758,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 refresh_dataset = bool(todo) and stored.get("version") != version
                 # cluster.type docker|ray: the stale shards run there first (all at once);
                 # each is then recorded in Dagster from what its worker committed.
-                launched = (launch_partitions(resolved, store.root, todo, resources, bench)
+                launched = (launch_partitions(resolved, store.root, todo, resources, bench, run_job)
                             if todo and launches(resolved, shard_only) else None)
                 total_samples = 0 if launched is not None else sum(len(t.indices) for t in todo) * bench.repeats
                 with bar.task(bench.name, total_samples) as advance:

@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-wait", action="store_true",
                      help="cluster.type slurm: print the job ids once submitted instead of "
                      "waiting for the jobs")
-    # Inside the jobs `cluster.type: slurm` submits (dagster_project.slurm_run); not for users.
+    # Inside the jobs `cluster.type: slurm` submits (nel_resources.launchers.slurm_jobs); not for users.
     run.add_argument("--slurm-task", help=argparse.SUPPRESS)
     run.add_argument("--slurm-merge", help=argparse.SUPPRESS)
     # Heterogeneous jobs (nel_resources.launchers.slurm_het): the task's index, and a service's component.
@@ -363,12 +363,19 @@ def _run_submitted(args: argparse.Namespace, cfg: Any, launcher: Any) -> int:
     """A cluster type that submits the whole run (`runs = "submits"`: slurm, k8s): its
     launcher plans through the runner's hooks and submits (and, when it can, waits)."""
     from dagster_project.cluster_launch import RunnerHooks
+    from dagster_project.runner import (
+        dagster_home_for,
+        prepare_output,
+        run_eval,
+        validate_before_run,
+    )
     from nel_resources.launchers.base import SubmitOptions
 
     _validate_benchmarks(cfg)
     opts = SubmitOptions(argv=tuple(args.argv), resume=not args.fresh,
                          wait=not (args.no_wait or args.background), submit=args.submit)
-    status, summary = launcher.submit(cfg, RunnerHooks(), opts)
+    hooks = RunnerHooks(validate_before_run, prepare_output, run_eval, dagster_home_for)
+    status, summary = launcher.submit(cfg, hooks, opts)
     if summary is None:
         return int(status)
     _print_summary(summary, as_json=args.json)
@@ -378,10 +385,19 @@ def _run_submitted(args: argparse.Namespace, cfg: Any, launcher: Any) -> int:
 
 def _run_slurm_job(args: argparse.Namespace, cfg: Any) -> int:
     """One of the jobs `cluster.type: slurm` submits (`--slurm-task` / `--slurm-merge` /
-    `--slurm-service`; dagster_project.slurm_run)."""
+    `--slurm-service`; nel_resources.launchers.slurm_jobs)."""
     from pathlib import Path
 
-    from dagster_project import slurm_run
+    from dagster_project.cluster_launch import RunnerHooks
+    from dagster_project.runner import (
+        dagster_home_for,
+        prepare_output,
+        run_eval,
+        validate_before_run,
+    )
+    from nel_resources.launchers import slurm_jobs
+
+    hooks = RunnerHooks(validate_before_run, prepare_output, run_eval, dagster_home_for)
 
     _validate_benchmarks(cfg)
     if args.slurm_service:
@@ -389,11 +405,11 @@ def _run_slurm_job(args: argparse.Namespace, cfg: Any) -> int:
 
         return serve_service(cfg, args.slurm_service, Path(args.slurm_services or "."))
     if args.slurm_task:
-        summary = slurm_run.run_task(cfg, Path(args.slurm_task), resume=not args.fresh,
+        summary = slurm_jobs.run_task(cfg, Path(args.slurm_task), hooks, resume=not args.fresh,
                                      index=args.slurm_index,
                                      svc_dir=Path(args.slurm_services) if args.slurm_services else None)
     else:
-        summary = slurm_run.run_merge(cfg, Path(args.slurm_merge), resume=not args.fresh)
+        summary = slurm_jobs.run_merge(cfg, Path(args.slurm_merge), hooks, resume=not args.fresh)
     _print_summary(summary, as_json=args.json)
     _print_failures(summary)
     return int(summary.exit_status)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
 
@@ -79,6 +79,32 @@ class ClusterConfig(_Strict):
     hostname: str | None = None
     username: str | None = None
     submit: bool | None = None
+    # `cluster.<type>:` of a registered type that has no field above: its own settings,
+    # checked by its Launcher (so a new type needs no edit here).
+    _blocks: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _type_blocks(cls, data: Any, handler: Any) -> Any:
+        from nel_resources.launchers.registry import LAUNCHERS
+
+        blocks = {k: v for k, v in data.items() if k in LAUNCHERS and k not in cls.model_fields} \
+            if isinstance(data, dict) else {}
+        for key, value in blocks.items():
+            if not isinstance(value, dict):
+                raise key_error(key, f"write a mapping of settings (got {value!r})")
+        model = handler({k: v for k, v in data.items() if k not in blocks} if blocks else data)
+        model._blocks = {k: dict(v) for k, v in blocks.items() if v}
+        return model
+
+    @model_serializer(mode="wrap")
+    def _dump_blocks(self, handler: Any) -> dict[str, Any]:
+        return {**handler(self), **self._blocks}
+
+    def block(self, kind: str) -> dict[str, Any]:
+        """The settings block of cluster type `kind` (`cluster.<kind>:`; {} when absent)."""
+        own = getattr(self, kind, None) if kind in type(self).model_fields else self._blocks.get(kind)
+        return own if isinstance(own, dict) else {}
 
     @model_validator(mode="before")
     @classmethod

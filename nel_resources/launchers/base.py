@@ -12,7 +12,12 @@ A launcher owns its checks and its way of running the stale (model, shard) parti
   `partitions`: the runner hands each benchmark's stale partitions to `run()`, which returns
   one `PartitionResult` per job (how it ended), and records them in Dagster (docker, ray);
   `submits`: `submit()` takes the whole `nel eval run` over, submitting jobs that evaluate
-  and record themselves (slurm, k8s); the Dagster side reaches it through `RunHooks`.
+  and record themselves (slurm, k8s); the Dagster side reaches it through `RunHooks`;
+- `states(out)`: how the partitions it last launched from output dir `out` stand (what
+  `run` reported through `LaunchContext.report`, or the cluster's own view: SLURM's).
+
+A type's own settings live in its block, `cluster.<type>:` (`cluster.docker`, ...), which
+the schema accepts for every registered type and the type's `refusal` checks.
 
 Launchers are found by name in `nel_resources.launchers.registry.LAUNCHERS`. No Dagster here:
 what needs Dagster (planning, recording, the merge) comes in through `LaunchContext.work` and
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from nel_resources.launchers.partitions import PartitionJob, PartitionResult
+from nel_resources.launchers.states import PartitionState, read_states
 
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig
@@ -37,8 +43,6 @@ if TYPE_CHECKING:
 COMMON_KEYS = frozenset({"shards", "slurm", "k8s", "docker", "ray"})
 # NeMo Evaluator's container keys of the docker and slurm cluster types.
 CONTAINER_KEYS = frozenset({"container_mounts", "container_env", "mount_home", "shm_size"})
-# The per-type blocks of `cluster:`; each is read by the one type of that name.
-BLOCKS = ("slurm", "k8s", "docker", "ray")
 
 
 @dataclass(frozen=True)
@@ -74,12 +78,15 @@ class LaunchContext:
         read_only: what the workers read besides the output (data dir, BYOB modules).
         work: the shard worker, `work(job) -> outcome dict` (for launchers that run it in a
             Python process of theirs, as Ray does); injected so no engine is imported here.
+        report: `report(job, state, detail)` when a job's state changes (RUNNING, ...);
+            the runner records them for `Launcher.states`.
     """
 
     cluster: ClusterConfig
     output_dir: Path
     read_only: list[Path] = field(default_factory=list)
     work: Callable[[PartitionJob], dict[str, Any]] | None = None
+    report: Callable[..., None] = field(default=lambda job, state, detail="": None)
 
 
 class RunHooks(Protocol):
@@ -91,6 +98,13 @@ class RunHooks(Protocol):
 
     def prepare_output(self, cfg: NelConfig) -> tuple[Path, Path]:
         """The output dir and Dagster home, created."""
+
+    def evaluate(self, cfg: NelConfig, **options: Any) -> Any:
+        """A local run's evaluation of `cfg` (dagster_project.runner.run_eval with
+        `options`: `only`, `merge_only`, `elsewhere`, `resume`, ...); its summary."""
+
+    def dagster_home(self, cfg: NelConfig) -> Path:
+        """The run's Dagster home."""
 
     def plan(self, out: Path, bench: Any) -> list[Any]:
         """A benchmark's shard tasks against the store at `out` (`.model`, `.shard`,
@@ -139,9 +153,11 @@ class Launcher:
     def refusal(self, cfg: NelConfig) -> Refusal | None:
         """The first `cluster:` setting this type cannot honour, else None. The base
         refuses another type's block (it would be silently ignored)."""
+        from nel_resources.launchers.registry import LAUNCHERS
+
         c = cfg.cluster
-        for block in BLOCKS:
-            if block != self.kind and getattr(c, block):
+        for block in LAUNCHERS:
+            if block != self.kind and c.block(block):
                 return Refusal.unbuilt(("cluster", block), f"a `{block}:` block in a {c.type} cluster "
                                        f"(only `type: {block}` reads it)",
                                        f"remove `{block}:` or set `type: {block}`")
@@ -149,6 +165,11 @@ class Launcher:
 
     def preflight(self, resolved: Any) -> None:
         """Before anything is written: NelError (one line) when this machine cannot launch."""
+
+    def states(self, out: Path) -> list[PartitionState]:
+        """How the partitions last launched from output dir `out` stand, one per partition
+        (what `run` or `submit` reported; [] when this type launched nothing there)."""
+        return [s for s in read_states(out) if s.cluster in ("", self.kind)]
 
     def resources(self) -> dict[str, Any]:
         """Dagster resources the definitions show for this type (the UI's launcher)."""

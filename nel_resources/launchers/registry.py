@@ -23,6 +23,7 @@ LAUNCHERS: dict[str, str] = {
     "ray": "nel_resources.launchers.ray_tasks:RayCluster",
     "slurm": "nel_resources.launchers.slurm_cluster:SlurmCluster",
     "k8s": "nel_resources.launchers.k8s_cluster:K8sCluster",
+    "subprocess": "nel_resources.launchers.subprocess_workers:SubprocessCluster",
 }
 #: other spellings NeMo Evaluator configs use.
 ALIASES: dict[str, str] = {"kubernetes": "k8s"}

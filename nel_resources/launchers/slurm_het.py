@@ -60,7 +60,7 @@ def het_plan(cfg: NelConfig) -> HetPlan | None:
     """The heterogeneous layout of `cfg`, or None when its services name at most one pool
     (then one array job does it: slurm_submit)."""
     named = {s.node_pool for s in cfg.services.values() if s.node_pool}
-    if cfg.cluster.type != "slurm" or len(named) < 2:
+    if len(named) < 2 or not cfg.cluster.node_pools:  # only slurm clusters have node pools
         return None
     eval_pool = next(iter(cfg.cluster.node_pools))
     pool_of = {name: str(s.node_pool) for name, s in cfg.services.items()

@@ -1,7 +1,7 @@
 """The launcher table (nel_resources.launchers.registry): every cluster type is a Launcher
 found by name, unknown names get a suggestion, and a new type is one module plus one table
-line: `type: subprocess` (tests/nel_resources/launchers/subprocess_cluster.py), registered
-here only, runs a real sharded GSM8K run through the unchanged runner."""
+line: `type: subprocess` (nel_resources.launchers.subprocess_workers) runs a real sharded
+GSM8K run through the unchanged runner."""
 
 from __future__ import annotations
 
@@ -61,19 +61,8 @@ def test_each_type_refuses_its_own_keys(tmp_path: Path) -> None:
         assert where in str(exc.value), (typ, str(exc.value))
 
 
-@pytest.fixture
-def subprocess_type(monkeypatch: pytest.MonkeyPatch):
-    """`type: subprocess` as one more line of the table (nothing else is changed)."""
-    from tests.nel_resources.launchers.subprocess_cluster import _TARGET
-
-    monkeypatch.setitem(registry.LAUNCHERS, "subprocess", _TARGET)
-    registry.get_launcher.cache_clear()
-    yield
-    registry.get_launcher.cache_clear()
-
-
 def test_a_new_cluster_type_is_one_module_and_one_table_line(
-        tmp_path: Path, reference_server, data_dir: Path, subprocess_type: None,
+        tmp_path: Path, reference_server, data_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from dagster_project.runner import run_eval
 
@@ -84,7 +73,7 @@ def test_a_new_cluster_type_is_one_module_and_one_table_line(
     local = local_run(tmp_path, url, {"NEL_DATA_DIR": str(data_dir)}, n=n, shards=shards)
     out = tmp_path / "sub"
     cfg = load_config(write_config(tmp_path / "sub.yaml", url, out, n=n, shards=shards,
-                                   cluster={"type": "subprocess"}))
+                                   cluster={"type": "subprocess", "subprocess": {"workers": 2}}))
     summary = run_eval(cfg, progress=False)
     assert summary.exit_status == 0, summary.failures
     done = shard_materializations(out)
