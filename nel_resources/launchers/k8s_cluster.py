@@ -27,6 +27,8 @@ from nel_resources.launchers.k8s import (
     render_run,
     settings_from,
 )
+from nel_resources.launchers.partitions import PartitionJob
+from nel_resources.launchers.states import StateFile
 
 __all__ = ["K8sCluster", "kube_api_configured", "launch_k8s", "pod_config"]
 
@@ -111,8 +113,10 @@ def launch_k8s(cfg: NelConfig, hooks: RunHooks, *, submit: bool | None = None) -
     out = Path(cfg.output.dir).expanduser().resolve()
     benches: list[StaleShards] = []
     configs: dict[str, str] = {}
+    jobs: list[PartitionJob] = []
     for i, bench in enumerate(resolved.benchmarks):
         tasks = hooks.plan(out, bench)
+        jobs += [PartitionJob(bench.name, t.model, t.shard, t.total, "") for t in tasks if t.stale]
         stale = tuple(sorted({t.shard for t in tasks if t.stale}))
         keys = tuple(sorted({s.config.api_key_env for r in bench.runs for s in [r.service]
                              if getattr(s.config, "api_key_env", None)}))
@@ -134,9 +138,16 @@ def launch_k8s(cfg: NelConfig, hooks: RunHooks, *, submit: bool | None = None) -
     print(f"kubectl wait -n {settings.namespace} --for=condition=complete --timeout=24h job "
           f"-l app.kubernetes.io/instance={rid},app.kubernetes.io/component=eval")
     print(f"kubectl apply -f {merge_file}")
+    states = StateFile(out, "k8s")
+    for job in jobs:
+        states.report(job, "WRITTEN", str(shards_file))
     if not want_submit:
         return 0
-    return _submit(docs, settings)
+    status = _submit(docs, settings)
+    for job in jobs:  # _submit waited for the shard Jobs; on a failure it does not say which
+        states.report(job, *(("COMPLETED", f"namespace {settings.namespace}") if status == 0 else
+                             ("UNKNOWN", f"a shard Job failed: `kubectl get jobs -n {settings.namespace}`")))
+    return status
 
 
 def _submit(docs: list[dict[str, Any]], settings: K8sSettings) -> int:

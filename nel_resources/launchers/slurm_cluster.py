@@ -7,6 +7,7 @@ nel_resources.launchers.slurm_submit with the runner's hooks.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nel_resources.launchers.base import (
@@ -21,6 +22,7 @@ from nel_resources.launchers.base import (
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig
     from nel_resources.config.services import ServiceConfig
+    from nel_resources.launchers.states import PartitionState
 
 # `cluster:` keys of a slurm cluster nel does not honour yet (all run nel inside a container
 # image or on another host).
@@ -98,6 +100,12 @@ class SlurmCluster(Launcher):
         from nel_resources.launchers.resource import SlurmLauncherResource
 
         return {"slurm_launcher": SlurmLauncherResource()}
+
+    def states(self, out: Path) -> list[PartitionState]:
+        """The partitions of the last submission from `out`, in SLURM's words (sacct/squeue)."""
+        from nel_resources.launchers.slurm_jobs import partition_states
+
+        return partition_states(out)
 
     def submit(self, cfg: NelConfig, hooks: RunHooks, opts: SubmitOptions) -> tuple[int, Any]:
         """Submit the stale partitions and (unless `opts.wait` is off) wait for them."""

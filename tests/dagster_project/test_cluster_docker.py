@@ -57,6 +57,10 @@ def test_docker_shards_equal_local_run(tmp_path: Path, reference_server, server_
     assert set(done) == {f"{MODEL}|0", f"{MODEL}|1"}
     assert all(md["launched_by"].startswith("docker container nel-") for md in done.values()), done
     assert sum(md["requests_sent"] for md in done.values()) == N
+    from nel_resources.launchers.registry import get_launcher
+
+    states = [(st.shard, st.state, st.cluster) for st in get_launcher("docker").states(out)]
+    assert states == [(0, "COMPLETED", "docker"), (1, "COMPLETED", "docker")], states
     # no container is left behind
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=nel.run"], capture_output=True, text=True)
     assert left.stdout.strip() == ""

@@ -52,6 +52,10 @@ def test_ray_shards_equal_local_and_a_failed_task_reruns_alone(
     assert all("ray task" in md["launched_by"] for md in done.values())
     assert sum(md["requests_sent"] for md in done.values()) == 12  # 6 items per shard
     assert not (out / "gsm8k" / "bundle" / f"model={MODEL}" / "bundle.json").exists()
+    from nel_resources.launchers.registry import get_launcher
+
+    states = {st.shard: st.state for st in get_launcher("ray").states(out)}
+    assert states == {0: "COMPLETED", 1: "FAILED", 2: "COMPLETED"}, states
 
     blocker.unlink()
     reset_server_stats(url)
@@ -60,6 +64,7 @@ def test_ray_shards_equal_local_and_a_failed_task_reruns_alone(
     assert server_stats(url)["by_endpoint"].get("/v1/chat/completions") == 6
     assert shard_materializations(out)[f"{MODEL}|1"]["requests_sent"] == 6
     assert items(out) == items(local) and len(items(out)) == N
+    assert {st.shard: st.state for st in get_launcher("ray").states(out)} == dict.fromkeys(range(3), "COMPLETED")
     (res,) = s["results"]
     assert res["score"] == pytest.approx(6 / N) and res["n_items"] == N
 

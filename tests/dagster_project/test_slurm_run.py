@@ -122,7 +122,8 @@ def run_dirs(out: Path) -> list[Path]:
 
 
 def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
-        tmp_path: Path, slurm_env: dict[str, str], model_url: str, bench_dir: Path) -> None:
+        tmp_path: Path, slurm_env: dict[str, str], model_url: str, bench_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """4-shard array; task 2 dies, is reported missing, the others' results stay; the rerun
     submits an array of that one task plus the afterok merge; the results equal a local
     run's item by item and the instance shows every partition materialized by its task."""
@@ -150,6 +151,12 @@ def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
     stored = sorted(p.parent.name for p in out.glob("slurm_demo/shard_results/model=ref/shard=*/*.parquet"))
     assert stored == ["shard=0", "shard=1", "shard=3"]
     assert not (out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").exists()
+    # The launcher reports the partitions' states as SLURM has them.
+    from nel_resources.launchers.registry import get_launcher
+
+    monkeypatch.setenv("SLURM_CONF", slurm_env["SLURM_CONF"])
+    states = {st.shard: st.state for st in get_launcher("slurm").states(out)}
+    assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, states
 
     r = run_nel("eval", "run", str(cfg), "--no-progress", env=slurm_env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -159,6 +166,7 @@ def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
     parts = json.loads((second / jobs["arrays"][0]["partitions"]).read_text())
     assert [(p["shard"], p["reason"]) for p in parts] == [(2, "no results yet")]
     assert "(1 task; 3 shards up to date)" in r.stderr
+    assert [(st.shard, st.state) for st in get_launcher("slurm").states(out)] == [(2, "COMPLETED")]
     assert results(out) == results(local_out) and len(results(out)) == N_ROWS
     bundle = json.loads((out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").read_text())
     local_bundle = json.loads((local_out / "slurm_demo" / "bundle" / "model=ref" / "bundle.json").read_text())

@@ -192,6 +192,10 @@ def test_eval_run_k8s_writes_jobs_for_the_stale_shards_only(k8s_run: dict[str, A
     assert env["NEL_SHARDS"] == "1 3" and env["NEL_TOTAL_SHARDS"] == str(N_SHARDS)
     pod_cfg = yaml.safe_load(cm["data"]["gsm8k.yaml"])
     assert pod_cfg["cluster"] == {"type": "local"} and pod_cfg["output"]["dir"] == "/results"
+    from nel_resources.launchers.registry import get_launcher
+
+    assert [(st.model, st.shard, st.state) for st in get_launcher("k8s").states(s["out"])] == [
+        ("m", 1, "WRITTEN"), ("m", 3, "WRITTEN")]
 
     # Run the pods' own commands here, as Kubernetes would (its env, the ConfigMap's files).
     conf = s["tmp"] / "etc-nel"
