@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from benchmarks.errors import NelError
 from nel_resources.config import ConfigError, load_config
 from nel_resources.config.support import check_supported
 from nel_resources.launchers.registry import get_launcher
+from tests.support.cli import start_nel
 from tests.support.slurm_cluster import gsm8k_byob_dir
+from tests.support.waiting import wait_for, wait_while_running
 
 N_ROWS, N_SHARDS = 8, 4
 MODULE = '''
@@ -41,6 +45,7 @@ from benchmarks._types import SeedResult
 from benchmarks.datasets import load_file
 
 MARKER = Path(__file__).with_name("crash-shard-1")
+HOLD = Path(__file__).with_name("hold")
 _TRACE = os.environ.get("NEL_TEST_TRACE")
 if _TRACE and os.environ.get("NEL_SHARD_IDX"):  # a worker process (not the runner)
     _start = time.time()
@@ -71,6 +76,11 @@ class SubDemo(DatasetEnvironment):
 
         if MARKER.exists() and os.environ.get("NEL_SHARD_IDX") == "1":
             os._exit(3)  # this worker dies mid-shard
+        if HOLD.exists() and os.environ.get("NEL_TEST_PIDS") and os.environ.get("NEL_SHARD_IDX"):
+            pid_file = Path(os.environ["NEL_TEST_PIDS"]) / (os.environ["NEL_SHARD_IDX"] + ".pid")
+            pid_file.write_text(str(os.getpid()))
+            while HOLD.exists():  # held until the test lets go (or the worker is killed)
+                time.sleep(0.05)
         return numeric_match(response, expected)
 '''
 
@@ -102,6 +112,41 @@ def _trace(path: Path) -> list[dict[str, Any]]:
 
 def _states(out: Path) -> dict[int, str]:
     return {s.shard: s.state for s in get_launcher("subprocess").states(out)}
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie left for its parent to reap counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith(("Z", "X"))
+    except (OSError, IndexError):
+        return True
+
+
+def test_ctrl_c_stops_the_running_workers_and_starts_no_more(
+        tmp_path: Path, bench_dir: Path, reference_server: Any) -> None:
+    url = reference_server()
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    cfg = _config(tmp_path / "s.yaml", url, bench_dir, tmp_path / "sub",
+                  {"type": "subprocess", "shards": N_SHARDS, "subprocess": {"workers": 2}})
+    hold = bench_dir / "hold"
+    hold.touch()
+    proc = start_nel("eval", "run", str(cfg), "--no-progress", log=tmp_path / "nel.log",
+                     env={"NEL_TEST_PIDS": str(pids_dir)})
+    try:
+        files = wait_while_running(lambda: (f := sorted(pids_dir.glob("*.pid"))) and len(f) == 2 and f,
+                                   proc=proc, what="two workers holding", log=tmp_path / "nel.log")
+        pids = [int(f.read_text()) for f in files]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, (tmp_path / "nel.log").read_text()[-3000:]
+        # still held: only the interrupt can have ended them
+        wait_for(lambda: all(_gone(p) for p in pids), timeout=60, what=f"workers {pids} to end")
+    finally:
+        hold.unlink()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert len(list(pids_dir.glob("*.pid"))) == 2  # no worker started after the interrupt
 
 
 def test_workers_run_the_partitions_at_most_n_at_once_and_equal_the_local_run(
