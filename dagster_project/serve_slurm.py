@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import is_uri
 from nel_resources.config import ConfigError
 
 # Options of the submitting command only: the job's `nel serve` does not get them.
@@ -104,7 +105,7 @@ def _check_benchmark(args: argparse.Namespace) -> None:
                        "submit: run it without --slurm")
     import_plugins(args.imports)
     name = resolve_benchmark_ref(args.benchmark)
-    if not name.startswith("gym://"):
+    if not is_uri(name, "gym"):
         try:
             get_factory(name)
         except UnknownBenchmarkError as exc:

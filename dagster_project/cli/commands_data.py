@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.uri_schemes import is_uri
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `data` with its `list`, `pull` and `import` subcommands."""
@@ -125,8 +127,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from nel_resources.config import ConfigError
 
     name = args.name
-    if name.startswith("harbor://"):
-        d = harbor_cache_dir(name.removeprefix("harbor://"))
+    if is_uri(name, "harbor"):
+        d = harbor_cache_dir(name.partition("://")[2])
         print(f"{name}: Harbor task directories, read from {d} "
               f"({'present' if d.is_dir() else 'missing'}); nel does not download from the "
               "Harbor registry: copy the dataset there or set HARBOR_DATASETS_DIR")

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from benchmarks.uri_schemes import is_uri
+
 # The `eval` subcommand group; other command modules add `eval report`, `eval merge`.
 EVAL_SUBPARSERS: argparse._SubParsersAction | None = None
 
@@ -273,7 +275,7 @@ def _validate_benchmarks(cfg: Any) -> None:
             from benchmarks.plugins import load_module
 
             load_module(b.module)
-        if not b.name.startswith(("gym://", "container://")):  # container://: a harness image
+        if not is_uri(b.name, "gym", "container"):  # container://: a harness image
             get_factory(b.name)  # raises UnknownBenchmarkError with suggestions
 
 
