@@ -136,6 +136,7 @@ SOLVERS: Registry[SolverBuilder] = Registry("solver", {
     "tool_calling": f"{__name__}:_tool_calling",
     "openclaw": f"{__name__}:_openclaw",
     "harbor": f"{__name__}:_harbor",
+    "majority_vote": "nel_assets.engine.solvers.majority_vote:build",
 })
 
 
