@@ -36,11 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _origin(name: str, factory: object) -> str:
     """Where a benchmark comes from: its dataset for a built-in, its file for a module."""
+    from benchmarks._registry import is_builtin
     from benchmarks.plugins import benchmark_origin
-    from benchmarks.sources import SOURCES
+    from benchmarks.sources import Source
 
-    src = SOURCES.get(name)
-    if src is not None:
+    src = getattr(factory, "source", None) if is_builtin(name) else None
+    if isinstance(src, Source):  # a built-in's data source, as its class declares it
         return f"hf:{src.hf_id}" if src.hf_id else src.origin.split(" (")[0]
     origin = benchmark_origin(name)
     if origin:
