@@ -225,4 +225,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise CommandFailed(f"Unknown exporter {args.dest!r}. Available: {', '.join(KNOWN_EXPORTERS)}")
     if not is_built(args.dest):
         raise NelError(f"exporter {args.dest} is not supported yet in nel")
-    return int(EXPORTERS.load(args.dest)(bundles, settings, args.output_dir) or 0)
+    try:
+        return int(EXPORTERS.load(args.dest)(bundles, settings, args.output_dir) or 0)
+    except NelError as exc:  # a bundle it cannot export: the command cannot do its work
+        raise CommandFailed(str(exc)) from None
