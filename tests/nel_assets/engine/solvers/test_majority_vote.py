@@ -30,7 +30,7 @@ def cycling_server() -> Iterator[tuple[str, list[str]]]:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with lock:
                 text = answers[next(counter) % len(answers)]
@@ -97,5 +97,5 @@ def test_the_solver_is_a_registry_entry() -> None:
         solver_for(SolverConfig.model_construct(type="nope"), None,  # type: ignore[arg-type]
                    system_prompt=None, services={})
     bad = SolverConfig.model_construct(type="majority_vote", config={"samples": "many"})
-    with pytest.raises(NelError, match="config.samples must be an integer"):
+    with pytest.raises(NelError, match=r"config\.samples must be an integer"):
         solver_for(bad, None, system_prompt=None, services={})  # type: ignore[arg-type]
