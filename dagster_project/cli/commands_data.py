@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.uri_schemes import is_uri
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `data` with its `list`, `pull` and `import` subcommands."""
@@ -124,6 +122,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     """An agent benchmark's task files: the directories nel reads (found or not) and how to
     get them; other benchmarks point at `nel data list`."""
     from benchmarks.agentic import AGENT_BENCHMARKS, candidate_dirs, harbor_cache_dir
+    from benchmarks.uri_schemes import is_uri
     from nel_resources.config import ConfigError
 
     name = args.name

@@ -7,8 +7,6 @@ import os
 import sys
 from typing import Any
 
-from benchmarks.uri_schemes import is_uri
-
 # The `eval` subcommand group; other command modules add `eval report`, `eval merge`.
 EVAL_SUBPARSERS: argparse._SubParsersAction | None = None
 
@@ -269,6 +267,7 @@ def _check_runnable(cfg: Any, where: str) -> None:
 def _validate_benchmarks(cfg: Any) -> None:
     """Fail early, with suggestions, on unknown benchmark names."""
     from benchmarks import get_factory
+    from benchmarks.uri_schemes import is_uri
 
     for b in cfg.benchmarks:
         if b.module:
