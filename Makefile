@@ -31,6 +31,8 @@ PY312 ?= env PYENV_VERSION=3.12.1 python3.12
 # Harbor, whose agents (terminus-2, ...) the `harbor` solver runs: Python >= 3.12. 0.24.0:
 # 0.25.0 needs a certifi newer than any the package index serves.
 PEER_HARBOR_VENV ?= .venv-peers/harbor
+# Inspect AI, whose `read_eval_log` reads back the logs of nel's `inspect` exporter.
+PEER_INSPECT_VENV ?= .venv-peers/inspect-ai
 # The OpenClaw CLI agent with its own Node, from npm (deploy/agents/install_openclaw.sh).
 OPENCLAW_LINK ?= .venv-peers/openclaw
 
@@ -67,6 +69,7 @@ peers:
 	  'nemo-evaluator[stats]==0.3.0' $(PEER_VENV)  # [stats]: scipy, else its compare is always INCONCLUSIVE
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-gym-0.4.0 'nemo-gym==0.4.0' $(PEER_GYM_VENV)
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh harbor-0.24.0 'harbor==0.24.0' $(PEER_HARBOR_VENV)
+	PY312='$(PY312)' bash deploy/peers/install_peer.sh inspect-ai-0.3.285 'inspect-ai==0.3.285' $(PEER_INSPECT_VENV)
 	bash deploy/agents/install_openclaw.sh $(OPENCLAW_LINK)  # the `openclaw` solver's CLI (npm: Node 24 + OpenClaw)
 
 system-deps:

@@ -3,18 +3,48 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks._types import EvalEnvironment
 from benchmarks.errors import NelError
+from benchmarks.registries import Registry
+from benchmarks.uri_schemes import SCHEMES, scheme_of
 
 Factory = Callable[..., EvalEnvironment]
 
-_REGISTRY: dict[str, Factory] = {}
-_BUILTINS_LOADED = False
+# The built-in benchmarks: name -> the class (or factory) that makes it, imported only when
+# the name is used. What `nel list` and `nel data` show about one (`scorer_family`, `source`)
+# are attributes of that class: adding a built-in benchmark is its module plus one line here.
+BUILTINS: dict[str, str] = {
+    "agent_tasks": "benchmarks.builtin.agent_tasks:AgentTasks",
+    "drop": "benchmarks.builtin.drop:DROP",
+    "gpqa": "benchmarks.builtin.gpqa:GPQA",
+    "gsm8k": "benchmarks.builtin.gsm8k:GSM8K",
+    "healthbench": "benchmarks.builtin.healthbench:HealthBench",
+    "humaneval": "benchmarks.builtin.humaneval:HumanEval",
+    "math500": "benchmarks.builtin.math500:MATH500",
+    "mgsm": "benchmarks.builtin.mgsm:MGSM",
+    "mmlu": "benchmarks.builtin.mmlu:MMLU",
+    "mmlu_pro": "benchmarks.builtin.mmlu_pro:MMLUPro",
+    "simpleqa": "benchmarks.builtin.simpleqa:SimpleQA",
+    "triviaqa": "benchmarks.builtin.triviaqa:TriviaQA",
+    "xstest": "benchmarks.builtin.xstest:XSTest",
+    # agent benchmarks read from local task files (benchmarks/agentic/builtins.py)
+    "nmp_harbor": "benchmarks.agentic.builtins:nmp_harbor",
+    "pinchbench": "benchmarks.agentic.builtins:pinchbench",
+    "swebench-multilingual": "benchmarks.agentic.builtins:swebench_multilingual",
+    "swebench-verified": "benchmarks.agentic.builtins:swebench_verified",
+    "terminal-bench-hard": "benchmarks.agentic.builtins:terminal_bench_hard",
+    "terminal-bench-v1": "benchmarks.agentic.builtins:terminal_bench_v1",
+}
+
+BENCHMARKS: Registry[Factory] = Registry("benchmark", BUILTINS,
+                                         hint="run `nel list` to see all benchmarks")
+# Benchmarks registered at run time (`@register`, BYOB files, plugins), by name: a plugin
+# load compares this before and after to learn what a file registered.
+_ADDED: dict[str, Factory] = {}
 
 
 class UnknownBenchmarkError(NelError, KeyError):
@@ -43,7 +73,8 @@ def register(name: str) -> Callable[[Factory], Factory]:
     """
 
     def deco(factory: Factory) -> Factory:
-        _REGISTRY[name] = factory
+        BENCHMARKS.put(name, factory)
+        _ADDED[name] = factory
         # An environment class that does not name itself takes its registry name, as in
         # NeMo Evaluator (its API-reference example sets no `name`): results, bundles and
         # `/health` then say which benchmark they are.
@@ -54,18 +85,19 @@ def register(name: str) -> Callable[[Factory], Factory]:
     return deco
 
 
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        importlib.import_module("benchmarks.builtin")
-        importlib.import_module("benchmarks.agentic")  # agent benchmarks (local task files)
+def registered_at_run_time() -> dict[str, Factory]:
+    """The benchmarks `@register` added in this process (BYOB files, plugins), by name."""
+    return dict(_ADDED)
+
+
+def is_builtin(name: str) -> bool:
+    """True for a benchmark of nel's own table (not one a file or plugin registered)."""
+    return name in BUILTINS and name not in _ADDED
 
 
 def list_benchmarks() -> list[str]:
     """All registered benchmark names, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return BENCHMARKS.names()
 
 
 def suggest(name: str, known: list[str]) -> list[str]:
@@ -80,32 +112,31 @@ def suggest(name: str, known: list[str]) -> list[str]:
 
 def is_file_reference(name: str) -> bool:
     """True for `path/to/file.py` or `path/to/file.py:bench` (a benchmark file, not a name)."""
-    return name.endswith(".py") or (".py:" in name and not name.startswith("gym://"))
+    return name.endswith(".py") or (".py:" in name and scheme_of(name) is None)
 
 
 def get_factory(name: str) -> Factory:
     """The factory registered under `name`; raises UnknownBenchmarkError with suggestions.
 
     `name` may also be a benchmark file (`file.py` or `file.py:bench`, as NeMo Evaluator's
-    `--bench ./file.py` accepts): it is loaded and its benchmark returned.
+    `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
+    whose entry makes factories (`harbor://name@version`).
     """
-    _load_builtins()
-    if name.startswith("harbor://"):  # a Harbor dataset from its local cache
-        from benchmarks.agentic import harbor_uri_factory
-
-        return harbor_uri_factory(name)
+    if scheme_of(name) == "harbor":  # a Harbor dataset from its local cache
+        return SCHEMES.load("harbor")(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 
         name = resolve_benchmark_ref(name)
-    if name not in _REGISTRY:
+    key = BENCHMARKS.canonical_or_none(name)
+    if key is None:
         # NeMo Evaluator looks names up case-insensitively.
-        folded = {k.lower(): k for k in _REGISTRY}
-        if name.lower() in folded:
-            return _REGISTRY[folded[name.lower()]]
-        known = sorted(_REGISTRY)
+        folded = {k.lower(): k for k in BENCHMARKS.names()}
+        key = folded.get(name.lower())
+    if key is None:
+        known = BENCHMARKS.names()
         raise UnknownBenchmarkError(name, suggest(name, known), known)
-    return _REGISTRY[name]
+    return BENCHMARKS.load(key)
 
 
 def accepted_params(factory: Factory, hints: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,10 +166,8 @@ def get_benchmark(name: str, *, hints: Mapping[str, Any] | None = None,
         hints: Engine settings passed only where the factory declares them.
         **params: The user's parameters, always passed (an unknown one is a TypeError).
     """
-    if name.startswith("gym://"):
-        from benchmarks.remote import GymEnvironment
-
-        return GymEnvironment(name, **params)
+    if scheme_of(name) == "gym":  # a remote environment: its URL is all it needs
+        return SCHEMES.load("gym")(name, **params)  # type: ignore[no-any-return]
     factory = get_factory(name)
     _check_params(name, factory, params)
     return factory(**{**accepted_params(factory, hints or {}), **params})

@@ -52,7 +52,7 @@ def load_module(ref: str) -> None:
             raise NelError(f"cannot load benchmark module {path}")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
-        before = dict(_registry._REGISTRY)
+        before = _registry.registered_at_run_time()
         try:
             spec.loader.exec_module(mod)
         except (NelError, ImportError) as exc:
@@ -64,16 +64,16 @@ def load_module(ref: str) -> None:
             del sys.modules[name]
             raise
         _FILE_BENCHMARKS[path] = sorted(
-            k for k, f in _registry._REGISTRY.items() if before.get(k) is not f)
+            k for k, f in _registry.registered_at_run_time().items() if before.get(k) is not f)
         _ORIGINS.update(dict.fromkeys(_FILE_BENCHMARKS[path], str(path)))
         return
-    before = dict(_registry._REGISTRY)
+    before = _registry.registered_at_run_time()
     try:
         importlib.import_module(ref)
     except ModuleNotFoundError as exc:
         raise NelError(f"cannot import benchmark module {ref!r} ({exc})") from None
     _ORIGINS.update(dict.fromkeys(
-        (k for k, f in _registry._REGISTRY.items() if before.get(k) is not f), ref))
+        (k for k, f in _registry.registered_at_run_time().items() if before.get(k) is not f), ref))
 
 
 def _line_in(exc: BaseException, path: Path) -> int | str:
@@ -106,7 +106,7 @@ def load_benchmark_file(path: str | Path, name: str | None = None) -> list[str]:
     load_module(str(resolved))
     names = _FILE_BENCHMARKS.get(resolved, [])
     if name is not None:
-        if name not in names and name not in _registry._REGISTRY:
+        if name not in names and name not in _registry.BENCHMARKS:
             raise NelError(f"{path} does not register a benchmark {name!r} "
                            f"(it registers: {', '.join(names) or 'none'})")
         return [name]

@@ -82,11 +82,38 @@ class Registry(Generic[T]):
         self._entries[key] = target
         self._loaded.pop(key, None)
 
+    def put(self, name: str, obj: T) -> None:
+        """Register an object already in hand under `name` (a BYOB benchmark made at run
+        time, a plugin's `@register`): it need not be importable by `"module:attr"`."""
+        key = self._key(name)
+        module = getattr(obj, "__module__", None) or "?"
+        qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+        self._entries[key] = f"{module}:{qualname}"
+        self._loaded[key] = obj
+
     def alias(self, alias: str, name: str) -> None:
         """Let `alias` stand for the registered `name`."""
         if self._key(name) not in self._entries:
             raise ValueError(f"alias {alias!r} names no registered {self.kind} {name!r}")
         self._aliases[self._key(alias)] = self._key(name)
+
+    # Mapping-style access to the table (name -> "module:attr"), so a registry can stand
+    # where a plain `dict` table stood (and tests can `monkeypatch.setitem` an entry).
+    def __getitem__(self, name: str) -> str:
+        return self.target(name)
+
+    def __setitem__(self, name: str, target: str) -> None:
+        self.add(name, target)
+
+    def __delitem__(self, name: str) -> None:
+        key = self.canonical(name)
+        del self._entries[key]
+        self._loaded.pop(key, None)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The `"module:attr"` behind `name`, or `default` when there is no such entry."""
+        key = self.canonical_or_none(name)
+        return default if key is None else self._entries[key]
 
     def _key(self, name: str) -> str:
         return name.lower() if self._fold else name

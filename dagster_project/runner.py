@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import is_uri
 from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from dagster_project.instance_config import open_instance, write_instance_yaml
@@ -287,9 +288,9 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     for bench in cfg.benchmarks:
         if bench.module:
             load_module(bench.module)
-        if bench.name.startswith("container://"):
+        if is_uri(bench.name, "container"):
             pass  # a harness image; check_supported checked it is in the local engine
-        elif not bench.name.startswith("gym://"):
+        elif not is_uri(bench.name, "gym"):
             if getattr(get_factory(bench.name), "needs_task_files", False):
                 from dagster_project.agent_benchmarks import check_agent_benchmark
 
@@ -335,7 +336,7 @@ def is_config_error(bench: str, exc: BaseException) -> bool:
     benchmark alone."""
     from benchmarks.errors import BenchmarkConfigError
 
-    return isinstance(exc, BenchmarkConfigError) and not bench.startswith(("gym://", "container://"))
+    return isinstance(exc, BenchmarkConfigError) and not is_uri(bench, "gym", "container")
 
 
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
@@ -506,7 +507,7 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
 def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
     """A model with no problem to evaluate (max_problems / problem_range select none) is a
     failure, not a silent success; its tasks are dropped."""
-    if bench.startswith("container://"):
+    if is_uri(bench, "container"):
         return tasks  # the harness image picks its own problems
     models = {t.model for t in tasks}
     empty = sorted(m for m in models if not any(t.indices for t in tasks if t.model == m))

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import is_uri
 
 # Options of the submitting command only: the job's `nel serve` does not get them.
 _SUBMIT_ONLY = frozenset({"slurm", "output_dir", "node_pool", "slurm_timeout", "no_wait",
@@ -64,7 +65,7 @@ def _check_benchmark(args: argparse.Namespace) -> None:
                        "submit: run it without --slurm")
     import_plugins(args.imports)
     name = resolve_benchmark_ref(args.benchmark)
-    if not name.startswith("gym://"):
+    if not is_uri(name, "gym"):
         try:
             get_factory(name)
         except UnknownBenchmarkError as exc:

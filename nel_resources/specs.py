@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import is_uri
 from nel_resources.config import (
     BenchmarkConfig,
     CheckpointsConfig,
@@ -317,7 +318,7 @@ def environment_factory(bench: BenchmarkConfig, service: ServiceConfig,
                         services: Mapping[str, ServiceConfig]) -> EnvironmentFactory:
     """How to build `bench`'s environment for `service` (`services` resolves `gym://` names)."""
     hints: dict[str, Any] = {}
-    if bench.name.startswith("gym://"):
+    if is_uri(bench.name, "gym"):
         name, params = _gym_env(bench, services)
     else:
         name, params = bench.name, dict(bench.params)

@@ -1,8 +1,8 @@
 """Agent benchmarks: NeMo Evaluator 0.3.0's agentic built-ins read from local task files
 (Harbor task directories, PinchBench task files) and `harbor://name@version` caches.
 
-Importing this package registers `terminal-bench-v1`, `terminal-bench-hard`, `nmp_harbor`,
-`swebench-verified`, `swebench-multilingual` and `pinchbench`.
+`benchmarks._registry.BUILTINS` names `terminal-bench-v1`, `terminal-bench-hard`, `nmp_harbor`,
+`swebench-verified`, `swebench-multilingual` and `pinchbench` here.
 """
 
 from benchmarks.agentic.builtins import (

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._registry import register
 from benchmarks._types import EvalEnvironment
 from benchmarks.agentic.harbor_tasks import HarborTaskSet
 from benchmarks.agentic.pinchbench import PinchBenchTasks
@@ -111,11 +110,19 @@ def _factory(bench: AgentBenchmark) -> Any:
     make.needs_task_files = True  # type: ignore[attr-defined]  # `nel list` says so
     make.needs_sandbox = True  # type: ignore[attr-defined]
     make.task_format = bench.format  # type: ignore[attr-defined]  # what `nel eval run` can verify
+    make.scorer_family = "agent"  # type: ignore[attr-defined]  # the type `nel list` shows
     return make
 
 
-for _b in AGENT_BENCHMARKS.values():
-    register(_b.name)(_factory(_b))
+# The factories `benchmarks._registry.BUILTINS` names, one per agent benchmark (a
+# benchmark's attribute name is its name with `-` as `_`).
+FACTORIES: dict[str, Any] = {b.name: _factory(b) for b in AGENT_BENCHMARKS.values()}
+terminal_bench_v1 = FACTORIES["terminal-bench-v1"]
+terminal_bench_hard = FACTORIES["terminal-bench-hard"]
+nmp_harbor = FACTORIES["nmp_harbor"]
+swebench_verified = FACTORIES["swebench-verified"]
+swebench_multilingual = FACTORIES["swebench-multilingual"]
+pinchbench = FACTORIES["pinchbench"]
 
 
 def harbor_cache_dir(rest: str) -> Path:
@@ -130,7 +137,7 @@ def harbor_uri_tasks(uri: str) -> HarborTaskSet:
         DataMissingError: one line when there is no cache: the Harbor registry cannot be
             reached from here, so nothing is downloaded.
     """
-    rest = uri.removeprefix("harbor://")
+    rest = uri.partition("://")[2]
     d = harbor_cache_dir(rest)
     if not d.is_dir():
         raise DataMissingError(

@@ -1,20 +1,2 @@
-"""Built-in benchmarks; importing this package registers them."""
-
-from benchmarks.builtin import (
-    agent_tasks,
-    drop,
-    gpqa,
-    gsm8k,
-    healthbench,
-    humaneval,
-    math500,
-    mgsm,
-    mmlu,
-    mmlu_pro,
-    simpleqa,
-    triviaqa,
-    xstest,
-)
-
-__all__ = ["agent_tasks", "drop", "gpqa", "gsm8k", "healthbench", "humaneval", "math500", "mgsm", "mmlu", "mmlu_pro",
-           "simpleqa", "triviaqa", "xstest"]
+"""Built-in benchmarks, one module each; `benchmarks._registry.BUILTINS` names them and
+imports a module only when its benchmark is used."""

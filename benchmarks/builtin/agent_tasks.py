@@ -16,7 +16,6 @@ import json
 import shlex
 from typing import Any, ClassVar
 
-from benchmarks._registry import register
 from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
 
@@ -75,7 +74,6 @@ TASKS: list[dict[str, Any]] = [
 ]
 
 
-@register("agent_tasks")
 class AgentTasks(EvalEnvironment):
     """Four small tasks; pass = the task's test program exits 0 in the agent's sandbox.
 
@@ -84,6 +82,7 @@ class AgentTasks(EvalEnvironment):
     """
 
     name = "agent_tasks"
+    scorer_family = "agent-tests"  # the type `nel list` shows
     version = "1"
     #: The engine gives `verify` the sandbox the agent worked in; a run without one is refused.
     needs_sandbox: ClassVar[bool] = True

@@ -22,10 +22,10 @@ import json
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import resolve_file
 from benchmarks.errors import NelError
+from benchmarks.sources import Source, SourceFile
 
 SPAN_SEP = ";"
 
@@ -83,11 +83,23 @@ def load_drop(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-@register("drop")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "drop",
+    (SourceFile("drop_dataset_dev.json"),),
+    9536, "DROP dev set (Dua et al., 2019), drop_dataset/drop_dataset_dev.json inside "
+    "allennlp's drop_dataset.zip",
+    "ucinlp/drop", "main", "CC-BY-SA-4.0",
+    extra={"url": "https://s3-us-west-2.amazonaws.com/allennlp/datasets/drop/drop_dataset.zip"},
+)
+
+
 class DROP(DatasetEnvironment):
     """DROP dev; category = answer type, cluster = passage id, reward = F1."""
 
     name = "drop"
+    scorer_family = "f1"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

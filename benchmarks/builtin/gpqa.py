@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment, lettered_options
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import find_local, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.sources import Source, SourceFile
 
 PASSWORD = b"deserted-untie-orchid"
 LETTERS = "ABCD"
@@ -63,11 +63,25 @@ def shuffled_options(row: dict[str, str]) -> tuple[list[str], str]:
     return [opts[i] for i in order], LETTERS[order.index(0)]
 
 
-@register("gpqa")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "gpqa",
+    (SourceFile("gpqa_diamond.zip",
+                "161170c5b977761b752657488698b80f4b3dfc2fae6e074b1e930c9bce8a0366"),),
+    198, "GPQA diamond (Rein et al., 2023), gpqa_diamond.csv inside a zip with the "
+    "authors' password; github idavidrein/gpqa dataset.zip also works",
+    "Idavidrein/gpqa", "main", "CC-BY-4.0",
+    notes="never stored unzipped (the authors ask that items not appear in plain text)",
+    extra={"url": "https://github.com/idavidrein/gpqa/raw/main/dataset.zip"},
+)
+
+
 class GPQA(DatasetEnvironment):
     """GPQA diamond; category is the high-level domain, subject the subdomain."""
 
     name = "gpqa"
+    scorer_family = "multiple-choice"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, load_file, resolve_file
+from benchmarks.sources import GH_RAW, Source, SourceFile
 
 HUB_TEST = HubFile("openai/gsm8k", "main/test-00000-of-00001.parquet")
 HUB_TRAIN = HubFile("openai/gsm8k", "main/train-00000-of-00001.parquet")
@@ -36,11 +36,28 @@ def gold_answer(answer_field: str) -> str:
     return (m.group(1) if m else answer_field).replace(",", "").strip()
 
 
-@register("gsm8k")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "gsm8k",
+    (
+        SourceFile("test.jsonl",
+                   "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+                   f"{GH_RAW}/openai/grade-school-math/3101c7d5/grade_school_math/data/test.jsonl"),
+        SourceFile("train.jsonl",
+                   "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
+                   f"{GH_RAW}/openai/grade-school-math/3101c7d5/grade_school_math/data/train.jsonl",
+                   required=False),
+    ),
+    1319, "github openai/grade-school-math @ 3101c7d5", "openai/gsm8k", "main", "MIT",
+)
+
+
 class GSM8K(DatasetEnvironment):
     """GSM8K test set with numeric scoring (`#### N`, `\\boxed{}`, last-number fallback)."""
 
     name = "gsm8k"
+    scorer_family = "numeric"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

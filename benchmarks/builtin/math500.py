@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, load_file, resolve_file
+from benchmarks.sources import GH_RAW, Source, SourceFile
 
 HUB_TEST = HubFile("HuggingFaceH4/MATH-500", "test.jsonl")
 
@@ -27,11 +27,23 @@ CHAT_TEMPLATE = (
 COMPLETION_TEMPLATE = "Problem:\n{problem}\n\nSolution:"
 
 
-@register("math500")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "math500",
+    (SourceFile("test.jsonl",
+                "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
+                f"{GH_RAW}/openai/prm800k/main/prm800k/math_splits/test.jsonl"),),
+    500, "openai/prm800k prm800k/math_splits/test.jsonl (Lightman et al., 2023)",
+    "HuggingFaceH4/MATH-500", "main", "MIT",
+)
+
+
 class MATH500(DatasetEnvironment):
     """MATH-500; category is the MATH subject, difficulty the level (1-5)."""
 
     name = "math500"
+    scorer_family = "math-equivalence"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import resolve_file
 from benchmarks.errors import NelError
+from benchmarks.sources import GH_RAW, Source, SourceFile
 
 LANGUAGES = ("bn", "de", "en", "es", "fr", "ja", "ru", "sw", "te", "th", "zh")
 
@@ -79,11 +79,39 @@ def _read_tsv(path: Any, lang: str) -> list[dict[str, Any]]:
     return rows
 
 
-@register("mgsm")
+_SHA256 = {
+    "bn": "6b00bc7cc635547e866989284afa924d789b5affa2eb8de623c385dd943ad977",
+    "de": "4dfea30fede44b813e2e496f5f0534049e83c7cc8aed6e00600b30ec62053626",
+    "en": "50021d0f28cc957edcb44e7806425b1c7fbd648ddcb9e0a8ec689d10e57d40fa",
+    "es": "5bd27ebdf00140cec845c5298dc17715f5cd57d8edda6df1976db40bf3f0750a",
+    "fr": "36207c1c03fd7cd3ea491441eb755408199f94e4a647851df531bbaedc99d606",
+    "ja": "59a2b50debe77981fd784cb3b2bef1505e3abf2a37116dc9d7a366ab029b4637",
+    "ru": "6bd30fd2e80c5bac23f566fb4ae0e6a55a19578401fbf9a01fb21beb3645fef8",
+    "sw": "2bac828d77229e65d7c7197b1ad4a2cb5b1fe99b163f2cbdd66501de6a2115c4",
+    "te": "dd6b1452c244bb2e4ba254c01ea84137f80c1cefc57d69c23b0ed88b9c0f36b7",
+    "th": "f3932dc5ad8e9d0ea82b017adc1e1461dd647af861e7166d6741986602a0cfd6",
+    "zh": "b2fa63151022370a0de1f4211c8c284eae74b0f5a3b003b1d5982c0d4a73f661",
+}
+
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "mgsm",
+    tuple(
+        SourceFile(f"mgsm_{lang}.tsv", _SHA256[lang],
+                   f"{GH_RAW}/google-research/url-nlp/452a21ad/mgsm/mgsm_{lang}.tsv")
+        for lang in LANGUAGES
+    ),
+    2750, "github google-research/url-nlp @ 452a21ad mgsm/ (Shi et al., 2022)",
+    "juletxara/mgsm", "main", "CC-BY-4.0", notes="250 items x 11 languages",
+)
+
+
 class MGSM(DatasetEnvironment):
     """MGSM, all languages by default; category is the language code."""
 
     name = "mgsm"
+    scorer_family = "numeric"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment, lettered_options
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, data_root, find_local, load_file, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.sources import Source, SourceFile
 
 HUB_TEST = HubFile("cais/mmlu", "all/test-00000-of-00001.parquet")
 HUB_DEV = HubFile("cais/mmlu", "all/dev-00000-of-00001.parquet")
@@ -97,11 +97,23 @@ def _load_split(split: str) -> list[dict[str, Any]]:
     ]
 
 
-@register("mmlu")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "mmlu",
+    (SourceFile("test/"), SourceFile("dev/", required=False)),
+    14042, "Hendrycks et al. data.tar (people.eecs.berkeley.edu/~hendrycks/data.tar)",
+    "cais/mmlu", "main", "MIT",
+    notes="57 subjects; test/<subject>_test.csv, dev/<subject>_dev.csv (no header)",
+    extra={"url": "https://people.eecs.berkeley.edu/~hendrycks/data.tar"},
+)
+
+
 class MMLU(DatasetEnvironment):
     """MMLU test set; categories are subjects, with the super-category in metadata."""
 
     name = "mmlu"
+    scorer_family = "multiple-choice"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

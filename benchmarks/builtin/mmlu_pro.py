@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment, lettered_options
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, data_root, find_local, load_file, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.sources import Source, SourceFile
 
 HUB_TEST = HubFile("TIGER-Lab/MMLU-Pro", "data/test-00000-of-00001.parquet")
 LETTERS = "ABCDEFGHIJ"
@@ -53,11 +53,28 @@ def _load_validation() -> list[dict[str, Any]]:
     return [_clean(r) for r in load_file(local)]
 
 
-@register("mmlu_pro")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "mmlu_pro",
+    (
+        SourceFile("test.jsonl",
+                   "de3e252c059914c90d06ceebad992cf4721de926a3d32ce2d4e00c24a972dd79"),
+        SourceFile("validation.jsonl", required=False),
+    ),
+    12032, "TIGER-Lab/MMLU-Pro (test split as JSONL: question_id, question, options, "
+    "answer, answer_index, cot_content, category, src)",
+    "TIGER-Lab/MMLU-Pro", "main", "MIT",
+    notes="sha256 is of the JSONL rendering of the test split kept in shared/datasets; "
+    "validation.jsonl (70 CoT exemplars) is needed only for few-shot",
+)
+
+
 class MMLUPro(DatasetEnvironment):
     """MMLU-Pro test set; category is the MMLU-Pro category, `src` its origin."""
 
     name = "mmlu_pro"
+    scorer_family = "multiple-choice"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

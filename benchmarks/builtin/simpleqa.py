@@ -18,9 +18,9 @@ import ast
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import load_file, resolve_file
+from benchmarks.sources import OPENAI_BLOB, Source, SourceFile
 
 CHAT_TEMPLATE = "{question}"
 # A bare question is SimpleQA's chat prompt; completions need an answer cue.
@@ -35,11 +35,23 @@ def _meta(raw: str) -> dict[str, Any]:
     return val if isinstance(val, dict) else {}
 
 
-@register("simpleqa")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "simpleqa",
+    (SourceFile("simple_qa_test_set.csv",
+                "feee3f7e7db3617e94e8fcf1977b756ec420ef8568f4e0fcbbe0e92e9d5fc032",
+                f"{OPENAI_BLOB}/simple_qa_test_set.csv"),),
+    4326, "openai/simple-evals simple_qa_test_set.csv (Wei et al., 2024)",
+    "basicv8vc/SimpleQA", "main", "MIT", judge=True,
+)
+
+
 class SimpleQA(DatasetEnvironment):
     """SimpleQA; needs a judge (`requires_judge`)."""
 
     name = "simpleqa"
+    scorer_family = "judge"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
     judge_kind = "simpleqa"
     requires_judge = True

@@ -17,10 +17,10 @@ import json
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import load_file, resolve_file
 from benchmarks.errors import NelError
+from benchmarks.sources import GH_RAW, Source, SourceFile
 
 CHAT_TEMPLATE = (
     "Answer this trivia question from your own knowledge. Reply with a line "
@@ -55,11 +55,25 @@ def normalise_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"question": q, "answer": answer, "aliases": seen, "id": rid}
 
 
-@register("triviaqa")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "triviaqa",
+    (SourceFile("triviaqa_sm_sub.jsonl",
+                "e3e8222e94cae291d7ab132e59f09c4f51580ed3e23639cf29c2926b4c8284e9",
+                f"{GH_RAW}/mosaicml/llm-foundry/383efbff/scripts/eval/local_data/"
+                "world_knowledge/triviaqa_sm_sub.jsonl"),),
+    3000, "MosaicML gauntlet subset of TriviaQA (github mosaicml/llm-foundry @ 383efbff); "
+    "the full rc.nocontext validation split (17,944) loads with params.file",
+    "mandarjoshi/trivia_qa", "main", "Apache-2.0",
+)
+
+
 class TriviaQA(DatasetEnvironment):
     """TriviaQA closed-book; the gold is the JSON list of acceptable aliases."""
 
     name = "triviaqa"
+    scorer_family = "alias-match"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,

@@ -20,20 +20,33 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks._dataset_env import DatasetEnvironment
-from benchmarks._registry import register
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import load_file, resolve_file
 from benchmarks.errors import NelError
+from benchmarks.sources import GH_RAW, Source, SourceFile
 
 CHAT_TEMPLATE = "{prompt}"
 COMPLETION_TEMPLATE = "User: {prompt}\nAssistant:"
 
 
-@register("xstest")
+# Where the data comes from (`nel data`, `nel list`).
+SOURCE = Source(
+    "xstest",
+    (SourceFile("xstest_prompts.csv",
+                "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a",
+                f"{GH_RAW}/paul-rottger/exaggerated-safety/d7bb5bd7/xstest_prompts.csv"),),
+    450, "github paul-rottger/exaggerated-safety @ d7bb5bd7 (XSTest v2, Röttger et al., "
+    "2024)", None, None, "CC-BY-4.0",
+    notes="250 safe + 200 unsafe prompts",
+)
+
+
 class XSTest(DatasetEnvironment):
     """XSTest; reward = correct behaviour; judge optional (heuristic otherwise)."""
 
     name = "xstest"
+    scorer_family = "refusal"  # the type `nel list` shows
+    source = SOURCE
     version = "1"
     judge_kind = "xstest"
     requires_judge = False

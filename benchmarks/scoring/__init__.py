@@ -16,6 +16,8 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.registries import Registry
+
 if TYPE_CHECKING:
     from benchmarks.scoring.drop import drop_em, drop_f1, f1_score, fuzzy_match, normalize_span
     from benchmarks.scoring.extract import Extraction, find_boxed, last_boxed
@@ -46,6 +48,19 @@ _HOME = {
     **dict.fromkeys(("looks_like_refusal", "refusal_match", "refusal_rule"), "refusal"),
     **dict.fromkeys(("answer_line", "exact_match", "normalize_text", "triviaqa_match"), "text"),
 }
+
+
+# The scorers a `scoring.metrics` entry of `type: scorer` may name (they share the scorer
+# signature): the one table of scorer names. A new scorer is its function plus one line here.
+SCORERS: Registry[Any] = Registry("scorer metric", {
+    name: f"{__name__}.{_HOME[name]}:{name}"
+    for name in ("answer_line", "exact_match", "fuzzy_match", "math_match", "multichoice_regex",
+                 "numeric_match", "triviaqa_match")
+}, aliases={
+    # NeMo Evaluator's `mcq_extract` metric (extract the option letter, compare it to the gold
+    # one) is what nel's `multichoice_regex` scorer does.
+    "mcq_extract": "multichoice_regex",
+})
 
 
 def __getattr__(name: str) -> Any:

@@ -122,11 +122,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
     """An agent benchmark's task files: the directories nel reads (found or not) and how to
     get them; other benchmarks point at `nel data list`."""
     from benchmarks.agentic import AGENT_BENCHMARKS, candidate_dirs, harbor_cache_dir
+    from benchmarks.uri_schemes import is_uri
     from nel_resources.config import ConfigError
 
     name = args.name
-    if name.startswith("harbor://"):
-        d = harbor_cache_dir(name.removeprefix("harbor://"))
+    if is_uri(name, "harbor"):
+        d = harbor_cache_dir(name.partition("://")[2])
         print(f"{name}: Harbor task directories, read from {d} "
               f"({'present' if d.is_dir() else 'missing'}); nel does not download from the "
               "Harbor registry: copy the dataset there or set HARBOR_DATASETS_DIR")

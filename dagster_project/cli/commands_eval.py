@@ -267,13 +267,14 @@ def _check_runnable(cfg: Any, where: str) -> None:
 def _validate_benchmarks(cfg: Any) -> None:
     """Fail early, with suggestions, on unknown benchmark names."""
     from benchmarks import get_factory
+    from benchmarks.uri_schemes import is_uri
 
     for b in cfg.benchmarks:
         if b.module:
             from benchmarks.plugins import load_module
 
             load_module(b.module)
-        if not b.name.startswith(("gym://", "container://")):  # container://: a harness image
+        if not is_uri(b.name, "gym", "container"):  # container://: a harness image
             get_factory(b.name)  # raises UnknownBenchmarkError with suggestions
 
 

@@ -14,13 +14,6 @@ import sys
 
 _SOURCES = ["all", "builtin", "skills", "lm-eval"]
 
-# Scorer family of each built-in benchmark (the README's benchmark table, in one word).
-_TYPES = {
-    "gsm8k": "numeric", "mgsm": "numeric", "mmlu": "multiple-choice", "mmlu_pro": "multiple-choice",
-    "gpqa": "multiple-choice", "math500": "math-equivalence", "drop": "f1", "triviaqa": "alias-match",
-    "simpleqa": "judge", "healthbench": "judge-rubric", "xstest": "refusal",
-    "humaneval": "code-execution", "agent_tasks": "agent-tests",
-}
 _NOT_YET = {
     "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",
     "lm-eval": "(not supported yet in nel: lm-eval-harness tasks, lm-eval://TASK)",
@@ -43,11 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _origin(name: str, factory: object) -> str:
     """Where a benchmark comes from: its dataset for a built-in, its file for a module."""
+    from benchmarks._registry import is_builtin
     from benchmarks.plugins import benchmark_origin
-    from benchmarks.sources import SOURCES
+    from benchmarks.sources import Source
 
-    src = SOURCES.get(name)
-    if src is not None:
+    src = getattr(factory, "source", None) if is_builtin(name) else None
+    if isinstance(src, Source):  # a built-in's data source, as its class declares it
         return f"hf:{src.hf_id}" if src.hf_id else src.origin.split(" (")[0]
     origin = benchmark_origin(name)
     if origin:
@@ -56,13 +50,26 @@ def _origin(name: str, factory: object) -> str:
     return str(getattr(mod, "__file__", None) or getattr(factory, "__module__", "?"))
 
 
+def _kind(name: str, factory: object) -> str:
+    """The type `nel list` shows: the benchmark's own `scorer_family`; a benchmark a file
+    registered without one is `byob` (`judge` when it needs one)."""
+    from benchmarks._registry import is_builtin
+
+    family = getattr(factory, "scorer_family", None)
+    if family:
+        return str(family)
+    if is_builtin(name):  # a built-in must say what it is; tests check every one does
+        return "unspecified"
+    return "judge" if getattr(factory, "requires_judge", False) else "byob"
+
+
 def _builtin_rows() -> list[str]:
     from benchmarks import get_factory, list_benchmarks
 
     rows = []
     for name in list_benchmarks():
         factory = get_factory(name)
-        kind = _TYPES.get(name) or ("judge" if getattr(factory, "requires_judge", False) else "byob")
+        kind = _kind(name, factory)
         needs = ""
         if getattr(factory, "needs_task_files", False):  # agent benchmarks: nothing downloads
             kind, needs = "agent", " (needs local task files)"

@@ -15,10 +15,6 @@ from typing import Any
 
 #: NeMo Evaluator's built-in image variants `cache-sqsh` builds from its own Dockerfiles.
 SQSH_VARIANTS = ("base", "harbor", "lm-eval", "skills", "gym", "full")
-#: The exporters NeMo Evaluator 0.3.0 registers (`nel export --dest`).
-KNOWN_EXPORTERS = ("inspect", "mlflow", "wandb")
-#: Exporters nel writes itself (none yet: the exports issue adds them and empties the refusals).
-NEL_EXPORTERS: dict[str, Any] = {}
 
 
 class CommandFailed(Exception):
@@ -60,10 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_failing(_cmd_cache_sqsh))
 
     p = sub.add_parser("export", help="export result bundles to an experiment tracker",
-                       description=f"Send eval-*.json bundles to an exporter ({', '.join(KNOWN_EXPORTERS)}).")
+                       description="Send eval-*.json bundles to an exporter (inspect, mlflow, wandb; "
+                       "nel has inspect).")
     p.add_argument("paths", nargs="+", type=_existing_path, metavar="PATHS",
                    help="run directories or eval-*.json bundle files")
-    p.add_argument("-d", "--dest", required=True, help="exporter name (inspect, mlflow, wandb)")
+    p.add_argument("-d", "--dest", required=True, help="exporter name (inspect; mlflow and wandb are not built yet)")
     p.add_argument("-o", "--override", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="exporter setting (values parsed as JSON when possible)")
     p.add_argument("-c", "--config", type=_existing_file, help="exporter settings (YAML or JSON)")
@@ -222,8 +219,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
             settings[key.strip()] = json.loads(value)
         except ValueError:
             settings[key.strip()] = value
-    if args.dest not in KNOWN_EXPORTERS and args.dest not in NEL_EXPORTERS:
+    from nel_resources.exporters import EXPORTERS, KNOWN_EXPORTERS, is_built
+
+    if args.dest not in KNOWN_EXPORTERS:
         raise CommandFailed(f"Unknown exporter {args.dest!r}. Available: {', '.join(KNOWN_EXPORTERS)}")
-    if args.dest not in NEL_EXPORTERS:
+    if not is_built(args.dest):
         raise NelError(f"exporter {args.dest} is not supported yet in nel")
-    return int(NEL_EXPORTERS[args.dest](bundles, settings, args.output_dir) or 0)
+    try:
+        return int(EXPORTERS.load(args.dest)(bundles, settings, args.output_dir) or 0)
+    except NelError as exc:  # a bundle it cannot export: the command cannot do its work
+        raise CommandFailed(str(exc)) from None

@@ -18,6 +18,7 @@ import orjson
 from benchmarks import EvalEnvironment, get_benchmark
 from benchmarks.errors import BenchmarkConfigError, DataMissingError, NelError
 from benchmarks.plugins import load_module
+from benchmarks.uri_schemes import is_uri
 from nel_assets.engine.interrupts import run_interruptibly
 from nel_assets.engine.journal import Journal
 from nel_assets.engine.sandboxing import FactoryOpener
@@ -54,7 +55,7 @@ def make_env(factory: EnvironmentFactory) -> EvalEnvironment:
     if env is None:
         params = dict(factory.params)
         try:
-            if factory.name.startswith("container://"):  # a harness image is the benchmark
+            if is_uri(factory.name, "container"):  # a harness image is the benchmark
                 from nel_assets.engine.solvers.container_shard import HarnessEnvironment
                 env = HarnessEnvironment(factory.name, params)
             else:
@@ -251,7 +252,7 @@ def evaluate_shard(
     env = make_env(run.env)
     total = run.shards
     run_id = run_id or uuid.uuid4().hex[:12]
-    if run.benchmark.startswith("container://"):
+    if is_uri(run.benchmark, "container"):
         return _evaluate_harness(run, store, env, base_url, run_id, t0)
     selection: dict[str, Any] = {}  # the `shuffle` block, filled once the dataset is loaded
 

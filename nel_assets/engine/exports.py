@@ -159,4 +159,17 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
         if d != out_dir and d.is_dir():
             for old in [*d.glob("eval-*.json"), *(d / n for n in ARTIFACT_NAMES)]:
                 old.unlink(missing_ok=True)
+    run_exporters(paths["eval"], (nel_config or {}).get("output") or {})
     return paths
+
+
+def run_exporters(bundle_path: Path, output: dict[str, Any]) -> None:
+    """Run the exporters a config's `output.export` names on one written bundle, each with
+    its `output.export_config.<name>` settings (the exporter registry loads each on use)."""
+    from nel_resources.exporters import EXPORTERS
+
+    for item in output.get("export") or []:
+        name = str(item.get("type") if isinstance(item, dict) else item)
+        settings = {**((output.get("export_config") or {}).get(name) or {}),
+                    **({k: v for k, v in item.items() if k != "type"} if isinstance(item, dict) else {})}
+        EXPORTERS.load(name)([bundle_path], settings, None)

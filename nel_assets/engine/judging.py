@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
+from benchmarks.scoring import SCORERS
+from benchmarks.uri_schemes import scheme_of
 from nel_resources.config import ScoringMetric, ServiceConfig
 from nel_resources.specs import RunSpec
 
@@ -35,20 +37,14 @@ if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a con
     from nel_assets.engine.loop import Judge
     from nel_resources.model_client import ModelClient
 
-# Scorers a `type: scorer` metric may name (all share the scorer signature).
-SCORER_NAMES = ("answer_line", "exact_match", "fuzzy_match", "math_match", "mcq_extract",
-                "multichoice_regex", "numeric_match", "triviaqa_match")
-# NeMo Evaluator's `mcq_extract` metric (extract the option letter, compare it to the gold
-# one) is what nel's `multichoice_regex` scorer does.
-_SCORER_ALIASES = {"mcq_extract": "multichoice_regex"}
+# Scorers a `type: scorer` metric may name: the names (and aliases) of the scorer table.
+SCORER_NAMES = tuple(SCORERS.names(aliases=True))
 
 
 def _scorer(name: str) -> Callable[..., VerifyResult]:
-    if name not in SCORER_NAMES:
+    if name not in SCORERS:
         raise NelError(f"unknown scorer metric {name!r}; choose from {', '.join(SCORER_NAMES)}")
-    import benchmarks.scoring as scoring
-
-    return getattr(scoring, _SCORER_ALIASES.get(name, name))
+    return SCORERS.load(name)  # type: ignore[no-any-return]
 
 
 def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> None:
@@ -79,7 +75,7 @@ def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> N
 
 
 def _env_class(benchmark: str) -> Any:
-    if benchmark.startswith("gym://"):
+    if scheme_of(benchmark) == "gym":
         return None
     from benchmarks import get_factory
 

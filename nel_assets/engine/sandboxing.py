@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from benchmarks import EvalEnvironment, SeedResult
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import is_uri
 from nel_resources.config import SandboxConfig
 from nel_resources.sandboxes.base import (
     Sandbox,
@@ -66,7 +67,7 @@ def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
         run: the (benchmark, model) run.
         env_class: the benchmark's class or environment (looked up by name when None).
     """
-    if env_class is None and not run.env.name.startswith("gym://"):
+    if env_class is None and not is_uri(run.env.name, "gym"):
         from benchmarks import get_factory
 
         try:

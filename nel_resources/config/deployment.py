@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
+from nel_resources.exporters import KNOWN_EXPORTERS  # the exporter registry's table
 
 _WALLTIME_RE = re.compile(r"^(\d+-)?\d+:\d{2}:\d{2}$")
 
@@ -147,8 +148,6 @@ class ClusterConfig(_Strict):
         return self
 
 
-# Exporters NeMo Evaluator 0.3.0 has; nel builds them in the exports issue.
-KNOWN_EXPORTERS = ("inspect", "mlflow", "wandb")
 KNOWN_REPORTS = ("markdown", "html", "csv", "json", "latex")
 
 

@@ -13,10 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmarks.uri_schemes import is_uri
 from nel_resources.config._base import ConfigError, field_defaults
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig, ScoringMetric
 from nel_resources.config.model import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES, ServiceConfig
+from nel_resources.exporters import is_built
 
 # Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
 _HARNESS_SCHEMES = {
@@ -153,7 +155,7 @@ def _check_services(cfg: NelConfig) -> None:
 def _check_benchmarks(cfg: NelConfig) -> None:
     for i, b in enumerate(cfg.benchmarks):
         at: tuple[Any, ...] = ("benchmarks", i)
-        if b.name.startswith("container://") or b.solver.type == "container":
+        if is_uri(b.name, "container") or b.solver.type == "container":
             _check_container(cfg, b, at)
         else:
             _check_name(b.name, (*at, "name"))
@@ -235,7 +237,7 @@ def _check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, .
 def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     """A `container://image#task` harness runs when its image is in the local Docker engine;
     what the harness decides itself (problems, repeats, shards) is refused on nel's side."""
-    if not b.name.startswith("container://"):
+    if not is_uri(b.name, "container"):
         raise _Refusal((*at, "name"), "`solver.type: container` without a harness image",
                        "name the benchmark `container://<image>#<task>`")
     from nel_resources.harness_image import missing_image_reason, parse_name
@@ -366,7 +368,7 @@ def _check_metric(m: ScoringMetric, at: tuple[Any, ...]) -> None:
 
 def _check_output(cfg: NelConfig) -> None:
     out = cfg.output
-    for i, name in enumerate(out.exporter_names()):
+    for i, name in [(i, n) for i, n in enumerate(out.exporter_names()) if not is_built(n)]:
         raise _Refusal(("output", "export", i), f"the {name!r} exporter",
                        "remove it from `output.export`; results are in the output directory's "
                        "Parquet files and exports/")

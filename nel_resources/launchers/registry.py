@@ -7,31 +7,31 @@ the CLI ask this table and nothing else (nel_resources.launchers.base says how).
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.errors import NelError
+from benchmarks.registries import Registry
 
 if TYPE_CHECKING:
     from nel_resources.launchers.base import Launcher
 
+#: other spellings NeMo Evaluator configs use.
+ALIASES: dict[str, str] = {"kubernetes": "k8s"}
 #: cluster type -> "module:class" of its Launcher.
-LAUNCHERS: dict[str, str] = {
+LAUNCHERS: Registry[Any] = Registry("cluster type", {
     "local": "nel_resources.launchers.local:LocalCluster",
     "docker": "nel_resources.launchers.docker:DockerCluster",
     "ray": "nel_resources.launchers.ray_tasks:RayCluster",
     "slurm": "nel_resources.launchers.slurm_cluster:SlurmCluster",
     "k8s": "nel_resources.launchers.k8s_cluster:K8sCluster",
     "subprocess": "nel_resources.launchers.subprocess_workers:SubprocessCluster",
-}
-#: other spellings NeMo Evaluator configs use.
-ALIASES: dict[str, str] = {"kubernetes": "k8s"}
+}, aliases=ALIASES)
 
 
 def cluster_types() -> list[str]:
     """Every name `cluster.type` accepts (aliases included)."""
-    return sorted([*LAUNCHERS, *ALIASES])
+    return LAUNCHERS.names(aliases=True)
 
 
 def unknown_type_message(name: str) -> str:
@@ -50,9 +50,7 @@ def get_launcher(name: str) -> Launcher:
     Raises:
         NelError: an unknown name, with the nearest known one.
     """
-    target = LAUNCHERS.get(ALIASES.get(name, name))
-    if target is None:
+    if name not in LAUNCHERS:
         raise NelError(unknown_type_message(name))
-    module, attr = target.split(":")
-    launcher: Launcher = getattr(importlib.import_module(module), attr)()
+    launcher: Launcher = LAUNCHERS.load(name)()
     return launcher

@@ -16,17 +16,20 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from benchmarks.registries import Registry
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.fields import FieldSpec, InterceptorConfigError, check_fields
 
-BUILTIN: dict[str, str] = {
-    "endpoint": "endpoint", "caching": "caching", "turn_counter": "turn_counter",
-    "drop_params": "drop_params", "modify_tools": "modify_tools",
-    "system_message": "system_message", "payload_modifier": "payload_modifier",
-    "raise_client_errors": "raise_client_errors", "log_tokens": "log_tokens",
-    "response_stats": "response_stats", "reasoning": "reasoning",
-    "progress_tracking": "progress_tracking", "logging": "request_logging",
-}
+# interceptor name -> "module:build" (the module also holds FIELDS and AFFECTS_ANSWERS).
+BUILTIN: Registry[Callable[..., Any]] = Registry("interceptor", {
+    name: f"nel_resources.proxy.{module}:build" for name, module in {
+        "endpoint": "endpoint", "caching": "caching", "turn_counter": "turn_counter",
+        "drop_params": "drop_params", "modify_tools": "modify_tools",
+        "system_message": "system_message", "payload_modifier": "payload_modifier",
+        "raise_client_errors": "raise_client_errors", "log_tokens": "log_tokens",
+        "response_stats": "response_stats", "reasoning": "reasoning",
+        "progress_tracking": "progress_tracking", "logging": "request_logging",
+    }.items()})
 # NeMo Evaluator 0.3.0 interceptors nel does not have: refused by name, never ignored.
 UNBUILT: dict[str, str] = {
     "consolidate_system": "merging several system messages into one",
@@ -75,7 +78,7 @@ def interceptor(name: str | None = None, *, affects_answers: bool = True
 
 
 def _module(name: str) -> ModuleType:
-    return importlib.import_module(f"nel_resources.proxy.{BUILTIN[name]}")
+    return importlib.import_module(BUILTIN.target(name).split(":", 1)[0])
 
 
 def _user_factory(name: str) -> Callable[..., Any]:

@@ -9,27 +9,27 @@ model request (an image that is not in the engine, say): `preflight` below calls
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from benchmarks.registries import Registry
 from nel_resources.sandboxes.base import SandboxError, SandboxFactory
 from nel_resources.sandboxes.limits import Limits
 
 if TYPE_CHECKING:
     from nel_resources.config import SandboxConfig
 
+Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]
+
 #: sandbox type -> "module:function" building its factory from the config block.
-SANDBOX_TYPES: dict[str, str] = {
+SANDBOX_TYPES: Registry[Builder] = Registry("sandbox type", {
     "local": "nel_resources.sandboxes.local:build",
     "docker": "nel_resources.sandboxes.docker:build",
     "slurm": "nel_resources.sandboxes.slurm:build",
     "apptainer": "nel_resources.sandboxes.apptainer:build",
     "ecs_fargate": "nel_resources.sandboxes.ecs_fargate:build",
     "custom": "nel_resources.sandboxes.custom:build",
-}
-
-Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]
+})
 
 
 def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> SandboxFactory:
@@ -48,13 +48,10 @@ def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> Sandbox
         raise SandboxError("this benchmark runs code and needs a sandbox, but its sandbox type "
                            "is `none`: configure one (e.g. `sandbox: {type: local}` or "
                            "`{type: docker, image: ...}`)")
-    target = SANDBOX_TYPES.get(cfg.type)
-    if target is None:
+    if cfg.type not in SANDBOX_TYPES:
         raise SandboxError(f"the `{cfg.type}` sandbox type is not available in this version of "
-                           f"nel (available: {', '.join(sorted(SANDBOX_TYPES))})")
-    module, func = target.split(":")
-    build: Builder = getattr(importlib.import_module(module), func)
-    return build(cfg, limits)
+                           f"nel (available: {', '.join(SANDBOX_TYPES.names())})")
+    return SANDBOX_TYPES.load(cfg.type)(cfg, limits)
 
 
 def preflight(cfg: SandboxConfig) -> None:
@@ -66,9 +63,8 @@ def preflight(cfg: SandboxConfig) -> None:
     Raises:
         SandboxError: one line saying what to fix.
     """
-    target = SANDBOX_TYPES.get(cfg.type)
-    if target is None or cfg.type == "none":
+    if cfg.type not in SANDBOX_TYPES or cfg.type == "none":
         return  # make_factory says why, with the benchmark's own context
-    check = getattr(importlib.import_module(target.split(":")[0]), "preflight", None)
+    check = SANDBOX_TYPES.module_attr(cfg.type, "preflight")
     if check is not None:
         check(cfg)

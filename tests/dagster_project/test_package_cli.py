@@ -165,9 +165,13 @@ def test_export_refuses_each_known_exporter(tmp_path: Path) -> None:
     runs = tmp_path / "run"
     (runs / "gsm8k").mkdir(parents=True)
     (runs / "gsm8k" / "eval-20260101T000000Z-gsm8k.json").write_text("{}")
-    for dest in ("inspect", "mlflow", "wandb"):
+    for dest in ("mlflow", "wandb"):
         p = run_nel("export", str(runs), "--dest", dest)
         assert p.returncode == 2 and p.stderr == f"error: exporter {dest} is not supported yet in nel\n"
+    # inspect is built (tests/nel_resources/exporters): a bundle without its samples is one line
+    p = run_nel("export", str(runs), "--dest", "inspect")
+    assert p.returncode == 1 and p.stderr.startswith("Error: ") and "no results.jsonl beside it" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
     p = run_nel("export", str(runs), "--dest", "bogus")
     assert p.returncode == 1 and p.stderr.strip() == "Error: Unknown exporter 'bogus'. Available: inspect, mlflow, wandb"
 

@@ -37,7 +37,7 @@ REFUSED_KEY = {
     "08b_terminalbench_v1_harbor": "benchmarks.0.sandbox.region",
     "09_gym_runtime": None,
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
-    "10_gym_full": None, "10_nmp_harbor": "output.export.0",
+    "10_gym_full": None, "10_nmp_harbor": "output.export_config",
     "11_gym_env_harbor": None, "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # SLURM runs here; a vLLM server has no GPU node to run on (`submit: false` writes the scripts)
@@ -292,8 +292,8 @@ def test_bogus_exporter_is_an_error_and_known_ones_are_refused(tmp_path: Path) -
                           "inspect, mlflow, wandb")
     _, msg = _error(tmp_path, BASE + "output:\n  exports: [bogus]\n")  # nel's old spelling
     assert "unknown exporter 'bogus'" in msg
-    msg = _refusal(tmp_path, BASE + "output:\n  export: [inspect]\n")
-    assert msg.startswith(f"{p}:13: key output.export.0: the 'inspect' exporter is not supported")
+    msg = _refusal(tmp_path, BASE + "output:\n  export: [inspect, mlflow]\n")  # inspect is built
+    assert msg.startswith(f"{p}:13: key output.export.1: the 'mlflow' exporter is not supported")
 
 
 def test_typo_suggests_the_valid_key(tmp_path: Path) -> None:

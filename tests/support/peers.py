@@ -45,3 +45,16 @@ def peer_gym_venv() -> Path:
     if not (path / "bin" / "ng_run").is_file():
         require_real_component(f"NeMo Gym is not installed in {path} (run `make peers`)")
     return path
+
+
+# `make peers` installs Inspect AI here; NEL_PEER_INSPECT names another venv that has it.
+DEFAULT_PEER_INSPECT = REPO_ROOT / ".venv-peers" / "inspect-ai"
+
+
+def peer_inspect_python() -> Path:
+    """The Python of the Python 3.12 venv holding the real `inspect_ai` (its log reader);
+    skips locally, fails in CI if absent."""
+    path = Path(os.environ.get("NEL_PEER_INSPECT") or DEFAULT_PEER_INSPECT) / "bin" / "python"
+    if not path.is_file() or not any((path.parent.parent / "lib").glob("python3*/site-packages/inspect_ai")):
+        require_real_component(f"Inspect AI is not installed in {path.parent.parent} (run `make peers`)")
+    return path

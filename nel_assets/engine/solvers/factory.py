@@ -11,10 +11,12 @@ combined when both are set (the solver routes calls by tool name).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.registries import Registry
 from nel_assets.engine.solvers.base import Solver, ToolSource
 from nel_resources.config import SandboxConfig, ServiceConfig, SolverConfig
 from nel_resources.model_client import ModelClient
@@ -59,6 +61,85 @@ def _service_url(services: Mapping[str, Any], name: str, key: str) -> str:
     return str(url)
 
 
+@dataclass(frozen=True, slots=True)
+class SolverInputs:
+    """What a solver's builder may use besides its `solver:` block (see `solver_for`)."""
+
+    client: ModelClient
+    system_prompt: str | None
+    services: Mapping[str, Any]
+    sandbox: SandboxConfig | None = None
+    timeout: float | None = None
+    model_id: str | None = None
+    service: ServiceConfig | None = None
+
+
+SolverBuilder = Callable[[SolverConfig, SolverInputs], Solver | None]
+
+
+def _simple(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    return None  # the loop's own single request
+
+
+def _gym_delegation(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    from nel_assets.engine.solvers.gym_delegation import DEFAULT_RUN_TIMEOUT, GymDelegationSolver
+
+    gym_url = _service_url(inp.services, str(cfg.gym_service), "gym_service")
+    return GymDelegationSolver(
+        gym_url, gym_agent=cfg.gym_agent, trust_reward=cfg.trust_reward,
+        model_id=inp.model_id or str(getattr(inp.client, "model", None) or ""),
+        timeout=inp.timeout or DEFAULT_RUN_TIMEOUT)
+
+
+def _tool_calling(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
+
+    return ToolCallingSolver(
+        inp.client, tool_sources_for(cfg, inp.services, sandbox=inp.sandbox),
+        max_turns=cfg.max_turns, system_prompt=inp.system_prompt,
+        tool_timeout=cfg.tool_timeout, max_output_chars=cfg.max_output_chars,
+        response_mode=cfg.response_mode,
+        artifact_cmd=inp.sandbox.capture_cmd if inp.sandbox is not None else None)
+
+
+def _openclaw(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    from nel_assets.engine.solvers.openclaw import DEFAULT_TIMEOUT, OpenClawSolver
+
+    if inp.service is None:
+        raise NelError("the 'openclaw' solver needs the model service (solver_for(service=))")
+    return OpenClawSolver(
+        inp.service, openclaw_bin=cfg.openclaw_bin, thinking=cfg.thinking,
+        timeout=inp.timeout or DEFAULT_TIMEOUT, max_concurrent=cfg.max_concurrent,
+        context_window=cfg.context_window, idle_timeout_seconds=cfg.idle_timeout_seconds,
+        system_prompt=inp.system_prompt, model_id=inp.model_id or "")
+
+
+def _harbor(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    from nel_assets.engine.solvers.harbor_agent import HarborSolver
+
+    if inp.service is None:
+        raise NelError("the 'harbor' solver needs the model service (solver_for(service=))")
+    return HarborSolver(
+        inp.service, agent=str(cfg.agent), agent_kwargs=cfg.agent_kwargs,
+        container_env=cfg.container_env, run_timeout=cfg.run_timeout or inp.timeout,
+        cmd_timeout=cfg.cmd_timeout, timeout_strategy=cfg.timeout_strategy,
+        max_agent_timeout=cfg.max_agent_timeout, skill=cfg.skill, skill_dir=cfg.skill_dir,
+        harbor_bin=cfg.harbor_bin, model_id=inp.model_id or "")
+
+
+# Solver type -> its builder, `(solver block, SolverInputs) -> Solver | None`. A new solver is
+# its own module with a builder plus one line here. (`container` runs a harness image for a
+# whole shard: `evaluate` hands it to `solvers.container_shard`, not through this table.)
+SOLVERS: Registry[SolverBuilder] = Registry("solver", {
+    "simple": f"{__name__}:_simple",
+    "gym_delegation": f"{__name__}:_gym_delegation",
+    "tool_calling": f"{__name__}:_tool_calling",
+    "openclaw": f"{__name__}:_openclaw",
+    "harbor": f"{__name__}:_harbor",
+    "majority_vote": "nel_assets.engine.solvers.majority_vote:build",
+})
+
+
 def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: str | None,
                services: Mapping[str, Any], sandbox: SandboxConfig | None = None,
                timeout: float | None = None, model_id: str | None = None,
@@ -82,50 +163,8 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
     Raises:
         NelError: a solver type nel cannot run, or a tool source or service that cannot be had.
     """
-    if solver_cfg.type == "simple":
-        return None
-    if solver_cfg.type == "gym_delegation":
-        from nel_assets.engine.solvers.gym_delegation import (
-            DEFAULT_RUN_TIMEOUT,
-            GymDelegationSolver,
-        )
-
-        gym_url = _service_url(services, str(solver_cfg.gym_service), "gym_service")
-        return GymDelegationSolver(
-            gym_url, gym_agent=solver_cfg.gym_agent, trust_reward=solver_cfg.trust_reward,
-            model_id=model_id or str(getattr(client, "model", None) or ""),
-            timeout=timeout or DEFAULT_RUN_TIMEOUT)
-    if solver_cfg.type == "tool_calling":
-        from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
-
-        return ToolCallingSolver(
-            client, tool_sources_for(solver_cfg, services, sandbox=sandbox),
-            max_turns=solver_cfg.max_turns, system_prompt=system_prompt,
-            tool_timeout=solver_cfg.tool_timeout, max_output_chars=solver_cfg.max_output_chars,
-            response_mode=solver_cfg.response_mode,
-            artifact_cmd=sandbox.capture_cmd if sandbox is not None else None)
-    if solver_cfg.type == "openclaw":
-        from nel_assets.engine.solvers.openclaw import DEFAULT_TIMEOUT, OpenClawSolver
-
-        if service is None:
-            raise NelError("the 'openclaw' solver needs the model service (solver_for(service=))")
-        return OpenClawSolver(
-            service, openclaw_bin=solver_cfg.openclaw_bin, thinking=solver_cfg.thinking,
-            timeout=timeout or DEFAULT_TIMEOUT, max_concurrent=solver_cfg.max_concurrent,
-            context_window=solver_cfg.context_window,
-            idle_timeout_seconds=solver_cfg.idle_timeout_seconds, system_prompt=system_prompt,
-            model_id=model_id or "")
-    if solver_cfg.type == "harbor":
-        from nel_assets.engine.solvers.harbor_agent import HarborSolver
-
-        if service is None:
-            raise NelError("the 'harbor' solver needs the model service (solver_for(service=))")
-        return HarborSolver(
-            service, agent=str(solver_cfg.agent), agent_kwargs=solver_cfg.agent_kwargs,
-            container_env=solver_cfg.container_env,
-            run_timeout=solver_cfg.run_timeout or timeout, cmd_timeout=solver_cfg.cmd_timeout,
-            timeout_strategy=solver_cfg.timeout_strategy,
-            max_agent_timeout=solver_cfg.max_agent_timeout, skill=solver_cfg.skill,
-            skill_dir=solver_cfg.skill_dir, harbor_bin=solver_cfg.harbor_bin,
-            model_id=model_id or "")
-    raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")
+    if solver_cfg.type not in SOLVERS:
+        raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")
+    build = SOLVERS.load(solver_cfg.type)
+    return build(solver_cfg, SolverInputs(client, system_prompt, services, sandbox, timeout,
+                                          model_id, service))

@@ -1,0 +1,36 @@
+"""Benchmark URI schemes nel runs: `gym://host:port`, `harbor://name@version`, `container://image#task`.
+
+What kind of benchmark a name is gets decided here, once: `scheme_of(name)` asks the
+`SCHEMES` registry instead of each caller testing prefixes. Each entry names what makes
+that kind of benchmark from its URI (a remote environment, a factory over a local task
+cache, the harness image's parser); the schemes of harnesses nel does not run
+(`lm-eval://`, `skills://`, ...) are the config's "not built" table, not entries here.
+
+A new scheme is one line here plus its own module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.registries import Registry
+
+SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
+    "gym": "benchmarks.remote:GymEnvironment",  # a NeMo Gym resource server over HTTP
+    "harbor": "benchmarks.agentic.builtins:harbor_uri_factory",  # a local Harbor cache
+    # a harness image run by the engine's `container` solver (named, never imported, here)
+    "container": "nel_resources.harness_image:parse_name",
+})
+
+
+def scheme_of(name: str) -> str | None:
+    """The registered scheme of a `scheme://...` benchmark name, or None (a plain name, a
+    file, or a scheme nel does not run)."""
+    scheme, sep, _ = name.partition("://")
+    return scheme if sep and scheme in SCHEMES else None
+
+
+def is_uri(name: str, *schemes: str) -> bool:
+    """True when `name` is a URI of a registered scheme (of one of `schemes`, if given)."""
+    scheme = scheme_of(name)
+    return scheme is not None and (not schemes or scheme in schemes)

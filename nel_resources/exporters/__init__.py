@@ -1,0 +1,30 @@
+"""Exporters: a run's results written for another tool (`output.export`, `nel export --dest`).
+
+`EXPORTERS` maps a name to its `export(bundles, settings, output_dir) -> int` function,
+imported on first use; `KNOWN_EXPORTERS` are the names NeMo Evaluator 0.3.0 has, so a config
+naming one nel has not built yet is refused as "not supported yet" rather than unknown.
+This module imports nothing heavy: the config package asks it which names exist and which
+are built. A new exporter is its own module plus one line in `EXPORTERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.registries import Registry
+
+#: An exporter: (the `eval-*.json` bundles, its settings, an output dir or None) -> exit status.
+Exporter = Callable[[list[Path], dict[str, Any], "str | None"], int]
+
+EXPORTERS: Registry[Exporter] = Registry("exporter", {
+    "inspect": "nel_resources.exporters.inspect_log:export",
+})
+#: Every exporter name a config may write (NeMo Evaluator 0.3.0's, and nel's own).
+KNOWN_EXPORTERS: tuple[str, ...] = tuple(sorted({"inspect", "mlflow", "wandb", *EXPORTERS}))
+
+
+def is_built(name: str) -> bool:
+    """True when nel has exporter `name` (a known name it has not built is False)."""
+    return name in EXPORTERS
