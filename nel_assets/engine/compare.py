@@ -50,16 +50,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from nel_assets.engine.stats import (
-    _as_float,
-    _codes,
-    _f,
-    _label_list,
-    is_binary,
-    mean_ci,
-    score_interval,
-    wilson_at,
-)
+from nel_assets.engine.stats import is_binary, mean_ci, score_interval, wilson_at
+from nel_assets.engine.stats.units import _as_float, _codes, _f, _label_list
 
 __all__ = ["compare_scores", "mde", "paired_ci", "runtime_delta", "sign_flip_test"]
 

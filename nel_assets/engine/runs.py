@@ -128,8 +128,8 @@ def _sample_texts(row: Mapping[str, Any]) -> dict[str, Any]:
 def _runtime_arrays(model_ms: Iterable[Any], tokens: Iterable[Any], ok: np.ndarray) -> dict[str, np.ndarray]:
     """Latency and output tokens of successful requests (a failed request has no latency
     that means anything for the model's speed)."""
-    ms = stats._as_float(list(model_ms))
-    tok = stats._as_float(list(tokens))
+    ms = stats.units._as_float(list(model_ms))
+    tok = stats.units._as_float(list(tokens))
     return {"model_ms": ms[ok], "completion_tokens": tok[ok]}
 
 
