@@ -35,11 +35,12 @@ import numpy as np
 
 from benchmarks.errors import NelError
 from nel_assets.engine import nemo_format, stats
-from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine.compare import compare_scores
 from nel_assets.engine.drop_units import check_drop_units
 from nel_assets.engine.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
 from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import worst
+from nel_assets.engine.runtime_delta import runtime_delta
 from nel_resources.arrow import pa
 from nel_resources.store import ResultStore, write_json_atomic
 
