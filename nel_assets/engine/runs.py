@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.errors import NelError
-from nel_assets.engine import nemo_format, stats
+from nel_assets.engine import nemo_regression, stats
 from nel_assets.engine.compare import compare_scores
 from nel_assets.engine.drop_units import check_drop_units
 from nel_assets.engine.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
@@ -533,7 +533,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
                              min_effect=API_MIN_EFFECT if max_drop is None else max_drop)
         comp["nemo_verdict"] = nv
         comp["outcome"], comp["outcome_reason"] = nv["verdict"], "; ".join(nv["verdict_reasons"])
-        comp.update(nemo_format.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
+        comp.update(nemo_regression.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     overall = worst(v["outcome"] for v in benches.values())
@@ -575,7 +575,7 @@ def write_regression(path: str | Path | Mapping[str, Any],
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"
     # NeMo Evaluator's top-level keys too, where its `compare -o` writes them
-    write_json_atomic(p, {**doc, **nemo_format.single_report_keys(dict(doc))})
+    write_json_atomic(p, {**doc, **nemo_regression.single_report_keys(dict(doc))})
     return p
 
 
