@@ -28,7 +28,7 @@ def limit_memory() -> int:
 def main() -> None:
     """Serve comparisons until stdin closes."""
     limit_memory()
-    from benchmarks.scoring.math_equiv import _sympy_equal
+    from benchmarks.scoring.math_sympy import _sympy_equal
 
     _sympy_equal("1", "1")  # warm the parser before announcing readiness
     print("ready", flush=True)

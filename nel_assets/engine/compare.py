@@ -45,23 +45,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as _st
 
-from nel_assets.engine.stats import (
-    _as_float,
-    _codes,
-    _f,
-    _label_list,
-    is_binary,
-    mean_ci,
-    score_interval,
-    wilson_at,
-)
+from nel_assets.engine.stats import is_binary, mean_ci, score_interval, wilson_at
+from nel_assets.engine.stats.units import _as_float, _codes, _f, _label_list
 
-__all__ = ["compare_scores", "mde", "paired_ci", "runtime_delta", "sign_flip_test"]
+__all__ = ["compare_scores", "mde", "paired_ci", "sign_flip_test"]
 
 NO_VARIANCE = "undefined (no variance in the differences)"
 
@@ -277,6 +270,184 @@ def _within_se(
     return _f(math.sqrt(parts[0] + parts[1]) / n), ks[0], ks[1]
 
 
+@dataclass(frozen=True)
+class _Paired:
+    """The items both sides scored (finite scores only), aligned: keys, indices into each side,
+    scores, differences (cand − base), and the clusters and categories the sides give."""
+
+    keys: np.ndarray
+    bi: np.ndarray
+    ci: np.ndarray
+    xb: np.ndarray
+    xc: np.ndarray
+    d: np.ndarray
+    n: int
+    n_base: int
+    n_cand: int
+    clusters: np.ndarray | None
+    categories: np.ndarray | None
+
+
+def _pair(base: Mapping[str, Any], cand: Mapping[str, Any]) -> _Paired:
+    """Align the two sides on their shared items with a finite score on both."""
+    bk, ck = _keys(base, "base"), _keys(cand, "cand")
+    if bk.dtype.kind != ck.dtype.kind:  # e.g. ints on one side, strings on the other
+        bk, ck = bk.astype(str), ck.astype(str)
+    keys, bi, ci = np.intersect1d(bk, ck, assume_unique=True, return_indices=True)
+    xb = _as_float(base["scores"])[bi]
+    xc = _as_float(cand["scores"])[ci]
+    ok = np.isfinite(xb) & np.isfinite(xc)
+    keys, bi, ci, xb, xc = keys[ok], bi[ok], ci[ok], xb[ok], xc[ok]
+    clusters = _opt(base, "clusters", bi)
+    if clusters is None:
+        clusters = _opt(cand, "clusters", ci)
+    categories = _opt(base, "categories", bi)
+    if categories is None:
+        categories = _opt(cand, "categories", ci)
+    n = int(keys.shape[0])
+    return _Paired(keys, bi, ci, xb, xc, xc - xb, n, int(bk.shape[0]), int(ck.shape[0]),
+                   clusters, categories)
+
+
+def _paired_test(
+    pr: _Paired, test: str, correct_above: float | None, *, n_permutations: int, seed: int
+) -> tuple[str, float | None, int, dict[str, int] | None]:
+    """The significance test of the differences: ``(name, p, n_permutations, mcnemar counts)``."""
+    if test not in _TESTS:
+        raise ValueError(f"unknown test {test!r}; use one of {', '.join(_TESTS)}")
+    xb, xc, d, clusters = pr.xb, pr.xc, pr.d, pr.clusters
+    if pr.n == 0:
+        return "none", None, 0, None
+    both_binary = is_binary(xb) and is_binary(xc)
+    threshold = 0.0 if correct_above is None else float(correct_above)
+    if test == "mcnemar" or (test == "auto" and both_binary and clusters is None):
+        # Forced McNemar on graded scores counts "correct" as above the threshold (as
+        # NeMo Evaluator does); on 0/1 scores with the default threshold it is the same.
+        rb, rc = (xb == 1, xc == 1) if test == "auto" else (xb > threshold, xc > threshold)
+        b = int(np.count_nonzero(rb & ~rc))
+        c = int(np.count_nonzero(~rb & rc))
+        p = 1.0 if b + c == 0 else float(_st.binomtest(c, b + c, 0.5).pvalue)
+        return "mcnemar_exact", p, 0, {"base_only_correct": b, "cand_only_correct": c}
+    if test == "sign":
+        pos, neg = int(np.count_nonzero(d > 0)), int(np.count_nonzero(d < 0))
+        p = 1.0 if pos + neg == 0 else float(_st.binomtest(pos, pos + neg, 0.5).pvalue)
+        return "sign_exact", p, 0, None
+    p, n_perm, exact = sign_flip_test(d, clusters, n_permutations=n_permutations, seed=seed)
+    name = ("cluster_sign_flip" if clusters is not None else "sign_flip") + (
+        "_exact" if exact else ""
+    )
+    return name, p, n_perm, None
+
+
+def _flips(pr: _Paired, correct_above: float | None, n_examples: int) -> dict[str, Any]:
+    """Items that got worse / better (crossed ``correct_above`` when given), with examples."""
+    d = pr.d
+    if correct_above is None:
+        worse, better = d < 0, d > 0
+    else:
+        threshold = float(correct_above)
+        worse = (pr.xb > threshold) & ~(pr.xc > threshold)
+        better = ~(pr.xb > threshold) & (pr.xc > threshold)
+    return {
+        "better_to_worse": {
+            "count": int(worse.sum()),
+            "examples": _examples(pr.keys, -d, worse, n_examples),
+        },
+        "worse_to_better": {
+            "count": int(better.sum()),
+            "examples": _examples(pr.keys, d, better, n_examples),
+        },
+    }
+
+
+def _per_category(
+    base: Mapping[str, Any], cand: Mapping[str, Any], pr: _Paired, level: float
+) -> dict[str, dict[str, Any]]:
+    """The paired delta, SE and CI within each category (missing category: ``(none)``)."""
+    assert pr.categories is not None
+    bi, ci, xb, xc, d, clusters = pr.bi, pr.ci, pr.xb, pr.xc, pr.d, pr.clusters
+    per_cat: dict[str, dict[str, Any]] = {}
+    names = np.array(["(none)" if v is None else str(v) for v in pr.categories.tolist()])
+    for name in sorted(set(names.tolist())):
+        mk = names == name
+        cl = None if clusters is None else clusters[mk]
+        r = mean_ci(d[mk], cl, level)
+        if _se_note(r, d[mk]) is not None:
+            r["se"] = None
+        c_lo, c_hi = paired_ci(
+            _paired_inputs(base, cand, bi[mk], ci[mk], xb[mk], xc[mk], cl, r, level), level
+        )
+        per_cat[name] = {
+            "delta": r["mean"],
+            "se": r["se"],
+            "ci_low": c_lo,
+            "ci_high": c_hi,
+            "n_items": int(mk.sum()),
+            "base_mean": _f(xb[mk].mean()),
+            "cand_mean": _f(xc[mk].mean()),
+        }
+    return per_cat
+
+
+def _spread(pr: _Paired) -> tuple[float | None, float | None]:
+    """The SD of the differences and the correlation of the two sides' scores (None when
+    undefined: fewer than two items, or a side with no variation)."""
+    n, xb, xc = pr.n, pr.xb, pr.xc
+    sd = float(pr.d.std(ddof=1)) if n >= 2 else None
+    corr = None
+    if n >= 2 and xb.std() > 0 and xc.std() > 0:
+        corr = float(np.corrcoef(xb, xc)[0, 1])
+    return sd, corr
+
+
+def _interval(
+    base: Mapping[str, Any], cand: Mapping[str, Any], pr: _Paired, level: float
+) -> tuple[dict[str, Any], str | None, dict[str, Any] | None, float | None, float | None]:
+    """The mean difference's SE (None with a note when undefined) and its paired CI:
+    ``(mean_ci result, se_note, ci_inputs, ci_low, ci_high)``."""
+    res = mean_ci(pr.d, pr.clusters, level)
+    se_note = _se_note(res, pr.d)
+    if se_note is not None:
+        res["se"] = None
+    ci_inputs = _paired_inputs(base, cand, pr.bi, pr.ci, pr.xb, pr.xc, pr.clusters, res, level)
+    lo, hi = paired_ci(ci_inputs, level)
+    return res, se_note, ci_inputs, lo, hi
+
+
+def _verdict(
+    delta: float | None, lo: float | None, hi: float | None, m: float | None,
+    se_note: str | None, p: float | None, *, alpha: float, power: float, max_drop: float | None,
+) -> dict[str, Any]:
+    """The MDE, significance and verdict keys of a comparison, from the delta's CI, the MDE,
+    the test's p-value and ``max_drop``."""
+    margin = 0.0 if max_drop is None else float(max_drop)
+    significant = p is not None and p < alpha
+    regression = hi is not None and hi < -margin
+    covers0 = lo is not None and lo <= 0.0 <= hi  # type: ignore[operator]
+    detectable = not (delta is not None and m is not None and abs(delta) < m and covers0)
+    if regression:
+        verdict = "regression"
+    elif lo is not None and lo > 0.0:
+        verdict = "improvement"
+    elif max_drop is not None and lo is not None and lo > -margin:
+        verdict = "within_max_drop"
+    elif not detectable:
+        verdict = "not_detectable"
+    else:
+        verdict = "inconclusive"
+    return {
+        "mde": _f(m),
+        "mde_note": se_note,
+        "alpha": float(alpha),
+        "power": float(power),
+        "max_drop": None if max_drop is None else float(max_drop),
+        "significant": bool(significant),
+        "regression": bool(regression),
+        "detectable": bool(detectable),
+        "verdict": verdict,
+    }
+
+
 def compare_scores(
     base: Mapping[str, Any],
     cand: Mapping[str, Any],
@@ -330,126 +501,23 @@ def compare_scores(
         ``improvement`` (CI above 0), ``within_max_drop`` (max_drop given and CI above
         −max_drop), ``not_detectable`` (|delta| < MDE and CI covers 0), ``inconclusive``.
     """
-    bk, ck = _keys(base, "base"), _keys(cand, "cand")
-    if bk.dtype.kind != ck.dtype.kind:  # e.g. ints on one side, strings on the other
-        bk, ck = bk.astype(str), ck.astype(str)
-    keys, bi, ci = np.intersect1d(bk, ck, assume_unique=True, return_indices=True)
-    xb = _as_float(base["scores"])[bi]
-    xc = _as_float(cand["scores"])[ci]
-    ok = np.isfinite(xb) & np.isfinite(xc)
-    keys, bi, ci, xb, xc = keys[ok], bi[ok], ci[ok], xb[ok], xc[ok]
-    n = int(keys.shape[0])
-    d = xc - xb
-
-    clusters = _opt(base, "clusters", bi)
-    if clusters is None:
-        clusters = _opt(cand, "clusters", ci)
-    categories = _opt(base, "categories", bi)
-    if categories is None:
-        categories = _opt(cand, "categories", ci)
-
-    res = mean_ci(d, clusters, level)
-    se_note = _se_note(res, d)
-    if se_note is not None:
-        res["se"] = None
+    pr = _pair(base, cand)
+    n, xb, xc = pr.n, pr.xb, pr.xc
+    res, se_note, ci_inputs, lo, hi = _interval(base, cand, pr, level)
     se = res["se"]
     m = mde(se, alpha, power)
-    ci_inputs = _paired_inputs(base, cand, bi, ci, xb, xc, clusters, res, level)
-    lo, hi = paired_ci(ci_inputs, level)
-    sd = float(d.std(ddof=1)) if n >= 2 else None
-    corr = None
-    if n >= 2 and xb.std() > 0 and xc.std() > 0:
-        corr = float(np.corrcoef(xb, xc)[0, 1])
-
-    se_within, k_base, k_cand = _within_se(base, cand, bi, ci, n)
-
-    if test not in _TESTS:
-        raise ValueError(f"unknown test {test!r}; use one of {', '.join(_TESTS)}")
-    both_binary = n > 0 and is_binary(xb) and is_binary(xc)
-    threshold = 0.0 if correct_above is None else float(correct_above)
-    mcn = None
-    test_name = test
-    if n == 0:
-        test_name, p, n_perm = "none", None, 0
-    elif test == "mcnemar" or (test == "auto" and both_binary and clusters is None):
-        # Forced McNemar on graded scores counts "correct" as above the threshold (as
-        # NeMo Evaluator does); on 0/1 scores with the default threshold it is the same.
-        rb, rc = (xb == 1, xc == 1) if test == "auto" else (xb > threshold, xc > threshold)
-        b = int(np.count_nonzero(rb & ~rc))
-        c = int(np.count_nonzero(~rb & rc))
-        p = 1.0 if b + c == 0 else float(_st.binomtest(c, b + c, 0.5).pvalue)
-        test_name, n_perm = "mcnemar_exact", 0
-        mcn = {"base_only_correct": b, "cand_only_correct": c}
-    elif test == "sign":
-        pos, neg = int(np.count_nonzero(d > 0)), int(np.count_nonzero(d < 0))
-        p = 1.0 if pos + neg == 0 else float(_st.binomtest(pos, pos + neg, 0.5).pvalue)
-        test_name, n_perm = "sign_exact", 0
-    else:
-        p, n_perm, exact = sign_flip_test(d, clusters, n_permutations=n_permutations, seed=seed)
-        test_name = ("cluster_sign_flip" if clusters is not None else "sign_flip") + (
-            "_exact" if exact else ""
-        )
-
-    if correct_above is None:
-        worse, better = d < 0, d > 0
-    else:
-        worse = (xb > threshold) & ~(xc > threshold)
-        better = ~(xb > threshold) & (xc > threshold)
-    flips = {
-        "better_to_worse": {
-            "count": int(worse.sum()),
-            "examples": _examples(keys, -d, worse, n_examples),
-        },
-        "worse_to_better": {
-            "count": int(better.sum()),
-            "examples": _examples(keys, d, better, n_examples),
-        },
-    }
-
-    per_cat: dict[str, dict[str, Any]] | None = None
-    if categories is not None:
-        per_cat = {}
-        names = np.array(["(none)" if v is None else str(v) for v in categories.tolist()])
-        for name in sorted(set(names.tolist())):
-            mk = names == name
-            cl = None if clusters is None else clusters[mk]
-            r = mean_ci(d[mk], cl, level)
-            if _se_note(r, d[mk]) is not None:
-                r["se"] = None
-            c_lo, c_hi = paired_ci(
-                _paired_inputs(base, cand, bi[mk], ci[mk], xb[mk], xc[mk], cl, r, level), level
-            )
-            per_cat[name] = {
-                "delta": r["mean"],
-                "se": r["se"],
-                "ci_low": c_lo,
-                "ci_high": c_hi,
-                "n_items": int(mk.sum()),
-                "base_mean": _f(xb[mk].mean()),
-                "cand_mean": _f(xc[mk].mean()),
-            }
-
+    sd, corr = _spread(pr)
+    se_within, k_base, k_cand = _within_se(base, cand, pr.bi, pr.ci, n)
+    test_name, p, n_perm, mcn = _paired_test(
+        pr, test, correct_above, n_permutations=n_permutations, seed=seed
+    )
+    flips = _flips(pr, correct_above, n_examples)
+    per_cat = None if pr.categories is None else _per_category(base, cand, pr, level)
     delta = res["mean"]
-    margin = 0.0 if max_drop is None else float(max_drop)
-    significant = p is not None and p < alpha
-    regression = hi is not None and hi < -margin
-    covers0 = lo is not None and lo <= 0.0 <= hi
-    detectable = not (delta is not None and m is not None and abs(delta) < m and covers0)
-    if regression:
-        verdict = "regression"
-    elif lo is not None and lo > 0.0:
-        verdict = "improvement"
-    elif max_drop is not None and lo is not None and lo > -margin:
-        verdict = "within_max_drop"
-    elif not detectable:
-        verdict = "not_detectable"
-    else:
-        verdict = "inconclusive"
-
     return {
         "n_paired": n,
-        "n_unpaired_base": int(bk.shape[0]) - n,
-        "n_unpaired_cand": int(ck.shape[0]) - n,
+        "n_unpaired_base": pr.n_base - n,
+        "n_unpaired_cand": pr.n_cand - n,
         "base_mean": _f(xb.mean()) if n else None,
         "cand_mean": _f(xc.mean()) if n else None,
         "delta": delta,
@@ -478,114 +546,5 @@ def compare_scores(
         "seed": int(seed),
         "flips": flips,
         "per_category": per_cat,
-        "mde": _f(m),
-        "mde_note": se_note,
-        "alpha": float(alpha),
-        "power": float(power),
-        "max_drop": None if max_drop is None else float(max_drop),
-        "significant": bool(significant),
-        "regression": bool(regression),
-        "detectable": bool(detectable),
-        "verdict": verdict,
+        **_verdict(delta, lo, hi, m, se_note, p, alpha=alpha, power=power, max_drop=max_drop),
     }
-
-
-# --------------------------------------------------------------------------- runtime
-
-
-def _dist(x: np.ndarray) -> dict[str, Any]:
-    if x.size == 0:
-        return {"n": 0, "mean": None, "median": None, "p90": None, "p95": None, "p99": None}
-    q = np.quantile(x, [0.5, 0.9, 0.95, 0.99])
-    return {
-        "n": int(x.size),
-        "mean": _f(x.mean()),
-        "median": _f(q[0]),
-        "p90": _f(q[1]),
-        "p95": _f(q[2]),
-        "p99": _f(q[3]),
-    }
-
-
-def _rel(new: float | None, old: float | None) -> float | None:
-    if new is None or old is None or old == 0:
-        return None
-    return _f(new / old - 1.0)
-
-
-def _sub(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else _f(a - b)
-
-
-def _welch(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float | None, float | None]:
-    """Welch CI for mean(b) − mean(a): the runs' samples are independent, not paired."""
-    if a.size < 2 or b.size < 2:
-        return None, None
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return None, None
-    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    q = float(_st.t.ppf(0.5 + level / 2.0, df))
-    diff = float(b.mean() - a.mean())
-    return diff - q * se, diff + q * se
-
-
-def runtime_delta(
-    base_runtime: Mapping[str, Any], cand_runtime: Mapping[str, Any], *, level: float = 0.95
-) -> dict[str, Any]:
-    """Latency / token / throughput deltas between two runs (cand − base).
-
-    Args:
-        base_runtime: Per-sample arrays by metric name, e.g. ``{"model_ms": [...],
-            "completion_tokens": [...]}`` (NaN/None ignored; failed requests included or not
-            as the caller decides). Every numeric metric present on both sides is compared.
-        cand_runtime: Same for the candidate.
-        level: Level of the Welch CI on the mean difference.
-
-    Returns:
-        ``{<metric>: {base: dist, cand: dist, delta_mean, delta_median, rel_delta_mean,
-        rel_delta_median, ci_low, ci_high}, ..., "tokens_per_s": {...}}`` where ``dist`` is
-        ``{n, mean, median, p90, p95, p99}``. ``tokens_per_s`` (when both sides have
-        ``completion_tokens`` and ``model_ms``) is per-request decode throughput:
-        ``{base, cand, delta, rel_delta}`` from Σ tokens / Σ seconds (a token-weighted
-        rate, robust to tiny requests) plus per-request medians
-        ``base_median, cand_median``.
-    """
-    out: dict[str, Any] = {}
-    for name in sorted(set(base_runtime) & set(cand_runtime)):
-        a, b = _as_float(base_runtime[name]).reshape(-1), _as_float(cand_runtime[name]).reshape(-1)
-        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-        da, db = _dist(a), _dist(b)
-        lo, hi = _welch(a, b, level)
-        out[name] = {
-            "base": da,
-            "cand": db,
-            "delta_mean": _sub(db["mean"], da["mean"]),
-            "delta_median": _sub(db["median"], da["median"]),
-            "rel_delta_mean": _rel(db["mean"], da["mean"]),
-            "rel_delta_median": _rel(db["median"], da["median"]),
-            "ci_low": _f(lo),
-            "ci_high": _f(hi),
-        }
-    need = ("completion_tokens", "model_ms")
-    if all(k in base_runtime and k in cand_runtime for k in need):
-        rates = []
-        for side in (base_runtime, cand_runtime):
-            tok = _as_float(side["completion_tokens"]).reshape(-1)
-            ms = _as_float(side["model_ms"]).reshape(-1)
-            good = np.isfinite(tok) & np.isfinite(ms) & (ms > 0)
-            tot_s = ms[good].sum() / 1000.0
-            agg = _f(tok[good].sum() / tot_s) if tot_s > 0 else None
-            med = _f(np.median(tok[good] / (ms[good] / 1000.0))) if good.any() else None
-            rates.append((agg, med))
-        (ba, bm), (ca, cm) = rates
-        out["tokens_per_s"] = {
-            "base": ba,
-            "cand": ca,
-            "delta": _sub(ca, ba),
-            "rel_delta": _rel(ca, ba),
-            "base_median": bm,
-            "cand_median": cm,
-        }
-    return out

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # only annotations: the table arrives built
 
 import orjson
 
+from nel_assets.engine import nemo_bundle as nb
 from nel_assets.engine import nemo_format as nf
 from nel_assets.engine.nemo_lines import LineBuilder
 from nel_resources.store import write_json_atomic
@@ -132,10 +133,10 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     }
     # The run-level documents first: they read a few short columns, as dicts only until the
     # documents are built, and the per-line files then reuse that memory.
-    runtime = nf.runtime_block(table, bundle["runtime"])
+    runtime = nb.runtime_block(table, bundle["runtime"])
     rows = _rows(table, _SUMMARY_COLUMNS)
-    failures = nf.failure_block(rows, bundle["failures"]) if has_failures(table) else None
-    eval_doc = nf.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
+    failures = nb.failure_block(rows, bundle["failures"]) if has_failures(table) else None
+    eval_doc = nb.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
     del rows
     _write_line_files(paths["results"], paths["trajectories"],
                       table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches)

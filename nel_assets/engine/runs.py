@@ -34,12 +34,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.errors import NelError
-from nel_assets.engine import nemo_format, stats
-from nel_assets.engine.compare import compare_scores, runtime_delta
+from nel_assets.engine import nemo_regression, stats
+from nel_assets.engine.compare import compare_scores
 from nel_assets.engine.drop_units import check_drop_units
 from nel_assets.engine.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
 from nel_assets.engine.nemo_results import benchmark_name
 from nel_assets.engine.outcome import worst
+from nel_assets.engine.runtime_delta import runtime_delta
 from nel_resources.arrow import pa
 from nel_resources.store import ResultStore, write_json_atomic
 
@@ -128,8 +129,8 @@ def _sample_texts(row: Mapping[str, Any]) -> dict[str, Any]:
 def _runtime_arrays(model_ms: Iterable[Any], tokens: Iterable[Any], ok: np.ndarray) -> dict[str, np.ndarray]:
     """Latency and output tokens of successful requests (a failed request has no latency
     that means anything for the model's speed)."""
-    ms = stats._as_float(list(model_ms))
-    tok = stats._as_float(list(tokens))
+    ms = stats.units._as_float(list(model_ms))
+    tok = stats.units._as_float(list(tokens))
     return {"model_ms": ms[ok], "completion_tokens": tok[ok]}
 
 
@@ -532,7 +533,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
                              min_effect=API_MIN_EFFECT if max_drop is None else max_drop)
         comp["nemo_verdict"] = nv
         comp["outcome"], comp["outcome_reason"] = nv["verdict"], "; ".join(nv["verdict_reasons"])
-        comp.update(nemo_format.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
+        comp.update(nemo_regression.regression_keys(b.items, c.items, comp))  # NeMo Evaluator's keys too
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     overall = worst(v["outcome"] for v in benches.values())
@@ -574,7 +575,7 @@ def write_regression(path: str | Path | Mapping[str, Any],
     if p.is_dir() or (not p.suffix and not p.exists()):
         p = p / "regression.json"
     # NeMo Evaluator's top-level keys too, where its `compare -o` writes them
-    write_json_atomic(p, {**doc, **nemo_format.single_report_keys(dict(doc))})
+    write_json_atomic(p, {**doc, **nemo_regression.single_report_keys(dict(doc))})
     return p
 
 

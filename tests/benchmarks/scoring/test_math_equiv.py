@@ -17,8 +17,8 @@ from benchmarks.scoring import (
     normalize_math,
 )
 
-# The package re-exports the function `math_equiv`, which shadows the module attribute.
-math_module = importlib.import_module("benchmarks.scoring.math_equiv")
+# The sympy step's module (where the comparison looks `_sympy_equal` up).
+math_module = importlib.import_module("benchmarks.scoring.math_sympy")
 
 # (response, extracted, method)
 EXTRACTION = [

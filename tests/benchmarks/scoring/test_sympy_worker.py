@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import threading
 from pathlib import Path
 
 import pytest
 
-# The module, not the `math_equiv` function the package re-exports under the same name.
-math_equiv = importlib.import_module("benchmarks.scoring.math_equiv")
+from benchmarks.scoring import math_sympy
 
 
 def _address_space_limit(pid: int) -> str:
@@ -22,7 +20,7 @@ def _address_space_limit(pid: int) -> str:
 def _compare_off_main_thread(a: str, b: str) -> object:
     """`_sympy_with_limit` from a worker thread: the path `nel serve` takes."""
     out: list[object] = []
-    t = threading.Thread(target=lambda: out.append(math_equiv._sympy_with_limit(a, b, 30.0)))
+    t = threading.Thread(target=lambda: out.append(math_sympy._sympy_with_limit(a, b, 30.0)))
     t.start()
     t.join(120)
     assert out, "the comparison did not return"
@@ -33,8 +31,8 @@ def test_the_sympy_process_is_memory_capped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("NEL_MATH_WORKER_MEMORY_MB", "600")
-    worker = math_equiv._Worker()
-    monkeypatch.setattr(math_equiv, "_worker", worker)
+    worker = math_sympy._Worker()
+    monkeypatch.setattr(math_sympy, "_worker", worker)
     try:
         assert _compare_off_main_thread("x + 1", "1 + x")[0] is True
         assert worker._proc is not None

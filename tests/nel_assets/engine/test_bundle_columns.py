@@ -49,12 +49,12 @@ def test_column_readers_match_the_python_paths() -> None:
 def test_label_codes_fast_path_matches_the_loop() -> None:
     rnd = random.Random(2)
     labels = np.array([rnd.choice(["b", "a", "c", "a\x00", "é"]) for _ in range(500)], dtype=object)
-    codes = stats._codes(labels)
+    codes = stats.units._codes(labels)
     first: dict[str, int] = {}
     assert codes.tolist() == [first.setdefault(v, len(first)) for v in labels.tolist()]
     # with a missing label the loop runs; each missing label is its own group
     with_none = np.array([*labels.tolist(), None, None], dtype=object)
-    assert stats._codes(with_none).tolist() == [*codes.tolist(), codes.max() + 1, codes.max() + 2]
+    assert stats.units._codes(with_none).tolist() == [*codes.tolist(), codes.max() + 1, codes.max() + 2]
 
 
 def test_bundle_is_the_same_from_any_chunking() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from nel_assets.engine import nemo_format as nf
+from nel_assets.engine import nemo_bundle as nb
 from nel_assets.engine.bundle import BUNDLE_COLUMNS, build_bundle
 from nel_assets.engine.exports import _SUMMARY_COLUMNS, write_exports
 from nel_resources.schema import COLUMNS, rows_to_table
@@ -83,7 +83,7 @@ def test_breakdowns_skip_fields_with_too_many_values_and_fields_some_rows_lack()
     rows = [{"reward": float(i % 2), "details": orjson.dumps(
         {"answer": str(i), "kind": "ab"[i % 2], **({"rare": "x"} if i == 0 else {})}).decode()}
         for i in range(200)]
-    out = nf.breakdowns(rows, max_groups=50)
+    out = nb.breakdowns(rows, max_groups=50)
     assert list(out) == ["kind"]
     assert [(g["group"], g["n"], g["mean_reward"]) for g in out["kind"]] == [("a", 100, 0.0), ("b", 100, 1.0)]
-    assert list(nf.breakdowns(rows, max_groups=1)) == []
+    assert list(nb.breakdowns(rows, max_groups=1)) == []

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from nel_assets.engine import nemo_bundle as nb
 from nel_assets.engine import nemo_format as nf
 from nel_assets.engine import stats
 from nel_assets.engine.nemo_lines import LineBuilder
@@ -108,8 +109,8 @@ def test_breakdowns_equal_the_row_by_row_rule(max_groups: int) -> None:
         rows.append({"reward": rnd.choice([0.0, 1.0, 0.5, rnd.random()]),
                      "details": orjson.dumps(d).decode()})
     expected = _breakdowns_row_by_row(rows, max_groups)
-    assert nf.breakdowns(rows, max_groups=max_groups) == expected
-    assert list(nf.breakdowns(rows, max_groups=max_groups)) == list(expected)
+    assert nb.breakdowns(rows, max_groups=max_groups) == expected
+    assert list(nb.breakdowns(rows, max_groups=max_groups)) == list(expected)
     assert "ok" in expected and "sometimes" not in expected and "long" not in expected
     assert ("method" in expected) == (max_groups >= 3)
     assert ("answer" in expected) == (max_groups >= 40)
@@ -145,12 +146,12 @@ def test_runtime_block_equals_the_row_by_row_sums() -> None:
             r["model_ms"] = 1.5
     table = rows_to_table(rows)
     stored = table.to_pylist()
-    got = nf.runtime_block(table, {"wall_time_s": 12.5})
+    got = nb.runtime_block(table, {"wall_time_s": 12.5})
     assert orjson.dumps(got) == orjson.dumps(_runtime_row_by_row(stored, 12.5))
     assert got["model_errors"] > 0 and got["total_retries"] > 0 and len(got["finish_reason_counts"]) == 3
     # the columns a table may lack count as null
     thin = table.select(["problem_idx", "error"])
-    assert orjson.dumps(nf.runtime_block(thin, {"wall_time_s": 12.5})) == orjson.dumps(
+    assert orjson.dumps(nb.runtime_block(thin, {"wall_time_s": 12.5})) == orjson.dumps(
         _runtime_row_by_row(thin.to_pylist(), 12.5))
 
 
@@ -164,7 +165,7 @@ def _headline_row_by_row(rows: list[dict[str, Any]], score: dict[str, Any], n_re
     if not all(x in (0.0, 1.0) for x in flat):
         means = np.asarray([sum(v) / len(v) for v in per_q.values()])
         return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
-                                **nf._ci(score), **nf._bootstrap(means), "ci_method": score.get("ci_method")}}
+                                **nb._ci(score), **nb._bootstrap(means), "ci_method": score.get("ci_method")}}
     n = np.asarray([len(v) for v in per_q.values()])
     c = np.asarray([sum(1 for x in v if x > 0) for v in per_q.values()])
     out: dict[str, Any] = {}
@@ -173,7 +174,7 @@ def _headline_row_by_row(rows: list[dict[str, Any]], score: dict[str, Any], n_re
         if keep.any():
             per = np.asarray(stats.pass_at_k(n[keep], c[keep], k), dtype=float)
             entry = score if k == 1 else None
-            out[f"pass@{k}"] = {"value": round(float(per.mean()), 4), **nf._ci(entry), **nf._bootstrap(per),
+            out[f"pass@{k}"] = {"value": round(float(per.mean()), 4), **nb._ci(entry), **nb._bootstrap(per),
                                 "ci_method": (entry or {}).get("ci_method")}
     return out
 
@@ -186,7 +187,7 @@ def test_headline_scores_equal_the_row_by_row_grouping(binary: bool) -> None:
             for q in rnd.sample(range(900), 900) for _ in range(rnd.randint(1, 4))]
     rnd.shuffle(rows)  # questions first appear in no particular order
     score = {"ci_low": 0.1, "ci_high": 0.9, "ci_method": "wilson"}
-    got = nf.headline_scores(rows, score, 4)
+    got = nb.headline_scores(rows, score, 4)
     assert orjson.dumps(got) == orjson.dumps(_headline_row_by_row(rows, score, 4))
     assert list(got) == (["pass@1", "pass@4"] if binary else ["mean_reward"])
 
