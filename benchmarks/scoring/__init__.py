@@ -21,14 +21,9 @@ from benchmarks.registries import Registry
 if TYPE_CHECKING:
     from benchmarks.scoring.drop import drop_em, drop_f1, f1_score, fuzzy_match, normalize_span
     from benchmarks.scoring.extract import Extraction, find_boxed, last_boxed
-    from benchmarks.scoring.math_equiv import (
-        MathComparison,
-        compare_math,
-        extract_math_answer,
-        math_equiv,
-        math_match,
-        normalize_math,
-    )
+    from benchmarks.scoring.math_equiv import MathComparison, compare_math, math_equiv, math_match
+    from benchmarks.scoring.math_extract import extract_math_answer
+    from benchmarks.scoring.math_normalize import normalize_math
     from benchmarks.scoring.mcq import letters_for, mcq_extract, multichoice_regex
     from benchmarks.scoring.numeric import extract_number, numeric_match, parse_number
     from benchmarks.scoring.reasoning import split_reasoning
@@ -40,8 +35,9 @@ if TYPE_CHECKING:
 _HOME = {
     **dict.fromkeys(("drop_em", "drop_f1", "f1_score", "fuzzy_match", "normalize_span"), "drop"),
     **dict.fromkeys(("Extraction", "find_boxed", "last_boxed"), "extract"),
-    **dict.fromkeys(("MathComparison", "compare_math", "extract_math_answer", "math_equiv",
-                     "math_match", "normalize_math"), "math_equiv"),
+    **dict.fromkeys(("MathComparison", "compare_math", "math_equiv", "math_match"), "math_equiv"),
+    "extract_math_answer": "math_extract",
+    "normalize_math": "math_normalize",
     **dict.fromkeys(("letters_for", "mcq_extract", "multichoice_regex"), "mcq"),
     **dict.fromkeys(("extract_number", "numeric_match", "parse_number"), "numeric"),
     "split_reasoning": "reasoning",

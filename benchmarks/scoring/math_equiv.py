@@ -17,8 +17,7 @@ Pipeline, cheapest first, so that most items never touch sympy:
    counts as "not equal" and is reported.
 
 Steps 1, 2, 4 and 6 live in `math_extract`, `math_normalize`, `math_structure` and
-`math_sympy`; this module compares (steps 3-5) and scores. `extract_math_answer` and
-`normalize_math` are part of its API (the `scoring` package's table names this module).
+`math_sympy`; this module compares (steps 3-5) and scores.
 """
 
 from __future__ import annotations
@@ -41,10 +40,8 @@ from benchmarks.scoring.reasoning import extract_with_fallback
 __all__ = [
     "MathComparison",
     "compare_math",
-    "extract_math_answer",
     "math_equiv",
     "math_match",
-    "normalize_math",
 ]
 
 
