@@ -19,6 +19,7 @@ Factory = Callable[..., EvalEnvironment]
 # are attributes of that class: adding a built-in benchmark is its module plus one line here.
 BUILTINS: dict[str, str] = {
     "agent_tasks": "benchmarks.builtin.agent_tasks:AgentTasks",
+    "arithmetic": "benchmarks.builtin.arithmetic:Arithmetic",
     "drop": "benchmarks.builtin.drop:DROP",
     "gpqa": "benchmarks.builtin.gpqa:GPQA",
     "gsm8k": "benchmarks.builtin.gsm8k:GSM8K",
