@@ -64,9 +64,9 @@ import yaml
 
 from nel_assets.engine.interrupts import loop_factory
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import client_for_service
 from nel_resources.processes import ManagedProcess, free_port
 from nel_resources.proxy.server import start_proxy
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 
 CHAIN = [

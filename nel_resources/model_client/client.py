@@ -1,25 +1,10 @@
-"""The async model client: OpenAI chat/completions/responses over one aiohttp session.
-
-Measured on this machine (DESIGN.md §5): httpx's default pool collapses at concurrency 64,
-aiohttp does not, so the hot path is aiohttp with orjson bodies, one keep-alive connector
-per run and an adaptive limit of `max_concurrent` requests in flight. Retries use
-exponential backoff with full jitter on 429/5xx/timeouts and transport errors of any kind
-(reset, EOF mid-body, a truncated or unparseable 200 body) and honour `Retry-After`; other
-4xx are not retried, and 401/403 abort the run with one clear error.
-
-A slot is held only while a request is on the wire: a sample waiting out its back-off
-holds none, so other samples keep the endpoint busy. `requests_sent` counts every request
-written to the wire (neither transport resends anything behind the client's back).
-"""
+"""`ModelClient`: OpenAI chat/completions/responses requests over one endpoint, with the
+service's interceptor chain run around them (inline when it is plain, see `generate`)."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import os
 import random
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,15 +12,17 @@ import orjson
 
 from benchmarks.errors import NelError
 from nel_resources.adaptive_limit import AdaptiveLimit
-from nel_resources.config import ServiceConfig
 from nel_resources.deadlines import Deadlines
 from nel_resources.endpoint_url import split_url, url_secrets
 from nel_resources.hang_cut import HangCut
-from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
+from nel_resources.http_raw import RawHTTPPool
+from nel_resources.model_client.chain_binding import ChainBinding, ClientChain, CompiledStages
+from nel_resources.model_client.errors import AuthError, ChainStopError, ModelError
+from nel_resources.model_client.response import ModelResponse
+from nel_resources.model_client.transport import RAW_TRANSPORT_ERRORS, RetryingTransport
 from nel_resources.openai_fields import (
     normalize_base_url,
     responses_finish,
-    retry_after_seconds,
     sampling_params,
     total_tokens,
 )
@@ -44,86 +31,8 @@ from nel_resources.redact import Redactor, client_secrets, is_secret_header
 if TYPE_CHECKING:
     import aiohttp
 
-    from nel_resources.proxy import Chain
-    from nel_resources.proxy.compiled import CompiledChain
 
-# What a broken exchange raises on the raw transport: OSError covers the raw client's
-# RawHTTPError and every socket error. A client on aiohttp adds aiohttp's errors (reset, EOF
-# or an incomplete chunked read mid-body, malformed HTTP): `ModelClient._transport_errors`.
-# aiohttp itself is imported only by a client that uses it (~0.12 s and ~6 MB otherwise
-# spent on every plain-HTTP run).
-_RAW_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncio.IncompleteReadError)
-
-
-class _BadBody(Exception):
-    """An HTTP 200 whose body is not a JSON object (cut short on the way, most likely)."""
-
-
-class _AttemptCut(Exception):
-    """The hang cut ended an attempt that went silent far past the run's answers."""
-
-
-class ModelError(Exception):
-    """A request that failed for good; `category` is a failure category."""
-
-    def __init__(self, message: str, category: str, status: int | None = None,
-                 attempts: int = 1):
-        super().__init__(message)
-        self.category = category
-        self.status = status
-        self.attempts = attempts
-
-
-class ChainStopError(NelError):
-    """An interceptor stopped the run (`raise_client_errors` on a 4xx)."""
-
-
-class AuthError(NelError):
-    """401/403 from the endpoint: the whole run stops, nothing is retried."""
-
-
-class EndpointUnreachableError(NelError):
-    """The endpoint did not answer at all (connection refused, DNS, timeout)."""
-
-
-@dataclass(slots=True)
-class ModelResponse:
-    """What one model call produced (NeMo Evaluator's `ModelResponse` fields included).
-
-    Attributes:
-        content: The answer text.
-        reasoning_content: Reasoning the server returned separately, if any.
-        finish_reason: `stop`, `length`, ...
-        prompt_tokens: Input tokens (server-reported).
-        completion_tokens: Output tokens (server-reported).
-        reasoning_tokens: Reasoning tokens, when the server reports them.
-        latency_ms: Time from the first attempt to the answer.
-        attempts: Requests it took (retries included).
-        model: The model the server says answered.
-        raw: The parsed response body (redacted).
-        total_tokens: `usage.total_tokens`, or prompt + completion when only those are given.
-    """
-
-    content: str
-    reasoning_content: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    latency_ms: float = 0.0
-    attempts: int = 1
-    model: str | None = None
-    raw: dict[str, Any] | None = field(default=None, repr=False)
-    total_tokens: int | None = None
-    cached: bool = False
-
-    @property
-    def raw_response(self) -> dict[str, Any]:
-        """The full response body (NeMo Evaluator's name for `raw`)."""
-        return self.raw or {}
-
-
-class ModelClient:
+class ModelClient(RetryingTransport):
     """An OpenAI-compatible client bound to one endpoint and one set of generation params.
 
     Use as an async context manager (one aiohttp session per run). `timeout` bounds each
@@ -195,7 +104,7 @@ class ModelClient:
         # results, journals, Parquet, exports or the Dagster event log.
         self._redact = Redactor(client_secrets(api_key, self._headers) | url_secrets(base_url))
         self._session: aiohttp.ClientSession | None = None
-        self._transport_errors: tuple[type[BaseException], ...] = _RAW_TRANSPORT_ERRORS
+        self._transport_errors: tuple[type[BaseException], ...] = RAW_TRANSPORT_ERRORS
         # Adaptive concurrency: shrinks when a window's answers are mostly 429s, grows
         # back with time (see adaptive_limit.py for why not with successes).
         self._limit = AdaptiveLimit(max_concurrent, window=adapt_window)
@@ -227,13 +136,17 @@ class ModelClient:
         # Statuses retried with backoff: 429 and 5xx unless a chain's endpoint names them.
         self._retry_status = frozenset(retry_on_status) if retry_on_status is not None else None
         # The service's interceptor chain (nel_resources/proxy), run around every request.
-        self.chain: Chain | None = None
+        self.chain: ClientChain | None = None
         # The chain `generate` last found it can run inline (`_runs_inline`), and the
         # path its requests carry (sliced once here, not per request).
-        self._inline_chain: Chain | None = None
+        self._inline_chain: ClientChain | None = None
         # That chain compiled (`proxy/compiled.py`), or None when it needs the generic path.
-        self._compiled_chain: CompiledChain | None = None
+        self._compiled_chain: CompiledStages | None = None
         self._chain_path = path
+        # What the last chain seen told this client (`ClientChain.bind_client`): whether it
+        # runs inline, and the chain's request, response and refusal types.
+        self._bound_chain: ClientChain | None = None
+        self._binding: ChainBinding | None = None
 
     async def __aenter__(self) -> ModelClient:
         await self.open()
@@ -242,30 +155,6 @@ class ModelClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def open(self) -> None:
-        """Create the HTTP session (keep-alive connections sized to `max_concurrent`)."""
-        if self.transport == "raw":
-            if self._pool is None:
-                self._pool = RawHTTPPool(self._host, self._port, limit=self.max_concurrent,
-                                         connect_timeout=self.connect_timeout,
-                                         host_header=urlsplit(self.base_url).netloc)  # no user-info
-            return
-        if self._session is None:
-            import aiohttp
-
-            self._transport_errors = (aiohttp.ClientError, *_RAW_TRANSPORT_ERRORS)
-            conn = aiohttp.TCPConnector(limit=self.max_concurrent, ttl_dns_cache=300,
-                                        enable_cleanup_closed=True)
-            # Session-level headers and no cookie jar: per-request header merging and
-            # cookie handling were a measurable share of aiohttp's cost per call.
-            self._session = aiohttp.ClientSession(
-                connector=conn,
-                headers=self._headers,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=self.timeout, sock_connect=self.connect_timeout),
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-                skip_auto_headers=("User-Agent",),
-            )
 
     async def close(self) -> None:
         """Close the session and the chain (and stop the concurrency window's timer)."""
@@ -280,11 +169,6 @@ class ModelClient:
             await self._session.close()
             self._session = None
 
-    def _with_query(self, target: str) -> str:
-        """`target` with the URL's own query string (the user's `?api-key=...`) kept."""
-        if not self._query:
-            return target
-        return f"{target}{'&' if '?' in target else '?'}{self._query}"
 
     @property
     def base_headers(self) -> dict[str, str]:
@@ -299,78 +183,6 @@ class ModelClient:
         """`raw` with this client's secrets masked."""
         return self._redact.bytes(raw) if self._redact else raw
 
-    # ------------------------------------------------------------------ preflight
-    async def check(self) -> None:
-        """Fail fast when the endpoint is unreachable or rejects the key.
-
-        Sends one GET to `/models`: any HTTP answer (even 404) proves the server is there.
-        """
-        await self.open()
-        try:
-            status, _, body = await self._send("GET", "/models", b"", min(self.timeout, 30))
-        except (TimeoutError, *self._transport_errors) as exc:
-            raise EndpointUnreachableError(
-                f"cannot reach the model endpoint {self.base_url} "
-                f"({type(exc).__name__}: {str(exc) or 'timed out'}); is the server running?"
-            ) from None
-        if status in (401, 403):
-            text = self._redact.text(body[:200].decode("utf-8", "replace").strip())
-            raise AuthError(
-                f"the endpoint {self.base_url} refused the API key (HTTP {status}: {text}); "
-                "check the key or the api_key_env variable"
-            )
-
-    async def _send(self, method: str, subpath: str, data: bytes, timeout: float,
-                    headers: dict[str, str] | None = None, cut: float = 0.0) -> tuple[int, Any, bytes]:
-        """One HTTP exchange on the chosen transport: (status, headers, body). `cut` > 0
-        lets the hang cut end it (raising _AttemptCut) at `cut` times the learnt limit."""
-        if self._pool is not None:
-            raw_headers = self._raw_headers
-            if headers:
-                merged = {**self._headers, **headers}
-                raw_headers = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in merged.items())
-            # A shared deadline check, not asyncio.timeout (~10 us a request: deadlines.py).
-            deadline = self._deadlines.arm(timeout, cut)
-            try:
-                r = await self._pool.request(method, self._with_query(self._base_path + subpath),
-                                             raw_headers, data, deadline)
-            except asyncio.CancelledError:
-                self._timed_out(deadline, timeout)
-                raise
-            finally:
-                self._deadlines.disarm(deadline)
-            if r.status == 200:
-                self._deadlines.answered(deadline)
-            return r.status, r.headers, r.body
-        assert self._session is not None
-        import aiohttp  # loaded by `open` already
-
-        # aiohttp keeps the timeout; the deadline (after it) is there for the hang cut only.
-        deadline = self._deadlines.arm(timeout + 1.0, cut)
-        try:
-            async with self._session.request(
-                method, self._with_query(self.base_url + subpath), data=data or None, headers=headers or None,
-                timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=self.connect_timeout),
-            ) as resp:
-                deadline.scale = 0.0  # its head arrived: answering, not hung (no byte counts here)
-                out = resp.status, resp.headers, await resp.read()
-        except asyncio.CancelledError:
-            self._timed_out(deadline, timeout)
-            raise
-        finally:
-            self._deadlines.disarm(deadline)
-        if out[0] == 200:
-            self._deadlines.answered(deadline)
-        return out
-
-    @staticmethod
-    def _timed_out(deadline: Any, timeout: float) -> None:
-        """A cancelled exchange: raise what a fired deadline or a hang cut means."""
-        if deadline.fired or deadline.cut:
-            deadline.task.uncancel()
-            if deadline.cut:
-                raise _AttemptCut() from None
-            raise TimeoutError(f"no answer within {timeout:g}s") from None
 
     # ------------------------------------------------------------------ requests
     def build_payload(self, messages: list[dict[str, Any]] | None, prompt: str | None,
@@ -422,6 +234,8 @@ class ModelClient:
             if chain is not self._inline_chain and not self._runs_inline(chain):
                 return await self._generate_chained(messages, prompt, overrides, body, repeat,
                                                     session_id)
+            binding = self._binding
+            assert binding is not None
             compiled = self._compiled_chain
             if compiled is not None:
                 # The chain compiled (`proxy/compiled.py`): what `Chain.before`, the endpoint
@@ -431,7 +245,7 @@ class ModelClient:
                     body = self.encode(messages, prompt, overrides)
                 try:
                     data = compiled.request(body, session_id)
-                except _chain_types()[0] as exc:
+                except binding.refusal as exc:
                     raise self._refused(exc) from None
                 t0 = time.perf_counter()
                 status, obj, attempts, _ = await self._post(data, compiled.path, compiled.headers)
@@ -440,7 +254,7 @@ class ModelClient:
                     obj = obj.encode()  # as the endpoint's `answer`: hooks see bytes
                 try:
                     compiled.response(status, obj, latency_ms)
-                except _chain_types()[0] as exc:
+                except binding.refusal as exc:
                     raise self._refused(exc) from None
                 if status != 200 or obj.__class__ is not dict:
                     raise self._chain_error(status, obj, attempts)
@@ -452,9 +266,9 @@ class ModelClient:
             try:
                 req = chain.before(self._chain_request(messages, prompt, overrides, body,
                                                        repeat, session_id))
-            except _chain_types()[0] as exc:
+            except binding.refusal as exc:
                 raise self._refused(exc) from None
-            if isinstance(req, _proxy_response()):  # answered by a hook (a cache hit)
+            if isinstance(req, binding.response_type):  # answered by a hook (a cache hit)
                 resp = req
             else:
                 data, headers = endpoint.wire(req)
@@ -468,7 +282,7 @@ class ModelClient:
                 resp = endpoint.answer(ctx, status, obj, attempts, t0)
             try:
                 resp = chain.after(resp)
-            except _chain_types()[0] as exc:
+            except binding.refusal as exc:
                 raise self._refused(exc) from None
             return self._chained_answer(resp)
         data = body if body is not None else self.encode(messages, prompt, overrides)
@@ -478,17 +292,21 @@ class ModelClient:
             raise ModelError(f"HTTP {status}: {obj}", "error", status, attempts)
         return self._from_obj(obj, (time.perf_counter() - t0) * 1000.0, attempts)
 
-    def _runs_inline(self, chain: Chain) -> bool:
+    def _runs_inline(self, chain: ClientChain) -> bool:
         """Whether `generate` runs `chain`'s stages itself (a plain chain around this
         client's own transport); remembered, so a request pays one identity test."""
-        endpoint = chain.endpoint
-        if chain.plain and isinstance(endpoint, _client_endpoint()) and endpoint.client is self:
-            from nel_resources.proxy.compiled import compile_chain
-
+        if chain is not self._bound_chain:
+            # The chain says (`bind_client`, once per chain): this client imports nothing of
+            # the proxy package, which is built on it. A chain that runs inline comes
+            # compiled: its stages as two plain functions over the body and the answer
+            # (`proxy/compiled.py`), or None when a hook needs the generic path.
+            self._binding = chain.bind_client(self, self._chain_path)
+            self._bound_chain = chain
+        binding = self._binding
+        assert binding is not None
+        if binding.inline:
             self._inline_chain = chain
-            # Compiled once per chain: its stages as two plain functions over the body and
-            # the answer (`proxy/compiled.py`), or None when a hook needs the generic path.
-            self._compiled_chain = compile_chain(chain, self._chain_path)
+            self._compiled_chain = binding.compiled
             return True
         return False
 
@@ -497,14 +315,15 @@ class ModelClient:
                        repeat: int | None, session_id: str | None) -> Any:
         """A new request for the chain (a `ProxyRequest`), carrying the encoded body as its
         `raw` bytes: sent as they are when no hook changes the body (`types.py`)."""
-        _, ProxyRequest, RequestContext = _chain_types()
+        binding = self._binding
+        assert binding is not None
         if body is None:
             body = self.encode(messages, prompt, overrides)
         # A fresh copy per request: interceptors edit bodies in place, and the loop shares
         # one encoded body between a problem's repeats. Every field by position: keyword
         # arguments and default factories cost the dataclass inits a third more.
-        return ProxyRequest(orjson.loads(body), {}, self._chain_path,
-                            RequestContext(session_id, repeat, {}), False, body)
+        return binding.request_type(orjson.loads(body), {}, self._chain_path,
+                                    binding.context_type(session_id, repeat, {}), False, body)
 
     def _refused(self, exc: Exception) -> Exception:
         """What an interceptor's refusal becomes: the run's stop, or the sample's error."""
@@ -520,7 +339,7 @@ class ModelClient:
         req = self._chain_request(messages, prompt, overrides, body, repeat, session_id)
         try:
             resp = await self.chain.run(req)
-        except _chain_types()[0] as exc:
+        except self._binding.refusal as exc:  # type: ignore[union-attr]
             raise self._refused(exc) from None
         return self._chained_answer(resp)
 
@@ -550,75 +369,6 @@ class ModelClient:
             obj = obj.encode() if isinstance(obj, str) else obj
         return status, obj, attempts, (time.perf_counter() - t0) * 1000.0
 
-    async def _post(self, data: bytes, subpath: str, headers: dict[str, str] | None
-                    ) -> tuple[int, Any, int, bytes]:
-        """POST with retries: (200, parsed body, attempts, the redacted bytes it was parsed
-        from), or (status, redacted error text, attempts, b"") for a 4xx that retrying cannot
-        fix. Raises ModelError after the last retry."""
-        attempt = cuts = 0
-        while True:
-            attempt += 1
-            status: int | None = None
-            retry_after: float | None = None
-            stale = False
-            # The slot covers one attempt on the wire, never the back-off sleep below.
-            await self._limit.acquire(retry=attempt > 1)
-            try:
-                self.requests_sent += 1
-                status, resp_headers, raw = await self._send("POST", subpath, data, self.timeout,
-                                                             headers, 2.0 ** cuts)
-            except _AttemptCut:
-                # Hung, by the run's own latencies: resent at once, with a cut twice as late
-                # (a genuinely long answer gets its time), and no retry used up.
-                cuts += 1
-                continue
-            except TimeoutError:
-                # First: TimeoutError is an OSError, and aiohttp's read timeouts are
-                # connection errors too.
-                category, message = "timeout", f"request timed out after {self.timeout:g}s"
-            except self._transport_errors as exc:
-                stale = isinstance(exc, StaleConnectionError)
-                category, message = "error", f"connection error: {type(exc).__name__}: {exc}"
-            else:
-                self._limit.record(throttled=status == 429)
-                if status == 200:
-                    if self._redact:
-                        raw = self._redact.bytes(raw)
-                    try:
-                        return 200, self._parse(raw), attempt, raw
-                    except _BadBody as exc:  # cut short on the way: as retryable as a reset
-                        category, message = "error", str(exc)
-                else:
-                    retry_after = retry_after_seconds(resp_headers)
-                    # Redact before cutting, so no prefix of a key survives at the cut.
-                    text = self._redact.text(raw.decode("utf-8", "replace"))[:300].strip()
-                    if status in (401, 403):
-                        self._auth_failed = AuthError(
-                            f"the endpoint {self.base_url} refused the request "
-                            f"(HTTP {status}: {text}); check the API key"
-                        )
-                        raise self._auth_failed
-                    retryable = (status in self._retry_status if self._retry_status is not None
-                                 else status == 429 or status >= 500)
-                    if not retryable:  # the request itself is wrong, retrying cannot help
-                        return status, text, attempt, b""
-                    if status == 429:
-                        category, message = "rate_limit", f"HTTP 429: {text}"
-                    else:
-                        category, message = "error", f"HTTP {status}: {text}"
-            finally:
-                self._limit.release()
-            if attempt - cuts > self.max_retries:
-                # Transport error text can quote a URL or header too: redacted like replies.
-                raise ModelError(self._redact.text(message), category, status, attempt)
-            if stale:
-                continue  # a dead idle connection says nothing about the server: resend now
-            # Full jitter keeps many workers from retrying in lockstep.
-            delay = min(self.max_backoff, self.retry_backoff * (2 ** (attempt - 1)))
-            delay = self._rng.uniform(0, delay)
-            if retry_after is not None:
-                delay = max(delay, min(retry_after, self.max_backoff * 4))
-            await asyncio.sleep(delay)
 
     async def chat(self, prompt: str | None = None, system: str | None = None,
                    messages: list[dict[str, Any]] | None = None) -> ModelResponse:
@@ -663,17 +413,6 @@ class ModelClient:
         """How many times 429s shrank the concurrency."""
         return self._limit.cuts
 
-    @staticmethod
-    def _parse(raw: bytes) -> dict[str, Any]:
-        """A 200's (redacted) body as a JSON object."""
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise _BadBody(f"HTTP 200 with a truncated or invalid JSON body "
-                           f"({len(raw)} bytes): {exc}") from None
-        if not isinstance(obj, dict):
-            raise _BadBody(f"HTTP 200 with a JSON {type(obj).__name__} instead of an object")
-        return obj
 
     def _from_obj(self, obj: dict[str, Any], latency_ms: float, attempts: int) -> ModelResponse:
         usage = obj.get("usage") or {}
@@ -716,120 +455,3 @@ class ModelClient:
             total_tokens=total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
         )
 
-
-class NemoModelClient(ModelClient):
-    """`ModelClient` with NeMo Evaluator 0.3.0's constructor: its parameter order and defaults.
-
-    What `from nemo_evaluator.engine import ModelClient` gives a user's code. The defaults
-    are the ones its API reference documents (its endpoint and model, at most 8 requests in
-    flight); `api_key=None` reads `NEMO_API_KEY`, as documented. Everything else (retries,
-    redaction, the transport) is nel's ModelClient.
-    """
-
-    def __init__(
-        self,
-        base_url: str = "https://inference-api.nvidia.com/v1",
-        model: str = "azure/openai/gpt-5.2",
-        api_key: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        frequency_penalty: float | None = None,
-        presence_penalty: float | None = None,
-        timeout: float = 120.0,
-        max_concurrent: int = 8,
-        **nel_options: Any,
-    ) -> None:
-        for key in ("cache_dir", "retry", "reasoning_pattern"):
-            if nel_options.get(key) is not None:
-                raise NelError(f"ModelClient: {key}= (response caching, retry configs and "
-                               "reasoning patterns of NeMo Evaluator) is not supported yet in nel")
-            nel_options.pop(key, None)
-        super().__init__(
-            base_url, model, api_key=api_key if api_key is not None else os.environ.get("NEMO_API_KEY"),
-            temperature=temperature, max_tokens=max_tokens, top_p=top_p, seed=seed, stop=stop,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-            timeout=timeout, max_concurrent=max_concurrent, **nel_options,
-        )
-
-
-@functools.cache
-def _proxy_response() -> type:
-    """The chain's response type, imported on first use (plain runs never load it)."""
-    from nel_resources.proxy.types import ProxyResponse
-
-    return ProxyResponse
-
-
-@functools.cache
-def _client_endpoint() -> type:
-    """The endpoint that sends through a `ModelClient`, imported on first use."""
-    from nel_resources.proxy.endpoint import ClientEndpoint
-
-    return ClientEndpoint
-
-
-@functools.cache
-def _chain_types() -> tuple[Any, Any, Any]:
-    """The chain's request types, imported once on first use (plain runs never load them)."""
-    from nel_resources.proxy.types import InterceptorError, ProxyRequest, RequestContext
-
-    return InterceptorError, ProxyRequest, RequestContext
-
-
-def client_for_service(service: ServiceConfig, base_url: str | None = None, *,
-                       timeout: float | None = None) -> ModelClient:
-    """A client for a configured service (a launched service passes its own URL).
-
-    `timeout` (seconds per attempt) overrides the service's, e.g. a benchmark's `timeout`.
-    A service with `interceptors:` / `proxy:` gets its chain, run in-process around the
-    client's transport; the `proxy:` settings and an `endpoint` entry tune the transport.
-    """
-    url = base_url or service.url
-    if not url:
-        raise NelError("the service has no url: set `url:` (or use a launched service type)")
-    specs = service_interceptors(service)
-    proxy = service.proxy
-    ep: dict[str, Any] = {}
-    if proxy is not None:
-        given = proxy.model_fields_set
-        ep = {k: getattr(proxy, k) for k in ("request_timeout", "max_retries", "retry_on_status",
-                                              "extra_body", "extra_headers") if k in given}
-        if "max_concurrent_upstream" in given:
-            ep["max_concurrent"] = proxy.max_concurrent_upstream
-    if specs:
-        from nel_resources.proxy import endpoint_settings
-
-        ep.update(endpoint_settings(specs))
-    headers = service.resolved_headers()
-    api_key = ep.get("api_key") or service.resolved_api_key()
-    # A benchmark's own `timeout` wins, then the proxy's `request_timeout`, then the service's.
-    per_attempt = timeout if timeout is not None else ep.get("request_timeout", service.timeout)
-    client = ModelClient(
-        ep.get("upstream_url") or url, model=service.model, protocol=service.protocol,
-        api_key=api_key, generation=service.generation.to_request(),
-        timeout=per_attempt,
-        connect_timeout=service.connect_timeout,
-        max_concurrent=min(service.max_concurrent, ep.get("max_concurrent", service.max_concurrent)),
-        max_retries=ep.get("max_retries", service.max_retries), retry_backoff=service.retry_backoff,
-        headers=headers, transport=service.transport, retry_on_status=ep.get("retry_on_status"),
-    )
-    verbose = service.proxy_verbose or bool(proxy is not None and proxy.verbose)
-    if specs or verbose or ep.get("extra_body") or ep.get("extra_headers"):
-        from nel_resources.proxy import Chain, ChainEnv, chain_links
-        from nel_resources.proxy.endpoint import ClientEndpoint
-
-        env = ChainEnv(service=service.model or "model",
-                       redactor=Redactor(client_secrets(api_key, {**headers, **ep.get("extra_headers", {})})
-                                          | url_secrets(url)))
-        client.chain = Chain(chain_links(specs, env, verbose=verbose),
-                             ClientEndpoint(client, ep.get("extra_body"), ep.get("extra_headers")))
-    return client
-
-
-def service_interceptors(service: ServiceConfig) -> list[tuple[str, dict[str, Any]]]:
-    """The service's chain as (name, config) pairs: `interceptors:`, then `proxy.interceptors`."""
-    items = [*service.interceptors, *(service.proxy.interceptors if service.proxy else ())]
-    return [(i.name, dict(i.config)) for i in items]
