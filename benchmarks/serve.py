@@ -232,14 +232,9 @@ def serve(
                 get_factory(env)
             except UnknownBenchmarkError as exc:
                 raise NelError(str(exc)) from None
-        os.environ[ENV_BENCHMARK] = env
-        os.environ[ENV_PARAMS] = json.dumps(dict(params or {}))
-        os.environ[ENV_GYM_COMPAT] = "1" if gym_compat else "0"
-        os.environ[ENV_MAX_BODY] = str(max_body_bytes)
-        os.environ[ENV_MAX_PROBLEMS] = "" if max_problems is None else str(max_problems)
-        os.environ[ENV_IMPORTS] = os.pathsep.join(imports)
-        os.environ[ENV_SCORING_WORKERS] = str(scoring_workers)
-        os.environ[ENV_SCORER_MEMORY] = str(scorer_memory_mb or 0)
+        _tell_workers(env, params, gym_compat=gym_compat, max_body_bytes=max_body_bytes,
+                      max_problems=max_problems, imports=imports,
+                      scoring_workers=scoring_workers, scorer_memory_mb=scorer_memory_mb)
         if endpoint_file is None and port != 0:
             uvicorn.run("benchmarks.serve:_worker_app", factory=True, workers=workers, **settings)
             return
@@ -251,21 +246,29 @@ def serve(
         env = build_environment(env, params, max_problems=max_problems, imports=imports)
     elif max_problems is not None:
         env = LimitedEnvironment(env, max_problems)
-    app = generate_app(
-        env,
-        gym_compat=gym_compat,
-        max_body_bytes=max_body_bytes,
-        benchmark_name=name,
-        body_timeout=read_timeout,
-        verify_timeout=verify_timeout,
-        sandbox=sandbox,
-        scoring_workers=scoring_workers,
-        scorer_memory_mb=scorer_memory_mb,
-    )
+    app = generate_app(env, gym_compat=gym_compat, max_body_bytes=max_body_bytes,
+                       benchmark_name=name, body_timeout=read_timeout,
+                       verify_timeout=verify_timeout, sandbox=sandbox,
+                       scoring_workers=scoring_workers, scorer_memory_mb=scorer_memory_mb)
     if endpoint_file is None and port != 0:
         uvicorn.run(app, **settings)
         return
     _run_announced(app, settings, endpoint_file, name or str(getattr(env, "name", "")))
+
+
+def _tell_workers(env: str, params: Mapping[str, Any] | None, *, gym_compat: bool,
+                  max_body_bytes: int, max_problems: int | None, imports: Sequence[str],
+                  scoring_workers: int, scorer_memory_mb: int | None) -> None:
+    """Put what each uvicorn worker rebuilds its app from into the environment (workers
+    are fresh interpreters: `_worker_app` reads these back)."""
+    os.environ[ENV_BENCHMARK] = env
+    os.environ[ENV_PARAMS] = json.dumps(dict(params or {}))
+    os.environ[ENV_GYM_COMPAT] = "1" if gym_compat else "0"
+    os.environ[ENV_MAX_BODY] = str(max_body_bytes)
+    os.environ[ENV_MAX_PROBLEMS] = "" if max_problems is None else str(max_problems)
+    os.environ[ENV_IMPORTS] = os.pathsep.join(imports)
+    os.environ[ENV_SCORING_WORKERS] = str(scoring_workers)
+    os.environ[ENV_SCORER_MEMORY] = str(scorer_memory_mb or 0)
 
 
 def _announcer(settings: Mapping[str, Any], port_of: Callable[[], int | None],

@@ -90,15 +90,7 @@ class ModelClient(RetryingTransport):
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self.max_backoff = max_backoff
-        given = dict(headers or {})
-        # A configured `content-type` (any case) replaces nel's, never goes beside it.
-        own_type = {} if any(k.lower() == "content-type" for k in given) else {
-            "Content-Type": "application/json"}
-        self._headers = {**own_type, **given}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        elif endpoint.basic_auth and not any(is_secret_header(k) for k in given):
-            self._headers["Authorization"] = endpoint.basic_auth
+        self._headers = _request_headers(dict(headers or {}), api_key, endpoint.basic_auth)
         # Everything that leaves this client (replies, error text) is redacted here, once:
         # a server that echoes the key (in an error body, say) must not put it into
         # results, journals, Parquet, exports or the Dagster event log.
@@ -117,14 +109,7 @@ class ModelClient(RetryingTransport):
             raise NelError(f"unknown protocol {protocol!r}: use chat_completions, completions or responses")
         self._url = self.base_url + path
         parsed = urlsplit(self.base_url)
-        if transport not in ("auto", "raw", "aiohttp"):
-            raise NelError(f"unknown transport {transport!r}: use auto, raw or aiohttp")
-        if transport == "raw" and parsed.scheme != "http":
-            raise NelError("transport raw speaks plain http only; use aiohttp for https")
-        # Plain-HTTP endpoints get the lean keep-alive client (3x aiohttp's request rate
-        # here); HTTPS, proxies and the rest stay with aiohttp.
-        self.transport = "raw" if transport == "raw" or (transport == "auto" and parsed.scheme == "http") \
-            else "aiohttp"
+        self.transport = _transport_for(transport, parsed.scheme)
         self._host = parsed.hostname or "127.0.0.1"
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._path = parsed.path + path
@@ -455,3 +440,28 @@ class ModelClient(RetryingTransport):
             total_tokens=total_tokens(usage, usage.get("prompt_tokens"), usage.get("completion_tokens")),
         )
 
+
+def _request_headers(given: dict[str, str], api_key: str | None,
+                     basic_auth: str | None) -> dict[str, str]:
+    """The headers every request carries: the content type, the service's own, the key
+    (or the URL's user-info as Basic auth when no key or auth header is given)."""
+    # A configured `content-type` (any case) replaces nel's, never goes beside it.
+    own_type = {} if any(k.lower() == "content-type" for k in given) else {
+        "Content-Type": "application/json"}
+    out = {**own_type, **given}
+    if api_key:
+        out["Authorization"] = f"Bearer {api_key}"
+    elif basic_auth and not any(is_secret_header(k) for k in given):
+        out["Authorization"] = basic_auth
+    return out
+
+
+def _transport_for(transport: str, scheme: str) -> str:
+    """`raw` or `aiohttp`, from the configured choice and the URL's scheme."""
+    if transport not in ("auto", "raw", "aiohttp"):
+        raise NelError(f"unknown transport {transport!r}: use auto, raw or aiohttp")
+    if transport == "raw" and scheme != "http":
+        raise NelError("transport raw speaks plain http only; use aiohttp for https")
+    # Plain-HTTP endpoints get the lean keep-alive client (3x aiohttp's request rate
+    # here); HTTPS, proxies and the rest stay with aiohttp.
+    return "raw" if transport == "raw" or (transport == "auto" and scheme == "http") else "aiohttp"
