@@ -32,7 +32,7 @@ import orjson
 log = logging.getLogger("nel.proxy")
 log.setLevel(logging.WARNING); log.addHandler(logging.NullHandler()); log.propagate = False
 from bench.bench_interceptors import _service
-from nel_resources.model_client import client_for_service
+from nel_resources.proxy.service_client import client_for_service
 
 ANSWER = orjson.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "tiny",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"},

@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from bench.bench_interceptors import _cpu_seconds, _service, run_on
-from nel_resources.model_client import client_for_service
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 
 MODES = ("direct", "chain", "stubs", "no_request", "no_response", "request_x2", "response_x2")

@@ -1,6 +1,6 @@
 """Extraction scales linearly: time(2n) / time(n) for every scorer on adversarial replies.
 
-For each scorer, every adversarial shape (`tests/support/adversarial_text.py`, balanced
+For each scorer, every adversarial shape (`bench/support/adversarial_text.py`, balanced
 nests included) is scored at n and at 2n characters, in the same process, best of
 `--repeats`; the ratio of the totals and the worst single-shape ratio are printed. Linear
 code gives about 2, quadratic about 4.
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.adversarial_text import SCORERS, SHAPES, adversarial  # noqa: E402
+from bench.support.adversarial_text import SCORERS, SHAPES, adversarial  # noqa: E402
 
 # Below this a shape is too fast for its ratio to mean anything (timer noise dominates).
 MIN_SECONDS = 0.02

@@ -27,10 +27,10 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.support.nemo_gym import start_gym, stop_gym  # noqa: E402
 from benchmarks._types import SeedResult  # noqa: E402
 from nel_assets.engine.solvers.base import SolveContext  # noqa: E402
 from nel_assets.engine.solvers.gym_tools import GymResourceTools  # noqa: E402
-from tests.support.nemo_gym import start_gym, stop_gym  # noqa: E402
 
 SERVER = "example_session_state_mgmt"
 CALLS = (("increment_counter", {"count": 1}), ("get_counter_value", {}))

@@ -64,9 +64,9 @@ import yaml
 
 from nel_assets.engine.interrupts import loop_factory
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import client_for_service
 from nel_resources.processes import ManagedProcess, free_port
 from nel_resources.proxy.server import start_proxy
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 
 CHAIN = [
@@ -244,7 +244,7 @@ def _start_native(kind: str, upstream: str, tmp: Path, threads: int) -> tuple[ob
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--rounds", type=int, default=5)
@@ -260,7 +260,113 @@ def main() -> None:
     p.add_argument("--native-threads", type=int, default=1,
                    help="HAProxy's threads with --native-reference (default 1; nginx runs as "
                         "one process)")
-    a = p.parse_args()
+    return p
+
+
+def _start_proxies(a: argparse.Namespace, url: str, base: Path | None,
+                   proxies: dict[str, tuple[object, str]]) -> None:
+    """Start nel's proxy (and, as asked, the native references and the baseline's proxy)
+    into `proxies` (filled as they start, so the caller stops whatever did start)."""
+    proxies["proxy"] = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
+    if a.native_reference:
+        upstream = url.split("//", 1)[1].split("/", 1)[0]
+        for kind in ("haproxy", "nginx"):
+            proxies[kind] = _start_native(kind, upstream,
+                                          Path(tempfile.mkdtemp(prefix=f"nel-bench-{kind}-")),
+                                          a.native_threads)
+        proxies["proxy-empty"] = _start_proxy(
+            url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), chain=[])
+    if base is not None:
+        proxies["proxy@base"] = _start_proxy(
+            url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), base)
+
+
+def _throughput(a: argparse.Namespace, url: str, server_pid: int, here: Path, base: Path | None,
+                proxies: dict[str, tuple[object, str]]
+                ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+    """Alternating rounds of every mode: req/s, client CPU us/req, proxy CPU us/req."""
+    modes: tuple[str, ...] = ("direct", "chain", "proxy") + (
+        ("haproxy", "nginx", "proxy-empty") if a.native_reference else ()) + (
+        ("chain@base", "proxy@base") if base else ())
+    res: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    proxy_cpu: dict[str, list[float]] = {m: [] for m in proxies}
+    for r in range(a.rounds):
+        order = modes if r % 2 == 0 else modes[::-1]
+        for mode in order:
+            # (a mode without a proxy reads ours, idle, and prints no proxy share)
+            this_proxy, target = proxies.get(mode, (proxies["proxy"][0], url))
+            p0 = _cpu_seconds(this_proxy.pid)  # type: ignore[attr-defined]
+            s0 = _cpu_seconds(server_pid)
+            chained = mode.startswith("chain")
+            if base is not None:
+                # The client of `proxy@base` is ours, as for `proxy`: only the proxy differs.
+                rps, us = _round_in(base if mode == "chain@base" else here, target,
+                                    a.requests, a.concurrency, chained, a.client_loop)
+            else:
+                rps, us = run_on(a.client_loop,
+                                 _round(target, chained, a.requests, a.concurrency))
+            wall = a.requests / rps
+            proxy_s = _cpu_seconds(this_proxy.pid) - p0  # type: ignore[attr-defined]
+            server_s = _cpu_seconds(server_pid) - s0
+            if mode in proxies:
+                proxy_cpu[mode].append(proxy_s / a.requests * 1e6)
+            res[mode].append(rps)
+            cpu[mode].append(us)
+            cores = (f"cores: client {us * a.requests / 1e6 / wall:.2f}, "
+                     f"server {server_s / wall:.2f}"
+                     + (f", proxy {proxy_s / wall:.2f}" if mode in proxies else ""))
+            print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req  "
+                  f"{cores}", flush=True)
+    return res, cpu, proxy_cpu
+
+
+def _report(res: dict[str, list[float]], cpu: dict[str, list[float]],
+            proxy_cpu: dict[str, list[float]], base: Path | None, client_loop: str) -> None:
+    """Print the medians and the ratios of the throughput rounds."""
+    d, c, x = (statistics.median(res[m]) for m in ("direct", "chain", "proxy"))
+    dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
+    print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
+          f"ratio chain/direct {c / d:.3f}, proxy/direct {x / d:.3f}")
+    # The client's own CPU per request: what the chain costs, whatever else the
+    # machine is running (throughput on a shared 2-core machine moves with its load).
+    print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
+          f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
+    if base is not None:
+        cb, cbc = statistics.median(res["chain@base"]), statistics.median(cpu["chain@base"])
+        print(f"baseline {base}: chain@base {cb:.0f} req/s (ratio to direct {cb / d:.3f}), "
+              f"client cpu {cbc:.1f} us/req; this chain / chain@base {c / cb:.3f}")
+        xb = statistics.median(res["proxy@base"])
+        print(f"baseline {base}: proxy@base {xb:.0f} req/s (ratio to direct {xb / d:.3f}), "
+              f"process cpu {statistics.median(proxy_cpu['proxy@base']):.1f} us/req; "
+              f"this proxy / proxy@base {x / xb:.3f}")
+    print(f"proxy process cpu per request: {statistics.median(proxy_cpu['proxy']):.1f} us "
+          "(its own core time; the client's above is extra)")
+    for ref in ("haproxy", "nginx", "proxy-empty"):
+        if ref in res:
+            xr = statistics.median(res[ref])
+            print(f"reference {ref}: {xr:.0f} req/s (ratio to direct {xr / d:.3f}), "
+                  f"process cpu {statistics.median(proxy_cpu[ref]):.1f} us/req, "
+                  f"client cpu {statistics.median(cpu[ref]):.1f} us/req")
+    print(f"client loop: {client_loop}")
+
+
+def _latency(a: argparse.Namespace, url: str, proxies: dict[str, tuple[object, str]]) -> None:
+    """p50 latency one request at a time, direct and through each proxy (alternating)."""
+    lat: dict[str, list[float]] = {"direct": [], **{m: [] for m in proxies}}
+    for r in range(a.rounds):
+        for mode in (list(lat) if r % 2 == 0 else list(lat)[::-1]):
+            target = proxies[mode][1] if mode in proxies else url
+            lat[mode].append(run_on(a.client_loop, _latency_p50(target, a.latency_requests)))
+    ld = statistics.median(lat["direct"])
+    for mode in proxies:
+        lp = statistics.median(lat[mode])
+        print(f"latency p50 one at a time: direct {ld:.3f} ms, {mode} {lp:.3f} ms, "
+              f"{mode} adds {lp - ld:.3f} ms")
+
+
+def main() -> None:
+    a = _parser().parse_args()
     here = Path(__file__).resolve().parent.parent
     base = Path(a.baseline).resolve() if a.baseline else None
     logging.getLogger("nel.proxy").setLevel(logging.WARNING)
@@ -269,86 +375,10 @@ def main() -> None:
     proc, url = start_reference_server()
     proxies: dict[str, tuple[object, str]] = {}
     try:
-        proxies["proxy"] = _start_proxy(url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")))
-        if a.native_reference:
-            upstream = url.split("//", 1)[1].split("/", 1)[0]
-            for kind in ("haproxy", "nginx"):
-                proxies[kind] = _start_native(kind, upstream,
-                                              Path(tempfile.mkdtemp(prefix=f"nel-bench-{kind}-")),
-                                              a.native_threads)
-            proxies["proxy-empty"] = _start_proxy(
-                url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), chain=[])
-        if base is not None:
-            proxies["proxy@base"] = _start_proxy(
-                url, Path(tempfile.mkdtemp(prefix="nel-bench-proxy-")), base)
-        modes: tuple[str, ...] = ("direct", "chain", "proxy") + (
-            ("haproxy", "nginx", "proxy-empty") if a.native_reference else ()) + (
-            ("chain@base", "proxy@base") if base else ())
-        res: dict[str, list[float]] = {m: [] for m in modes}
-        cpu: dict[str, list[float]] = {m: [] for m in modes}
-        proxy_cpu: dict[str, list[float]] = {m: [] for m in proxies}
-        for r in range(a.rounds):
-            order = modes if r % 2 == 0 else modes[::-1]
-            for mode in order:
-                # (a mode without a proxy reads ours, idle, and prints no proxy share)
-                this_proxy, target = proxies.get(mode, (proxies["proxy"][0], url))
-                p0 = _cpu_seconds(this_proxy.pid)  # type: ignore[attr-defined]
-                s0 = _cpu_seconds(proc.pid)  # type: ignore[attr-defined]
-                chained = mode.startswith("chain")
-                if base is not None:
-                    # The client of `proxy@base` is ours, as for `proxy`: only the proxy differs.
-                    rps, us = _round_in(base if mode == "chain@base" else here, target,
-                                        a.requests, a.concurrency, chained, a.client_loop)
-                else:
-                    rps, us = run_on(a.client_loop,
-                                     _round(target, chained, a.requests, a.concurrency))
-                wall = a.requests / rps
-                proxy_s = _cpu_seconds(this_proxy.pid) - p0  # type: ignore[attr-defined]
-                server_s = _cpu_seconds(proc.pid) - s0  # type: ignore[attr-defined]
-                if mode in proxies:
-                    proxy_cpu[mode].append(proxy_s / a.requests * 1e6)
-                res[mode].append(rps)
-                cpu[mode].append(us)
-                cores = (f"cores: client {us * a.requests / 1e6 / wall:.2f}, "
-                         f"server {server_s / wall:.2f}"
-                         + (f", proxy {proxy_s / wall:.2f}" if mode in proxies else ""))
-                print(f"round {r} {mode:10s} {rps:8.0f} req/s  client cpu {us:6.1f} us/req  "
-                      f"{cores}", flush=True)
-        d, c, x = (statistics.median(res[m]) for m in ("direct", "chain", "proxy"))
-        dc, cc = statistics.median(cpu["direct"]), statistics.median(cpu["chain"])
-        print(f"median direct {d:.0f} req/s, chain {c:.0f} req/s, proxy {x:.0f} req/s; "
-              f"ratio chain/direct {c / d:.3f}, proxy/direct {x / d:.3f}")
-        # The client's own CPU per request: what the chain costs, whatever else the
-        # machine is running (throughput on a shared 2-core machine moves with its load).
-        print(f"client cpu per request: direct {dc:.1f} us, chain {cc:.1f} us "
-              f"(chain adds {cc - dc:.1f} us, ratio direct/chain {dc / cc:.3f})")
-        if base is not None:
-            cb, cbc = statistics.median(res["chain@base"]), statistics.median(cpu["chain@base"])
-            print(f"baseline {base}: chain@base {cb:.0f} req/s (ratio to direct {cb / d:.3f}), "
-                  f"client cpu {cbc:.1f} us/req; this chain / chain@base {c / cb:.3f}")
-            xb = statistics.median(res["proxy@base"])
-            print(f"baseline {base}: proxy@base {xb:.0f} req/s (ratio to direct {xb / d:.3f}), "
-                  f"process cpu {statistics.median(proxy_cpu['proxy@base']):.1f} us/req; "
-                  f"this proxy / proxy@base {x / xb:.3f}")
-        print(f"proxy process cpu per request: {statistics.median(proxy_cpu['proxy']):.1f} us "
-              "(its own core time; the client's above is extra)")
-        for ref in ("haproxy", "nginx", "proxy-empty"):
-            if ref in res:
-                xr = statistics.median(res[ref])
-                print(f"reference {ref}: {xr:.0f} req/s (ratio to direct {xr / d:.3f}), "
-                      f"process cpu {statistics.median(proxy_cpu[ref]):.1f} us/req, "
-                      f"client cpu {statistics.median(cpu[ref]):.1f} us/req")
-        print(f"client loop: {a.client_loop}")
-        lat: dict[str, list[float]] = {"direct": [], **{m: [] for m in proxies}}
-        for r in range(a.rounds):
-            for mode in (list(lat) if r % 2 == 0 else list(lat)[::-1]):
-                target = proxies[mode][1] if mode in proxies else url
-                lat[mode].append(run_on(a.client_loop, _latency_p50(target, a.latency_requests)))
-        ld = statistics.median(lat["direct"])
-        for mode in proxies:
-            lp = statistics.median(lat[mode])
-            print(f"latency p50 one at a time: direct {ld:.3f} ms, {mode} {lp:.3f} ms, "
-                  f"{mode} adds {lp - ld:.3f} ms")
+        _start_proxies(a, url, base, proxies)
+        res, cpu, proxy_cpu = _throughput(a, url, proc.pid, here, base, proxies)
+        _report(res, cpu, proxy_cpu, base, a.client_loop)
+        _latency(a, url, proxies)
     finally:
         for running, _ in proxies.values():
             running.stop()  # type: ignore[attr-defined]

@@ -178,7 +178,38 @@ def _targets(baseline: str | None) -> dict[str, Path]:
     return {"nel": REPO, **({"nel (baseline)": Path(baseline).resolve()} if baseline else {})}
 
 
-def main() -> None:
+def _print_table(res: dict[str, Any], names: list[str], a: argparse.Namespace) -> None:
+    """The figures as a Markdown table (a column per checkout and the peer), the import
+    times, and with `--json` the raw figures."""
+    rows: list[tuple[str, ...]] = []
+
+    def cell(key: str, fmt: Any) -> str:
+        return fmt(res[key]) if key in res else "-"
+
+    rows.append(("first request after start, -m 5 (range)", *(cell(
+        f"first_request {n}", lambda d: f"{d['first_s']:.2f} s ({d['range'][0]:.2f}-{d['range'][1]:.2f})") for n in names)))
+    rows.append(("whole -m 5 run / its peak RSS", *(cell(
+        f"first_request {n}", lambda d: f"{d['wall_s']:.2f} s / {d['rss_mb']:.0f} MB") for n in names)))
+    for cmd in ("--help", "list"):
+        rows.append((f"nel {cmd}", *(cell(f"{n} {cmd}", lambda d: f"{d['wall_s']:.3f} s") for n in names)))
+    rows.append((f"first run, GSM8K x{a.repeats}: wall / peak RSS", *(cell(
+        f"full_run {n}", lambda d: f"{d['wall_s']:.2f} s / {d['rss_mb']:.0f} MB ({d['samples']} requests)")
+        for n in names)))
+    rows.append(("unchanged rerun: wall / peak RSS / requests", *(cell(
+        f"unchanged_rerun {n}", lambda d: f"{d['wall_s']:.3f} s / {d['rss_mb']:.0f} MB / {max(d['requests'])}")
+        for n in names)))
+    rows.append(("stats, 100,000-row bundle", *(cell(f"stats_100k {n}", lambda d: f"{d['s']:.3f} s") for n in names)))
+    print(f"medians of {a.rounds} alternating rounds")
+    print("| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+    print("\n".join("| " + " | ".join(r) + " |" for r in rows))
+    print("\npython -X importtime -c 'import M': cumulative ms of the packages M pulls in")
+    for key in (k for k in res if k.startswith("import_ms ")):
+        print(f"  {key.split()[1]}: " + ", ".join(f"{k} {v:.0f}" for k, v in res[key]))
+    if a.json:
+        print(json.dumps(res, indent=2))
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (medians)")
     ap.add_argument("--repeats", type=int, default=8, help="GSM8K repeats of the rerun check (x1,319)")
@@ -190,7 +221,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON too")
     ap.add_argument("--daemon", action="store_true",
                     help="also measure this checkout's runs handed to a `nel daemon`")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = _parser().parse_args()
     data_dir = os.environ.get("NEL_DATA_DIR")
     if not data_dir:
         raise SystemExit("set NEL_DATA_DIR to the shared datasets (gsm8k/test.jsonl)")
@@ -286,32 +321,7 @@ def main() -> None:
     for module in ("dagster_project.cli.main", "dagster_project.runner", "dagster"):
         res[f"import_ms {module}"] = [(k, round(v, 1)) for k, v in import_summary(module)]
 
-    rows: list[tuple[str, ...]] = []
-    names = [*targets, "NeMo Evaluator 0.3.0"]
-    def cell(key: str, fmt: Any) -> str:
-        return fmt(res[key]) if key in res else "-"
-
-    rows.append(("first request after start, -m 5 (range)", *(cell(
-        f"first_request {n}", lambda d: f"{d['first_s']:.2f} s ({d['range'][0]:.2f}-{d['range'][1]:.2f})") for n in names)))
-    rows.append(("whole -m 5 run / its peak RSS", *(cell(
-        f"first_request {n}", lambda d: f"{d['wall_s']:.2f} s / {d['rss_mb']:.0f} MB") for n in names)))
-    for cmd in ("--help", "list"):
-        rows.append((f"nel {cmd}", *(cell(f"{n} {cmd}", lambda d: f"{d['wall_s']:.3f} s") for n in names)))
-    rows.append((f"first run, GSM8K x{a.repeats}: wall / peak RSS", *(cell(
-        f"full_run {n}", lambda d: f"{d['wall_s']:.2f} s / {d['rss_mb']:.0f} MB ({d['samples']} requests)")
-        for n in names)))
-    rows.append(("unchanged rerun: wall / peak RSS / requests", *(cell(
-        f"unchanged_rerun {n}", lambda d: f"{d['wall_s']:.3f} s / {d['rss_mb']:.0f} MB / {max(d['requests'])}")
-        for n in names)))
-    rows.append(("stats, 100,000-row bundle", *(cell(f"stats_100k {n}", lambda d: f"{d['s']:.3f} s") for n in names)))
-    print(f"medians of {a.rounds} alternating rounds")
-    print("| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
-    print("\n".join("| " + " | ".join(r) + " |" for r in rows))
-    print("\npython -X importtime -c 'import M': cumulative ms of the packages M pulls in")
-    for key in (k for k in res if k.startswith("import_ms ")):
-        print(f"  {key.split()[1]}: " + ", ".join(f"{k} {v:.0f}" for k, v in res[key]))
-    if a.json:
-        print(json.dumps(res, indent=2))
+    _print_table(res, [*targets, "NeMo Evaluator 0.3.0"], a)
 
 
 if __name__ == "__main__":

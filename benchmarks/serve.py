@@ -33,19 +33,16 @@ the hot path (an RL loop calls this millions of times) and lets every error name
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks._registry import UnknownBenchmarkError, get_benchmark, get_factory
-from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
+from benchmarks._registry import UnknownBenchmarkError, get_factory
+from benchmarks._types import EvalEnvironment
 from benchmarks.errors import NelError
-from benchmarks.plugins import load_module
 from benchmarks.serve_app import (
     AGGREGATE_MAX_BODY_BYTES,
     DEFAULT_MAX_BODY_BYTES,
@@ -54,6 +51,14 @@ from benchmarks.serve_app import (
     PROTOCOL_GYM,
     generate_app,
 )
+from benchmarks.serve_environment import (
+    LimitedEnvironment,
+    SandboxProvider,
+    build_environment,
+    import_plugins,
+    needs_sandbox,
+)
+from benchmarks.serve_export import export_data, export_rows
 from benchmarks.serve_extract import extract_response_text
 from benchmarks.serve_json import DEFAULT_BODY_TIMEOUT, ApiError, dumps
 from benchmarks.serve_pool import DEFAULT_SCORER_MEMORY_MB, default_pool_size
@@ -72,12 +77,15 @@ __all__ = [
     "PROTOCOL_GYM",
     "ApiError",
     "LimitedEnvironment",
+    "SandboxProvider",
     "build_environment",
     "dumps",
     "export_data",
     "export_rows",
     "extract_response_text",
     "generate_app",
+    "import_plugins",
+    "needs_sandbox",
     "serve",
     "server_settings",
 ]
@@ -99,93 +107,7 @@ ENV_SCORING_WORKERS = "NEL_SERVE_SCORING_WORKERS"
 ENV_SCORER_MEMORY = "NEL_SERVE_SCORER_MEMORY_MB"
 
 
-# --------------------------------------------------------------------------- environments
-
-
-class LimitedEnvironment(EvalEnvironment):
-    """The first `limit` problems of another environment (`--max-problems`)."""
-
-    def __init__(self, inner: EvalEnvironment, limit: int):
-        if limit < 0:
-            raise NelError(f"--max-problems must be >= 0, got {limit}")
-        self.inner = inner
-        self.limit = min(limit, len(inner))
-        self.name = inner.name
-        self.version = inner.version
-
-    async def seed(self, idx: int) -> SeedResult:
-        """Problem `idx` of the inner environment (0 <= idx < limit)."""
-        if not 0 <= idx < self.limit:
-            raise IndexError(idx)
-        return await self.inner.seed(idx)
-
-    async def verify(self, response: str, expected: str, **metadata: Any) -> VerifyResult:
-        """Delegate to the inner environment's scorer."""
-        return await self.inner.verify(response, expected, **metadata)
-
-    def __len__(self) -> int:
-        return self.limit
-
-    def fingerprint(self) -> str:
-        """The inner fingerprint plus the cut-off."""
-        return f"{self.inner.fingerprint()}:first{self.limit}"
-
-    def data_fingerprint(self) -> str:
-        """The inner data hash (the cut-off is in `fingerprint`)."""
-        return self.inner.data_fingerprint()
-
-    async def close(self) -> None:
-        """Close the inner environment."""
-        await self.inner.close()
-
-
-def import_plugins(specs: Iterable[str]) -> None:
-    """Import modules (dotted names or `.py` paths) so their benchmarks register.
-
-    Raises:
-        NelError: when a module cannot be found.
-    """
-    for spec in specs:
-        if spec.strip():
-            load_module(spec)
-
-
-def build_environment(
-    name: str,
-    params: Mapping[str, Any] | None = None,
-    *,
-    max_problems: int | None = None,
-    imports: Sequence[str] = (),
-) -> EvalEnvironment:
-    """Build a benchmark by registry name (or `gym://`), optionally cut to `max_problems`.
-
-    Raises:
-        NelError: for an unknown name (with the registry's suggestions) or a bad import.
-    """
-    import_plugins(imports)
-    try:
-        env = get_benchmark(name, **dict(params or {}))
-    except UnknownBenchmarkError as exc:
-        raise NelError(str(exc)) from None
-    if max_problems is not None:
-        env = LimitedEnvironment(env, max_problems)
-    return env
-
-
 # --------------------------------------------------------------------------- serving
-
-#: What `generate_app(sandbox=...)` takes: each call opens one started sandbox for one
-#: `/verify` (an async context manager; the sandbox is stopped when it exits). It must work
-#: from any event loop. The CLI builds it from `--sandbox` (this package never imports the
-#: sandbox types).
-SandboxProvider = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
-
-
-def needs_sandbox(env: EvalEnvironment) -> bool:
-    """Whether the served benchmark runs model-written code (its `verify` needs `sandbox=`)."""
-    inner = env.inner if isinstance(env, LimitedEnvironment) else env
-    return bool(getattr(inner, "needs_sandbox", False))
-
 
 def server_settings(host: str = "127.0.0.1", port: int = 9090,
                     log_level: str = "warning") -> dict[str, Any]:
@@ -311,14 +233,9 @@ def serve(
                 get_factory(env)
             except UnknownBenchmarkError as exc:
                 raise NelError(str(exc)) from None
-        os.environ[ENV_BENCHMARK] = env
-        os.environ[ENV_PARAMS] = json.dumps(dict(params or {}))
-        os.environ[ENV_GYM_COMPAT] = "1" if gym_compat else "0"
-        os.environ[ENV_MAX_BODY] = str(max_body_bytes)
-        os.environ[ENV_MAX_PROBLEMS] = "" if max_problems is None else str(max_problems)
-        os.environ[ENV_IMPORTS] = os.pathsep.join(imports)
-        os.environ[ENV_SCORING_WORKERS] = str(scoring_workers)
-        os.environ[ENV_SCORER_MEMORY] = str(scorer_memory_mb or 0)
+        _tell_workers(env, params, gym_compat=gym_compat, max_body_bytes=max_body_bytes,
+                      max_problems=max_problems, imports=imports,
+                      scoring_workers=scoring_workers, scorer_memory_mb=scorer_memory_mb)
         if endpoint_file is None and port != 0:
             uvicorn.run("benchmarks.serve:_worker_app", factory=True, workers=workers, **settings)
             return
@@ -330,21 +247,29 @@ def serve(
         env = build_environment(env, params, max_problems=max_problems, imports=imports)
     elif max_problems is not None:
         env = LimitedEnvironment(env, max_problems)
-    app = generate_app(
-        env,
-        gym_compat=gym_compat,
-        max_body_bytes=max_body_bytes,
-        benchmark_name=name,
-        body_timeout=read_timeout,
-        verify_timeout=verify_timeout,
-        sandbox=sandbox,
-        scoring_workers=scoring_workers,
-        scorer_memory_mb=scorer_memory_mb,
-    )
+    app = generate_app(env, gym_compat=gym_compat, max_body_bytes=max_body_bytes,
+                       benchmark_name=name, body_timeout=read_timeout,
+                       verify_timeout=verify_timeout, sandbox=sandbox,
+                       scoring_workers=scoring_workers, scorer_memory_mb=scorer_memory_mb)
     if endpoint_file is None and port != 0:
         uvicorn.run(app, **settings)
         return
     _run_announced(app, settings, endpoint_file, name or str(getattr(env, "name", "")))
+
+
+def _tell_workers(env: str, params: Mapping[str, Any] | None, *, gym_compat: bool,
+                  max_body_bytes: int, max_problems: int | None, imports: Sequence[str],
+                  scoring_workers: int, scorer_memory_mb: int | None) -> None:
+    """Put what each uvicorn worker rebuilds its app from into the environment (workers
+    are fresh interpreters: `_worker_app` reads these back)."""
+    os.environ[ENV_BENCHMARK] = env
+    os.environ[ENV_PARAMS] = json.dumps(dict(params or {}))
+    os.environ[ENV_GYM_COMPAT] = "1" if gym_compat else "0"
+    os.environ[ENV_MAX_BODY] = str(max_body_bytes)
+    os.environ[ENV_MAX_PROBLEMS] = "" if max_problems is None else str(max_problems)
+    os.environ[ENV_IMPORTS] = os.pathsep.join(imports)
+    os.environ[ENV_SCORING_WORKERS] = str(scoring_workers)
+    os.environ[ENV_SCORER_MEMORY] = str(scorer_memory_mb or 0)
 
 
 def _announcer(settings: Mapping[str, Any], port_of: Callable[[], int | None],
@@ -404,82 +329,3 @@ def _run_workers_announced(workers: int, settings: dict[str, Any],
         announcer.withdraw()
 
 
-# --------------------------------------------------------------------------- export
-
-
-def _row_uuid(benchmark: str, idx: int) -> str:
-    # NeMo Evaluator's form (`<benchmark>-<idx>`): deterministic, so a re-export yields the
-    # same ids, and rollouts join back to their item by it in either tool's pipelines.
-    return f"{benchmark}-{idx}"
-
-
-def _input_messages(seed: SeedResult) -> list[dict[str, Any]]:
-    if seed.messages:
-        messages = [dict(m) for m in seed.messages]
-    else:
-        messages = [{"role": "user", "content": seed.prompt}]
-    if seed.system and not (messages and messages[0].get("role") in ("system", "developer")):
-        messages.insert(0, {"role": "system", "content": seed.system})
-    return messages
-
-
-async def export_rows(env: EvalEnvironment, benchmark: str | None = None) -> list[dict[str, Any]]:
-    """The dataset as NeMo Gym rows (what `ng_collect_rollouts` reads).
-
-    Each row is `{responses_create_params: {input: [...]}, expected_answer, uuid, eval_type,
-    metadata}`; `metadata` carries the seed metadata plus `idx`, so `/verify` gets it back.
-    """
-    name = benchmark or env.name
-    rows = []
-    for idx in range(len(env)):
-        seed = await env.seed(idx)
-        metadata = dict(seed.metadata)
-        metadata.setdefault("idx", idx)
-        rows.append(
-            {
-                "responses_create_params": {"input": _input_messages(seed)},
-                "expected_answer": seed.expected_answer,
-                "uuid": _row_uuid(name, idx),
-                "eval_type": name,
-                "metadata": metadata,
-            }
-        )
-    return rows
-
-
-def export_data(
-    env: EvalEnvironment, path: str | Path, benchmark: str | None = None, *, close: bool = False
-) -> int:
-    """Write the JSONL export to `path` (atomically); returns the number of rows.
-
-    Args:
-        env: The environment to export.
-        path: Target JSONL file.
-        benchmark: Name for `eval_type` and the uuids (defaults to `env.name`).
-        close: Close the environment afterwards, inside the same event loop (a remote
-            environment's HTTP session belongs to that loop).
-    """
-
-    async def run() -> list[dict[str, Any]]:
-        try:
-            return await export_rows(env, benchmark)
-        finally:
-            if close:
-                await env.close()
-
-    rows = asyncio.run(run())
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_dir():
-        raise NelError(f"--export-data: {target} is a directory; name a .jsonl file or a directory")
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            for row in rows:
-                fh.write(dumps(row))
-                fh.write(b"\n")
-        tmp.replace(target)
-    finally:
-        # a failed write (disk full, permissions) must not leave the temp file behind
-        tmp.unlink(missing_ok=True)
-    return len(rows)

@@ -16,7 +16,8 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from nel_resources.config import SandboxConfig, ServiceConfig
-from nel_resources.model_client import ModelClient, client_for_service
+from nel_resources.model_client import ModelClient
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.sandboxes.base import SandboxFactory
 from nel_resources.store import ResultStore
 

@@ -20,6 +20,7 @@ from dagster_project.cli import (
     commands_misc,
     commands_package,
     commands_proxy,
+    commands_reference,
     commands_report,
     commands_runs,
     commands_serve,
@@ -29,7 +30,7 @@ from dagster_project.cli import (
 # Each module exposes `register(subparsers)`; order is the order shown in --help
 # (commands_eval first: it creates the `eval` group the report module extends).
 _COMMAND_MODULES = [commands_eval, commands_list, commands_report, commands_runs, commands_validate,
-                    commands_compare, commands_data, commands_misc, commands_serve, commands_proxy, commands_config,
+                    commands_compare, commands_data, commands_misc, commands_serve, commands_proxy, commands_reference, commands_config,
                     commands_package, commands_daemon]
 
 

@@ -203,7 +203,7 @@ def make_client(service: ServiceConfig, base_url: str | None = None, *,
                 timeout: float | None = None) -> ModelClient:
     """A model client for a service (the URL may come from a launched service); `timeout`
     is the benchmark's own, which overrides the service's."""
-    from nel_resources.model_client import client_for_service
+    from nel_resources.proxy.service_client import client_for_service
 
     return client_for_service(service, base_url, timeout=timeout)
 

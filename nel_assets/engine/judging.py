@@ -258,7 +258,7 @@ async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
         NelError: a judge-graded benchmark without a judge metric, an unknown scorer, or an
             unreachable judge endpoint.
     """
-    from nel_resources.model_client import client_for_service
+    from nel_resources.proxy.service_client import client_for_service
 
     check_scoring(run)
     scoring = run.scoring

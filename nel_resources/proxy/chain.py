@@ -15,12 +15,30 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from nel_resources.proxy import registry
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.streams import StreamAssembler, replay_chunks, wants_usage
-from nel_resources.proxy.types import Endpoint, ProxyRequest, ProxyResponse, RequestContext
+from nel_resources.proxy.types import (
+    Endpoint,
+    InterceptorError,
+    ProxyRequest,
+    ProxyResponse,
+    RequestContext,
+)
+
+
+class ClientBinding(NamedTuple):
+    """What a chain is to one nel client (`Chain.bind_client`; the client reads it as its
+    `model_client.chain_binding.ChainBinding`)."""
+
+    inline: bool
+    compiled: Any
+    refusal: type[Exception]
+    request_type: type
+    context_type: type
+    response_type: type
 
 
 @dataclass(frozen=True)
@@ -203,6 +221,18 @@ class Chain:
             if fn is not None:
                 out.update(fn())
         return out
+
+    def bind_client(self, client: Any, path: str) -> ClientBinding:
+        """What this chain is to nel's `client` (whose requests go to `path`): run inline by
+        `ModelClient.generate` when it is plain and ends at that client's own transport
+        (compiled then, when its hooks allow), and the types the client builds and catches."""
+        from nel_resources.proxy.compiled import compile_chain
+        from nel_resources.proxy.endpoint import ClientEndpoint
+
+        endpoint = self.endpoint
+        inline = self.plain and isinstance(endpoint, ClientEndpoint) and endpoint.client is client
+        return ClientBinding(inline, compile_chain(self, path) if inline else None, InterceptorError,
+                            ProxyRequest, RequestContext, ProxyResponse)
 
     async def close(self) -> None:
         """Close the interceptors that hold resources (webhook posts, cache writes)."""

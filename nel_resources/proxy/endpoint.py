@@ -8,17 +8,43 @@ NeMo Evaluator's; a service's `proxy:` block gives the same settings, and an exp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from nel_resources.proxy.fields import FieldSpec
 from nel_resources.proxy.types import ProxyRequest, ProxyResponse, RequestContext
 
-if TYPE_CHECKING:
-    from nel_resources.model_client import ModelClient
+
+class ClientTransport(Protocol):
+    """What the endpoint uses of nel's `ModelClient` (the proxy is built on the client;
+    typed by what it needs, so this package's modules import no client module for it)."""
+
+    base_url: str
+    max_concurrent: int
+    connect_timeout: float
+    timeout: float
+    requests_sent: int
+
+    @property
+    def base_headers(self) -> dict[str, str]:
+        """The headers every request carries."""
+        ...
+
+    def redact_text(self, text: str) -> str:
+        """`text` with the client's secrets masked."""
+        ...
+
+    def redact_bytes(self, raw: bytes) -> bytes:
+        """`raw` with the client's secrets masked."""
+        ...
+
+    def _post(self, data: bytes, subpath: str, headers: dict[str, str] | None
+              ) -> Awaitable[tuple[int, Any, int, bytes]]:
+        """The client's POST with retries (`ModelClient._post`)."""
+        ...
 
 FIELDS = {
     "upstream_url": FieldSpec("str", None, nullable=True),
@@ -77,7 +103,7 @@ def _as_events(raw: bytes, req: ProxyRequest) -> list[dict[str, Any]]:
 class ClientEndpoint:
     """Sends through a `ModelClient` (one exchange with its retries)."""
 
-    def __init__(self, client: ModelClient, extra_body: dict[str, Any] | None = None,
+    def __init__(self, client: ClientTransport, extra_body: dict[str, Any] | None = None,
                  extra_headers: dict[str, str] | None = None) -> None:
         self.client = client
         self._post = client._post

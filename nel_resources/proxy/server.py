@@ -48,11 +48,12 @@ import orjson
 
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import AuthError, ModelClient, ModelError, client_for_service
+from nel_resources.model_client import AuthError, ModelClient, ModelError
 from nel_resources.proxy.capture import Capture
 from nel_resources.proxy.chain import Chain, Link
 from nel_resources.proxy.endpoint import ClientEndpoint, UpstreamStreamError
 from nel_resources.proxy.http_server import MIB, Headers, ProxyLimits, Reply, start_server
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
 
 if TYPE_CHECKING:

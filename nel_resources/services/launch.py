@@ -186,7 +186,7 @@ class _OnDemandService:
 
     def client(self) -> Any:
         """A new model client for this service (starts the server if needed)."""
-        from nel_resources.model_client import client_for_service
+        from nel_resources.proxy.service_client import client_for_service
 
         return client_for_service(self._svc, self.url)
 

@@ -652,7 +652,7 @@ def test_aggregate_metrics_bad_input_is_422(client: Any, body: dict[str, Any], f
 
 def test_export_into_a_directory_named_like_a_file_and_no_temp_left(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import benchmarks.serve as serve_module
+    import benchmarks.serve_export as export_module
 
     odd = tmp_path / "runs.jsonl"
     odd.mkdir()  # an existing directory is a directory, whatever its name
@@ -662,7 +662,7 @@ def test_export_into_a_directory_named_like_a_file_and_no_temp_left(
     assert len((odd / f"{TOY_NAME}.jsonl").read_text().splitlines()) == 2
 
     # the disk fills up after the first row: no partial file, no temp file left behind
-    real_dumps, calls = serve_module.dumps, []
+    real_dumps, calls = export_module.dumps, []
 
     def failing_dumps(obj: Any) -> bytes:
         calls.append(1)
@@ -670,8 +670,8 @@ def test_export_into_a_directory_named_like_a_file_and_no_temp_left(
             raise OSError(28, "No space left on device")
         return real_dumps(obj)
 
-    monkeypatch.setattr(serve_module, "dumps", failing_dumps)
+    monkeypatch.setattr(export_module, "dumps", failing_dumps)
     target = tmp_path / "out" / "rows.jsonl"
     with pytest.raises(OSError, match="No space left"):
-        serve_module.export_data(ToyArithmetic(3), target)
+        export_module.export_data(ToyArithmetic(3), target)
     assert list(target.parent.iterdir()) == []

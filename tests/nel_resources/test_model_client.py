@@ -13,8 +13,8 @@ from nel_resources.model_client import (
     ModelClient,
     ModelError,
     ModelResponse,
-    normalize_base_url,
 )
+from nel_resources.openai_fields import normalize_base_url
 from nel_resources.processes import free_port
 
 MSG = [{"role": "user", "content": "What is 6 times 7?"}]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.adversarial_text import NESTS, SCORERS, SHAPES, UNITS
+from bench.support.adversarial_text import NESTS, SCORERS, SHAPES, UNITS
 
 REPO = Path(__file__).resolve().parents[3]
 DEADLINE_S = 90.0
@@ -46,7 +46,7 @@ def _cap_memory() -> None:
 
 _CHILD = """
 import sys, tracemalloc
-from tests.support.adversarial_text import SCORERS, SHAPES, adversarial
+from bench.support.adversarial_text import SCORERS, SHAPES, adversarial
 scorer, size, large, large_shapes, memory_size = sys.argv[1:6]
 fn = SCORERS[scorer]
 fn("warm up 42")  # imports and caches (sympy's parser) are not the input's cost

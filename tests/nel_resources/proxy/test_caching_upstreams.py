@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import client_for_service
 from nel_resources.proxy.server import start_proxy
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 from tests.support.cli import run_nel, summary_json
 from tests.support.realcomponents import REPO_ROOT

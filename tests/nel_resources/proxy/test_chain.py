@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import ChainStopError, ModelError, client_for_service
+from nel_resources.model_client import ChainStopError, ModelError
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 from tests.support.aiohttp_app import serving
 from tests.support.reference import reset_server_stats, server_stats

@@ -16,10 +16,10 @@ import pytest
 from aiohttp import web
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import client_for_service
 from nel_resources.proxy import interceptor
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.registry import build, validate
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.proxy.types import ProxyRequest
 from tests.support.aiohttp_app import serving
 

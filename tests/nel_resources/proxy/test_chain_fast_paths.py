@@ -13,10 +13,11 @@ import pytest
 from aiohttp import web
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import ModelError, client_for_service
+from nel_resources.model_client import ModelError
 from nel_resources.proxy import interceptor
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.registry import build
+from nel_resources.proxy.service_client import client_for_service
 from nel_resources.proxy.streams import COUNTED_USAGE
 from nel_resources.proxy.types import ProxyRequest, ProxyResponse, RequestContext
 from nel_resources.reference_server import start_reference_server

@@ -19,8 +19,9 @@ import pytest
 from aiohttp import web
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import ChainStopError, ModelError, client_for_service
+from nel_resources.model_client import ChainStopError, ModelError
 from nel_resources.proxy import compiled, interceptor
+from nel_resources.proxy.service_client import client_for_service
 from tests.support.aiohttp_app import serving
 
 # The bench's chain (`bench/bench_interceptors.py`): every cheap interceptor on.

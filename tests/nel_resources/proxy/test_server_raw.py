@@ -18,10 +18,10 @@ import pytest
 from aiohttp import ClientSession, web
 
 from nel_resources.config import ServiceConfig
-from nel_resources.model_client import client_for_service
 from nel_resources.proxy import interceptor
 from nel_resources.proxy.http_server import start_server
 from nel_resources.proxy.server import ProxyServer
+from nel_resources.proxy.service_client import client_for_service
 from tests.support.aiohttp_app import serving
 
 # Formatting orjson would not write back: byte-identical means nobody re-encoded it.

@@ -188,7 +188,7 @@ def test_turns_go_through_the_interceptor_chain_as_one_session_per_sample(url: s
     budget of 3 turns, the 4-turn task is stopped on its 4th call and the row says so, with
     the three turns it made; the 2-turn task is untouched."""
     from nel_resources.config import ServiceConfig
-    from nel_resources.model_client import client_for_service
+    from nel_resources.proxy.service_client import client_for_service
 
     svc = ServiceConfig(type="api", url=url, model="ref", protocol="chat_completions",
                         interceptors=[{"name": "turn_counter", "config": {"max_turns": 3}}])
