@@ -20,16 +20,18 @@ from benchmarks.registries import Registry
 from nel_resources.proxy.env import ChainEnv
 from nel_resources.proxy.fields import FieldSpec, InterceptorConfigError, check_fields
 
-# interceptor name -> "module:build" (the module also holds FIELDS and AFFECTS_ANSWERS).
+# interceptor name -> "module:build" (the module also holds FIELDS and AFFECTS_ANSWERS);
+# `endpoint`, the chain's last stage, is built by the chain itself: its entry is its class.
 BUILTIN: Registry[Callable[..., Any]] = Registry("interceptor", {
-    name: f"nel_resources.proxy.{module}:build" for name, module in {
-        "endpoint": "endpoint", "caching": "caching", "turn_counter": "turn_counter",
+    "endpoint": "nel_resources.proxy.endpoint:ClientEndpoint",
+    **{name: f"nel_resources.proxy.{module}:build" for name, module in {
+        "caching": "caching", "turn_counter": "turn_counter",
         "drop_params": "drop_params", "modify_tools": "modify_tools",
         "system_message": "system_message", "payload_modifier": "payload_modifier",
         "raise_client_errors": "raise_client_errors", "log_tokens": "log_tokens",
         "response_stats": "response_stats", "reasoning": "reasoning",
         "progress_tracking": "progress_tracking", "logging": "request_logging",
-    }.items()})
+    }.items()}})
 # NeMo Evaluator 0.3.0 interceptors nel does not have: refused by name, never ignored.
 UNBUILT: dict[str, str] = {
     "consolidate_system": "merging several system messages into one",

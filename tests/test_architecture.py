@@ -1,0 +1,82 @@
+"""ARCHITECTURE.md's rules, checked against the code (read with `ast`; nothing imported but
+the registry tables): the layer order, no import circle across concepts, file sizes, the
+config package importing no implementation, bench/ free of tests, and every registry the
+page lists existing with entries that load."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.registries import Registry
+from tests.support.import_graph import LAYERS, circles, concept, edges, layer, product_files
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+MAX_LINES = 600
+
+
+def test_imports_only_go_down_the_layers() -> None:
+    up = [f"{e.src}:{e.line} imports {e.dst}" for e in edges(ROOT) if layer(e.dst) < layer(e.src)]
+    assert not up, "\n".join(up)
+    # the page states the same order the check uses
+    assert " → ".join(f"`{p}`" for p in LAYERS) in PAGE
+
+
+def test_no_import_circle_spans_two_concepts() -> None:
+    mods = product_files(ROOT)
+    bad = [c for c in circles(ROOT, include_typing=True)
+           if len({concept(m, mods) for m in c}) > 1]
+    assert not bad, bad
+
+
+def test_no_product_file_is_over_the_limit() -> None:
+    big = {m: n for m, p in product_files(ROOT).items()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not big, big
+    assert f"{MAX_LINES} lines" in PAGE
+
+
+def test_the_config_package_imports_no_implementation() -> None:
+    allowed = ("nel_resources.config", "benchmarks.errors", "benchmarks.registries",
+               *re.findall(r"config may import `([\w.]+)`", PAGE))
+    bad = sorted({f"{e.src} -> {e.dst}" for e in edges(ROOT)
+                  if e.src.startswith("nel_resources.config")
+                  and not e.dst.startswith(allowed)})
+    assert not bad, bad
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    bad = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not bad, bad
+
+
+#: "| kind | `module:NAME` |" rows of the page's registry table
+REGISTRY_ROWS = re.findall(r"^\| ([^|]+?) \| `([\w.]+):(\w+)` \|", PAGE, re.M)
+
+
+def test_the_page_lists_the_registries() -> None:
+    assert len(REGISTRY_ROWS) >= 8, REGISTRY_ROWS
+
+
+@pytest.mark.parametrize(("kind", "module", "attr"), REGISTRY_ROWS,
+                         ids=[r[0] for r in REGISTRY_ROWS])
+def test_every_registry_entry_loads(kind: str, module: str, attr: str) -> None:
+    import importlib
+
+    reg = getattr(importlib.import_module(module), attr)
+    assert isinstance(reg, Registry), (kind, type(reg))
+    assert len(reg) > 0, kind
+    for name in reg.names():
+        target = reg.target(name)
+        mod = target.split(":", 1)[0]
+        assert mod.split(".")[0] in LAYERS or mod.split(".")[0] == "tests", target
+        assert reg.load(name) is not None, (kind, name)
