@@ -23,7 +23,8 @@ from dagster_project import exit_codes, run_log, run_registry
 from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
 from dagster_project.instance_config import open_instance, write_instance_yaml
 from dagster_project.output_lock import OutputLock
-from nel_resources.config import ConfigError, NelConfig, check_supported
+from nel_resources.checks import check_schema, check_supported
+from nel_resources.config import ConfigError, NelConfig
 from nel_resources.specs import ResolvedConfig, resolve
 
 
@@ -274,6 +275,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     Raises:
         NelError: (ConfigError or UnknownBenchmarkError) one line naming what to fix.
     """
+    check_schema(cfg)  # a config loaded without the load-time checks (a saved one) too
     check_supported(cfg)  # keys nel cannot honour yet are refused, in a dry run too
     from benchmarks.datasets import set_allow_downloads, set_data_dir
 

@@ -121,7 +121,8 @@ def bench_entry(ref: str) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the NelConfig from a config file and/or flags."""
-    from nel_resources.config import ConfigError, load_config
+    from nel_resources.checks import load_checked_config as load_config
+    from nel_resources.config import ConfigError
 
     overrides = list(args.override)
     _check_flags(args)
@@ -313,9 +314,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         data = cfg.model_dump(mode="json", exclude_unset=True)  # see config_from_args
         for b in data["benchmarks"]:
             b["shards"] = shard_only[1]
-        from nel_resources.config import load_config
+        from nel_resources.checks import load_checked_config
 
-        cfg = load_config(data=data, source=cfg)  # keeps file:line for refusals
+        cfg = load_checked_config(data=data, source=cfg)  # keeps file:line for refusals
     if args.submit and launcher.submit_flag == "note":
         # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run. For
         # docker and ray nel starts the containers / Ray tasks itself, with or without it.

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
+from nel_resources.config._base import _Strict, key_error
 
 _WALLTIME_RE = re.compile(r"^(\d+-)?\d+:\d{2}:\d{2}$")
 
@@ -24,35 +23,12 @@ class NodePool(_Strict):
     sbatch_extra_flags: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-class _LauncherKeys(Mapping[str, frozenset[str]]):
-    """`cluster:` keys per type, from each type's Launcher (`keys`), imported only for the
-    type a config names: the schema keeps no list of its own (registry.LAUNCHERS)."""
-
-    def __getitem__(self, typ: str) -> frozenset[str]:
-        from nel_resources.launchers.registry import cluster_types, get_launcher
-
-        if typ not in cluster_types():
-            raise KeyError(typ)
-        return frozenset(get_launcher(typ).keys)
-
-    def __iter__(self) -> Iterator[str]:
-        from nel_resources.launchers.registry import cluster_types
-
-        return iter(cluster_types())
-
-    def __len__(self) -> int:
-        from nel_resources.launchers.registry import cluster_types
-
-        return len(cluster_types())
-
-
-_CLUSTER_KEYS: Mapping[str, frozenset[str]] = _LauncherKeys()
-
-
 class ClusterConfig(_Strict):
     """Where shards run: locally, or spread on SLURM / Kubernetes / Docker / Ray."""
 
-    type: str = "local"  # a name of nel_resources.launchers.registry.LAUNCHERS (or an alias)
+    # a name of nel_resources.launchers.registry.LAUNCHERS (or an alias); the type and the
+    # keys each type takes are checked by nel_resources.checks.schema (the launcher's own keys)
+    type: str = "local"
     shards: int | None = Field(None, ge=1)
     slurm: dict[str, Any] = Field(default_factory=dict)
     k8s: dict[str, Any] = Field(default_factory=dict)
@@ -79,22 +55,6 @@ class ClusterConfig(_Strict):
     hostname: str | None = None
     username: str | None = None
     submit: bool | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _keys_for_type(cls, data: Any) -> Any:
-        check_type_keys(data, "a cluster", _CLUSTER_KEYS, "local", field_defaults(cls),
-                        all_keys=frozenset(cls.model_fields))
-        return data
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, v: str) -> str:
-        from nel_resources.launchers.registry import cluster_types, unknown_type_message
-
-        if v not in cluster_types():
-            raise ValueError(unknown_type_message(v))
-        return v
 
     @field_validator("walltime", "max_walltime")
     @classmethod
