@@ -115,7 +115,7 @@ class RunnerHooks:
     def record_planned(self, home: Path, models: set[str]) -> None:
         """The model partitions exist in the instance before any job starts (jobs add them
         too; doing it once here keeps them from racing on it)."""
-        from nel_assets.factory import MODEL_PARTITIONS
+        from nel_assets.partitions import MODEL_PARTITIONS
 
         instance = self._instance(home)
         new = sorted(models - set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name)))

@@ -56,7 +56,8 @@ def run_task(cfg: NelConfig, part_file: Path, *, resume: bool = True, index: int
 def run_merge(cfg: NelConfig, run_dir: Path, *, resume: bool = True) -> Any:
     """The merge job: bundles, reports and comparisons of every partition the tasks ran,
     then each task's SLURM outcome recorded on its partition."""
-    from dagster_project.runner import dagster_home_for, run_eval
+    from dagster_project.run_output import dagster_home_for
+    from dagster_project.runner import run_eval
 
     doc = json.loads((run_dir / "jobs.json").read_text())
     submitted: list[tuple[str, dict[str, Partition]]] = []

@@ -340,7 +340,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return plan.exit_status
     _validate_benchmarks(cfg)
     if args.background:
-        from dagster_project.runner import validate_before_run
+        from dagster_project.run_validation import validate_before_run
 
         validate_before_run(cfg)  # a config error is reported here, not in a log file
         from dagster_project.background import start_background
