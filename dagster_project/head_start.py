@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nel_assets.engine.head_start import HeadStartOutcomes
 from nel_resources.specs import ResolvedConfig
+
+if TYPE_CHECKING:
+    from nel_assets.engine.head_start import HeadStartOutcomes
 
 
 class HeadStart:
@@ -39,13 +41,16 @@ class HeadStart:
     def __init__(self, bench: Any, task: Any, run: Any, store: Any, *, with_bundle: bool) -> None:
         import uuid
 
+        # Imported here: `nel eval run` imports this module before it knows it has a head start.
+        from nel_assets.engine.head_start import HeadStartOutcomes
+
         self.bench, self.task, self.run, self.store = bench, task, run, store
         self.run_id = str(uuid.uuid4())
         self.failed = False
         self.with_bundle = with_bundle
         self._bundle_run_id: str | None = None  # set once a bundle (or its error) is kept
         #: what the shard (and bundle) runs take: the run's `nel_head_start` resource
-        self.outcomes = HeadStartOutcomes()
+        self.outcomes: HeadStartOutcomes = HeadStartOutcomes()
 
     @classmethod
     def pick(cls, resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
