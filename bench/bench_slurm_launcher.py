@@ -92,7 +92,7 @@ def bench_planning(sizes: list[int]) -> None:
     import pyarrow as pa
     import yaml
 
-    from dagster_project import runner
+    from dagster_project import run_output, runner
     from dagster_project.cluster_launch import RunnerHooks
     from nel_assets.engine import evaluate as ev
     from nel_resources.config import load_config
@@ -100,7 +100,7 @@ def bench_planning(sizes: list[int]) -> None:
     from nel_resources.specs import resolve
     from nel_resources.store import ResultStore
 
-    hooks = RunnerHooks(runner.validate_before_run, runner.prepare_output, runner.run_eval, runner.dagster_home_for)
+    hooks = RunnerHooks(runner.validate_before_run, runner.prepare_output, runner.run_eval, run_output.dagster_home_for)
     models = ["m0", "m1", "m2", "m3"]
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="nel-bench-plan-") as tmp:

@@ -20,7 +20,7 @@ class RunnerHooks:
         validate: dagster_project.runner.validate_before_run.
         prepare_output: dagster_project.runner.prepare_output.
         run_eval: dagster_project.runner.run_eval.
-        dagster_home: dagster_project.runner.dagster_home_for.
+        dagster_home: dagster_project.run_output.dagster_home_for.
     """
 
     def __init__(self, validate: Callable[[Any], Any], prepare_output: Callable[[Any], tuple[Any, Any]],
@@ -77,7 +77,7 @@ class RunnerHooks:
     def record_planned(self, home: Path, models: set[str]) -> None:
         """The model partitions exist in the instance before any job starts (jobs add them
         too; doing it once here keeps them from racing on it)."""
-        from nel_assets.factory import MODEL_PARTITIONS
+        from nel_assets.partitions import MODEL_PARTITIONS
 
         instance = self._instance(home)
         new = sorted(models - set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name)))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from nel_resources.config import NelConfig, load_config
+from nel_resources.checks import load_checked_config
+from nel_resources.config import NelConfig
 
 
 def default_config_path() -> Path:
@@ -15,7 +16,7 @@ def default_config_path() -> Path:
 
 def load_definitions_config(path: str | None) -> tuple[NelConfig, str]:
     """(config, output dir) for `Definitions`: `path` if given, else the embedded default."""
-    cfg = load_config(path or default_config_path())
+    cfg = load_checked_config(path or default_config_path())
     from benchmarks.datasets import set_allow_downloads, set_data_dir
 
     set_allow_downloads(cfg.allow_downloads)

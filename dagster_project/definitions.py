@@ -22,6 +22,7 @@ from benchmarks.datasets import hub_local_only
 from dagster_project.automation import automation_sensor, with_automation
 from dagster_project.config_loading import load_definitions_config
 from dagster_project.jobs import build_jobs
+from dagster_project.run_validation import validate_before_run
 from dagster_project.sensors import (
     build_checkpoint_sensor,
     checkpoints_enabled,
@@ -38,9 +39,15 @@ from nel_resources.user_config import apply_user_config
 def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     """The full Definitions for a config (assets, checks, resources, sensors, jobs).
 
-    The config is resolved here, once, into run specs (with a service per checkpoint
-    already on disk); everything below takes the specs.
+    The config goes through the same checks and resolution as `nel eval run` and its
+    `--dry-run` (validate_before_run), so the definitions accept and refuse exactly the
+    configs the CLI does, with the same one-line message; then it is resolved, once, into
+    run specs with a service per checkpoint already on disk. Everything below takes specs.
+
+    Raises:
+        NelError: the config cannot run (one line naming what to fix).
     """
+    checked = validate_before_run(cfg)
     full = resolve(with_checkpoint_services(cfg))
     base = build_defs(full, output_dir)
     resources = launched_resources(full, dict(base.resources or {}), Path(output_dir) / "logs")
@@ -51,7 +58,7 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     sensors: list[dg.SensorDefinition] = [
         automation_sensor(min(30, cfg.checkpoints.interval_seconds))]
     if checkpoints_enabled(full):
-        sensors.append(build_checkpoint_sensor(resolve(cfg), output_dir))
+        sensors.append(build_checkpoint_sensor(checked, output_dir))
     return dg.Definitions(assets=assets, asset_checks=checks, resources=resources, sensors=sensors,
                           jobs=build_jobs(full, [*assets, *checks], resources))
 

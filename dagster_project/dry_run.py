@@ -69,7 +69,7 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
     """
-    from dagster_project.runner import is_config_error, validate_before_run
+    from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import ResultStore
 

@@ -79,7 +79,7 @@ def import_nemo_run(source: str | Path, output: str | Path, *, model: str | None
 
 
 def _dagster_home(out: Path, given: str | None) -> Path:
-    from dagster_project.runner import dagster_home_for
+    from dagster_project.run_output import dagster_home_for
     from nel_resources.config import NelConfig
 
     cfg = NelConfig.model_validate({"output": {"dir": str(out), "dagster_home": given}})
@@ -95,7 +95,7 @@ def _record_in_dagster(home: Path, store: Any, bundles: list[dict[str, Any]]) ->
 
     import dagster as dg
 
-    from nel_assets.factory import MODEL_PARTITIONS
+    from nel_assets.partitions import MODEL_PARTITIONS
     from nel_resources.store import asset_name
 
     for cat in (dg.BetaWarning, dg.PreviewWarning):

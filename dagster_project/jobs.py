@@ -33,7 +33,7 @@ def comparison_keys(assets: Sequence[Any]) -> list[dg.AssetKey]:
 
 def candidate_models(resolved: ResolvedConfig, instance: dg.DagsterInstance) -> list[str]:
     """Model partitions to compare with the baseline: configured models that have results."""
-    from nel_assets.factory import MODEL_PARTITIONS
+    from nel_assets.partitions import MODEL_PARTITIONS
 
     baseline = resolved.comparison.baseline
     known = set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name))
@@ -42,7 +42,7 @@ def candidate_models(resolved: ResolvedConfig, instance: dg.DagsterInstance) -> 
 
 def _instance(resolved: ResolvedConfig) -> dg.DagsterInstance:
     from dagster_project.instance_config import open_instance
-    from dagster_project.runner import dagster_home_for
+    from dagster_project.run_output import dagster_home_for
 
     return open_instance(dagster_home_for(resolved.config))
 

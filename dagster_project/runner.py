@@ -10,160 +10,41 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.errors import NelError
-from benchmarks.uri_schemes import is_uri
-from dagster_project import exit_codes, run_log, run_registry
-from dagster_project.checkpoint import BenchFailure, checkpoint_doc, checkpoint_path
-from dagster_project.instance_config import open_instance, write_instance_yaml
+from dagster_project import run_log, run_registry
+from dagster_project.checkpoint import BenchFailure
+from dagster_project.head_start import HeadStart
+from dagster_project.instance_config import open_instance
 from dagster_project.output_lock import OutputLock
-from nel_resources.config import ConfigError, NelConfig, check_supported
-from nel_resources.specs import ResolvedConfig, resolve
+from dagster_project.run_output import HomeUnusable, os_reason, prepare_output, storage_reason
+from dagster_project.run_progress import Progress
+from dagster_project.run_summary import (
+    BenchOutcome,
+    RunSummary,
+    all_samples_failed,
+    drop_empty_models,
+    failed_models,
+    missing_comparisons,
+    stored_gates,
+    write_checkpoint,
+    write_run_reports,
+)
+from dagster_project.run_validation import is_config_error, preflight_sandboxes, validate_before_run
+from nel_resources.config import NelConfig
+from nel_resources.specs import ResolvedConfig
 
-
-def save_effective_config(cfg: NelConfig, out: Path) -> Path:
-    """Write the run's config (absolute output dir, no secret values) next to the results,
-    so `NEL_CONFIG=<out>/nel-config.yaml dagster dev ...` shows the same asset graph.
-
-    Secrets given by reference (`api_key_env`, `api_key: ${VAR}`, headers written with
-    `${VAR}`) keep the reference, so runs started from that file authenticate; secrets
-    written literally are left out (api_key) or replaced by a marker (auth-like headers),
-    with a warning saying to use `${VAR}`.
-    """
-    import sys
-
-    import yaml
-
-    from nel_resources.endpoint_url import redact_url
-    from nel_resources.redact import REDACTED, is_secret_header
-
-    data = cfg.model_dump(mode="json", exclude_defaults=True)
-    data.setdefault("output", {})["dir"] = str(out)
-    # The seed that picked the items is written out even when it is the default: the file
-    # must select the same items wherever NEL_SHUFFLE_SEED says otherwise.
-    for entry, bench in zip(data.get("benchmarks", []), cfg.benchmarks, strict=True):
-        entry["shuffle_seed"] = bench.shuffle_seed
-    for name, svc in data.get("services", {}).items():
-        if svc.pop("api_key", None):
-            print(f"warning: services.{name}.api_key is written literally, so "
-                  f"{out / 'nel-config.yaml'} leaves it out: write api_key: ${{VAR}} (or "
-                  "api_key_env) so runs started from that file authenticate", file=sys.stderr)
-        if svc.get("url") and (url := redact_url(svc["url"])) != svc["url"]:
-            svc["url"] = url
-            print(f"warning: services.{name}.url carries credentials (user-info or a query "
-                  f"string), redacted in nel-config.yaml: runs started from that file need "
-                  f"-O services.{name}.url=...", file=sys.stderr)
-        for key, value in (svc.get("headers") or {}).items():
-            if "${" not in value and is_secret_header(key):
-                svc["headers"][key] = REDACTED
-                print(f"warning: services.{name}.headers.{key} is written literally and is "
-                      f"replaced by {REDACTED} in nel-config.yaml: write it as ${{VAR}}",
-                      file=sys.stderr)
-    path = out / "nel-config.yaml"
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text("# The effective config of the last `nel eval run` here (secret values "
-                   "removed; environment-variable references kept).\n" + yaml.safe_dump(data, sort_keys=False))
-    os.replace(tmp, path)
-    return path
-
-
-def dagster_home_for(cfg: NelConfig) -> Path:
-    """The Dagster home a run uses (created with a dagster.yaml if new)."""
-    home = cfg.output.dagster_home or os.path.join(cfg.output.dir, ".dagster")
-    path = Path(home).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    write_instance_yaml(path)  # SQLite here, or the shared Postgres instance when selected
-    return path
-
+__all__ = ["BenchOutcome", "RunSummary", "build_runner_defs", "is_config_error", "jobs_of",
+           "prepare_output", "run_eval", "validate_before_run"]
 
 # The CLI shows its own progress, summary and one `error:` line per failure: Dagster's
 # console logger stays silent (a failed step would print its ERROR lines and traceback);
 # failures go to the run log (run_log) and everything is still in the instance's event log.
 _QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-
-
-@dataclass
-class BenchOutcome:
-    """What happened to one benchmark in a run."""
-
-    benchmark: str
-    shards_total: int = 0
-    shards_run: list[tuple[str, int]] = field(default_factory=list)
-    shards_fresh: int = 0
-    requests_sent: int = 0
-    bundles: dict[str, dict[str, Any]] = field(default_factory=dict)
-    exports: dict[str, str] = field(default_factory=dict)
-    # model -> what was missing or torn in its bundle/report/exports (rebuilt from the store)
-    artifacts_rebuilt: dict[str, list[str]] = field(default_factory=dict)
-    # "model/shard" -> why it ran (the planner's reason, e.g. "3 failed samples to retry")
-    run_reasons: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class RunSummary:
-    """The result of `run_eval`."""
-
-    output_dir: Path
-    dagster_home: Path
-    benchmarks: list[BenchOutcome]
-    elapsed_s: float
-    dagster_runs: int
-    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    failures: list[BenchFailure] = field(default_factory=list)
-    log_path: Path | None = None
-    checkpoint_path: Path | None = None
-
-    @property
-    def exit_status(self) -> int:
-        """The status `nel eval run` exits with (see dagster_project.exit_codes)."""
-        return exit_codes.eval_run_status(len(self.failures), (g.get("decision") for g in self.gates.values()))
-
-
-class _Progress:
-    """A rich progress bar fed by the engine's per-sample callback."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._bar: Any = None
-
-    @contextmanager
-    def task(self, label: str, total: int) -> Iterator[Callable[[int], None] | None]:
-        if not self.enabled or total <= 0:
-            yield None
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      transient=False, refresh_per_second=4) as bar:
-            tid = bar.add_task(label, total=total, rate="")
-            t0 = time.perf_counter()
-            done = 0
-            last = 0.0
-
-            def advance(k: int) -> None:
-                nonlocal done, last
-                done += k
-                now = time.perf_counter()
-                if now - last > 0.25 or done >= total:  # throttle: rich updates cost ~50µs
-                    last = now
-                    bar.update(tid, completed=done, rate=f"{done / max(now - t0, 1e-9):.0f}/s")
-
-            yield advance
 
 
 class _StepFailed(Exception):
@@ -180,163 +61,6 @@ class _RunAborted(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-class _HomeUnusable(NelError):
-    """The Dagster instance cannot be opened at `home` (one line; exit 2 when nothing ran)."""
-
-    def __init__(self, home: Path, reason: str) -> None:
-        super().__init__(f"cannot use the Dagster home {home}: {reason}")
-        self.reason = reason
-
-
-def _os_reason(exc: OSError) -> str:
-    """`strerror` and a hint for the errors a user can fix where nel writes."""
-    import errno
-
-    text = exc.strerror or str(exc)
-    hints = {errno.ENOSPC: "free some space or write elsewhere",
-             errno.EROFS: "the file system is mounted read-only; write elsewhere",
-             errno.EACCES: "no permission to write there; write elsewhere",
-             errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere"}
-    hint = hints.get(exc.errno or 0)
-    return f"{text} ({hint})" if hint else text
-
-
-def _storage_reason(exc: BaseException) -> str:
-    """One line for an exception from the Dagster instance's storage."""
-    if isinstance(exc, OSError):
-        return _os_reason(exc)
-    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if "disk is full" in line or "No space left" in line:
-        line += " (free some space or set output.dagster_home to another disk)"
-    elif "disk I/O error" in line or "readonly database" in line:
-        # SQLite reports a write that hit a full or read-only disk this way.
-        line += " (is the Dagster home's disk full or read-only? free space or set output.dagster_home)"
-    return f"{type(exc).__name__}: {line}"
-
-
-def prepare_output(cfg: NelConfig, lock: OutputLock | None = None) -> tuple[Path, Path]:
-    """Create the output directory and the Dagster home; NelError (one line, exit 2) when
-    either cannot be used (a file in the way, a read-only or full disk). Nothing has run yet.
-    `lock` is taken on the directory before anything is written into it."""
-    out = Path(cfg.output.dir).expanduser().resolve()
-    if out.exists() and not out.is_dir():
-        raise NelError(f"the output directory {out} is a file: give -o / output.dir a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise NelError(f"cannot create the output directory {out}: {_os_reason(exc)}") from None
-    if lock is not None:
-        lock.acquire(out)
-    home = Path(cfg.output.dagster_home or out / ".dagster").expanduser().resolve()
-    if home.exists() and not home.is_dir():
-        raise NelError(f"the Dagster home {home} is a file: set output.dagster_home to a directory")
-    try:
-        home = dagster_home_for(cfg)
-    except OSError as exc:
-        raise NelError(f"cannot use the Dagster home {home}: {_os_reason(exc)}") from None
-    try:
-        save_effective_config(cfg, out)
-        run_log.append(run_log.log_path_for(out), f"nel eval run: output {out}, Dagster home {home}")
-    except OSError as exc:
-        raise NelError(f"cannot write to the output directory {out}: {_os_reason(exc)}") from None
-    return out, home
-
-
-def _preflight_sandboxes(resolved: ResolvedConfig) -> None:
-    """Each benchmark's sandbox can start here (a docker image in the engine, ...), checked
-    before the first model request of the run, not when its first sample is scored."""
-    from nel_resources.sandboxes.base import SandboxError
-    from nel_resources.sandboxes.factory import preflight as sandbox_preflight
-
-    seen: set[str] = set()
-    for bench in resolved.benchmarks:
-        sb = bench.sandbox
-        if sb is None:
-            continue
-        key = sb.model_dump_json()
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            sandbox_preflight(sb)
-        except SandboxError as exc:
-            raise ConfigError(f"benchmark {bench.name}: {exc}") from None
-
-
-def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
-    """Every check a run makes before it writes or sends anything; `nel eval run` and
-    `nel eval run --dry-run` both call it, so a dry run accepts exactly what a run accepts.
-
-    Returns:
-        The config resolved into run specs.
-
-    Raises:
-        NelError: (ConfigError or UnknownBenchmarkError) one line naming what to fix.
-    """
-    check_supported(cfg)  # keys nel cannot honour yet are refused, in a dry run too
-    from benchmarks.datasets import set_allow_downloads, set_data_dir
-
-    set_allow_downloads(cfg.allow_downloads)
-    if cfg.data_dir:
-        set_data_dir(cfg.data_dir)
-    from benchmarks import get_factory
-    from benchmarks.plugins import load_module
-
-    # Unknown benchmark names fail with suggestions before anything else.
-    for bench in cfg.benchmarks:
-        if bench.module:
-            load_module(bench.module)
-        if is_uri(bench.name, "container"):
-            pass  # a harness image; check_supported checked it is in the local engine
-        elif not is_uri(bench.name, "gym"):
-            if getattr(get_factory(bench.name), "needs_task_files", False):
-                from dagster_project.agent_benchmarks import check_agent_benchmark
-
-                check_agent_benchmark(cfg, bench)
-        else:
-            from benchmarks.remote import check_gym_benchmark
-
-            ignored = check_gym_benchmark(bench.name, bench.params)  # its query and rows file
-            if ignored:
-                print(f"warning: {bench.name}: the rows set {', '.join(ignored)} in "
-                      "responses_create_params; nel sends the service's generation settings "
-                      "to every row instead", file=sys.stderr)
-    # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
-    # the solver's own service) make the config invalid: one line, before any Dagster run.
-    # Resolving checks every name (services, judges) the same way.
-    from nel_assets.engine.judging import check_scoring
-    from nel_assets.engine.sandboxing import check_sandbox
-
-    resolved = resolve(cfg)
-    seen: set[str] = set()
-    for bench_spec in resolved.benchmarks:  # found by the asset factory only after a run began
-        if bench_spec.asset_name in seen:
-            raise NelError(f"benchmark {bench_spec.name!r} appears twice in the config; merge "
-                           "the entries (list several services under `service:`)")
-        seen.add(bench_spec.asset_name)
-    for bench_spec in resolved.benchmarks:
-        for run in bench_spec.runs:
-            check_scoring(run)
-            check_sandbox(run)  # a benchmark that runs model code has a sandbox
-            # A key variable that is not set is a config error too (not one pair's failure).
-            run.service.config.resolved_api_key()
-    from nel_resources.specs import self_judging_warnings
-
-    for line in self_judging_warnings(resolved):
-        print(line, file=sys.stderr)
-    return resolved
-
-
-def is_config_error(bench: str, exc: BaseException) -> bool:
-    """Whether a planning failure is the config's fault (an unknown parameter, a bad
-    language list): the whole run is refused with it, before any request. Missing data,
-    an empty selection and remote environments (gym://, container://) fail their
-    benchmark alone."""
-    from benchmarks.errors import BenchmarkConfigError
-
-    return isinstance(exc, BenchmarkConfigError) and not is_uri(bench, "gym", "container")
 
 
 def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
@@ -360,7 +84,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
             it bundles its own shard (as NeMo Evaluator's shard processes do) and leaves the
             whole benchmark's bundle to `nel eval merge`.
         only: evaluate these (benchmark, model, shard) partitions and nothing else (no
-            bundle, report or comparison): one task of a SLURM array (nel_resources.launchers.slurm_jobs).
+            bundle, report or comparison): one task of a SLURM array (dagster_project.slurm_run).
         merge_only: evaluate nothing; build the bundles, reports and comparisons of these
             (benchmark, model) pairs from shards evaluated elsewhere (the SLURM merge job);
             a partition still missing or stale is a failure naming it.
@@ -376,6 +100,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         OutputBusyError: another run is using the output directory (and not `wait`).
     """
     from nel_assets.engine import evaluate as ev
+    from nel_resources.launchers.partition_run import launches, preflight
     from nel_resources.store import ResultStore
 
     given = cfg if isinstance(cfg, ResolvedConfig) else None
@@ -383,11 +108,9 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     # Every config check (unbuilt features included) before anything is written.
     checked = validate_before_run(cfg)
     resolved = given if given is not None else checked
-    from nel_resources.launchers.partition_run import launches, preflight
-
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
-    _preflight_sandboxes(resolved)
+    preflight_sandboxes(resolved)
     started = time.time()
     t0 = time.perf_counter()
     # One run per output directory (output_lock.py): two at once each sent every request.
@@ -419,7 +142,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                 _log_exception(log_path, f"{bench.name}: planning failed: {reason}")
                 failures += [BenchFailure(bench.name, m, reason, "plan") for m in bench.models]
                 continue
-            tasks = _drop_empty_models(bench.name, tasks, failures)
+            tasks = drop_empty_models(bench.name, tasks, failures)
             if shard_only is not None:
                 tasks = [t for t in tasks if t.shard == shard_only[0]]
             if only is not None:
@@ -442,7 +165,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
             (b.name, m): ev.artifact_problems(store, b.name, m)
             for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
         needs_bundle = any(artifact_issues.values())
-        needs_compare = not sub_run and bool(resolved.comparison.baseline) and _missing_comparisons(resolved, store)
+        needs_compare = not sub_run and bool(resolved.comparison.baseline) and missing_comparisons(resolved, store)
         needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
 
         n_runs = 0
@@ -460,7 +183,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                 # stays; the run ends as failed with one line, not a traceback.
                 _log_exception(log_path, "the run stopped on an OS error")
                 where = f"{exc.filename}: " if exc.filename else ""
-                failures.append(BenchFailure("*", "*", f"the run stopped: {where}{_os_reason(exc)}", "run"))
+                failures.append(BenchFailure("*", "*", f"the run stopped: {where}{os_reason(exc)}", "run"))
                 outcomes += [BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):]]
         else:
             outcomes = [BenchOutcome(b.name, shards_total=len(tasks), shards_fresh=len(tasks))
@@ -475,15 +198,15 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
                     if bundle is not None:
                         oc.bundles[m] = bundle
                         oc.exports[m] = str(store.export_dir(bench.name, m))
-                        if (why := _all_samples_failed(bundle)) is not None:
+                        if (why := all_samples_failed(bundle)) is not None:
                             failures.append(BenchFailure(bench.name, m, why, "scores"))
         if resolved.comparison.baseline and not sub_run and not gates:
-            gates = _stored_gates(resolved, store, _failed_models(failures))
+            gates = stored_gates(resolved, store, failed_models(failures))
         summary = RunSummary(out, home, outcomes, time.perf_counter() - t0, n_runs, gates,
                              failures=failures, log_path=log_path)
         if only is None:  # an array task leaves the run's files to the merge job
-            _write_run_reports(cfg.output.report, store, summary)
-            summary.checkpoint_path = _write_checkpoint(summary, started)
+            write_run_reports(cfg.output.report, store, summary)
+            summary.checkpoint_path = write_checkpoint(summary, started)
         run_registry.finished(summary.exit_status, len(summary.failures))
         return summary
     finally:
@@ -504,125 +227,14 @@ def _append_quietly(log_path: Path, title: str, body: str) -> None:
         run_log.append(log_path, title, body)
 
 
-def _drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:
-    """A model with no problem to evaluate (max_problems / problem_range select none) is a
-    failure, not a silent success; its tasks are dropped."""
-    if is_uri(bench, "container"):
-        return tasks  # the harness image picks its own problems
-    models = {t.model for t in tasks}
-    empty = sorted(m for m in models if not any(t.indices for t in tasks if t.model == m))
-    for m in empty:
-        failures.append(BenchFailure(bench, m, "nothing to evaluate: no problem selected "
-                                     "(check max_problems / problem_range)", "plan"))
-    return [t for t in tasks if t.model not in empty]
-
-
-def _all_samples_failed(bundle: dict[str, Any]) -> str | None:
-    """A one-line reason when no sample of a bundle could be scored, else None."""
-    s = bundle.get("score") or {}
-    n_failed = int(s.get("n_failed_samples") or 0)
-    if s.get("n_samples") or not n_failed:
-        return None
-    first = ""
-    for cat in (bundle.get("failures") or {}).get("categories", {}).values():
-        for ex in cat.get("examples", []):
-            if ex.get("error"):
-                first = str(ex["error"]).strip().splitlines()[0][:200]
-                break
-        if first:
-            break
-    return f"every sample failed ({n_failed} of {n_failed})" + (f"; first error: {first}" if first else "")
-
-
-def _failed_models(failures: list[BenchFailure]) -> set[str]:
-    return {f.model for f in failures}
-
-
-def _write_checkpoint(summary: RunSummary, started: float) -> Path | None:
-    """Write `<out>/checkpoint.json`; a write error becomes one more failure."""
-    from nel_resources.store import write_json_atomic
-
-    completed = []
-    for oc in summary.benchmarks:
-        for m, b in sorted(oc.bundles.items()):
-            s = b.get("score") or {}
-            # `bundle_path` is the benchmark's folder, as NeMo Evaluator records it (its
-            # --resume reads the eval-*.json there); nel's own bundle file is `nel_bundle_path`.
-            completed.append({"name": oc.benchmark, "model": m,
-                              "bundle_path": oc.exports.get(m) or str(summary.output_dir / oc.benchmark),
-                              "nel_bundle_path": str(
-                                  summary.output_dir / oc.benchmark / "bundle" / f"model={m}" / "bundle.json"),
-                              "score": s.get("mean"),
-                              "n_samples": s.get("n_samples"), "n_failed_samples": s.get("n_failed_samples")})
-    failed_pairs = {(f.benchmark, f.model) for f in summary.failures}
-    completed = [c for c in completed if (c["name"], c["model"]) not in failed_pairs]
-    path = checkpoint_path(summary.output_dir)
-    doc = checkpoint_doc(started_at=started, finished_at=time.time(), completed=completed,
-                         failed=summary.failures, gates=summary.gates,
-                         exit_status=summary.exit_status, log=summary.log_path or Path())
-    try:
-        write_json_atomic(path, doc)
-    except OSError as exc:
-        summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {_os_reason(exc)}", "run"))
-        return None
-    return path
-
-
-def _write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> None:
-    """`<out>/report.<ext>` per `output.report` format over every bundle in the output
-    directory, as NeMo Evaluator writes them after a run; a write error is one more failure."""
-    from nel_assets.engine.reports import EXTENSIONS, collect, render
-    from nel_resources.store import write_text_atomic
-
-    if not formats:
-        return
-    bundles, details = collect(store, with_samples="html" in formats)
-    if not bundles:
-        return
-    for fmt in formats:
-        path = summary.output_dir / f"report.{EXTENSIONS[fmt]}"
-        try:
-            write_text_atomic(path, render(fmt, bundles, details=details))
-        except OSError as exc:
-            summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {_os_reason(exc)}", "run"))
-
-
-def _missing_comparisons(resolved: ResolvedConfig, store: Any) -> bool:
-    from nel_assets.comparison_assets import comparison_dir
-    from nel_assets.engine.artifacts import json_problem
-
-    baseline = resolved.comparison.baseline
-    return any(json_problem(comparison_dir(store.root, m) / "regression.json") is not None
-               for m in resolved.models if m != baseline)
-
-
-def _stored_gates(resolved: ResolvedConfig, store: Any, failed: set[str]) -> dict[str, dict[str, Any]]:
-    """The gate decisions already on disk (an up-to-date rerun reports them too), except for
-    candidates compared against a side that failed in this run."""
-    from nel_assets.comparison_assets import comparison_dir
-    from nel_assets.engine.artifacts import read_json
-
-    out: dict[str, dict[str, Any]] = {}
-    baseline = resolved.comparison.baseline or ""
-    if baseline in failed:
-        return out
-    for b in resolved.benchmarks:
-        for m in b.models:
-            p = comparison_dir(store.root, m) / "regression.json"
-            doc = read_json(p) if m != baseline and m not in out and m not in failed else None
-            if isinstance(doc, dict):
-                g = doc.get("gate") or {}
-                out[m] = {"decision": g.get("decision"), "baseline": baseline, "details": {}}
-    return out
-
-
 def build_runner_defs(resolved: ResolvedConfig, resources: dict[str, Any]) -> Any:
     """Definitions for the runner: the benchmark assets, the comparison asset and gate
     check when a baseline is configured, and the jobs the runner executes."""
     import dagster as dg
 
     from nel_assets.comparison_assets import COMPARISON_KEY, build_comparison_assets
-    from nel_assets.factory import MODEL_PARTITIONS, build_assets, build_runner_jobs
+    from nel_assets.factory import build_assets, build_runner_jobs
+    from nel_assets.partitions import MODEL_PARTITIONS
 
     extra = build_comparison_assets(resolved)
     assets = [*build_assets(resolved), *(a for a in extra if isinstance(a, dg.AssetsDefinition))]
@@ -646,20 +258,20 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
 
     A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
     in the run log); a failure of the Dagster instance itself stops every further run."""
-    # The first stale shard starts before Dagster is imported (see _HeadStart); Dagster's
+    # The first stale shard starts before Dagster is imported (see HeadStart); Dagster's
     # imports, instance and definitions come after it, or at once when there is no head start.
     from nel_assets.engine.remote_shard import LAUNCHED_TAG, run_job
     from nel_resources.launchers.partition_run import launch_partitions, launches
 
     # cluster.type docker|ray runs every stale shard elsewhere: no head start there.
-    head = None if launches(resolved, shard_only) else _HeadStart.pick(resolved, plans, store, bundle=bundle)
+    head = None if launches(resolved, shard_only) else HeadStart.pick(resolved, plans, store, bundle=bundle)
     dg: Any = None
     instance: Any = None
     defs: Any = None
     resources: dict[str, Any] = {}
 
     def dagster_ready() -> None:
-        """Import Dagster and open the instance (once); _HomeUnusable when it cannot be used."""
+        """Import Dagster and open the instance (once); HomeUnusable when it cannot be used."""
         nonlocal dg, instance, resources
         if dg is not None:
             return
@@ -675,8 +287,9 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             instance = open_instance(home)  # opens (creates) its storage
         except Exception as exc:  # any storage error: nothing has run in Dagster yet
             _log_exception(log_path, f"cannot open the Dagster instance at {home}")
-            raise _HomeUnusable(home, _storage_reason(exc)) from None
-        resources = build_resources(resolved, str(store.root))
+            raise HomeUnusable(home, storage_reason(exc)) from None
+        resources = build_resources(resolved, str(store.root),
+                                    head.outcomes if head is not None else None)
         dg = dagster
 
     def ready_defs() -> Any:
@@ -693,7 +306,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     from nel_assets.engine import evaluate as ev
     from nel_resources.store import write_json_atomic
 
-    bar = _Progress(progress)
+    bar = Progress(progress)
     n_runs = 0
     rebuilt: set[str] = set()
 
@@ -707,7 +320,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 run_id=run_id)
         except Exception as exc:  # raised by Dagster itself, not by a step
             _log_exception(log_path, f"{what}: the Dagster instance failed")
-            raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
+            raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
         n_runs += 1
         if not r.success:
             if run_log.interrupted(r):
@@ -724,7 +337,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     def register(bench_name: str, models: list[str], todo: list[Any]) -> None:
         """Model partitions and planned fingerprints into the instance (its storage may fail)."""
         from dagster_project.automation import record_planned_shards
-        from nel_assets.factory import MODEL_PARTITIONS
+        from nel_assets.partitions import MODEL_PARTITIONS
 
         try:
             existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name))
@@ -736,7 +349,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             record_planned_shards(instance, bench_name, todo)
         except Exception as exc:  # the instance's storage, not a benchmark
             _log_exception(log_path, f"{bench_name}: the Dagster instance failed")
-            raise _RunAborted(f"the Dagster instance at {home} failed: {_storage_reason(exc)}") from None
+            raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
 
     # Launched model servers start only when some shard actually needs them.
     # (A head start is only picked when no service is launched.)
@@ -769,7 +382,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             head.evaluate(advance, resolved.config_json)
                         try:
                             defs = ready_defs()
-                        except _HomeUnusable as exc:
+                        except HomeUnusable as exc:
                             if head is None:
                                 raise
                             # After a head start the run is under way (its answers are in the
@@ -844,110 +457,6 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     return n_runs
 
 
-class _HeadStart:
-    """The first stale shard of a run, evaluated before Dagster is imported.
-
-    Importing Dagster, opening its instance and building the definitions cost about a second
-    before the first request. So the runner evaluates this shard first, with the engine alone,
-    and keeps the outcome for the Dagster run it then executes for that partition with the
-    run id chosen here: that run's step takes the outcome (nel_assets.engine.head_start) and
-    records the same materialization, metadata and data version, or fails the same way.
-
-    Dagster is imported after the shard, not in a thread during it: an import holding the GIL
-    made the event loop wait a switch interval (5 ms) at every turn, which cost a 10,552-sample
-    run 40% of its wall time; and the shard's rows are freed before Dagster's memory is taken.
-
-    Only for shards that need nothing Dagster provides: no launched model server (its URL
-    comes from the launch) and no sandbox (a Dagster resource).
-
-    When the shard is its model's only stale one and the run builds bundles, the model's
-    bundle is built right after it, before Dagster too, for the bundle run whose id is chosen
-    here (`head_start.keep_bundle`). Same files, metadata and data version as when the run's
-    step builds it; the gain is memory: the bundle's working set (rows, export batches) is
-    gone before Dagster's imports (~70 MB) arrive, instead of coming on top of them.
-    """
-
-    def __init__(self, bench: Any, task: Any, run: Any, store: Any, *, with_bundle: bool) -> None:
-        import uuid
-
-        self.bench, self.task, self.run, self.store = bench, task, run, store
-        self.run_id = str(uuid.uuid4())
-        self.failed = False
-        self.with_bundle = with_bundle
-        self._bundle_run_id: str | None = None  # set once a bundle (or its error) is kept
-
-    @classmethod
-    def pick(cls, resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
-             store: Any, *, bundle: bool = True) -> _HeadStart | None:
-        """The head start of this run, or None (Dagster first, as before). `bundle`: whether
-        the run builds bundles at all (not for `--only` stages)."""
-        from nel_resources.config.services import LAUNCHED_TYPES
-
-        if os.environ.get("NEL_NO_HEAD_START") or not plans or not plans[0][2]:
-            return None
-        if any(resolved.services[s].config.type in LAUNCHED_TYPES for s in resolved.used_services):
-            return None
-        bench, _, todo = plans[0]
-        run = bench.run_for(todo[0].model)
-        if run is None or bench.sandbox is not None:
-            return None
-        model = todo[0].model
-        only_stale = sum(1 for t in todo if t.model == model) == 1
-        return cls(bench, todo[0], run, store, with_bundle=bundle and only_stale)
-
-    def evaluate(self, advance: Callable[[int], None] | None, config_json: str | None) -> None:
-        """Evaluate the shard now and keep its outcome (or its error) for the Dagster run;
-        then, when it is the model's only stale shard, build and keep the model's bundle."""
-        from nel_assets.engine import evaluate as ev
-        from nel_assets.engine import head_start
-
-        key = (self.bench.name, self.task.model, self.task.shard, self.run_id[:12])
-        try:
-            out = ev.evaluate_shard(self.run, self.store, self.task.shard, run_id=self.run_id[:12],
-                                    base_url=self.run.service.config.url, on_progress=advance)
-        except Exception as exc:  # the Dagster run's step raises it, as if it had run the shard
-            head_start.keep(*key, error=exc)
-            self.failed = True
-            return
-        head_start.keep(*key, outcome=out)
-        del out
-        if not self.with_bundle:
-            return
-        import uuid
-
-        run_id = str(uuid.uuid4())
-        try:
-            built = ev.build_model_bundle(self.run, self.store, self.bench.name, self.task.model,
-                                          config_json=config_json)
-        except Exception as exc:  # the bundle run's step raises it, as if it had built it
-            head_start.keep_bundle(self.bench.name, self.task.model, run_id, error=exc)
-        else:
-            head_start.keep_bundle(self.bench.name, self.task.model, run_id, outcome=built)
-            del built
-        self._bundle_run_id = run_id
-        # What the shard and bundle freed goes back to the OS before Dagster's imports
-        # allocate theirs: without it the peak held both (212 against 197 MB, 10,552 rows).
-        from nel_resources import heap
-
-        heap.give_back_freed()
-
-    def bundle_run_id(self, bench: Any, model: str) -> str | None:
-        """The run id to give (bench, model)'s bundle run: the one its kept bundle waits
-        for, or None (the run's step builds the bundle itself)."""
-        if bench is not self.bench or model != self.task.model or self._bundle_run_id is None:
-            return None
-        run_id, self._bundle_run_id = self._bundle_run_id, None
-        return run_id
-
-    def forget_bundle(self) -> None:
-        """Drop a kept bundle no run took (its model failed, or got no bundle run)."""
-        if self._bundle_run_id is not None:
-            from nel_assets.engine import head_start
-
-            head_start.discard(self._bundle_run_id)
-            self._bundle_run_id = None
-
-
 def jobs_of(bench: Any) -> dict[str, str]:
     """The runner's job names for a benchmark."""
     from nel_assets.factory import runner_job_names
@@ -967,7 +476,7 @@ def _compare(resolved: ResolvedConfig, defs: Any, instance: Any, store: Any, reb
     baseline = resolved.comparison.baseline or ""
     candidates = sorted(set(resolved.models) - {baseline})
     runs = 0
-    failed = _failed_models(failures)
+    failed = failed_models(failures)
     for m in candidates:
         done = json_problem(comparison_dir(store.root, m) / "regression.json") is None
         if (done and m not in rebuilt and baseline not in rebuilt) or {m, baseline} & failed:
@@ -978,7 +487,7 @@ def _compare(resolved: ResolvedConfig, defs: Any, instance: Any, store: Any, reb
                 tags=run_registry.dagster_tags())
         except Exception as exc:  # raised by Dagster itself, not by a step
             _log_exception(log_path, f"comparison of {m}: the Dagster instance failed")
-            raise _RunAborted(f"the Dagster instance failed: {_storage_reason(exc)}") from None
+            raise _RunAborted(f"the Dagster instance failed: {storage_reason(exc)}") from None
         runs += 1
         evals = r.get_asset_check_evaluations()
         if not r.success and run_log.interrupted(r):

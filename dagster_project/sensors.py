@@ -155,7 +155,7 @@ def build_checkpoint_sensor(resolved: ResolvedConfig, output_dir: str) -> dg.Sen
     `resolved` is the config without checkpoint services: each tick that accepts new
     checkpoints resolves the config again with them, into new run specs.
     """
-    from nel_assets.factory import MODEL_PARTITIONS
+    from nel_assets.partitions import MODEL_PARTITIONS
 
     ck = resolved.checkpoints
 

@@ -124,7 +124,7 @@ def build_comparison_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinitio
     comp = resolved.comparison
     if not comp.baseline:
         return []
-    from nel_assets.factory import MODEL_PARTITIONS
+    from nel_assets.partitions import MODEL_PARTITIONS
 
     baseline = comp.baseline
     bundle_keys = [dg.AssetKey([b.asset_name, "bundle"]) for b in resolved.benchmarks]

@@ -19,23 +19,14 @@ import dagster as dg
 import orjson
 
 from nel_assets.engine import evaluate as ev
-from nel_assets.engine import head_start
+from nel_assets.engine.head_start import HeadStartOutcomes
 from nel_assets.engine.journal import JournalWriteError
 from nel_assets.engine.remote_shard import LAUNCHED_TAG, launched_outcome
+from nel_assets.partitions import MODEL_PARTITIONS, shard_partitions
 from nel_resources.arrow import pa
 from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
 from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
 from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic
-
-MODEL_PARTITIONS = dg.DynamicPartitionsDefinition(name="model")
-
-
-def shard_partitions(n: int) -> dg.MultiPartitionsDefinition:
-    """model × shard partitions for a benchmark with `n` shards."""
-    return dg.MultiPartitionsDefinition({
-        "model": MODEL_PARTITIONS,
-        "shard": dg.StaticPartitionsDefinition([str(i) for i in range(n)]),
-    })
 
 
 def bench_code_version(bench: BenchmarkSpec) -> str:
@@ -115,7 +106,7 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
               # Not `dataset`: it is unpartitioned, so any edited row would mark every shard
               # stale in Dagster; `shard_inputs` carries each shard's own seed hash instead.
               partitions_def=shard_partitions(n), deps=[inputs_key],
-              required_resource_keys=svc_keys | {"nel_store"},
+              required_resource_keys=svc_keys | {"nel_store", "nel_head_start"},
               description=f"Per-sample results of {bench.name}, one partition per (model, shard).",
               kinds={"parquet"})
     def shard_results(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -132,8 +123,12 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
         try:
             sandboxes = (getattr(context.resources, sandbox_resource_key(bench.name))
                          if bench.sandbox is not None else None)
-            out = ev.evaluate_shard(run, store, shard, run_id=context.run_id[:12],
-                                    base_url=service.url, sandboxes=sandboxes)
+            # Evaluated already by the CLI's head start, before this run existed?
+            kept = context.resources.nel_head_start.take(bench.name, model, shard,
+                                                         context.run_id[:12])
+            out = kept if kept is not None else ev.evaluate_shard(
+                run, store, shard, run_id=context.run_id[:12], base_url=service.url,
+                sandboxes=sandboxes)
         except JournalWriteError as exc:
             # A full disk is the user's to fix: one line saying so, not a stack trace.
             raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from exc
@@ -154,10 +149,11 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
                     dataset_key],
               description=f"{bench.name} scores with SE/CI, pass@k, categories, runtime and failures.",
               kinds={"parquet"})
-    def bundle(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
+    def bundle(context: dg.AssetExecutionContext, nel_store: ResultStoreResource,
+               nel_head_start: dg.ResourceParam[HeadStartOutcomes]) -> dg.MaterializeResult:
         store = nel_store.store()
         # Built by the CLI's head start before Dagster was imported (nel_assets.engine.head_start)?
-        kept = head_start.take_bundle(bench.name, context.partition_key, context.run_id)
+        kept = nel_head_start.take_bundle(bench.name, context.partition_key, context.run_id)
         b_, paths = kept if kept is not None else ev.build_model_bundle(
             bench.run_for(context.partition_key), store, bench.name, context.partition_key,
             config_json=config_json)
@@ -244,10 +240,13 @@ def build_runner_jobs(resolved: ResolvedConfig) -> list[Any]:
     return jobs
 
 
-def build_resources(resolved: ResolvedConfig, output_dir: str | None = None) -> dict[str, Any]:
-    """The resources the assets need: the store, one ModelService per service and one
-    SandboxResource per benchmark with a sandbox."""
-    res: dict[str, Any] = {"nel_store": ResultStoreResource(root=output_dir or resolved.output_dir)}
+def build_resources(resolved: ResolvedConfig, output_dir: str | None = None,
+                    head_start: HeadStartOutcomes | None = None) -> dict[str, Any]:
+    """The resources the assets need: the store, one ModelService per service, one
+    SandboxResource per benchmark with a sandbox, and the run's head-start outcomes
+    (`nel eval run` passes its own; empty elsewhere)."""
+    res: dict[str, Any] = {"nel_store": ResultStoreResource(root=output_dir or resolved.output_dir),
+                           "nel_head_start": head_start if head_start is not None else HeadStartOutcomes()}
     for svc in resolved.services.values():
         res[svc.resource_key] = ModelService.from_config(svc.name, svc.config)
     for bench in resolved.benchmarks:

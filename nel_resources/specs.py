@@ -402,6 +402,29 @@ def sandbox_fingerprint(sandbox: SandboxConfig | None) -> Mapping[str, Any] | No
     return _frozen({k: data[k] for k in _SANDBOX_VERDICT_KEYS})
 
 
+def service_fingerprint(svc: ServiceConfig) -> str:
+    """Hash of what changes a service's answers (not its URL or key): model, protocol,
+    generation settings, system prompt, weights, and the interceptors that can change
+    answers (observers like `caching` or `logging` are left out: adding one must not rerun
+    finished shards; the proxy's registry says which is which)."""
+    import hashlib
+
+    from nel_resources.proxy.registry import affects_answers
+
+    payload: dict[str, Any] = {
+        "model": svc.model,
+        "protocol": svc.protocol,
+        "generation": svc.generation.model_dump(),
+        "system_prompt": svc.system_prompt,
+        "model_path": svc.model_path,
+    }
+    items = [*svc.interceptors, *(svc.proxy.interceptors if svc.proxy else ())]
+    chain = [{"name": i.name, "config": i.config} for i in items if affects_answers(i.name)]
+    if chain:  # only when set, so fingerprints of chain-less services stay as they were
+        payload["interceptors"] = chain
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int,
               scoring_dump: Mapping[str, Any] | None) -> RunSpec:
     if svc_name not in cfg.services:
@@ -423,7 +446,7 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         selection=ProblemSelection(bench.max_problems, bench.problem_range, bench.shuffle_seed),
         repeats=bench.repeats, system_prompt=system_prompt, timeout=bench.timeout, shards=shards,
         scoring=bench.scoring, judges=judges,
-        fingerprint=FingerprintInputs(bench.repeats, svc.settings_fingerprint(), system_prompt,
+        fingerprint=FingerprintInputs(bench.repeats, service_fingerprint(svc), system_prompt,
                                       scoring_dump,
                                       bench.shuffle_seed if bench.problem_range is None else None,
                                       sandbox_fingerprint(bench.sandbox),

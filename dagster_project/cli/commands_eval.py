@@ -121,7 +121,8 @@ def bench_entry(ref: str) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the NelConfig from a config file and/or flags."""
-    from nel_resources.config import ConfigError, load_config
+    from nel_resources.checks import load_checked_config as load_config
+    from nel_resources.config import ConfigError
 
     overrides = list(args.override)
     _check_flags(args)
@@ -314,9 +315,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         data = cfg.model_dump(mode="json", exclude_unset=True)  # see config_from_args
         for b in data["benchmarks"]:
             b["shards"] = shard_only[1]
-        from nel_resources.config import load_config
+        from nel_resources.checks import load_checked_config
 
-        cfg = load_config(data=data, source=cfg)  # keeps file:line for refusals
+        cfg = load_checked_config(data=data, source=cfg)  # keeps file:line for refusals
     if args.submit and launcher.submit_flag == "note":
         # As in NeMo Evaluator, --submit means nothing for a local run: say so, then run. For
         # docker and ray nel starts the containers / Ray tasks itself, with or without it.
@@ -340,7 +341,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return plan.exit_status
     _validate_benchmarks(cfg)
     if args.background:
-        from dagster_project.runner import validate_before_run
+        from dagster_project.run_validation import validate_before_run
 
         validate_before_run(cfg)  # a config error is reported here, not in a log file
         from dagster_project.background import start_background
@@ -364,12 +365,8 @@ def _run_submitted(args: argparse.Namespace, cfg: Any, launcher: Any) -> int:
     """A cluster type that submits the whole run (`runs = "submits"`: slurm, k8s): its
     launcher plans through the runner's hooks and submits (and, when it can, waits)."""
     from dagster_project.cluster_launch import RunnerHooks
-    from dagster_project.runner import (
-        dagster_home_for,
-        prepare_output,
-        run_eval,
-        validate_before_run,
-    )
+    from dagster_project.run_output import dagster_home_for
+    from dagster_project.runner import prepare_output, run_eval, validate_before_run
     from nel_resources.launchers.base import SubmitOptions
 
     _validate_benchmarks(cfg)
@@ -390,12 +387,8 @@ def _run_slurm_job(args: argparse.Namespace, cfg: Any) -> int:
     from pathlib import Path
 
     from dagster_project.cluster_launch import RunnerHooks
-    from dagster_project.runner import (
-        dagster_home_for,
-        prepare_output,
-        run_eval,
-        validate_before_run,
-    )
+    from dagster_project.run_output import dagster_home_for
+    from dagster_project.runner import prepare_output, run_eval, validate_before_run
     from nel_resources.launchers import slurm_jobs
 
     hooks = RunnerHooks(validate_before_run, prepare_output, run_eval, dagster_home_for)

@@ -239,12 +239,6 @@ def evaluate_shard(
     `sandboxes` opens the benchmark's sandbox factory (the Dagster sandbox resource); by
     default it is made from `run.sandbox`. It is open for the shard and always closed.
     """
-    if run_id is not None:
-        from nel_assets.engine import head_start
-
-        kept = head_start.take(run.benchmark, run.model, shard, run_id)
-        if kept is not None:  # evaluated already, before this run existed (`nel eval run`)
-            return kept
     t0 = time.perf_counter()
     on_progress = on_progress or _PROGRESS_HOOK
     svc = run.service.config

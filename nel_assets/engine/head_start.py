@@ -2,11 +2,12 @@
 
 `nel eval run` evaluates its first stale shard before it imports Dagster (the head start:
 ~1 s of imports, instance and definitions off the path to the first request), then executes
-that shard's Dagster run with a run id chosen in advance. The run's
-`shard_results` step calls `evaluate_shard` with that run id, which hands back the outcome
-kept here (or raises the error the head start met) instead of evaluating again: the run
-records the same materialization, metadata and data version, and its step fails the same
-way, as if it had evaluated the shard itself. No Dagster import here.
+that shard's Dagster run with a run id chosen in advance. The run's `shard_results` step
+asks the run's `HeadStartOutcomes` (the `nel_head_start` resource the runner built its
+definitions with) for that run id, takes the outcome kept there (or raises the error the
+head start met) instead of evaluating again: the run records the same materialization,
+metadata and data version, and its step fails the same way, as if it had evaluated the
+shard itself. No Dagster import here; no module-level state: each run has its own object.
 
 When that shard is its model's only stale one, the model's bundle (report, 0.3.0 exports) is
 built right after it too, still before Dagster is imported, and kept the same way for the
@@ -30,44 +31,44 @@ class _Done:
     error: BaseException | None = None
 
 
-_lock = threading.Lock()
-_done: dict[_Key, _Done] = {}
+class HeadStartOutcomes:
+    """What a run's head start computed, by (benchmark, model, shard, run id), handed to the
+    Dagster runs that record it (as the `nel_head_start` resource). Empty outside the CLI."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[_Key, _Done] = {}
 
-def keep(benchmark: str, model: str, shard: int, run_id: str, *, outcome: Any = None,
-         error: BaseException | None = None) -> None:
-    """Keep a shard's outcome (or the exception that ended it) for the run `run_id`."""
-    with _lock:
-        _done[(benchmark, model, shard, run_id)] = _Done(outcome, error)
+    def keep(self, benchmark: str, model: str, shard: int, run_id: str, *, outcome: Any = None,
+             error: BaseException | None = None) -> None:
+        """Keep a shard's outcome (or the exception that ended it) for the run `run_id`."""
+        with self._lock:
+            self._done[(benchmark, model, shard, run_id)] = _Done(outcome, error)
 
+    def take(self, benchmark: str, model: str, shard: int, run_id: str) -> Any | None:
+        """The outcome kept for this shard and run (once), None when there is none;
+        re-raises the kept exception."""
+        with self._lock:
+            done = self._done.pop((benchmark, model, shard, run_id), None)
+        if done is None:
+            return None
+        if done.error is not None:
+            raise done.error
+        return done.outcome
 
-def take(benchmark: str, model: str, shard: int, run_id: str) -> Any | None:
-    """The outcome kept for this shard and run (once), None when there is none; re-raises the
-    kept exception."""
-    with _lock:
-        done = _done.pop((benchmark, model, shard, run_id), None)
-    if done is None:
-        return None
-    if done.error is not None:
-        raise done.error
-    return done.outcome
+    def keep_bundle(self, benchmark: str, model: str, run_id: str, *, outcome: Any = None,
+                    error: BaseException | None = None) -> None:
+        """Keep a model's built bundle (what `build_model_bundle` returned, or the exception
+        that ended it) for the bundle run `run_id`."""
+        self.keep(benchmark, model, _BUNDLE, run_id, outcome=outcome, error=error)
 
+    def take_bundle(self, benchmark: str, model: str, run_id: str) -> Any | None:
+        """The bundle kept for this model and run (once), None when there is none; re-raises
+        the kept exception."""
+        return self.take(benchmark, model, _BUNDLE, run_id)
 
-def keep_bundle(benchmark: str, model: str, run_id: str, *, outcome: Any = None,
-                error: BaseException | None = None) -> None:
-    """Keep a model's built bundle (what `build_model_bundle` returned, or the exception
-    that ended it) for the bundle run `run_id`."""
-    keep(benchmark, model, _BUNDLE, run_id, outcome=outcome, error=error)
-
-
-def take_bundle(benchmark: str, model: str, run_id: str) -> Any | None:
-    """The bundle kept for this model and run (once), None when there is none; re-raises
-    the kept exception."""
-    return take(benchmark, model, _BUNDLE, run_id)
-
-
-def discard(run_id: str) -> None:
-    """Forget what was kept for `run_id` (its Dagster run did not take it)."""
-    with _lock:
-        for key in [k for k in _done if k[3] == run_id]:
-            del _done[key]
+    def discard(self, run_id: str) -> None:
+        """Forget what was kept for `run_id` (its Dagster run did not take it)."""
+        with self._lock:
+            for key in [k for k in self._done if k[3] == run_id]:
+                del self._done[key]

@@ -2,8 +2,9 @@
 
 The schema follows NeMo Evaluator's configs (`services`, `sandboxes`, `benchmarks`,
 `cluster`, `output`, `defaults:` composition) plus nel's own blocks (`comparison`,
-`checkpoints`, `data_dir`). `load_config` reads any such config; `check_supported`
-refuses, in one line naming file:line:key, the keys whose feature nel does not have yet.
+`checkpoints`, `data_dir`). `load_config` reads any such config; `unbuilt` holds the tables
+of keys nel does not have yet. The schema, loading and those tables only: the checks that
+need an implementation (nel_resources.checks) run after it, so this package imports none.
 No Dagster import here: the CLI validates configs without paying for it.
 """
 
@@ -34,13 +35,12 @@ from nel_resources.config.services import (
     ProxyConfig,
     ServiceConfig,
 )
-from nel_resources.config.support import check_supported
 
 __all__ = [
     "KNOWN_EXPORTERS", "MAX_CONFIG_BYTES", "MAX_YAML_NODES", "BenchmarkConfig",
     "CheckpointsConfig", "ClusterConfig", "ComparisonConfig", "ConfigError",
     "DynamoWorkerConfig", "GenerationParams", "InterceptorConfig", "NelConfig", "NodePool",
     "OutputConfig", "ProxyConfig", "SandboxConfig", "ScoringConfig", "ScoringMetric",
-    "ServiceConfig", "SolverConfig", "apply_override", "check_supported", "check_yaml_size",
+    "ServiceConfig", "SolverConfig", "apply_override", "check_yaml_size",
     "expand_env", "load_config", "parse_override", "read_config_text",
 ]

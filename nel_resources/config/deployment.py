@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
-from nel_resources.config._base import _Strict, check_type_keys, field_defaults, key_error
+from nel_resources.config._base import _Strict, key_error
 from nel_resources.exporters import KNOWN_EXPORTERS  # the exporter registry's table
 
 _WALLTIME_RE = re.compile(r"^(\d+-)?\d+:\d{2}:\d{2}$")
@@ -25,35 +24,12 @@ class NodePool(_Strict):
     sbatch_extra_flags: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-class _LauncherKeys(Mapping[str, frozenset[str]]):
-    """`cluster:` keys per type, from each type's Launcher (`keys`), imported only for the
-    type a config names: the schema keeps no list of its own (registry.LAUNCHERS)."""
-
-    def __getitem__(self, typ: str) -> frozenset[str]:
-        from nel_resources.launchers.registry import cluster_types, get_launcher
-
-        if typ not in cluster_types():
-            raise KeyError(typ)
-        return frozenset(get_launcher(typ).keys)
-
-    def __iter__(self) -> Iterator[str]:
-        from nel_resources.launchers.registry import cluster_types
-
-        return iter(cluster_types())
-
-    def __len__(self) -> int:
-        from nel_resources.launchers.registry import cluster_types
-
-        return len(cluster_types())
-
-
-_CLUSTER_KEYS: Mapping[str, frozenset[str]] = _LauncherKeys()
-
-
 class ClusterConfig(_Strict):
     """Where shards run: locally, or spread on SLURM / Kubernetes / Docker / Ray."""
 
-    type: str = "local"  # a name of nel_resources.launchers.registry.LAUNCHERS (or an alias)
+    # a name of nel_resources.launchers.registry.LAUNCHERS (or an alias); the type and the
+    # keys each type takes are checked by nel_resources.checks.schema (the launcher's own keys)
+    type: str = "local"
     shards: int | None = Field(None, ge=1)
     slurm: dict[str, Any] = Field(default_factory=dict)
     k8s: dict[str, Any] = Field(default_factory=dict)
@@ -80,48 +56,34 @@ class ClusterConfig(_Strict):
     hostname: str | None = None
     username: str | None = None
     submit: bool | None = None
-    # `cluster.<type>:` of a registered type that has no field above: its own settings,
-    # checked by its Launcher (so a new type needs no edit here).
+    # `cluster.<type>:` of a type that has no field above (a mapping under a key that is not a
+    # field): its own settings, kept here and checked after the schema by
+    # nel_resources.checks.schema (a key that names no cluster type is an unknown key there)
+    # and by its Launcher, so a new cluster type needs no edit to this file.
     _blocks: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="wrap")
     @classmethod
     def _type_blocks(cls, data: Any, handler: Any) -> Any:
-        from nel_resources.launchers.registry import LAUNCHERS
-
-        blocks = {k: v for k, v in data.items() if k in LAUNCHERS and k not in cls.model_fields} \
-            if isinstance(data, dict) else {}
-        for key, value in blocks.items():
-            if not isinstance(value, dict):
-                raise key_error(key, f"write a mapping of settings (got {value!r})")
+        blocks = ({k: v for k, v in data.items() if k not in cls.model_fields
+                   and isinstance(v, dict) and isinstance(k, str)}
+                  if isinstance(data, dict) else {})
         model = handler({k: v for k, v in data.items() if k not in blocks} if blocks else data)
-        model._blocks = {k: dict(v) for k, v in blocks.items() if v}
+        model._blocks = {k: dict(v) for k, v in blocks.items()}
         return model
 
     @model_serializer(mode="wrap")
     def _dump_blocks(self, handler: Any) -> dict[str, Any]:
-        return {**handler(self), **self._blocks}
+        return {**handler(self), **{k: v for k, v in self._blocks.items() if v}}
 
     def block(self, kind: str) -> dict[str, Any]:
         """The settings block of cluster type `kind` (`cluster.<kind>:`; {} when absent)."""
         own = getattr(self, kind, None) if kind in type(self).model_fields else self._blocks.get(kind)
         return own if isinstance(own, dict) else {}
 
-    @model_validator(mode="before")
-    @classmethod
-    def _keys_for_type(cls, data: Any) -> Any:
-        check_type_keys(data, "a cluster", _CLUSTER_KEYS, "local", field_defaults(cls),
-                        all_keys=frozenset(cls.model_fields))
-        return data
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, v: str) -> str:
-        from nel_resources.launchers.registry import cluster_types, unknown_type_message
-
-        if v not in cluster_types():
-            raise ValueError(unknown_type_message(v))
-        return v
+    def extra_blocks(self) -> dict[str, dict[str, Any]]:
+        """The `cluster.<key>:` mappings under keys that are not fields (checked later)."""
+        return dict(self._blocks)
 
     @field_validator("walltime", "max_walltime")
     @classmethod

@@ -6,8 +6,6 @@ belong to other types are refused per type (see `check_type_keys`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from typing import Any, Literal
 
@@ -56,22 +54,12 @@ class GenerationParams(_Strict):
 class InterceptorConfig(_Strict):
     """One interceptor of a service's adapter proxy (`{name, config}`).
 
-    The name and every field are checked here (nel_resources/proxy/registry.py), so a bad
-    chain fails at load time with the field's line, before any request.
+    The name and every field are checked when the config is loaded (nel_resources.checks.schema
+    asks the proxy's registry), so a bad chain fails with the field's line, before any request.
     """
 
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _check_fields(self) -> InterceptorConfig:
-        from nel_resources.proxy import InterceptorConfigError, validate
-
-        try:
-            validate(self.name, self.config, refuse_unbuilt=False)
-        except InterceptorConfigError as exc:
-            raise key_error(f"config.{exc.field}" if exc.field else "name", str(exc)) from None
-        return self
 
 
 class ProxyConfig(_Strict):
@@ -297,24 +285,3 @@ class ServiceConfig(_Strict):
             for k, v in self.headers.items()
         }
 
-    def _answer_chain(self) -> list[dict[str, Any]]:
-        """The interceptors that can change answers (observers like `caching` or `logging`
-        are left out: adding one must not rerun finished shards)."""
-        from nel_resources.proxy import affects_answers
-
-        items = [*self.interceptors, *(self.proxy.interceptors if self.proxy else ())]
-        return [{"name": i.name, "config": i.config} for i in items if affects_answers(i.name)]
-
-    def settings_fingerprint(self) -> str:
-        """Hash of what changes this service's answers (not its URL or key)."""
-        payload = {
-            "model": self.model,
-            "protocol": self.protocol,
-            "generation": self.generation.model_dump(),
-            "system_prompt": self.system_prompt,
-            "model_path": self.model_path,
-        }
-        chain = self._answer_chain()
-        if chain:  # only when set, so fingerprints of chain-less services stay as they were
-            payload["interceptors"] = chain
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

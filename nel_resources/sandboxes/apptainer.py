@@ -31,6 +31,7 @@ from nel_resources.sandboxes.base import (
     SandboxSpec,
 )
 from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
 _CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -175,6 +176,14 @@ class ApptainerSandboxFactory(FixedConcurrencyFactory):
     def create(self, spec: SandboxSpec) -> ApptainerSandbox:
         """A new sandbox for `spec` (not started)."""
         return ApptainerSandbox(spec, self.settings)
+
+
+def refusal(cfg: SandboxConfig) -> Refusal | None:
+    """Why this block cannot run from here (checked before any request), or None."""
+    if (r := image_template_refusal(cfg)) is not None:
+        return r
+    why = unavailable_reason()
+    return Refusal("type", why) if why else None
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:

@@ -22,6 +22,7 @@ from nel_resources.sandboxes.base import (
     SandboxSpec,
 )
 from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.refusal import Refusal
 
 _FACTORY = ("create", "aclose", "concurrency")
 _SANDBOX = ("spec", "start", "exec", "upload", "download", "stop")
@@ -71,6 +72,16 @@ def check_class(class_path: str) -> tuple[type, bool]:
                            f"(missing: {', '.join(missing)}) nor a SandboxFactory "
                            f"({', '.join(_FACTORY)})")
     return cls, False
+
+
+def refusal(cfg: SandboxConfig) -> Refusal | None:
+    """Why this block cannot run (its `class_path` does not import or implements neither
+    interface), or None; checked before any request."""
+    try:
+        check_class(str(cfg.class_path))
+    except SandboxError as exc:
+        return Refusal("class_path", str(exc))
+    return None
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> SandboxFactory:

@@ -51,6 +51,7 @@ from nel_resources.sandboxes.base import (
     SandboxSpec,
 )
 from nel_resources.sandboxes.limits import Limits
+from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
 DEFAULT_EXEC_PORT = 19542
@@ -95,19 +96,10 @@ def has_aws_credentials(env: Mapping[str, str] | None = None) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """Why a block cannot run: `key` to name, and whether nel lacks the feature (`unbuilt`)
-    or this machine lacks what it needs."""
-
-    key: str
-    why: str
-    instead: str = ""
-    unbuilt: bool = False
-
-
 def refusal(cfg: SandboxConfig) -> Refusal | None:
     """Why this block cannot run from here (checked before any request), or None."""
+    if (r := image_template_refusal(cfg)) is not None:
+        return r
     for key, what in UNBUILT_KEYS.items():
         if getattr(cfg, key) is not None:
             return Refusal(key, f"{what} in ecs_fargate sandboxes", f"remove `{key}`", True)

@@ -51,6 +51,7 @@ from nel_resources.sandboxes.base import (
 )
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.local import bwrap_argv, host_python
+from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 
 #: PATH inside a bare (no image) step: the environment is cleared, so it must be given.
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -420,6 +421,14 @@ class SlurmSandboxFactory(FixedConcurrencyFactory):
     def create(self, spec: SandboxSpec) -> SlurmSandbox:
         """A new sandbox for `spec` (not started)."""
         return SlurmSandbox(spec, self.settings)
+
+
+def refusal(cfg: SandboxConfig) -> Refusal | None:
+    """Why this block cannot run from here (checked before any request), or None."""
+    if (r := image_template_refusal(cfg)) is not None:
+        return r
+    why = unavailable_reason(cfg.image)
+    return Refusal("type", why) if why else None
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> SlurmSandboxFactory:

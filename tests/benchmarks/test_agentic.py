@@ -17,8 +17,8 @@ import yaml
 from benchmarks import get_benchmark
 from benchmarks.agentic import AGENT_BENCHMARKS, HarborTaskSet
 from benchmarks.errors import DataMissingError
+from nel_resources.checks import check_supported
 from nel_resources.config import ConfigError, load_config
-from nel_resources.config.support import check_supported
 from tests.support.cli import run_nel
 
 TASKS = {

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dagster_project.runner import save_effective_config
+from dagster_project.run_output import save_effective_config
 from nel_resources.config import load_config
 from nel_resources.redact import REDACTED
 from tests.support.cli import nel_env

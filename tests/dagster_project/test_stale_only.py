@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from benchmarks.datasets import load_file
-from dagster_project.runner import dagster_home_for
+from dagster_project.run_output import dagster_home_for
 from nel_resources.config import load_config
 from tests.support.cli import nel_env, run_nel, summary_json
 from tests.support.realcomponents import REPO_ROOT

@@ -14,7 +14,8 @@ import pytest
 
 from benchmarks.datasets import load_file
 from nel_assets.comparison_assets import COMPARISON_KEY, build_comparison_assets, comparison_dir
-from nel_assets.factory import MODEL_PARTITIONS, build_defs, build_resources
+from nel_assets.factory import build_defs, build_resources
+from nel_assets.partitions import MODEL_PARTITIONS
 from nel_resources.config import load_config
 from nel_resources.specs import resolve
 from tests.dagster_project.test_compare_gate_cli import paired_patterns, start_servers, write_config

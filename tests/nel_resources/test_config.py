@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from nel_resources.config import ConfigError, apply_override, load_config
+from nel_resources.specs import service_fingerprint
 
 WALKTHROUGH = """\
 services:
@@ -136,9 +137,9 @@ def test_flat_generation_keys_and_fingerprint() -> None:
     svc = cfg.services["m"]
     assert svc.generation.temperature == 0.2
     other = svc.model_copy(update={"url": "http://y/v1", "api_key": "secret"})
-    assert other.settings_fingerprint() == svc.settings_fingerprint()  # URL/key don't matter
+    assert service_fingerprint(other) == service_fingerprint(svc)  # URL/key don't matter
     hotter = svc.model_copy(update={"generation": svc.generation.model_copy(update={"temperature": 1.0})})
-    assert hotter.settings_fingerprint() != svc.settings_fingerprint()
+    assert service_fingerprint(hotter) != service_fingerprint(svc)
 
 
 def test_fingerprint_json_redacts_keys() -> None:

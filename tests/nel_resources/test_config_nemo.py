@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nel_resources.config import ConfigError, apply_override, check_supported, load_config
+from nel_resources.checks import check_supported
+from nel_resources.config import ConfigError, apply_override, load_config
 from tests.support.cli import run_nel, summary_json
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.peers import peer_nemo_bin

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from nel_resources.checks import check_supported
 from nel_resources.config import ConfigError, load_config
-from nel_resources.config.support import check_supported
 from nel_resources.specs import solver_fingerprint
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from benchmarks.datasets import load_file
 from benchmarks.errors import NelError
-from nel_resources.config import ConfigError, load_config
-from nel_resources.config.support import check_supported
+from nel_resources.checks import check_supported, load_checked_config
+from nel_resources.config import ConfigError
 from nel_resources.launchers import registry
 from nel_resources.launchers.base import Launcher
 from tests.support.cluster_runs import MODEL, items, local_run, shard_materializations, write_config
@@ -34,7 +34,7 @@ def test_unknown_type_is_one_line_with_a_suggestion(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_text("services: {}\nbenchmarks: []\ncluster:\n  type: dokcer\n")
     with pytest.raises(ConfigError) as exc:
-        load_config(p)
+        load_checked_config(p)
     msg = str(exc.value)
     assert msg.startswith(f"{p}:4: cluster.type: unknown cluster type 'dokcer'; did you mean 'docker'?"), msg
     assert "\n" not in msg
@@ -57,7 +57,7 @@ def test_each_type_refuses_its_own_keys(tmp_path: Path) -> None:
         p = tmp_path / f"{typ}.yaml"
         p.write_text(base + block)
         with pytest.raises(ConfigError) as exc:
-            check_supported(load_config(p))
+            check_supported(load_checked_config(p))
         assert where in str(exc.value), (typ, str(exc.value))
 
 
@@ -72,8 +72,9 @@ def test_a_new_cluster_type_is_one_module_and_one_table_line(
     monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
     local = local_run(tmp_path, url, {"NEL_DATA_DIR": str(data_dir)}, n=n, shards=shards)
     out = tmp_path / "sub"
-    cfg = load_config(write_config(tmp_path / "sub.yaml", url, out, n=n, shards=shards,
-                                   cluster={"type": "subprocess", "subprocess": {"workers": 2}}))
+    cfg = load_checked_config(write_config(tmp_path / "sub.yaml", url, out, n=n, shards=shards,
+                                           cluster={"type": "subprocess",
+                                                    "subprocess": {"workers": 2}}))
     summary = run_eval(cfg, progress=False)
     assert summary.exit_status == 0, summary.failures
     done = shard_materializations(out)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nel_resources.config import ConfigError, check_supported, load_config
+from nel_resources.checks import check_supported
+from nel_resources.config import ConfigError, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes.apptainer import (
     ApptainerSandbox,

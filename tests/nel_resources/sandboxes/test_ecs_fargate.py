@@ -23,7 +23,8 @@ import pytest
 pytest.importorskip("boto3", reason="the ecs_fargate sandbox needs boto3 (nel[test])")
 import boto3
 
-from nel_resources.config import ConfigError, check_supported, load_config
+from nel_resources.checks import check_supported
+from nel_resources.config import ConfigError, load_config
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.processes import ManagedProcess
 from nel_resources.sandboxes import exec_server

@@ -1,0 +1,194 @@
+"""The checks of each `benchmarks:` entry: its name (a harness URI nel lacks), its solver,
+its sandbox (the sandbox type's own `refusal`), its scoring, a `container://` harness."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from benchmarks.uri_schemes import is_uri
+from nel_resources.checks.refusal import Refusal, Unavailable, at_key, changed
+from nel_resources.config import BenchmarkConfig, NelConfig, SandboxConfig, ScoringMetric
+from nel_resources.config._base import field_defaults
+from nel_resources.config.unbuilt import (
+    BENCH_UNBUILT,
+    HARNESS_SCHEMES,
+    JUDGE_UNBUILT,
+    NEL_EQUIVALENT,
+    OPENCLAW_UNBUILT,
+    SOLVER_TYPES_BUILT,
+)
+
+_BENCH_DEFAULTS = field_defaults(BenchmarkConfig)
+
+
+def check_benchmarks(cfg: NelConfig) -> None:
+    """Refuse (raise `Refusal` or `ConfigError`) the first benchmark key that cannot run."""
+    for i, b in enumerate(cfg.benchmarks):
+        at: tuple[Any, ...] = ("benchmarks", i)
+        if is_uri(b.name, "container") or b.solver.type == "container":
+            _check_container(cfg, b, at)
+        else:
+            _check_name(b.name, (*at, "name"))
+        if b.solver.type in ("harbor", "openclaw"):
+            _check_external_agent(b, at)
+        if b.solver.type not in SOLVER_TYPES_BUILT:
+            raise Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
+                          "use `type: simple` (one model call per problem), `tool_calling` "
+                          "or `gym_delegation`")
+        if b.solver.type == "tool_calling":
+            _check_tool_calling(cfg, b, at)
+        if b.solver.generation is not None:
+            raise Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
+                          "set them on the service (`services.<name>.generation`)")
+        if b.solver.image_detail != "auto":
+            raise Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
+                          "remove `image_detail`")
+        if b.sandbox is not None and b.sandbox not in cfg.sandboxes.values():  # inline block
+            check_sandbox_runs_here(cfg, b.sandbox, (*at, "sandbox"))
+        for key, what in BENCH_UNBUILT.items():
+            if changed(b, key, _BENCH_DEFAULTS):
+                raise Refusal((*at, key), what, f"remove `{key}`")
+        for j, m in enumerate(b.scoring.metrics if b.scoring else []):
+            _check_metric(m, (*at, "scoring", "metrics", j))
+
+
+def _check_tool_calling(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`sandbox_tools` needs a sandbox on the benchmark (`resource_service` is checked to be a
+    `type: gym` service with a url when the config loads)."""
+    if b.solver.sandbox_tools and (b.sandbox is None or b.sandbox.type == "none"):
+        raise at_key(cfg, (*at, "solver", "sandbox_tools"),
+                     "sandbox tools need a sandbox: add `sandbox: {type: local}` (or "
+                     "`{type: docker, image: ...}`) to the benchmark")
+
+
+def check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, ...]) -> None:
+    """One line, before any request, when a sandbox cannot run here: the sandbox type's own
+    `refusal(cfg)` says why (no SLURM client, no apptainer binary, no AWS credentials, a bad
+    class_path), found next to its `build` in the sandbox table."""
+    from nel_resources.sandboxes.factory import SANDBOX_TYPES
+
+    target = SANDBOX_TYPES.get(sb.type)
+    if target is None:
+        return  # `none`, or a type make_factory refuses with the benchmark's context
+    refusal = getattr(importlib.import_module(target.split(":", 1)[0]), "refusal", None)
+    r = refusal(sb) if refusal is not None else None
+    if r is None:
+        return
+    if r.unbuilt:
+        raise Refusal((*at, r.key), r.why, r.instead)
+    raise at_key(cfg, (*at, r.key), f"{sb.type} sandbox cannot run here: {r.why}")
+
+
+def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """A `container://image#task` harness runs when its image is in the local Docker engine;
+    what the harness decides itself (problems, repeats, shards) is refused on nel's side."""
+    if not is_uri(b.name, "container"):
+        raise Refusal((*at, "name"), "`solver.type: container` without a harness image",
+                      "name the benchmark `container://<image>#<task>`")
+    from nel_resources.harness_image import missing_image_reason, parse_name
+    from nel_resources.specs import n_shards
+
+    try:
+        image, _ = parse_name(b.name)
+    except Exception as exc:
+        raise Refusal((*at, "name"), str(exc), "fix the name") from None
+    for key, fix in (("max_problems", "set `params.limit_samples` for the harness"),
+                     ("repeats", "set the harness's own repeats in `params`"),
+                     ("problem_range", "set the harness's own selection in `params`")):
+        if changed(b, key, _BENCH_DEFAULTS):
+            raise Refusal((*at, key), f"`{key}` on a container:// benchmark (the harness picks "
+                          "its problems)", fix)
+    if n_shards(cfg, b) > 1:
+        raise Refusal((*at, "name"), "sharding a container:// benchmark (the harness is one run)",
+                      "remove the shard count (`shards` / `cluster.shards`) for this benchmark")
+    why = missing_image_reason(image)
+    if why:
+        raise at_key(cfg, (*at, "name"), why)
+
+
+def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`harbor` and `openclaw` run an agent program nel does not ship: say what is missing."""
+    import shutil
+
+    if b.solver.type == "harbor":
+        _check_harbor(b, at)
+        return
+    binary = b.solver.openclaw_bin
+    if shutil.which(binary) is None:
+        raise Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
+                          f"here: the OpenClaw CLI `{binary}` is not on PATH", "install it with "
+                          "`make peers` (deploy/agents/install_openclaw.sh) and put "
+                          "`.venv-peers/openclaw/bin` on PATH or give its path in `openclaw_bin`, "
+                          "or use `solver.type: tool_calling`")
+    _check_openclaw(b, at)
+
+
+def _check_harbor(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """A Harbor agent runs in Harbor's own venv (Python >= 3.12), in the sample's sandbox."""
+    from nel_resources.harbor_install import harbor_python
+
+    if harbor_python(b.solver.harbor_bin) is None:
+        raise Unavailable((*at, "solver", "harbor_bin"), f"the 'harbor' solver cannot run "
+                          f"here: Harbor's CLI `{b.solver.harbor_bin}` is not on PATH",
+                          "install it with `make peers` (Harbor 0.24.0 in a Python 3.12 venv) "
+                          "and put `.venv-peers/harbor/bin` on PATH or give its path in "
+                          "`harbor_bin`")
+    if b.sandbox is None or b.sandbox.type == "none":
+        raise Unavailable((*at, "sandbox"), "the 'harbor' solver runs its agent in the "
+                          "sample's sandbox and this benchmark has none",
+                          "add `sandbox: {type: docker}` (the task's image) or `{type: local}`")
+    if b.solver.skill_dir and not Path(b.solver.skill_dir).expanduser().is_dir():
+        raise Unavailable((*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} "
+                          "is not a directory", "give the skill's local directory")
+
+
+def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """The OpenClaw CLI runs on this machine, outside any sandbox, with the keys it honours."""
+    for key, (what, fix) in OPENCLAW_UNBUILT.items():
+        if key in b.solver.model_fields_set and getattr(b.solver, key) not in (None, False):
+            raise Refusal((*at, "solver", key), what, fix)
+    if b.sandbox is not None and b.sandbox.type != "none":
+        raise Refusal((*at, "sandbox"), "the 'openclaw' solver in a sandbox (nel runs the "
+                      "OpenClaw CLI on this machine, in a fresh home per sample; no image "
+                      "with Node 24 and OpenClaw is built here)", "remove `sandbox` from "
+                      "this benchmark")
+
+
+def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:
+    """`harbor://name@version` runs from its local task cache; without one it is refused
+    (the Harbor registry cannot be reached from here)."""
+    from benchmarks.agentic import harbor_cache_dir
+
+    d = harbor_cache_dir(name.removeprefix("harbor://"))
+    if not d.is_dir():
+        raise Unavailable(at, f"benchmark {name!r} cannot be had here: there is no local "
+                          f"Harbor task cache at {d} and nel does not reach the Harbor registry "
+                          "(it downloads nothing)",
+                          "copy the dataset's task directories there (or set HARBOR_DATASETS_DIR "
+                          "to the folder holding it)")
+
+
+def _check_name(name: str, at: tuple[Any, ...]) -> None:
+    scheme = name.split("://", 1)[0] if "://" in name else None
+    if scheme is None or scheme == "gym":
+        return
+    if scheme == "harbor":
+        _check_harbor_name(name, at)
+        return
+    same = NEL_EQUIVALENT.get(name)
+    instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else
+               "see `nel list` for the benchmarks nel has, or write your own (BYOB)")
+    what = HARNESS_SCHEMES.get(scheme, f"{scheme}:// benchmarks")
+    raise Refusal(at, f"benchmark {name!r} ({what})", instead)
+
+
+def _check_metric(m: ScoringMetric, at: tuple[Any, ...]) -> None:
+    if m.type not in ("scorer", "judge"):
+        raise Refusal((*at, "type"), f"{m.type!r} metrics", "use `type: scorer` or `type: judge`")
+    if m.type == "judge":
+        for key in JUDGE_UNBUILT:
+            if getattr(m, key) is not None:
+                raise Refusal((*at, key), f"the judge option `{key}`",
+                              f"remove `{key}` (nel's judge uses its built-in rubric)")

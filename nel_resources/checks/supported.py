@@ -1,0 +1,113 @@
+"""`check_supported`: refuse, before any request, config keys whose feature nel lacks yet,
+or that cannot run on this machine.
+
+`load_config` accepts every NeMo Evaluator 0.3.0 key (so `--dry-run` can show the plan);
+this check is what stops a run from silently ignoring one or doing something else. Each
+refusal is one line: `file:line: key <path>: <feature> is not supported yet in nel; <what
+to do instead>`. The "not built" tables live with the schema (nel_resources.config.unbuilt);
+each kind's own checks live with its implementation (a launcher's `refusal`, a sandbox
+type's `refusal`, the proxy's `UNBUILT` interceptors), asked here through its registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nel_resources.checks.benchmarks import check_benchmarks, check_sandbox_runs_here
+from nel_resources.checks.refusal import Refusal, as_config_error, changed
+from nel_resources.config import ConfigError, NelConfig, ServiceConfig
+from nel_resources.config._base import field_defaults
+from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.config.unbuilt import SERVICE_UNBUILT, UNSTARTED_SERVICE_TYPES
+from nel_resources.exporters import is_built
+
+_SERVICE_DEFAULTS = field_defaults(ServiceConfig)
+
+
+def check_supported(cfg: NelConfig) -> None:
+    """Refuse the first key whose feature nel does not have yet.
+
+    Raises:
+        ConfigError: `file:line: key <path>: <feature> is not supported yet in nel; <fix>`.
+    """
+    try:
+        _check_cluster(cfg)
+        _check_services(cfg)
+        check_benchmarks(cfg)
+        _check_output(cfg)
+    except Refusal as r:
+        raise as_config_error(cfg, r) from None
+
+
+def _check_cluster(cfg: NelConfig) -> None:
+    """The cluster type's own refusal (its Launcher, nel_resources.launchers.registry)."""
+    from nel_resources.launchers.registry import get_launcher
+
+    bad = get_launcher(cfg.cluster.type).refusal(cfg)
+    if bad is None:
+        return
+    line = cfg.line_of(*bad.path)
+    where = f"{cfg._where}:{line or '?'}"
+    if bad.bare:
+        raise ConfigError(f"{where}: {bad.message}")
+    raise ConfigError(f"{where}: key {'.'.join(str(p) for p in bad.path)}: {bad.message}")
+
+
+def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:
+    """NeMo Evaluator interceptors nel does not have load with the config and are refused
+    here, on their `name` (the proxy's own table of them)."""
+    from nel_resources.proxy.registry import UNBUILT
+
+    chains = [(("interceptors",), svc.interceptors)]
+    if svc.proxy is not None:
+        chains.append((("proxy", "interceptors"), svc.proxy.interceptors))
+    for where, chain in chains:
+        for i, ic in enumerate(chain):
+            if ic.name in UNBUILT:
+                raise Refusal((*at, *where, i, "name"), f"the {ic.name!r} interceptor "
+                              f"({UNBUILT[ic.name]})", "remove this interceptor")
+
+
+def _check_services(cfg: NelConfig) -> None:
+    for name, svc in cfg.services.items():
+        at = ("services", name)
+        if svc.type in UNSTARTED_SERVICE_TYPES:
+            raise Refusal((*at, "type"), f"service type {svc.type!r}",
+                          "start the server yourself and use `type: api` with its `url`, or "
+                          "a type nel starts (llama_cpp, vllm, sglang, trt_llm)")
+        if svc.type == "gym" and not svc.url:
+            raise Refusal(at, "a gym service nel starts itself (no `url`)",
+                          "start the gym server yourself and give its `url`")
+        if svc.node_pool is not None and cfg.cluster.type != "slurm":
+            raise Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
+                          "remove `node_pool`")
+        for key, what in SERVICE_UNBUILT.items():
+            if changed(svc, key, _SERVICE_DEFAULTS):
+                raise Refusal((*at, key), what, f"remove `{key}`")
+        _check_interceptors(svc, at)
+        started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
+        if svc.depends_on and started:
+            raise Refusal((*at, "depends_on"), "start order between launched services",
+                          "remove `depends_on` (nel starts each launched service on its own)")
+    for name, sb in cfg.sandboxes.items():
+        if sb.node_pool is not None:
+            raise Refusal(("sandboxes", name, "node_pool"), "node pools", "remove `node_pool`")
+        if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
+            check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
+
+
+def _check_output(cfg: NelConfig) -> None:
+    out = cfg.output
+    for i, name in [(i, n) for i, n in enumerate(out.exporter_names()) if not is_built(n)]:
+        raise Refusal(("output", "export", i), f"the {name!r} exporter",
+                      "remove it from `output.export`; results are in the output directory's "
+                      "Parquet files and exports/")
+    if out.export_config:
+        raise Refusal(("output", "export_config"), "exporter settings", "remove `export_config`")
+    if out.timestamped:
+        raise Refusal(("output", "timestamped"), "timestamped output directories",
+                      "remove `timestamped` (nel keeps one directory so reruns only evaluate "
+                      "stale shards) or give `output.dir` a new name per run")
+    if out.progress_interval is not None:
+        raise Refusal(("output", "progress_interval"), "periodic progress lines",
+                      "remove `progress_interval` (nel shows a live progress bar)")

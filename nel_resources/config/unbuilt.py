@@ -1,0 +1,59 @@
+"""The "not built" tables: NeMo Evaluator 0.3.0 keys and names nel accepts in a config but
+cannot honour yet, each with what the feature is. The schema loads them (so `--dry-run` can
+show the plan); `nel_resources.checks` refuses them, one line each, before any request.
+Later issues remove entries as the features land. Tables only: no implementation here.
+"""
+
+from __future__ import annotations
+
+#: Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
+HARNESS_SCHEMES: dict[str, str] = {
+    "lm-eval": "lm-evaluation-harness tasks", "skills": "NeMo Skills benchmarks",
+    "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
+    "vlmevalkit": "VLMEvalKit benchmarks",
+}
+#: The same benchmark built into nel, for names a NeMo Evaluator config may use.
+NEL_EQUIVALENT: dict[str, str] = {
+    "lm-eval://mmlu_generative": "mmlu", "lm-eval://mmlu": "mmlu", "lm-eval://gsm8k": "gsm8k",
+    "skills://mmlu-pro": "mmlu_pro", "skills://gsm8k": "gsm8k", "skills://math-500": "math500",
+    "skills://gpqa": "gpqa", "skills://simpleqa": "simpleqa",
+}
+#: Service types nel does not start (the user starts the server and gives its url).
+UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
+#: `services.<name>.<key>` -> the feature it asks for.
+SERVICE_UNBUILT: dict[str, str] = {
+    "served_model_name": "serving a model under another name",
+    "pipeline_parallel_size": "pipeline parallelism", "data_parallel_size": "data parallelism",
+    "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service",
+    "image": "running a service in a container image", "health_path": "custom health checks",
+    "setup_commands": "service setup commands", "container_mounts": "container mounts",
+    "pre_cmd": "a service pre-command", "ray_binary": "Ray-launched servers",
+    "reasoning_pattern": "reasoning-trace extraction patterns",
+    "max_input_tokens": "input token limits", "max_output_tokens": "output token limits",
+    "benchmark": "gym servers nel starts", "server_cmd": "gym servers nel starts",
+    "nat_config_file": "NAT agent services", "class_path": "plugin services",
+    "config": "plugin services",
+}
+#: `benchmarks[i].<key>` -> the feature it asks for.
+BENCH_UNBUILT: dict[str, str] = {
+    "context_window": "context-window limits", "skip_failed": "skip_failed",
+    "max_system_retries": "max_system_retries (nel retries per request: services.<n>.max_retries)",
+    "instruction_template": "instruction templates", "verifier": "separate verifier services",
+}
+#: Solver types nel runs (the others are refused).
+SOLVER_TYPES_BUILT: tuple[str, ...] = ("simple", "tool_calling", "gym_delegation", "container",
+                                       "openclaw", "harbor")
+#: Judge metric options nel's built-in rubric does not take.
+JUDGE_UNBUILT: tuple[str, ...] = ("rubric", "rubric_file", "system_prompt", "max_score",
+                                  "swap_check", "reference_free", "temperature", "timeout",
+                                  "max_retries")
+#: `openclaw` solver keys nel does not honour -> (what, fix). (It honours openclaw_bin,
+#: thinking, max_concurrent, context_window, idle_timeout_seconds.)
+OPENCLAW_UNBUILT: dict[str, tuple[str, str]] = {
+    "web_search_provider": ("OpenClaw's web search (it calls a search service on the "
+                            "internet)", "remove `web_search_provider`"),
+    "config_path": ("a custom `openclaw.json` (nel writes each sample's config, pointing "
+                    "OpenClaw at its capture proxy)", "remove `config_path`"),
+    "skip_preflight": ("skipping the OpenClaw preflight (nel checks the CLI before any "
+                       "request)", "remove `skip_preflight`"),
+}

@@ -1,0 +1,76 @@
+"""One path from config to graph: `nel eval run --dry-run` and the Dagster definitions
+(`dagster dev` / the daemon: `build_definitions` of `load_definitions_config`) accept and
+refuse exactly the same configs, with the same one-line message. Every config fixture in the
+tree goes through both: tests/fixtures/**.yaml (NeMo Evaluator's example and walkthrough
+configs included; the `conf/` fragments they compose are not configs) and the configs the
+package ships (dagster_project/configs/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.datasets import hub_local_only
+from benchmarks.errors import NelError
+from dagster_project.cli.main import main
+from dagster_project.config_loading import load_definitions_config
+from dagster_project.definitions import build_definitions
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*.yaml") if "conf" not in p.parts) \
+    + sorted((ROOT / "dagster_project" / "configs").glob("*.yaml"))
+PER_MODEL = ROOT / "tests" / "fixtures" / "configs" / "nemo_one_entry_per_model.yaml"
+
+
+def _cli(path: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """'ok' or the CLI's one `error:` line (what `nel eval run --dry-run` prints)."""
+    capsys.readouterr()
+    code = main(["eval", "run", str(path), "--dry-run", "--json", "-o", str(out)])
+    captured = capsys.readouterr()
+    if code == 2:
+        lines = [ln for ln in captured.err.splitlines() if ln.startswith("error: ")]
+        assert len(lines) == 1, captured.err
+        return lines[0].removeprefix("error: ")
+    assert code in (0, 1), captured.err  # 1: planned, a benchmark cannot be (data missing)
+    assert json.loads(captured.out)["dry_run"] is True
+    return "ok"
+
+
+def _definitions(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """'ok' or the one line the Dagster definitions refuse the config with."""
+    try:
+        with hub_local_only():
+            cfg, _ = load_definitions_config(str(path))
+            monkeypatch.setattr(cfg.output, "dir", str(out))
+            build_definitions(cfg, str(out))
+    except NelError as exc:
+        assert "\n" not in str(exc)
+        return str(exc)
+    return "ok"
+
+
+def test_every_fixture_is_seen() -> None:
+    names = {p.name for p in CONFIGS}
+    assert "default.yaml" in names and "01_gsm8k_chat.yaml" in names and PER_MODEL in CONFIGS
+    assert len(CONFIGS) > 50
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(ROOT)) for p in CONFIGS])
+def test_cli_and_definitions_accept_and_refuse_the_same(
+        path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_DAEMON", "off")
+    cli = _cli(path, tmp_path / "cli", capsys)
+    dag = _definitions(path, tmp_path / "dag", monkeypatch)
+    assert cli == dag
+
+
+def test_one_entry_per_model_is_refused_by_both_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_DAEMON", "off")
+    want = ("benchmark 'gsm8k' appears twice in the config; merge the entries (list several "
+            "services under `service:`)")
+    assert _cli(PER_MODEL, tmp_path / "cli", capsys) == want
+    assert _definitions(PER_MODEL, tmp_path / "dag", monkeypatch) == want

@@ -1,0 +1,75 @@
+"""The config package imports no implementation; the checks that need one (nel_resources.checks)
+run after the schema and read as the schema's own errors did."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from nel_resources.checks import check_supported, load_checked_config
+from nel_resources.config import ConfigError, load_config
+
+CONFIG_PKG = Path(__file__).resolve().parents[3] / "nel_resources" / "config"
+# What the schema may import besides itself: the error type and the stdlib-only URL helper
+# (no nel import of its own).
+ALLOWED = ("nel_resources.config", "benchmarks.errors", "benchmarks.registries",
+           "nel_resources.endpoint_url")
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return out
+
+
+def test_config_package_imports_no_implementation() -> None:
+    """Function-level and TYPE_CHECKING imports included: the schema asks no registry's
+    implementation (proxy, sandboxes, launchers, specs) for anything."""
+    bad = {f"{p.name}: {m}" for p in CONFIG_PKG.glob("*.py") for m in _imports(p)
+           if m.split(".")[0] in ("nel_resources", "benchmarks", "nel_assets", "dagster_project")
+           and not m.startswith(ALLOWED)}
+    assert not bad, sorted(bad)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+SVC = "services:\n  m:\n    type: api\n    url: http://127.0.0.1:9/v1\n    model: m\n"
+
+
+def test_interceptor_field_error_names_the_field_line(tmp_path: Path) -> None:
+    p = _write(tmp_path, SVC + "    interceptors:\n      - name: caching\n"
+                             "        config: {bogus_field: 1}\nbenchmarks: [{name: gsm8k}]\n")
+    load_config(p)  # the schema alone does not import the proxy
+    with pytest.raises(ConfigError) as exc:
+        load_checked_config(p)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}:8: services.m.interceptors.0.config.bogus_field: "), msg
+    assert "\n" not in msg
+
+
+def test_cluster_key_of_another_type_is_refused_with_a_hint(tmp_path: Path) -> None:
+    p = _write(tmp_path, SVC + "benchmarks: [{name: gsm8k}]\ncluster:\n  type: local\n"
+                             "  walltime: '01:00:00'\n")
+    with pytest.raises(ConfigError) as exc:
+        load_checked_config(p)
+    assert str(exc.value).startswith(f"{p}:9: cluster.walltime: a cluster of type 'local' has "
+                                     "no key 'walltime'; "), str(exc.value)
+
+
+def test_unbuilt_interceptor_loads_and_is_refused_before_a_run(tmp_path: Path) -> None:
+    p = _write(tmp_path, SVC + "    interceptors:\n      - name: streaming\n"
+                             "benchmarks: [{name: gsm8k}]\n")
+    cfg = load_checked_config(p)
+    with pytest.raises(ConfigError, match=r":7: key services\.m\.interceptors\.0\.name: the "
+                                          r"'streaming' interceptor .* is not supported yet in nel"):
+        check_supported(cfg)
