@@ -23,6 +23,7 @@ def check_schema(cfg: NelConfig) -> None:
         ConfigError: `file:line: <key path>: <message>`.
     """
     _check_cluster(cfg)
+    _check_exporters(cfg)
     for name, svc in cfg.services.items():
         chains = [(("interceptors",), svc.interceptors)]
         if svc.proxy is not None:
@@ -71,17 +72,33 @@ def _check_cluster(cfg: NelConfig) -> None:
             hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(sorted(valid))}"
             raise _error(cfg, ("cluster", key),
                          f"a cluster of type {cluster.type!r} has no key {key!r}; {hint}")
-    # `cluster.<key>:` mappings under keys that are not schema fields: a cluster type's own
-    # block (a new type needs no schema field), or a mistake.
-    for key in sorted(cluster.extra_blocks(), key=lambda k: (cfg.line_of("cluster", k) or 0, k)):
+    # `cluster.<key>:` under keys that are not schema fields: a cluster type's own block (a
+    # new type needs no schema field; its Launcher's refusal checks what is inside), or a
+    # mistake, reported as the schema reports an unknown key.
+    blocks = cluster.extra_blocks()
+    for key in sorted(blocks, key=lambda k: (cfg.line_of("cluster", k) or 0, k)):
         if key not in cluster_types():
-            near = closest(key, [*ClusterConfig.model_fields, *cluster_types()])
+            near = closest(key, ClusterConfig.model_fields) or closest(key, cluster_types())
             line = cfg.line_of("cluster", key) or "?"
             raise ConfigError(f"{cfg._where}:{line}: unknown key 'cluster.{key}'"
                               + (f"; did you mean {near!r}?" if near else ""))
-        if key not in ok:
-            valid = {k for k in ok if k != "type"}
-            near = closest(key, valid)
-            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(sorted(valid))}"
+        if not isinstance(blocks[key], dict):
             raise _error(cfg, ("cluster", key),
-                         f"a cluster of type {cluster.type!r} has no key {key!r}; {hint}")
+                         f"write a mapping of settings (got {blocks[key]!r})")
+
+
+def _check_exporters(cfg: NelConfig) -> None:
+    """Every `output.export` / `output.export_config` name is an exporter nel knows (built
+    or not yet: `check_supported` refuses the unbuilt ones before a run)."""
+    from nel_resources.exporters import KNOWN_EXPORTERS
+
+    known = ", ".join(KNOWN_EXPORTERS)
+    for i, item in enumerate(cfg.output.export):
+        name = item.get("type") if isinstance(item, dict) else item
+        if name not in KNOWN_EXPORTERS:
+            raise _error(cfg, ("output", "export", i),
+                         f"unknown exporter {name!r}; the exporters are {known}")
+    for name in cfg.output.export_config:
+        if name not in KNOWN_EXPORTERS:
+            raise _error(cfg, ("output", "export_config", name),
+                         f"unknown exporter {name!r}; the exporters are {known}")

@@ -16,7 +16,7 @@ from nel_resources.config.benchmarks import (
     ScoringMetric,
     SolverConfig,
 )
-from nel_resources.config.deployment import KNOWN_EXPORTERS, ClusterConfig, NodePool, OutputConfig
+from nel_resources.config.deployment import ClusterConfig, NodePool, OutputConfig
 from nel_resources.config.loading import (
     MAX_CONFIG_BYTES,
     MAX_YAML_NODES,
@@ -37,7 +37,7 @@ from nel_resources.config.services import (
 )
 
 __all__ = [
-    "KNOWN_EXPORTERS", "MAX_CONFIG_BYTES", "MAX_YAML_NODES", "BenchmarkConfig",
+    "MAX_CONFIG_BYTES", "MAX_YAML_NODES", "BenchmarkConfig",
     "CheckpointsConfig", "ClusterConfig", "ComparisonConfig", "ConfigError",
     "DynamoWorkerConfig", "GenerationParams", "InterceptorConfig", "NelConfig", "NodePool",
     "OutputConfig", "ProxyConfig", "SandboxConfig", "ScoringConfig", "ScoringMetric",

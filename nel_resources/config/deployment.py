@@ -8,7 +8,6 @@ from typing import Any
 from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from nel_resources.config._base import _Strict, key_error
-from nel_resources.exporters import KNOWN_EXPORTERS  # the exporter registry's table
 
 _WALLTIME_RE = re.compile(r"^(\d+-)?\d+:\d{2}:\d{2}$")
 
@@ -60,16 +59,17 @@ class ClusterConfig(_Strict):
     # field): its own settings, kept here and checked after the schema by
     # nel_resources.checks.schema (a key that names no cluster type is an unknown key there)
     # and by its Launcher, so a new cluster type needs no edit to this file.
-    _blocks: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
+    _blocks: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="wrap")
     @classmethod
     def _type_blocks(cls, data: Any, handler: Any) -> Any:
-        blocks = ({k: v for k, v in data.items() if k not in cls.model_fields
-                   and isinstance(v, dict) and isinstance(k, str)}
+        blocks = ({k: v for k, v in data.items() if isinstance(k, str)
+                   and k not in cls.model_fields and not any(
+                       k == f.alias for f in cls.model_fields.values())}
                   if isinstance(data, dict) else {})
         model = handler({k: v for k, v in data.items() if k not in blocks} if blocks else data)
-        model._blocks = {k: dict(v) for k, v in blocks.items()}
+        model._blocks = {k: dict(v) if isinstance(v, dict) else v for k, v in blocks.items()}
         return model
 
     @model_serializer(mode="wrap")
@@ -81,8 +81,8 @@ class ClusterConfig(_Strict):
         own = getattr(self, kind, None) if kind in type(self).model_fields else self._blocks.get(kind)
         return own if isinstance(own, dict) else {}
 
-    def extra_blocks(self) -> dict[str, dict[str, Any]]:
-        """The `cluster.<key>:` mappings under keys that are not fields (checked later)."""
+    def extra_blocks(self) -> dict[str, Any]:
+        """`cluster.<key>:` values under keys that are not fields (checked after the schema)."""
         return dict(self._blocks)
 
     @field_validator("walltime", "max_walltime")
@@ -167,15 +167,8 @@ class OutputConfig(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> OutputConfig:
-        for i, item in enumerate(self.export):
-            name = item.get("type") if isinstance(item, dict) else item
-            if name not in KNOWN_EXPORTERS:
-                raise key_error(f"export.{i}", f"unknown exporter {name!r}; the exporters are "
-                                f"{', '.join(KNOWN_EXPORTERS)}")
-        for name in self.export_config:
-            if name not in KNOWN_EXPORTERS:
-                raise key_error(f"export_config.{name}", f"unknown exporter {name!r}; the "
-                                f"exporters are {', '.join(KNOWN_EXPORTERS)}")
+        # Exporter names are checked after the schema, against the exporter registry
+        # (nel_resources.checks.schema): a new exporter needs no edit here.
         for i, fmt in enumerate(self.report):
             if fmt not in KNOWN_REPORTS:
                 raise key_error(f"report.{i}", f"unknown report format {fmt!r}; the formats "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nel_resources.checks import check_supported
+from nel_resources.checks import check_supported, load_checked_config
 from nel_resources.config import ConfigError, apply_override, load_config
 from tests.support.cli import run_nel, summary_json
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
@@ -225,7 +225,7 @@ def _error(tmp_path: Path, text: str, overrides: list[str] | None = None) -> tup
     p = tmp_path / "cfg.yaml"
     p.write_text(text)
     with pytest.raises(ConfigError) as err:
-        load_config(p, overrides=overrides)
+        load_checked_config(p, overrides=overrides)
     msg = str(err.value)
     assert "\n" not in msg and "Traceback" not in msg
     return p, msg

@@ -1,40 +1,15 @@
-"""The config package imports no implementation; the checks that need one (nel_resources.checks)
-run after the schema and read as the schema's own errors did."""
+"""The checks that need an implementation (nel_resources.checks) run after the schema and read
+as the schema's own errors did (that the config package imports no implementation is
+tests/test_architecture.py's)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from nel_resources.checks import check_supported, load_checked_config
 from nel_resources.config import ConfigError, load_config
-
-CONFIG_PKG = Path(__file__).resolve().parents[3] / "nel_resources" / "config"
-# What the schema may import besides itself: the error type and the stdlib-only URL helper
-# (no nel import of its own).
-ALLOWED = ("nel_resources.config", "benchmarks.errors", "benchmarks.registries",
-           "nel_resources.endpoint_url")
-
-
-def _imports(path: Path) -> list[str]:
-    out = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.append(node.module)
-        elif isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-    return out
-
-
-def test_config_package_imports_no_implementation() -> None:
-    """Function-level and TYPE_CHECKING imports included: the schema asks no registry's
-    implementation (proxy, sandboxes, launchers, specs) for anything."""
-    bad = {f"{p.name}: {m}" for p in CONFIG_PKG.glob("*.py") for m in _imports(p)
-           if m.split(".")[0] in ("nel_resources", "benchmarks", "nel_assets", "dagster_project")
-           and not m.startswith(ALLOWED)}
-    assert not bad, sorted(bad)
 
 
 def _write(tmp_path: Path, text: str) -> Path:

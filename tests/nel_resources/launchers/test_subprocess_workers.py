@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from benchmarks.errors import NelError
+from nel_resources.checks import check_supported, load_checked_config
 from nel_resources.config import ConfigError, load_config
-from nel_resources.config.support import check_supported
 from nel_resources.launchers.registry import get_launcher
 from tests.support.cli import start_nel
 from tests.support.slurm_cluster import gsm8k_byob_dir
@@ -221,7 +221,7 @@ def test_bad_settings_are_one_line_naming_the_key(tmp_path: Path, block: str, wh
     p.write_text("services:\n  m: {type: api, url: 'http://127.0.0.1:9/v1', model: m}\n"
                  "benchmarks: [{name: gsm8k}]\ncluster:\n  type: subprocess\n  shards: 2\n" + block)
     with pytest.raises(ConfigError) as exc:
-        check_supported(load_config(p))
+        check_supported(load_checked_config(p))
     msg = str(exc.value)
     assert where in msg and "\n" not in msg, msg
 
@@ -231,7 +231,7 @@ def test_its_block_in_another_cluster_type_is_refused(tmp_path: Path) -> None:
     p.write_text("services: {}\nbenchmarks: []\ncluster:\n  type: local\n  subprocess: {workers: 2}\n")
     with pytest.raises(ConfigError, match=r":5: key cluster.subprocess: a `subprocess:` block in a "
                                           r"local cluster \(only `type: subprocess` reads it\)"):
-        check_supported(load_config(p))
+        check_supported(load_checked_config(p))
 
 
 def test_its_block_survives_the_effective_config_the_workers_read(tmp_path: Path) -> None:
