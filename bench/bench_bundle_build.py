@@ -36,8 +36,9 @@ from nel_resources.reference_server import start_reference_server  # noqa: E402
 _CHILD = """
 import json, resource, sys, time
 dest, bench, model, builds, pinned = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
-from nel_assets.engine import bundle, evaluate
-from nel_resources.store import ResultStore
+from nel_assets.engine.results import bundle
+from nel_assets.engine.evaluation import evaluate
+from nel_resources.storage.store import ResultStore
 if pinned:
     class _Clock:
         @staticmethod

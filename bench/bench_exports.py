@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nel_assets.engine import nemo_format as nf
-from nel_assets.engine.bundle import build_bundle
-from nel_assets.engine.exports import write_exports
-from nel_resources.schema import rows_to_table
-from nel_resources.store import write_parquet_atomic
+from nel_assets.engine.nemo import nemo_format as nf
+from nel_assets.engine.nemo.exports import write_exports
+from nel_assets.engine.results.bundle import build_bundle
+from nel_resources.storage.schema import rows_to_table
+from nel_resources.storage.store import write_parquet_atomic
 
 
 def _rows(n: int, repeats: int = 4) -> list[dict]:

@@ -24,7 +24,7 @@ Prints faulty/clean and faulty/floor for both durations, and checks that nel's
 `requests_sent` equals what the server received and that no sample failed.
 
 nel runs at its default settings (no `--timeout`: 120 s per attempt, hung attempts cut by
-the hang cut of nel_resources/hang_cut.py); `--timeout S` pins the old comparison. A hang
+the hang cut of nel_resources/wire/hang_cut.py); `--timeout S` pins the old comparison. A hang
 costs the floor estimate `--timeout` when given, else the hang cut's floor (2 s).
 
 The slow-model case (`--case slow`): every answer takes 5-15 s (`--slow-ms`, e.g.
@@ -56,8 +56,8 @@ sys.path.insert(0, str(REPO))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from nel_resources.hang_cut import HangCut  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
+from nel_resources.wire.hang_cut import HangCut  # noqa: E402
 
 ANSWER = "Step by step.\n#### 42"
 

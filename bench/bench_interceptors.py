@@ -16,7 +16,7 @@ proxy), so a round slowed by the machine's other load shows as the processes get
 less than their share.
 
 The client runs on the loop a shard runs on (`--client-loop`, default uvloop, as
-`nel eval run` since `nel_assets/engine/interrupts.py` picks it; `asyncio` for asyncio's own).
+`nel eval run` since `nel_assets/engine/evaluation/interrupts.py` picks it; `asyncio` for asyncio's own).
 
 `--native-reference` adds three more proxies in the same rounds, to show what any proxy
 costs on this machine: `haproxy` (HAProxy, `--native-threads` threads, default 1) and
@@ -62,12 +62,12 @@ from typing import Any
 
 import yaml
 
-from nel_assets.engine.interrupts import loop_factory
+from nel_assets.engine.evaluation.interrupts import loop_factory
 from nel_resources.config import ServiceConfig
-from nel_resources.processes import ManagedProcess, free_port
 from nel_resources.proxy.server import start_proxy
 from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess, free_port
 
 CHAIN = [
     {"name": "drop_params", "config": {"params": ["junk"]}},

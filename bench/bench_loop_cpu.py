@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import get_benchmark  # noqa: E402
-from nel_assets.engine.journal import Journal  # noqa: E402
-from nel_assets.engine.loop import ShardSpec, run_shard  # noqa: E402
+from nel_assets.engine.evaluation.journal import Journal  # noqa: E402
+from nel_assets.engine.evaluation.loop import ShardSpec, run_shard  # noqa: E402
 from nel_resources.model_client import ModelClient  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 

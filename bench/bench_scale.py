@@ -36,12 +36,12 @@ import numpy as np
 import pyarrow as pa
 from _demo_benchmark import demo_module  # bench/ is this script's sys.path[0]
 
-from nel_assets.engine import evaluate as ev
-from nel_assets.engine.bundle import build_bundle
+from nel_assets.engine.evaluation import evaluate as ev
+from nel_assets.engine.results.bundle import build_bundle
 from nel_resources.config import load_config
-from nel_resources.schema import RESULT_SCHEMA
 from nel_resources.specs import resolve
-from nel_resources.store import ResultStore
+from nel_resources.storage.schema import RESULT_SCHEMA
+from nel_resources.storage.store import ResultStore
 
 MODULE = demo_module("scale_demo")
 
@@ -200,7 +200,7 @@ def bench_bundle(tmp: Path, n_rows: int, rounds: int, export_rounds: int, shards
     full, _ = _median_time(lambda: ev.build_model_bundle(None, store, "b", "m"), export_rounds)
     import duckdb
 
-    from nel_resources.views import connect
+    from nel_resources.storage.views import connect
 
     con = connect(store.root, duckdb.connect())
     sql = ("SELECT category, count(*) AS n, avg(reward) AS acc, quantile_cont(model_ms, 0.95) AS p95 "

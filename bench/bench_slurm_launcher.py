@@ -94,11 +94,11 @@ def bench_planning(sizes: list[int]) -> None:
 
     from dagster_project import run_output, runner
     from dagster_project.cluster_launch import RunnerHooks
-    from nel_assets.engine import evaluate as ev
+    from nel_assets.engine.evaluation import evaluate as ev
     from nel_resources.config import load_config
     from nel_resources.launchers.slurm_submit import plan_partitions
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     hooks = RunnerHooks(runner.validate_before_run, runner.prepare_output, runner.run_eval, run_output.dagster_home_for)
     models = ["m0", "m1", "m2", "m3"]

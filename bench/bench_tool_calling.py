@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult  # noqa: E402
-from nel_assets.engine.loop import ShardSpec, run_shard  # noqa: E402
-from nel_assets.engine.sandboxing import SandboxPool, open_factory  # noqa: E402
+from nel_assets.engine.evaluation.loop import ShardSpec, run_shard  # noqa: E402
+from nel_assets.engine.evaluation.sandboxing import SandboxPool, open_factory  # noqa: E402
 from nel_assets.engine.solvers.sandbox_tools import SandboxTools  # noqa: E402
 from nel_assets.engine.solvers.tool_calling import ToolCallingSolver  # noqa: E402
 from nel_resources.config import SandboxConfig  # noqa: E402

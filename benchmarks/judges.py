@@ -1,6 +1,6 @@
 """LLM-as-judge grading kinds: grader prompts, reply parsers and how grades become rewards.
 
-No Dagster and no HTTP here: `nel_assets.engine.judging` sends the prompts a kind builds to
+No Dagster and no HTTP here: `nel_assets.engine.evaluation.judging` sends the prompts a kind builds to
 the judge service and hands the replies back to the kind. A benchmark names its kind in the
 class attribute `judge_kind` (and sets `requires_judge` when it cannot be scored without
 one); any other benchmark given a `type: judge` metric uses the generic `correctness` kind.

@@ -46,11 +46,11 @@ API_VERSION = "0.3.0"
 _TYPES = "benchmarks._types"
 _REG = "benchmarks._registry"
 _BYOB = "benchmarks.byob"
-_API = "nel_assets.engine.evaluation_api"
+_API = "nel_assets.engine.nemo.evaluation_api"
 _SOLVERS = "nel_assets.engine.solvers"
 _CLIENT = "nel_resources.model_client"
-_RUNS = "nel_assets.engine.runs"
-_PROGRESS = "nel_assets.engine.progress"
+_RUNS = "nel_assets.engine.results.runs"
+_PROGRESS = "nel_assets.engine.nemo.progress"
 
 _CORE = {"EvalEnvironment": _TYPES, "SeedResult": _TYPES, "VerifyResult": _TYPES}
 _REGISTRY = {"register": _REG, "get_environment": _REG, "list_environments": _REG}

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.errors import NelError
 from benchmarks.registries import Registry
 
 SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
     "gym": "benchmarks.remote:GymEnvironment",  # a NeMo Gym resource server over HTTP
     "harbor": "benchmarks.agentic.builtins:harbor_uri_factory",  # a local Harbor cache
-    # a harness image run by the engine's `container` solver (named, never imported, here)
-    "container": "nel_resources.harness_image:parse_name",
+    # a harness image run by the engine's `container` solver: (image, task) from the name
+    "container": "benchmarks.uri_schemes:parse_container",
 })
 
 
@@ -34,3 +35,17 @@ def is_uri(name: str, *schemes: str) -> bool:
     """True when `name` is a URI of a registered scheme (of one of `schemes`, if given)."""
     scheme = scheme_of(name)
     return scheme is not None and (not schemes or scheme in schemes)
+
+
+def parse_container(name: str) -> tuple[str, str]:
+    """`container://image[:tag]#task` -> (image, task).
+
+    Raises:
+        NelError: when the image or the task is missing.
+    """
+    rest = name.removeprefix("container://")
+    image, _, task = rest.partition("#")
+    if not image or not task:
+        raise NelError(f"benchmark {name!r}: write `container://<image>#<task>` (the image and "
+                       "the harness task it runs)")
+    return image, task

@@ -77,7 +77,7 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
     env = get_benchmark(bench.name, **bench.params)
     if sandbox.type != "docker":
         return
-    from nel_resources.harness_image import missing_image_reason
+    from nel_resources.images.harness_image import missing_image_reason
 
     images: dict[str, str] = {}
     for task in env.tasks:  # type: ignore[attr-defined]

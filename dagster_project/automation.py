@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 
 from nel_resources.specs import ResolvedConfig
-from nel_resources.store import ResultStore, asset_name
+from nel_resources.storage.store import ResultStore, asset_name
 
 DATA_VERSION_TAG = "dagster/data_version"
 
@@ -45,7 +45,7 @@ def shard_input_observations(resolved: ResolvedConfig, output_dir: str, *, model
         models: only these model partitions (default: all).
         metadata: extra observation metadata per model (e.g. a checkpoint's real path).
     """
-    from nel_assets.engine import evaluate as ev
+    from nel_assets.engine.evaluation import evaluate as ev
 
     store = ResultStore(output_dir)
     only = None if models is None else set(models)

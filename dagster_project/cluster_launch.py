@@ -50,9 +50,9 @@ class RunnerHooks:
         return Path(self._dagster_home(cfg))
 
     def plan(self, out: Path, bench: Any) -> list[Any]:
-        """nel_assets.engine.evaluate.plan against the store at `out` (one store per dir)."""
-        from nel_assets.engine import evaluate as ev
-        from nel_resources.store import ResultStore
+        """nel_assets.engine.evaluation.evaluate.plan against the store at `out` (one store per dir)."""
+        from nel_assets.engine.evaluation import evaluate as ev
+        from nel_resources.storage.store import ResultStore
 
         store = self._stores.get(out)
         if store is None:

@@ -47,8 +47,8 @@ WARM_MODULES = (
     "dagster_project.runner",
     "dagster_project.cli.main",
     "nel_assets.factory",
-    "nel_assets.engine.evaluate",
-    "nel_assets.engine.exports",
+    "nel_assets.engine.evaluation.evaluate",
+    "nel_assets.engine.nemo.exports",
     "pyarrow.parquet",
 )
 
@@ -183,7 +183,7 @@ class Daemon:
     def _settle(self) -> None:
         """After imports: hand freed memory back and freeze the heap, so a child's garbage
         collections never walk (and so never copy) the daemon's objects."""
-        from nel_resources import heap
+        from nel_resources.runtime import heap
 
         gc.collect()
         heap.give_back_freed()

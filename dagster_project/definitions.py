@@ -31,9 +31,9 @@ from dagster_project.sensors import (
 from nel_assets.factory import build_defs
 from nel_resources.config import NelConfig
 from nel_resources.launchers.registry import get_launcher
+from nel_resources.runtime.user_config import apply_user_config
 from nel_resources.services.launch import launched_resources
 from nel_resources.specs import resolve
-from nel_resources.user_config import apply_user_config
 
 
 def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:

@@ -12,7 +12,7 @@ from typing import Any
 
 from dagster_project import exit_codes
 from nel_resources.config import NelConfig
-from nel_resources.endpoint_url import redact_url
+from nel_resources.wire.endpoint_url import redact_url
 
 
 @dataclass
@@ -70,8 +70,8 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
         NelError: a config error (the same ones a run raises before doing anything).
     """
     from dagster_project.run_validation import is_config_error, validate_before_run
-    from nel_assets.engine import evaluate as ev
-    from nel_resources.store import ResultStore
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_resources.storage.store import ResultStore
 
     resolved = validate_before_run(cfg)
     out = Path(cfg.output.dir).expanduser().resolve()

@@ -1,6 +1,6 @@
 """The runner's head start: the first stale shard of a run, evaluated before Dagster is
 imported, its outcome handed to the Dagster run that records it through the run's
-`nel_head_start` resource (nel_assets.engine.head_start.HeadStartOutcomes)."""
+`nel_head_start` resource (nel_assets.engine.evaluation.head_start.HeadStartOutcomes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from nel_resources.specs import ResolvedConfig
 
 if TYPE_CHECKING:
-    from nel_assets.engine.head_start import HeadStartOutcomes
+    from nel_assets.engine.evaluation.head_start import HeadStartOutcomes
 
 
 class HeadStart:
@@ -42,7 +42,7 @@ class HeadStart:
         import uuid
 
         # Imported here: `nel eval run` imports this module before it knows it has a head start.
-        from nel_assets.engine.head_start import HeadStartOutcomes
+        from nel_assets.engine.evaluation.head_start import HeadStartOutcomes
 
         self.bench, self.task, self.run, self.store = bench, task, run, store
         self.run_id = str(uuid.uuid4())
@@ -74,7 +74,7 @@ class HeadStart:
     def evaluate(self, advance: Callable[[int], None] | None, config_json: str | None) -> None:
         """Evaluate the shard now and keep its outcome (or its error) for the Dagster run;
         then, when it is the model's only stale shard, build and keep the model's bundle."""
-        from nel_assets.engine import evaluate as ev
+        from nel_assets.engine.evaluation import evaluate as ev
         key = (self.bench.name, self.task.model, self.task.shard, self.run_id[:12])
         try:
             out = ev.evaluate_shard(self.run, self.store, self.task.shard, run_id=self.run_id[:12],
@@ -101,7 +101,7 @@ class HeadStart:
         self._bundle_run_id = run_id
         # What the shard and bundle freed goes back to the OS before Dagster's imports
         # allocate theirs: without it the peak held both (212 against 197 MB, 10,552 rows).
-        from nel_resources import heap
+        from nel_resources.runtime import heap
 
         heap.give_back_freed()
 

@@ -44,10 +44,10 @@ def import_nemo_run(source: str | Path, output: str | Path, *, model: str | None
     Raises:
         NelError: Bad input (one line), or a model partition that already has results there.
     """
-    from nel_assets.engine.bundle import bundle_row
-    from nel_assets.engine.evaluate import build_model_bundle
-    from nel_assets.engine.nemo_results import load_nemo_benches, store_nemo_benches
-    from nel_resources.store import ResultStore
+    from nel_assets.engine.evaluation.evaluate import build_model_bundle
+    from nel_assets.engine.nemo.nemo_results import load_nemo_benches, store_nemo_benches
+    from nel_assets.engine.results.bundle import bundle_row
+    from nel_resources.storage.store import ResultStore
 
     src = Path(source).expanduser().resolve()
     if not src.exists():
@@ -96,7 +96,7 @@ def _record_in_dagster(home: Path, store: Any, bundles: list[dict[str, Any]]) ->
     import dagster as dg
 
     from nel_assets.partitions import MODEL_PARTITIONS
-    from nel_resources.store import asset_name
+    from nel_resources.storage.store import asset_name
 
     for cat in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=cat)

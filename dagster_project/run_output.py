@@ -26,8 +26,8 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
     import yaml
 
-    from nel_resources.endpoint_url import redact_url
-    from nel_resources.redact import REDACTED, is_secret_header
+    from nel_resources.wire.endpoint_url import redact_url
+    from nel_resources.wire.redact import REDACTED, is_secret_header
 
     data = cfg.model_dump(mode="json", exclude_defaults=True)
     data.setdefault("output", {})["dir"] = str(out)

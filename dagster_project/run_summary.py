@@ -88,7 +88,7 @@ def failed_models(failures: list[BenchFailure]) -> set[str]:
 
 def write_checkpoint(summary: RunSummary, started: float) -> Path | None:
     """Write `<out>/checkpoint.json`; a write error becomes one more failure."""
-    from nel_resources.store import write_json_atomic
+    from nel_resources.storage.store import write_json_atomic
 
     completed = []
     for oc in summary.benchmarks:
@@ -120,7 +120,7 @@ def write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> No
     """`<out>/report.<ext>` per `output.report` format over every bundle in the output
     directory, as NeMo Evaluator writes them after a run; a write error is one more failure."""
     from nel_assets.engine.reports import EXTENSIONS, collect, render
-    from nel_resources.store import write_text_atomic
+    from nel_resources.storage.store import write_text_atomic
 
     if not formats:
         return
@@ -137,7 +137,7 @@ def write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> No
 
 def missing_comparisons(resolved: ResolvedConfig, store: Any) -> bool:
     from nel_assets.comparison_assets import comparison_dir
-    from nel_assets.engine.artifacts import json_problem
+    from nel_assets.engine.results.artifacts import json_problem
 
     baseline = resolved.comparison.baseline
     return any(json_problem(comparison_dir(store.root, m) / "regression.json") is not None
@@ -148,7 +148,7 @@ def stored_gates(resolved: ResolvedConfig, store: Any, failed: set[str]) -> dict
     """The gate decisions already on disk (an up-to-date rerun reports them too), except for
     candidates compared against a side that failed in this run."""
     from nel_assets.comparison_assets import comparison_dir
-    from nel_assets.engine.artifacts import read_json
+    from nel_assets.engine.results.artifacts import read_json
 
     out: dict[str, dict[str, Any]] = {}
     baseline = resolved.comparison.baseline or ""

@@ -79,8 +79,8 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.
-    from nel_assets.engine.judging import check_scoring
-    from nel_assets.engine.sandboxing import check_sandbox
+    from nel_assets.engine.evaluation.judging import check_scoring
+    from nel_assets.engine.evaluation.sandboxing import check_sandbox
 
     resolved = resolve(cfg)
     seen: set[str] = set()

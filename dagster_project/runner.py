@@ -99,9 +99,9 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
         NelError: the config or output location cannot work at all (nothing ran).
         OutputBusyError: another run is using the output directory (and not `wait`).
     """
-    from nel_assets.engine import evaluate as ev
+    from nel_assets.engine.evaluation import evaluate as ev
     from nel_resources.launchers.partition_run import launches, preflight
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     given = cfg if isinstance(cfg, ResolvedConfig) else None
     cfg = given.config if given is not None else cfg
@@ -260,7 +260,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     in the run log); a failure of the Dagster instance itself stops every further run."""
     # The first stale shard starts before Dagster is imported (see HeadStart); Dagster's
     # imports, instance and definitions come after it, or at once when there is no head start.
-    from nel_assets.engine.remote_shard import LAUNCHED_TAG, run_job
+    from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG, run_job
     from nel_resources.launchers.partition_run import launch_partitions, launches
 
     # cluster.type docker|ray runs every stale shard elsewhere: no head start there.
@@ -303,8 +303,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
 
     if head is None:
         dagster_ready()
-    from nel_assets.engine import evaluate as ev
-    from nel_resources.store import write_json_atomic
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_resources.storage.store import write_json_atomic
 
     bar = Progress(progress)
     n_runs = 0
@@ -471,7 +471,7 @@ def _compare(resolved: ResolvedConfig, defs: Any, instance: Any, store: Any, reb
     status follows the verdicts (exit_codes). A candidate whose side failed in this run is
     not compared: a verdict on an incomplete run would mislead."""
     from nel_assets.comparison_assets import comparison_dir
-    from nel_assets.engine.artifacts import json_problem
+    from nel_assets.engine.results.artifacts import json_problem
 
     baseline = resolved.comparison.baseline or ""
     candidates = sorted(set(resolved.models) - {baseline})

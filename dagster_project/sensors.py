@@ -25,7 +25,7 @@ import dagster as dg
 
 from nel_resources.config import CheckpointsConfig, NelConfig, ServiceConfig
 from nel_resources.specs import ResolvedConfig, resolve
-from nel_resources.store import slugify
+from nel_resources.storage.store import slugify
 
 GGUF_MAGIC = b"GGUF"
 

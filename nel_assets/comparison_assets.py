@@ -46,8 +46,8 @@ def gate_policy(comp: ComparisonSpec) -> Any:
     Raises:
         NelError: Unreadable/invalid policy, or a threshold written in points (> 1).
     """
-    from nel_assets.engine.gate import GatePolicy, PolicyDefaults
-    from nel_assets.engine.runs import check_drop_units, load_checked_policy
+    from nel_assets.engine.results.runs import check_drop_units, load_checked_policy
+    from nel_assets.engine.verdicts.gate import GatePolicy, PolicyDefaults
 
     if comp.policy:
         return load_checked_policy(comp.policy)
@@ -66,10 +66,10 @@ def compare_partition(resolved: ResolvedConfig, root: Path, candidate: str) -> d
     Returns:
         The regression document with a ``gate`` section.
     """
-    from nel_assets.engine.gate import decide
-    from nel_assets.engine.runs import compare_runs, run_from_store, write_regression
-    from nel_resources.arrow import pa
-    from nel_resources.store import ResultStore, write_parquet_atomic
+    from nel_assets.engine.results.runs import compare_runs, run_from_store, write_regression
+    from nel_assets.engine.verdicts.gate import decide
+    from nel_resources.storage.arrow import pa
+    from nel_resources.storage.store import ResultStore, write_parquet_atomic
 
     comp = resolved.comparison
     assert comp.baseline is not None
@@ -82,7 +82,7 @@ def compare_partition(resolved: ResolvedConfig, root: Path, candidate: str) -> d
     doc = compare_runs(base, cand, max_drop=comp.max_drop, alpha=policy.alpha)
     # Every configured benchmark is required: one missing on a side is NO-GO, never silently
     # dropped (decide() only requires the benchmarks its policy names).
-    from nel_assets.engine.gate import BenchmarkPolicy
+    from nel_assets.engine.verdicts.gate import BenchmarkPolicy
 
     extra = {b.name: BenchmarkPolicy() for b in resolved.benchmarks if b.name not in policy.benchmarks}
     if extra:

@@ -18,15 +18,15 @@ from typing import Any
 import dagster as dg
 import orjson
 
-from nel_assets.engine import evaluate as ev
-from nel_assets.engine.head_start import HeadStartOutcomes
-from nel_assets.engine.journal import JournalWriteError
-from nel_assets.engine.remote_shard import LAUNCHED_TAG, launched_outcome
+from nel_assets.engine.evaluation import evaluate as ev
+from nel_assets.engine.evaluation.head_start import HeadStartOutcomes
+from nel_assets.engine.evaluation.journal import JournalWriteError
+from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG, launched_outcome
 from nel_assets.partitions import MODEL_PARTITIONS, shard_partitions
-from nel_resources.arrow import pa
 from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
 from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
-from nel_resources.store import asset_name, write_parquet_atomic, write_text_atomic
+from nel_resources.storage.arrow import pa
+from nel_resources.storage.store import asset_name, write_parquet_atomic, write_text_atomic
 
 
 def bench_code_version(bench: BenchmarkSpec) -> str:
@@ -152,7 +152,7 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
     def bundle(context: dg.AssetExecutionContext, nel_store: ResultStoreResource,
                nel_head_start: dg.ResourceParam[HeadStartOutcomes]) -> dg.MaterializeResult:
         store = nel_store.store()
-        # Built by the CLI's head start before Dagster was imported (nel_assets.engine.head_start)?
+        # Built by the CLI's head start before Dagster was imported (nel_assets.engine.evaluation.head_start)?
         kept = nel_head_start.take_bundle(bench.name, context.partition_key, context.run_id)
         b_, paths = kept if kept is not None else ev.build_model_bundle(
             bench.run_for(context.partition_key), store, bench.name, context.partition_key,
@@ -172,7 +172,7 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
               partitions_def=MODEL_PARTITIONS, deps=[bundle_key],
               description=f"Markdown report of {bench.name} per model.", kinds={"markdown"})
     def report(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
-        from nel_assets.engine.report import render_markdown
+        from nel_assets.engine.reports.report import render_markdown
 
         store = nel_store.store()
         b_ = store.read_bundle(bench.name, context.partition_key)

@@ -19,7 +19,7 @@ from nel_resources.config import SandboxConfig, ServiceConfig
 from nel_resources.model_client import ModelClient
 from nel_resources.proxy.service_client import client_for_service
 from nel_resources.sandboxes.base import SandboxFactory
-from nel_resources.store import ResultStore
+from nel_resources.storage.store import ResultStore
 
 # Literal API keys given in a config file, by service name: kept out of Dagster config so
 # they never reach the event log or the UI.

@@ -8,7 +8,7 @@ Below `dagster_project` nothing looks a service up by name again: the factory, t
 and the engine take specs.
 
 Specs are plain frozen data. Building the benchmark environment from an
-`EnvironmentFactory` is the engine's job (`nel_assets.engine.evaluate.make_env`): this
+`EnvironmentFactory` is the engine's job (`nel_assets.engine.evaluation.evaluate.make_env`): this
 layer imports no benchmark code and no Dagster.
 """
 
@@ -33,7 +33,7 @@ from nel_resources.config import (
     ServiceConfig,
     SolverConfig,
 )
-from nel_resources.store import asset_name, slugify
+from nel_resources.storage.store import asset_name, slugify
 
 #: The solver a benchmark uses unless it names another (`solver.type`).
 DEFAULT_SOLVER = "simple"

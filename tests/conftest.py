@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from nel_resources.processes import ManagedProcess
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support import (
     llama_model_path,
     require_bwrap,

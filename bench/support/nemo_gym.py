@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nel_resources.processes import ManagedProcess, free_port
+from nel_resources.runtime.processes import ManagedProcess, free_port
 
 #: Ceiling on the wait for `ng_run`'s head server and each of its servers (Ray alone takes
 #: 50-100 s on a busy machine).

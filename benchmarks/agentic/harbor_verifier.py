@@ -13,7 +13,7 @@ environment's `verify`):
 
 Where the files go: nel's sandboxes run as an unprivileged user on a read-only root, so
 `/tests` and `/logs` are per-sample scratch directories mounted into the sandbox (the seed
-asks for them with `sandbox_spec["scratch_dirs"]`; `nel_assets.engine.sandboxing` makes and
+asks for them with `sandbox_spec["scratch_dirs"]`; `nel_assets.engine.evaluation.sandboxing` makes and
 mounts them). The agent can see and write them during its loop, so before the verifier runs
 every process the agent left behind is killed, both directories are emptied and the tests
 are written afresh: an agent that edited the tests, or wrote a reward file itself, gains

@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load_pair(args: argparse.Namespace) -> tuple[Any, Any]:
-    from nel_assets.engine.runs import load_run
+    from nel_assets.engine.results.runs import load_run
 
     base = load_run(args.baseline, model=args.baseline_model, flag="--baseline-model")
     cand = load_run(args.candidate, model=args.candidate_model, flag="--candidate-model")
@@ -147,8 +147,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         format_flips,
     )
     from nel_assets.engine.reports.verdict_markdown import comparison_markdown
-    from nel_assets.engine.runs import check_drop_units, compare_runs, write_regression
-    from nel_resources.store import write_text_atomic
+    from nel_assets.engine.results.runs import check_drop_units, compare_runs, write_regression
+    from nel_resources.storage.store import write_text_atomic
 
     check_drop_units(args.max_drop, "--max-drop")
     base, cand = _load_pair(args)
@@ -186,19 +186,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def gate_policy_or_error(path: str) -> Any:
     """Load a policy file; a NelError (one line, exit 2) for anything wrong with it."""
-    from nel_assets.engine.runs import load_checked_policy
+    from nel_assets.engine.results.runs import load_checked_policy
 
     return load_checked_policy(path)
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
     from benchmarks.errors import NelError
-    from nel_assets.engine.gate import decide
-    from nel_assets.engine.nemo_gate_rules import gate_verdict, policy_errors
     from nel_assets.engine.reports.gate_text import gate_text
     from nel_assets.engine.reports.verdict_markdown import gate_markdown
-    from nel_assets.engine.runs import compare_runs, write_regression
-    from nel_resources.store import write_json_atomic, write_text_atomic
+    from nel_assets.engine.results.runs import compare_runs, write_regression
+    from nel_assets.engine.verdicts.gate import decide
+    from nel_assets.engine.verdicts.nemo_gate_rules import gate_verdict, policy_errors
+    from nel_resources.storage.store import write_json_atomic, write_text_atomic
 
     policy = gate_policy_or_error(args.policy)
     errors = policy_errors(policy)

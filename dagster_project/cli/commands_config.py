@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-# Spelled out rather than imported from nel_resources.user_config: `nel --help` imports
+# Spelled out rather than imported from nel_resources.runtime.user_config: `nel --help` imports
 # nothing but argparse (a test keeps the two lists equal).
 KEY_NAMES = "data_dir, model_path, model_url, api_key_env, output_dir, dagster_postgres_url, daemon"
 
@@ -45,13 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _path() -> str:
-    from nel_resources.user_config import user_config_path
+    from nel_resources.runtime.user_config import user_config_path
 
     return str(user_config_path())
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from nel_resources.user_config import KEYS, set_value
+    from nel_resources.runtime.user_config import KEYS, set_value
 
     stored = set_value(args.key, args.value)
     print(f"{args.key} = {stored}  ({_path()})")
@@ -62,7 +62,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    from nel_resources.user_config import get_value
+    from nel_resources.runtime.user_config import get_value
 
     value = get_value(args.key)
     if value is None:
@@ -74,7 +74,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_unset(args: argparse.Namespace) -> int:
-    from nel_resources.user_config import unset_value
+    from nel_resources.runtime.user_config import unset_value
 
     if not unset_value(args.key):
         print(f"Error: Key not found: {args.key}", file=sys.stderr)
@@ -84,7 +84,7 @@ def _cmd_unset(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from nel_resources.user_config import KEYS, load_user_config
+    from nel_resources.runtime.user_config import KEYS, load_user_config
 
     values = load_user_config()
     print(f"# {_path()}")

@@ -156,7 +156,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         if not args.model_url:
             raise ConfigError("no model endpoint: give --model-url http://HOST:PORT/v1 "
                               "(and --model-id), or a config file with `services`")
-        from nel_resources.store import slugify
+        from nel_resources.storage.store import slugify
 
         name = slugify(args.model_id) if args.model_id else "default"
         svc: dict[str, Any] = {"type": "api", "url": args.model_url, "model": args.model_id}
@@ -308,7 +308,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     launcher = get_launcher(cfg.cluster.type)
     if launcher.runs == "submits" and not args.dry_run:
         return _run_submitted(args, cfg, launcher)
-    from nel_assets.engine.sharding import shard_from_env
+    from nel_assets.engine.evaluation.sharding import shard_from_env
 
     shard_only = shard_from_env(default_total=cfg.cluster.shards)
     if shard_only is not None:

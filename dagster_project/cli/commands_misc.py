@@ -42,7 +42,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from benchmarks.errors import NelError
-    from nel_resources.views import VIEWS, available_views, connect
+    from nel_resources.storage.views import VIEWS, available_views, connect
 
     root = Path(args.output_dir).expanduser()
     if not root.is_dir():

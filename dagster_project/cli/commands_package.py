@@ -94,7 +94,7 @@ def _cmd_package(args: argparse.Namespace) -> int:
     import tempfile
 
     from benchmarks.errors import NelError
-    from nel_resources import container_image as ci
+    from nel_resources.images import container_image as ci
 
     if not Path(args.module).exists():
         raise CommandFailed(f"Module path not found: {args.module}")

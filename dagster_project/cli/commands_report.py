@@ -142,9 +142,14 @@ def _collect_paths(paths: list[str], *, models: list[str] | None, benches: list[
                    with_samples: bool, max_rows: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Bundles (and per-sample details where a store holds them) of directories and files."""
     from benchmarks.errors import NelError
-    from nel_assets.engine.nemo_results import benchmark_name, detect, load_nemo_benches, nel_bundle
+    from nel_assets.engine.nemo.nemo_results import (
+        benchmark_name,
+        detect,
+        load_nemo_benches,
+        nel_bundle,
+    )
     from nel_assets.engine.reports import collect, sample_details
-    from nel_resources.store import ResultStore, asset_name
+    from nel_resources.storage.store import ResultStore, asset_name
 
     bundles: list[dict[str, Any]] = []
     details: dict[str, Any] = {}
@@ -180,7 +185,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from benchmarks.errors import NelError
     from nel_assets.engine.reports import EXTENSIONS, render
     from nel_assets.engine.reports.html import MAX_ROWS
-    from nel_resources.store import asset_name, slugify
+    from nel_resources.storage.store import asset_name, slugify
 
     if getattr(args, "with_results", False):
         print("note: --with-results only changes what -r fetches from a remote run; a local "
@@ -235,7 +240,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     import json
 
     from dagster_project.cli.merge_layout import merge_sources, nemo_sources_into_store
-    from nel_assets.engine.merge import merge_outputs
+    from nel_assets.engine.results.merge import merge_outputs
 
     dirs = args.dirs or ([d] if (d := _dir_of_run_id(args)) is not None else [])
     sources, output = merge_sources(dirs, args.output)
@@ -246,7 +251,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         print(json.dumps(rep.to_dict(), indent=2, default=str))
     else:
         for label, shards in rep.shards.items():
-            from nel_assets.engine.merge import ranges
+            from nel_assets.engine.results.merge import ranges
 
             print(f"{label}: shards {ranges(shards)} of {rep.expected.get(label)}")
         for p in rep.problems:

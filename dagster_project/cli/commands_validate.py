@@ -137,7 +137,7 @@ async def _sandboxes(args: argparse.Namespace, env: Any) -> AsyncIterator[Any]:
                            "add `--sandbox local` (or `--sandbox docker --sandbox-image IMAGE`)")
         yield None
         return
-    from nel_assets.engine.sandboxing import open_factory
+    from nel_assets.engine.evaluation.sandboxing import open_factory
     from nel_resources.sandboxes import SandboxError, SandboxSpec, running
 
     try:
@@ -156,7 +156,7 @@ def _cmd_model(args: argparse.Namespace, env: Any) -> int:
     import json
     import logging
 
-    from nel_assets.engine.probe import probe
+    from nel_assets.engine.evaluation.probe import probe
     from nel_resources.model_client import ModelClient
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

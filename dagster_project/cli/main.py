@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command != "config":  # `nel config` must still work to repair a broken file
-            from nel_resources.user_config import apply_user_config
+            from nel_resources.runtime.user_config import apply_user_config
 
             apply_user_config()  # stored defaults for unset NEL_* variables (`nel config`)
         if func is commands_eval.run_command and not args.background:

@@ -57,13 +57,13 @@ def nemo_sources_into_store(sources: list[str], output: str | None) -> list[str]
     Every NeMo Evaluator source is read and checked before anything is written: a half-written
     or torn shard, or a bundle of an unknown version, is one error line and writes nothing.
     """
-    from nel_assets.engine.nemo_results import (
+    from nel_assets.engine.nemo.nemo_results import (
         load_nemo_benches,
         nemo_bench_dirs,
         store_nemo_benches,
         with_shard,
     )
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     out = str(Path(output or sources[0]).expanduser())
     theirs: list[str] = []

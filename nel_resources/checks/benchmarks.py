@@ -87,11 +87,12 @@ def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) ->
     if not is_uri(b.name, "container"):
         raise Refusal((*at, "name"), "`solver.type: container` without a harness image",
                       "name the benchmark `container://<image>#<task>`")
-    from nel_resources.harness_image import missing_image_reason, parse_name
+    from benchmarks.uri_schemes import parse_container
+    from nel_resources.images.harness_image import missing_image_reason
     from nel_resources.specs import n_shards
 
     try:
-        image, _ = parse_name(b.name)
+        image, _ = parse_container(b.name)
     except Exception as exc:
         raise Refusal((*at, "name"), str(exc), "fix the name") from None
     for key, fix in (("max_problems", "set `params.limit_samples` for the harness"),
@@ -127,7 +128,7 @@ def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
 
 def _check_harbor(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     """A Harbor agent runs in Harbor's own venv (Python >= 3.12), in the sample's sandbox."""
-    from nel_resources.harbor_install import harbor_python
+    from nel_resources.runtime.harbor_install import harbor_python
 
     if harbor_python(b.solver.harbor_bin) is None:
         raise Unavailable((*at, "solver", "harbor_bin"), f"the 'harbor' solver cannot run "

@@ -11,7 +11,7 @@ from nel_resources.config._base import _Strict, key_error
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig
 from nel_resources.config.deployment import ClusterConfig, OutputConfig
 from nel_resources.config.services import ServiceConfig
-from nel_resources.endpoint_url import redact_url
+from nel_resources.wire.endpoint_url import redact_url
 
 # NeMo Evaluator also reserves `default`; nel's flag-only runs name their service that.
 _RESERVED_SERVICE_NAMES = ("none", "")

@@ -18,7 +18,7 @@ from nel_resources.config._base import (
     field_defaults,
     key_error,
 )
-from nel_resources.endpoint_url import redact_url, url_problem
+from nel_resources.wire.endpoint_url import redact_url, url_problem
 
 _GEN_KEYS = ("temperature", "top_p", "max_tokens", "seed", "stop", "frequency_penalty",
              "presence_penalty", "n_logprobs")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
-from nel_resources.store import write_json_atomic
+from nel_resources.storage.store import write_json_atomic
 
 SCORER = "nel"  # the score's name in the log: nel's reward, as the benchmark's scorer gave it
 

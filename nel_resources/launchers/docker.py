@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchmarks.errors import NelError
 from nel_resources.config.deployment import ClusterConfig
-from nel_resources.container_image import docker_bin
+from nel_resources.images.container_image import docker_bin
 from nel_resources.launchers.base import (
     COMMON_KEYS,
     CONTAINER_KEYS,
@@ -45,7 +45,7 @@ LOCAL_TAG = "nel:local"
 #: The keys of `cluster.docker` nel reads; any other is refused (DockerCluster.refusal).
 DOCKER_KEYS = {"network": "the container network (default host)",
                "gpus": "docker run --gpus", "max_parallel": "containers at once"}
-_WORKER = ["python", "-m", "nel_assets.engine.remote_shard"]
+_WORKER = ["python", "-m", "nel_assets.engine.evaluation.remote_shard"]
 _OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "  # remote_shard.OUTCOME_PREFIX (no upward import)
 
 

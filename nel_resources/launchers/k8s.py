@@ -4,7 +4,7 @@ pods run. Rendering only: no Kubernetes client, no Dagster.
 
 Each pod runs `nel eval run` for one shard (the shard comes from the Indexed Job's
 `JOB_COMPLETION_INDEX`, mapped onto the stale shard numbers, into `NEL_SHARD_IDX` and
-`NEL_TOTAL_SHARDS`, which `nel_assets.engine.sharding.shard_from_env` reads) and writes into
+`NEL_TOTAL_SHARDS`, which `nel_assets.engine.evaluation.sharding.shard_from_env` reads) and writes into
 the shared results volume; the merge Job then runs `nel eval run` once more without a shard,
 which finds every shard fresh and materializes the bundles, reports and comparisons. With
 `NEL_DAGSTER_POSTGRES_URL` in the `nel-dagster` Secret every pod records into one shared

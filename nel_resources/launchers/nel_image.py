@@ -21,7 +21,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from nel_resources.container_image import (
+from nel_resources.images.container_image import (
     NEL_PACKAGES,
     _docker,
     base_python,

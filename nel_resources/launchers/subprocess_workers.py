@@ -1,7 +1,7 @@
 """`cluster.type: subprocess`: each stale partition runs as its own `nel` worker process on
 this host, `workers` at a time.
 
-The worker is the one a docker container runs (`python -m nel_assets.engine.remote_shard`
+The worker is the one a docker container runs (`python -m nel_assets.engine.evaluation.remote_shard`
 with its shard in NEL_SHARD_IDX / NEL_TOTAL_SHARDS), started by this interpreter with this
 process's environment and working directory, in its own session: it commits its shard to
 the shared Parquet store and prints its outcome; the runner then records each partition in
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 #: The keys of `cluster.subprocess` and what they set.
 SUBPROCESS_KEYS = {"workers": "worker processes at once"}
-_WORKER_MODULE = "nel_assets.engine.remote_shard"
+_WORKER_MODULE = "nel_assets.engine.evaluation.remote_shard"
 _OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "  # remote_shard.OUTCOME_PREFIX (no upward import)
 
 

@@ -11,22 +11,22 @@ from urllib.parse import urlsplit
 import orjson
 
 from benchmarks.errors import NelError
-from nel_resources.adaptive_limit import AdaptiveLimit
-from nel_resources.deadlines import Deadlines
-from nel_resources.endpoint_url import split_url, url_secrets
-from nel_resources.hang_cut import HangCut
-from nel_resources.http_raw import RawHTTPPool
 from nel_resources.model_client.chain_binding import ChainBinding, ClientChain, CompiledStages
 from nel_resources.model_client.errors import AuthError, ChainStopError, ModelError
 from nel_resources.model_client.response import ModelResponse
 from nel_resources.model_client.transport import RAW_TRANSPORT_ERRORS, RetryingTransport
-from nel_resources.openai_fields import (
+from nel_resources.wire.adaptive_limit import AdaptiveLimit
+from nel_resources.wire.deadlines import Deadlines
+from nel_resources.wire.endpoint_url import split_url, url_secrets
+from nel_resources.wire.hang_cut import HangCut
+from nel_resources.wire.http_raw import RawHTTPPool
+from nel_resources.wire.openai_fields import (
     normalize_base_url,
     responses_finish,
     sampling_params,
     total_tokens,
 )
-from nel_resources.redact import Redactor, client_secrets, is_secret_header
+from nel_resources.wire.redact import Redactor, client_secrets, is_secret_header
 
 if TYPE_CHECKING:
     import aiohttp

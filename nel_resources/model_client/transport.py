@@ -11,9 +11,6 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from nel_resources.adaptive_limit import AdaptiveLimit
-from nel_resources.deadlines import Deadlines
-from nel_resources.http_raw import RawHTTPPool, StaleConnectionError
 from nel_resources.model_client.errors import (
     AttemptCut,
     AuthError,
@@ -21,8 +18,11 @@ from nel_resources.model_client.errors import (
     EndpointUnreachableError,
     ModelError,
 )
-from nel_resources.openai_fields import retry_after_seconds
-from nel_resources.redact import Redactor
+from nel_resources.wire.adaptive_limit import AdaptiveLimit
+from nel_resources.wire.deadlines import Deadlines
+from nel_resources.wire.http_raw import RawHTTPPool, StaleConnectionError
+from nel_resources.wire.openai_fields import retry_after_seconds
+from nel_resources.wire.redact import Redactor
 
 if TYPE_CHECKING:
     import aiohttp

@@ -33,7 +33,7 @@ from nel_resources.proxy.cache_store import CacheStore
 from nel_resources.proxy.env import LOG, ChainEnv
 from nel_resources.proxy.fields import FieldSpec
 from nel_resources.proxy.types import ProxyRequest, ProxyResponse
-from nel_resources.redact import is_secret_header
+from nel_resources.wire.redact import is_secret_header
 
 FIELDS = {
     "cache_dir": FieldSpec("str", None, nullable=True),

@@ -115,7 +115,7 @@ class ClientEndpoint:
         """Which upstream answers this endpoint's requests (what `caching` keys by besides
         the request): the base URL (scheme, host, port, path) and the headers sent with
         every request, secrets left out (a new API key does not empty the cache)."""
-        from nel_resources.redact import is_secret_header
+        from nel_resources.wire.redact import is_secret_header
 
         headers = {**self.client.base_headers, **self.extra_headers}
         return {"url": self.client.base_url,

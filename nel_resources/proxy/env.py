@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nel_resources.redact import Redactor
+from nel_resources.wire.redact import Redactor
 
 LOG = logging.getLogger("nel.proxy")
 

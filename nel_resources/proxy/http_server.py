@@ -1,4 +1,4 @@
-"""The proxy's HTTP transport: the shared HTTP/1.1 protocol (`nel_resources.http1`) with an
+"""The proxy's HTTP transport: the shared HTTP/1.1 protocol (`nel_resources.wire.http1`) with an
 async handler behind it.
 
 The proxy's whole point is to add little to each request, and aiohttp's server cost about
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from nel_resources import http1
-from nel_resources.http1 import Http1Connection, Reply, Request
+from nel_resources.wire import http1
+from nel_resources.wire.http1 import Http1Connection, Reply, Request
 
 LOG = logging.getLogger("nel.proxy")
 

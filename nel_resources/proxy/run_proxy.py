@@ -83,7 +83,7 @@ def proxy_for_service(cfg: NelConfig, service_name: str, *, url: str | None = No
             directory that is removed with the proxy: read it inside the block).
         log_path: the proxy's log (default: in that temp directory).
         timeout: ceiling, in seconds, on the wait for it to listen (a stalled start fails
-            earlier: nel_resources.processes.wait_for_port_file).
+            earlier: nel_resources.runtime.processes.wait_for_port_file).
 
     Raises:
         NelError: no such service, or it has no URL.

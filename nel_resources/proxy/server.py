@@ -57,7 +57,7 @@ from nel_resources.proxy.service_client import client_for_service
 from nel_resources.proxy.types import InterceptorError, ProxyRequest, ProxyResponse, RequestContext
 
 if TYPE_CHECKING:
-    from nel_resources.processes import ManagedProcess
+    from nel_resources.runtime.processes import ManagedProcess
 
 # The environment variable a child proxy reads its service from (`start_proxy`).
 _SERVICE_ENV = "NEL_PROXY_SERVICE_JSON"
@@ -391,7 +391,7 @@ def start_proxy(config_path: str | os.PathLike[str] | None, service: str | None 
     """
     import tempfile
 
-    from nel_resources.processes import ManagedProcess, wait_for_port_file
+    from nel_resources.runtime.processes import ManagedProcess, wait_for_port_file
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-proxy-"))
     port_file = workdir / "port"

@@ -7,9 +7,9 @@ from typing import Any
 
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
-from nel_resources.endpoint_url import url_secrets
 from nel_resources.model_client import ModelClient
-from nel_resources.redact import Redactor, client_secrets
+from nel_resources.wire.endpoint_url import url_secrets
+from nel_resources.wire.redact import Redactor, client_secrets
 
 __all__ = ["client_for_service", "service_interceptors"]
 

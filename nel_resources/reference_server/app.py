@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
-from nel_resources.http1 import Reply, header
 from nel_resources.reference_server.answers import AnswerBook, ToolScript
 from nel_resources.reference_server.completions import Completions
 from nel_resources.reference_server.config import ServerConfig
 from nel_resources.reference_server.replies import BadRequest, Later, error_response
+from nel_resources.wire.http1 import Reply, header
 
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _COMPLETION_PATHS = frozenset({"/v1/completions", "/completions"})

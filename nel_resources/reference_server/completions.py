@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from nel_resources.http1 import Reply
 from nel_resources.reference_server.answers import (
     Answer,
     AnswerBook,
@@ -33,6 +32,7 @@ from nel_resources.reference_server.replies import (
     truncate_tokens,
     usage_of,
 )
+from nel_resources.wire.http1 import Reply
 
 _TOOL_ITEMS = ("function_call", "function_call_output")
 

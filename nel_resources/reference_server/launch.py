@@ -15,7 +15,7 @@ import orjson
 from nel_resources.reference_server.config import ServerConfig
 
 if TYPE_CHECKING:
-    from nel_resources.processes import ManagedProcess
+    from nel_resources.runtime.processes import ManagedProcess
 
 
 def cli_args(opts: Mapping[str, Any]) -> list[str]:
@@ -53,7 +53,7 @@ def start_reference_server(
     Returns:
         The running :class:`ManagedProcess` (stop it!) and the base URL ending in ``/v1``.
     """
-    from nel_resources.processes import ManagedProcess, wait_for_port_file
+    from nel_resources.runtime.processes import ManagedProcess, wait_for_port_file
 
     workdir = Path(tempfile.mkdtemp(prefix="nel-refserver-"))
     for key in ("answers", "tool_script"):

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from nel_resources.http1 import JSON_HEADERS, SSE_HEADERS, Reply
+from nel_resources.wire.http1 import JSON_HEADERS, SSE_HEADERS, Reply
 
 TOKEN_RE = re.compile(r"\S+")
 

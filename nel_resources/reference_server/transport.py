@@ -1,5 +1,5 @@
 """The reference server's transport: keep-alive HTTP/1.1 on an `asyncio.Protocol`
-(`nel_resources.http1`), deferred answers (delays, barrier, trickle) and connection faults
+(`nel_resources.wire.http1`), deferred answers (delays, barrier, trickle) and connection faults
 (drop, reset, hang, cut bodies), and `serve`, which listens until told to stop."""
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import socket
 import struct
 from pathlib import Path
 
-from nel_resources.http1 import (
+from nel_resources.reference_server.app import ReferenceApp
+from nel_resources.reference_server.config import ServerConfig
+from nel_resources.reference_server.replies import Later, error_response
+from nel_resources.wire.http1 import (
     LAST_CHUNK,
     Http1Connection,
     Reply,
@@ -21,13 +24,10 @@ from nel_resources.http1 import (
     chunked_head,
     render,
 )
-from nel_resources.reference_server.app import ReferenceApp
-from nel_resources.reference_server.config import ServerConfig
-from nel_resources.reference_server.replies import Later, error_response
 
 
 class _HttpProtocol(Http1Connection):
-    """One keep-alive HTTP/1.1 connection (`nel_resources.http1`): most answers are written
+    """One keep-alive HTTP/1.1 connection (`nel_resources.wire.http1`): most answers are written
     at once; a deferred one (delay, barrier, fault) holds later pipelined requests back."""
 
     __slots__ = ("_app", "_pending")

@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from nel_resources.processes import _restore_default_signals
+from nel_resources.runtime.processes import _restore_default_signals
 from nel_resources.sandboxes.base import ExecResult, StopReason
 
 _CHUNK = 1 << 16

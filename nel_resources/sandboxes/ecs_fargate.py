@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from nel_resources.config.benchmarks import SandboxConfig
-from nel_resources.processes import _restore_default_signals
+from nel_resources.runtime.processes import _restore_default_signals
 from nel_resources.sandboxes import exec_server
 from nel_resources.sandboxes.base import (
     ExecResult,

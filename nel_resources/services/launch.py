@@ -24,7 +24,12 @@ import dagster as dg
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.config.services import LAUNCHED_TYPES
-from nel_resources.processes import HealthCheckError, ManagedProcess, ProcessExitedError, free_port
+from nel_resources.runtime.processes import (
+    HealthCheckError,
+    ManagedProcess,
+    ProcessExitedError,
+    free_port,
+)
 from nel_resources.specs import ResolvedConfig
 
 

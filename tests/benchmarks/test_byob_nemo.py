@@ -22,7 +22,7 @@ import pytest
 from benchmarks import get_benchmark
 from benchmarks.errors import NelError
 from benchmarks.plugins import load_benchmark_file
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 from tests.support.cli import run_nel, summary_json
 from tests.support.peers import peer_nemo_bin, run_peer_nemo
 from tests.support.realcomponents import REPO_ROOT

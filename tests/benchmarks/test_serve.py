@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult, register
 from benchmarks.errors import NelError
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 from tests.support.reference import http_json
 from tests.support.waiting import PROCESS_START_S
 

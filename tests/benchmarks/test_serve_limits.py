@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0

@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks import get_benchmark
 from benchmarks.remote import GymEnvironment
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 from tests.benchmarks.test_serve import start_server, stop_server, wait_healthy
 from tests.support.peers import peer_nemo_bin
 from tests.support.reference import http_json

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nel_resources.processes import (
+from nel_resources.runtime.processes import (
     ManagedProcess,
     pid_alive,
     process_group_members,

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from benchmarks.datasets import load_file
-from nel_resources.processes import ManagedProcess
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support.cli import run_nel, summary_json
 from tests.support.gsm8k import answers_for
 from tests.support.realcomponents import REPO_ROOT

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dagster_project.run_output import save_effective_config
 from nel_resources.config import load_config
-from nel_resources.redact import REDACTED
+from nel_resources.wire.redact import REDACTED
 from tests.support.cli import nel_env
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import server_stats

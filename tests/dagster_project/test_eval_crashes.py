@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from nel_assets.engine.evaluate import artifact_problems, plan
+from nel_assets.engine.evaluation.evaluate import artifact_problems, plan
 from nel_resources.config import load_config
 from nel_resources.specs import resolve
-from nel_resources.store import ResultStore
+from nel_resources.storage.store import ResultStore
 from tests.support.cli import run_nel, start_nel, summary_json
 from tests.support.cli_output import error_lines
 from tests.support.tmpfs import fill, small_tmpfs

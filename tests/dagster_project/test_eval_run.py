@@ -209,11 +209,11 @@ def test_effective_config_is_saved_for_the_ui(tmp_path: Path, reference_server, 
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """`nel-config.yaml` next to the results rebuilds the same graph, and every shard the
     CLI ran reads as fresh through it (what `dagster dev` on that config shows)."""
-    from nel_assets.engine.evaluate import plan
+    from nel_assets.engine.evaluation.evaluate import plan
     from nel_assets.factory import build_defs
     from nel_resources.config import load_config
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     url = reference_server()
     out = tmp_path / "out"

@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from benchmarks.errors import NelError
-from nel_resources.processes import free_port
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import free_port
 from tests.nel_assets.engine.solvers.scripts import call
 from tests.support import server_stats
 from tests.support.cli import run_nel
@@ -258,7 +258,7 @@ def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, run: Run) ->
     from nel_assets.factory import build_defs, build_resources
     from nel_resources.config import load_config
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     out = tmp_path / "out"
     only_tools = yaml.safe_load(run.config.read_text())
@@ -284,7 +284,7 @@ def test_the_dagster_graph_runs_tool_calling_on_gym(tmp_path: Path, run: Run) ->
 def test_run_evaluation_with_a_tool_calling_solver(shared_gym: SharedGym, tool_model: str,
                                                    bench_file: Path) -> None:
     from benchmarks import get_benchmark
-    from nel_assets.engine.evaluation_api import run_evaluation
+    from nel_assets.engine.nemo.evaluation_api import run_evaluation
     from nel_assets.engine.solvers.gym_tools import GymResourceTools
     from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
     from nel_resources.model_client import ModelClient
@@ -310,7 +310,7 @@ def test_run_evaluation_with_a_tool_calling_solver(shared_gym: SharedGym, tool_m
 def test_a_tool_declared_twice_stops_the_shard_before_any_request(
         shared_gym: SharedGym, tool_model: str, bench_file: Path) -> None:
     from benchmarks import get_benchmark
-    from nel_assets.engine.evaluation_api import run_evaluation
+    from nel_assets.engine.nemo.evaluation_api import run_evaluation
     from nel_assets.engine.solvers.gym_tools import GymResourceTools
     from nel_assets.engine.solvers.tool_calling import ToolCallingSolver
     from nel_resources.model_client import ModelClient

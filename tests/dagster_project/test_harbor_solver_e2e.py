@@ -213,7 +213,7 @@ def test_terminus_2_against_the_real_llama_cpp_server(tmp_path: Path, docker_hos
         proc.stop()
     (res,) = s["results"]
     assert res["n_items"] == 1 and res["failed"] == 0, res
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     (row,) = ResultStore(tmp_path / "out").read_shards("terminal-bench-v1", "tiny").to_pylist()
     assert row["error"] is None and row["reward"] == 0.0, row
@@ -227,7 +227,7 @@ def test_terminus_2_against_the_real_llama_cpp_server(tmp_path: Path, docker_hos
 
 
 def _store_rows(out: Path) -> list[dict[str, Any]]:
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     return ResultStore(out).read_shards("terminal-bench-v1", "ref").to_pylist()
 

@@ -139,7 +139,7 @@ def test_harbor_tasks_are_verified_in_the_agents_docker_sandbox(tmp_path: Path, 
 
 
 def _store_rows(out: Path) -> list[dict[str, Any]]:
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     return ResultStore(out).read_shards("terminal-bench-v1", "ref").to_pylist()
 

@@ -147,7 +147,7 @@ def test_dagster_graph_with_a_docker_sandbox(tmp_path: Path, model_url: str, doc
     from nel_resources.config import load_config
     from nel_resources.resources import SandboxResource
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     out = tmp_path / "out"
     sandbox = {"type": "docker", "image": BASE_IMAGE, "concurrency": 2,
@@ -219,10 +219,10 @@ def test_a_sandbox_that_cannot_start_fails_before_any_request(
     """The shard itself, in this process (the CLI's handling of a failed pair is tested
     elsewhere): it fails in one line before its first model request."""
     from benchmarks.errors import NelError
-    from nel_assets.engine.evaluate import evaluate_shard
+    from nel_assets.engine.evaluation.evaluate import evaluate_shard
     from nel_resources.config import load_config
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     out = tmp_path / "out"
     sandbox = {"type": "docker", "image": "nel-test-no-such-image:1"}

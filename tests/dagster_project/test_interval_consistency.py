@@ -21,8 +21,8 @@ import yaml
 
 from benchmarks.datasets import load_file
 from nel_resources.reference_server import start_reference_server
-from nel_resources.store import ResultStore
-from nel_resources.views import connect
+from nel_resources.storage.store import ResultStore
+from nel_resources.storage.views import connect
 from tests.support.cli import run_nel, summary_json
 from tests.support.gsm8k import answers_for
 

@@ -104,7 +104,7 @@ def test_validate_with_a_model_scores_its_answers(byob: Path, reference_server: 
 
 
 def test_validate_unreachable_model_reports_errors(byob: Path) -> None:
-    from nel_resources.processes import free_port
+    from nel_resources.runtime.processes import free_port
 
     p = run_nel("validate", "-b", str(byob), "--model-url", f"http://127.0.0.1:{free_port()}/v1",
                 "--model-id", "m", "-s", "2")

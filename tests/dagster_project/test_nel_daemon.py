@@ -18,7 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nel_resources.processes import pid_alive
+from nel_resources.runtime.processes import pid_alive
 from tests.support.cli import nel_env, run_nel, start_nel, summary_json
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.waiting import wait_for, wait_while_running

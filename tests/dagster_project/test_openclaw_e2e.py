@@ -148,7 +148,7 @@ def test_the_dagster_graph_ends_a_hanging_run_as_timeout_and_kills_the_agent(
     from nel_assets.factory import build_defs, build_resources
     from nel_resources.config import load_config
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     homes = tmp_path / "tmp"  # the run's temp dir: OpenClaw's per-sample homes are in it
     homes.mkdir()

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from nel_resources.processes import ManagedProcess, start_on_free_port
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 from tests.support.cli import nel_env, run_nel
 from tests.support.peers import peer_nemo_bin, run_peer_nemo
 from tests.support.realcomponents import REPO_ROOT

@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from nel_resources.processes import ManagedProcess
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support.cli import run_nel
 from tests.support.nemo_outputs import (
     ANSWERS,
@@ -159,7 +159,7 @@ def test_eval_merge_of_the_peers_shard_layout(inputs: Inputs, tmp_path: Path) ->
 def test_import_run_then_a_new_model_compares_against_it(inputs: Inputs, tmp_path: Path) -> None:
     import dagster as dg
 
-    from nel_resources.views import connect
+    from nel_resources.storage.views import connect
 
     out = tmp_path / "out"
     p = run_nel("data", "import-run", str(inputs.peer), "-o", str(out), "--model", "Old Model")

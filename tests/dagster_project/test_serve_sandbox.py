@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks.builtin.humaneval import HumanEval
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 from nel_resources.sandboxes.docker import docker_cli
 from tests.support import require_bwrap
 from tests.support.cli import run_nel

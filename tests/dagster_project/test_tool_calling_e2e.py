@@ -93,7 +93,7 @@ def test_the_dagster_graph_runs_a_tool_calling_benchmark(tmp_path: Path, url: st
     from nel_assets.factory import build_defs, build_resources
     from nel_resources.config import load_config
     from nel_resources.specs import resolve
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     out = tmp_path / "out"
     cfg = resolve(load_config(write(tmp_path, config(url, out))))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from benchmarks.datasets import load_file
-from nel_resources.processes import ManagedProcess
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support.cli import run_nel
 from tests.support.dagster_ui import (
     FINISHED,

@@ -32,8 +32,8 @@ import pytest
 import yaml
 
 from benchmarks.datasets import load_file
-from nel_resources.processes import free_port
-from nel_resources.views import connect
+from nel_resources.runtime.processes import free_port
+from nel_resources.storage.views import connect
 from tests.support.cluster_runs import MODEL
 from tests.support.dagster_ui import (
     REPO_SELECTOR,

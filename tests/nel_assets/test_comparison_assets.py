@@ -95,7 +95,7 @@ def test_gate_blocks_a_regression_and_passes_a_twin(setup: tuple[Path, Path]) ->
     # the files, and the DuckDB `comparisons` view over them
     doc_dir = comparison_dir(out.resolve(), "worse")
     assert (doc_dir / "regression.json").exists()
-    from nel_resources.views import connect
+    from nel_resources.storage.views import connect
 
     con = connect(out)
     rows = con.execute("select benchmark, baseline, candidate, verdict, n_paired, delta < 0, gate_decision "

@@ -14,8 +14,8 @@ from nel_resources.model_client import (
     ModelError,
     ModelResponse,
 )
-from nel_resources.openai_fields import normalize_base_url
-from nel_resources.processes import free_port
+from nel_resources.runtime.processes import free_port
+from nel_resources.wire.openai_fields import normalize_base_url
 
 MSG = [{"role": "user", "content": "What is 6 times 7?"}]
 

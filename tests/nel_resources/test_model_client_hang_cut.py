@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nel_resources.hang_cut import HangCut
 from nel_resources.model_client import ModelClient, ModelResponse
+from nel_resources.wire.hang_cut import HangCut
 
 
 @pytest.fixture(params=["raw", "aiohttp"])

@@ -277,9 +277,9 @@ def test_a_new_scoring_key_moves_the_fingerprint() -> None:
 
 def test_fingerprints_and_code_versions_equal_mains(data_dir: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from nel_assets.engine import evaluate as ev
+    from nel_assets.engine.evaluation import evaluate as ev
     from nel_assets.factory import bench_code_version
-    from nel_resources.store import ResultStore
+    from nel_resources.storage.store import ResultStore
 
     # recorded with NeMo Evaluator's default shuffle_seed (42), which the suite overrides
     monkeypatch.delenv("NEL_SHUFFLE_SEED", raising=False)

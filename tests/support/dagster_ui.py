@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nel_resources.processes import (
+from nel_resources.runtime.processes import (
     ManagedProcess,
     start_on_free_port,
 )

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from bench.support.nemo_gym import GymRun, gym_env, gym_site, start_gym, stop_gym
-from nel_resources.processes import ManagedProcess
+from nel_resources.runtime.processes import ManagedProcess
 
 __all__ = ["GSM8K_N", "GYM_GROUP", "NEL_AGENTS", "POLICY_DEFAULT", "GymRun", "SharedGym", "gym_env",
            "shared_gym"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nel_resources.processes import ManagedProcess
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.waiting import PROCESS_START_S, wait_for
 

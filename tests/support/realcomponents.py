@@ -10,7 +10,7 @@ from typing import NoReturn
 
 import pytest
 
-from nel_resources.processes import ManagedProcess, start_on_free_port
+from nel_resources.runtime.processes import ManagedProcess, start_on_free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

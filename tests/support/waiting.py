@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from nel_resources.processes import ManagedProcess
+    from nel_resources.runtime.processes import ManagedProcess
 
 T = TypeVar("T")
 

@@ -30,10 +30,11 @@ from typing import Any
 import yaml
 
 from benchmarks.errors import NelError
+from benchmarks.uri_schemes import parse_container as parse_name
 from nel_assets.engine.solvers.container_results import HarnessResults, read_results, row_reward
-from nel_resources.harness_image import SCHEME, docker_bin, missing_image_reason, parse_name
+from nel_resources.images.harness_image import docker_bin, missing_image_reason
 
-__all__ = ["SCHEME", "HarnessOutcome", "HarnessRun", "build_run_config", "missing_image_reason",
+__all__ = ["HarnessOutcome", "HarnessRun", "build_run_config", "missing_image_reason",
            "parse_name", "run_harness", "store_rows"]
 
 RESULTS_MOUNT = "/results"
@@ -51,7 +52,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 
 def endpoint_url(base_url: str, endpoint_type: str) -> str:
     """The full endpoint URL eval-factory harnesses expect (`.../v1/chat/completions`)."""
-    from nel_resources.model_client import normalize_base_url
+    from nel_resources.wire.openai_fields import normalize_base_url
 
     return normalize_base_url(base_url) + _ENDPOINT_PATH.get(endpoint_type, "/chat/completions")
 

@@ -26,7 +26,7 @@ from nel_assets.engine.solvers.container import (
     run_harness,
     store_rows,
 )
-from nel_resources.harness_image import image_id
+from nel_resources.images.harness_image import image_id
 
 _PROTOCOL_TO_ENDPOINT = {"chat_completions": "chat", "completions": "completions", "responses": "chat"}
 _Z95 = 1.959963984540054

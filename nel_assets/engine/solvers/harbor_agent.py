@@ -44,8 +44,8 @@ from benchmarks.errors import NelError
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
 from nel_assets.engine.solvers.harbor_bridge import SandboxBridge
 from nel_assets.engine.solvers.shard_proxy import ShardProxy
-from nel_resources.harbor_install import harbor_python
 from nel_resources.model_client import ModelResponse
+from nel_resources.runtime.harbor_install import harbor_python
 
 if TYPE_CHECKING:
     from benchmarks._types import SeedResult

@@ -26,7 +26,7 @@ from benchmarks.errors import NelError
 
 if TYPE_CHECKING:
     from nel_resources.config import ServiceConfig
-    from nel_resources.processes import ManagedProcess
+    from nel_resources.runtime.processes import ManagedProcess
 
 __all__ = ["SessionCapture", "ShardProxy", "with_generation"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
-from nel_assets.engine.loop import build_request
+from nel_assets.engine.evaluation.loop import build_request
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
 from nel_resources.model_client import ModelClient
 

@@ -27,7 +27,7 @@ import orjson
 
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
-from nel_assets.engine.loop import build_request
+from nel_assets.engine.evaluation.loop import build_request
 from nel_assets.engine.solvers.base import SolveContext, SolveResult, ToolOutcome, ToolSource
 from nel_assets.engine.solvers.output_cap import cap_text
 from nel_resources.model_client import ModelClient, ModelError, ModelResponse

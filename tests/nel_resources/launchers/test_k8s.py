@@ -17,7 +17,7 @@ import kubernetes_validate as kv
 import pytest
 import yaml
 
-from nel_assets.engine.sharding import shard_from_env
+from nel_assets.engine.evaluation.sharding import shard_from_env
 from nel_resources.launchers.k8s import MERGE_SCRIPT, SHARD_SCRIPT
 from nel_resources.launchers.k8s_cluster import kube_api_configured
 from tests.support.cli import nel_env, run_nel

@@ -253,5 +253,5 @@ def test_preflight_refuses_an_interpreter_without_nel(tmp_path: Path, monkeypatc
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.chdir(tmp_path)  # not the project's directory either
     with pytest.raises(NelError, match=r"^cluster.type subprocess: /usr/bin/python3 cannot import "
-                                       r"nel_assets.engine.remote_shard .*set PYTHONPATH$"):
+                                       r"nel_assets.engine.evaluation.remote_shard .*set PYTHONPATH$"):
         get_launcher("subprocess").preflight(None)

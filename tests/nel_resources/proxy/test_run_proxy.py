@@ -16,12 +16,12 @@ import pytest
 from benchmarks.errors import NelError
 from nel_resources.config import NelConfig, load_config
 from nel_resources.model_client import ModelError
-from nel_resources.processes import pid_alive
 from nel_resources.proxy import captured_steps
 from nel_resources.proxy.run_proxy import proxy_for_service
 from nel_resources.proxy.service_client import client_for_service
 from nel_resources.reference_server import start_reference_server
 from nel_resources.resources import InterceptorProxy
+from nel_resources.runtime.processes import pid_alive
 from tests.support.reference import http_json, server_stats
 
 SECRET = "sk-run-proxy-secret-777"

@@ -21,11 +21,11 @@ import dagster as dg
 import orjson
 import pytest
 
-from nel_resources.processes import pid_alive
 from nel_resources.proxy import captured_steps, read_capture
 from nel_resources.proxy.server import start_proxy
 from nel_resources.reference_server import start_reference_server
 from nel_resources.resources import InterceptorProxy
+from nel_resources.runtime.processes import pid_alive
 from tests.support.realcomponents import REPO_ROOT
 from tests.support.reference import base_to_root, http_json, reset_server_stats, server_stats
 

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from nel_resources.processes import ManagedProcess
 from nel_resources.proxy.server import start_proxy
 from nel_resources.reference_server import start_reference_server
+from nel_resources.runtime.processes import ManagedProcess
 from tests.support.reference import http_json, server_stats
 
 MIB = 1024 * 1024

@@ -230,7 +230,7 @@ def test_malformed_bodies_get_400_json(reference_server: StartServer) -> None:
 def test_malformed_http_gets_4xx_json_and_a_closed_connection(
     reference_server: StartServer, raw: bytes, status: int
 ) -> None:
-    # The same HTTP/1.1 code as the proxy (nel_resources/http1.py): a 4xx, never a 5xx.
+    # The same HTTP/1.1 code as the proxy (nel_resources/wire/http1.py): a 4xx, never a 5xx.
     url = urlsplit(reference_server())
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
         sock.sendall(raw)

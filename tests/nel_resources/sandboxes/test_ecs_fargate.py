@@ -26,7 +26,7 @@ import boto3
 from nel_resources.checks import check_supported
 from nel_resources.config import ConfigError, load_config
 from nel_resources.config.benchmarks import SandboxConfig
-from nel_resources.processes import ManagedProcess
+from nel_resources.runtime.processes import ManagedProcess
 from nel_resources.sandboxes import exec_server
 from nel_resources.sandboxes.base import SandboxError, SandboxSpec
 from nel_resources.sandboxes.ecs_fargate import (

@@ -95,7 +95,7 @@ class PeerSandboxConfig(BaseModel):
 
 
 def _from_python_api(block: dict[str, Any]) -> list[SandboxConfig]:
-    from nel_assets.engine.evaluation_api import _sandbox_block
+    from nel_assets.engine.nemo.evaluation_api import _sandbox_block
 
     return [_sandbox_block(None, {"sandbox": dict(block)}),
             _sandbox_block(SandboxConfig.model_validate(block), {}),

@@ -16,7 +16,7 @@ import yaml
 
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
-from nel_resources.processes import pid_alive
+from nel_resources.runtime.processes import pid_alive
 from nel_resources.services.launch import (
     LaunchedModelService,
     LaunchedService,

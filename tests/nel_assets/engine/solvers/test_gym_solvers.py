@@ -37,7 +37,7 @@ from nel_assets.engine.solvers.gym_steps import gym_output_steps, gym_output_tex
 from nel_assets.engine.solvers.gym_tools import GymResourceTools, GymToolsError, gym_run_body
 from nel_resources.config.benchmarks import SolverConfig
 from nel_resources.config.services import ServiceConfig
-from nel_resources.processes import free_port
+from nel_resources.runtime.processes import free_port
 from tests.support.nemo_gym import GYM_GROUP, POLICY_DEFAULT, GymRun, SharedGym
 
 pytestmark = pytest.mark.xdist_group(GYM_GROUP)

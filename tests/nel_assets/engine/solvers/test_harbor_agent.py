@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nel_assets.engine.solvers.harbor_agent import _agent_steps, resolve_agent_timeout
-from nel_resources.harbor_install import harbor_python
+from nel_resources.runtime.harbor_install import harbor_python
 
 
 @pytest.mark.parametrize(("strategy", "task", "cap", "want"), [

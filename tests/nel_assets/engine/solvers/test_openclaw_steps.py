@@ -96,7 +96,7 @@ def test_tool_results_become_steps_with_the_transcript_s_exit_codes(tmp_path: Pa
     assert bad["extra"]["error"] == "exit code 2" and bad["observation"]["results"] == [
         {"source_call_id": "c1", "content": "b", "is_error": True}]
     # the bundle's failure analysis reads them as it reads tool_calling's
-    from nel_assets.engine.bundle import tool_failures
+    from nel_assets.engine.results.bundle import tool_failures
 
     assert tool_failures([json.dumps(steps)], ["0:0"])["exec"] == {
         "calls": 2, "failed": 1,

@@ -17,8 +17,8 @@ import pytest
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.builtin.agent_tasks import AgentTasks
 from benchmarks.errors import NelError
-from nel_assets.engine.loop import ShardSpec, run_shard
-from nel_assets.engine.sandboxing import SandboxPool, open_factory
+from nel_assets.engine.evaluation.loop import ShardSpec, run_shard
+from nel_assets.engine.evaluation.sandboxing import SandboxPool, open_factory
 from nel_assets.engine.solvers.base import SolveContext, ToolOutcome
 from nel_assets.engine.solvers.sandbox_tools import SandboxTools
 from nel_assets.engine.solvers.tool_calling import ToolCallingSolver

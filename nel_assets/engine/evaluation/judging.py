@@ -1,0 +1,278 @@
+"""LLM-as-judge and extra scorers: builds the grader a shard uses from `scoring` config.
+
+`scoring: {include_defaults, metrics: [{type: scorer|judge, name, service, ...}], primary}`:
+
+- `include_defaults` keeps the benchmark's own scorer as the metric called `default`;
+- `type: scorer` metrics run a scorer of `benchmarks.scoring` (`numeric_match`,
+  `exact_match`, ...) on the same response, with `params` as keyword options;
+- `type: judge` metrics send the benchmark's grader prompt (`benchmarks.judges`; the
+  benchmark's `judge_kind`, else the generic `correctness` kind, or `params.kind`) to the
+  judge service `service` through the ordinary model client (retries, concurrency, token
+  accounting). What the judge saw and said goes into `scoring_details["judge"]`.
+- `primary` names the metric that becomes the sample's reward. Default: the first judge
+  metric for benchmarks graded by a judge (`judge_kind` set), else `default`, else the
+  first metric.
+
+A judge reply that cannot be parsed, or a judge request that fails, raises JudgeError: the
+sample is recorded as a `judge_error` with a null reward, never as a 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import EvalEnvironment, SeedResult, VerifyResult
+from benchmarks.errors import NelError
+from benchmarks.scoring import SCORERS
+from benchmarks.uri_schemes import scheme_of
+from nel_resources.config import ScoringMetric, ServiceConfig
+from nel_resources.specs import RunSpec
+
+if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a config is checked
+    from nel_assets.engine.evaluation.loop import Judge
+    from nel_resources.model_client import ModelClient
+
+# Scorers a `type: scorer` metric may name: the names (and aliases) of the scorer table.
+SCORER_NAMES = tuple(SCORERS.names(aliases=True))
+
+
+def _scorer(name: str) -> Callable[..., VerifyResult]:
+    if name not in SCORERS:
+        raise NelError(f"unknown scorer metric {name!r}; choose from {', '.join(SCORER_NAMES)}")
+    return SCORERS.load(name)  # type: ignore[no-any-return]
+
+
+def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> None:
+    """A scorer's `params` must be options it takes, of its options' types: the scorers
+    swallow unknown keywords (`**_opts`), so a typo would silently score with defaults."""
+    import inspect
+
+    fn = _scorer(name)
+    options = {p.name: p for p in inspect.signature(fn).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "reasoning"}
+    for key, value in params.items():
+        opt = options.get(key)
+        if opt is None:
+            raise NelError(f"{benchmark}: scorer {name!r} has no option {key!r} (its options: "
+                           f"{', '.join(sorted(options)) or 'none'})")
+        default = opt.default
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int | float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True  # None default or a structured option: the scorer checks it
+        if not ok:
+            raise NelError(f"{benchmark}: scorer {name!r} option {key!r} must be a "
+                           f"{type(default).__name__} (got {value!r})")
+
+
+def _env_class(benchmark: str) -> Any:
+    if scheme_of(benchmark) == "gym":
+        return None
+    from benchmarks import get_factory
+
+    try:
+        return get_factory(benchmark)
+    except NelError:
+        return None
+
+
+def check_scoring(run: RunSpec) -> None:
+    """Fail early (one-line NelError) on a scoring config that cannot run.
+
+    Benchmarks with `requires_judge` need a judge metric; scorer names must be known;
+    `primary` must name a metric. (Judge services were resolved, and checked not to be the
+    model under test, when the config was resolved.)
+    """
+    cls = _env_class(run.benchmark)
+    if cls is not None and getattr(cls, "requires_judge", False) and not run.judges:
+        raise NelError(
+            f"{run.benchmark} is graded by an LLM judge: add `scoring: {{metrics: [{{type: judge, "
+            f"name: {run.benchmark}_judge, service: <judge service>}}]}}` to the benchmark "
+            "(and a service with `role: judge`)")
+    scoring = run.scoring
+    if scoring is None:
+        return
+    for m in scoring.metrics:
+        if m.type == "scorer":
+            _check_scorer_params(run.benchmark, m.name, m.params)
+    names = {m.name for m in scoring.metrics} | ({"default"} if scoring.include_defaults else set())
+    if scoring.primary is not None and scoring.primary not in names:
+        raise NelError(f"{run.benchmark}: scoring.primary {scoring.primary!r} is not a metric "
+                       f"({', '.join(sorted(names))})")
+    if not names:
+        raise NelError(f"{run.benchmark}: scoring has no metric (include_defaults is false and "
+                       "metrics is empty)")
+
+
+@dataclass
+class _JudgeMetric:
+    metric: ScoringMetric
+    service_name: str
+    service: ServiceConfig
+    client: ModelClient
+
+
+class Grader:
+    """The `Judge` of a shard: runs extra scorers and judge metrics after `env.verify`."""
+
+    def __init__(self, benchmark: str, judges: list[_JudgeMetric],
+                 scorers: list[ScoringMetric], include_defaults: bool, primary: str | None,
+                 judge_kind: str | None) -> None:
+        self.benchmark = benchmark
+        self.judges = judges
+        self.scorers = scorers
+        self.include_defaults = include_defaults
+        self.judge_kind = judge_kind
+        if primary is None:
+            if judges and judge_kind:
+                primary = judges[0].metric.name
+            elif include_defaults:
+                primary = "default"
+            else:
+                primary = (judges[0].metric.name if judges else scorers[0].name)
+        self.primary = primary
+
+    def _kind(self, jm: _JudgeMetric) -> Any:
+        from benchmarks.judges import get_judge_kind
+
+        name = jm.metric.params.get("kind") or self.judge_kind or "correctness"
+        try:
+            return get_judge_kind(str(name))
+        except KeyError as exc:
+            raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
+
+    async def _ask(self, jm: _JudgeMetric, prompt: str,
+                   kind_system: str | None = None) -> tuple[str, dict[str, Any]]:
+        from nel_assets.engine.evaluation.loop import JudgeError
+        from nel_resources.model_client import ModelError
+
+        messages: list[dict[str, Any]] = []
+        # The service's own system prompt wins; else the kind's (XSTest's authors used one).
+        system = jm.service.system_prompt or kind_system
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        t0 = time.perf_counter()
+        try:
+            if jm.service.protocol == "completions":
+                resp = await jm.client.generate(None, prompt)
+            else:
+                resp = await jm.client.generate(messages, None)
+        except ModelError as exc:
+            raise JudgeError(f"judge {jm.service_name!r} request failed ({exc.category}): "
+                             f"{str(exc)[:300]}") from None
+        call = {"messages": messages, "reply": resp.content,
+                "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                "latency_ms": round(resp.latency_ms if resp.latency_ms else
+                                    (time.perf_counter() - t0) * 1000.0, 3),
+                "attempts": resp.attempts}
+        return resp.content or "", call
+
+    async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult,
+                         response: str) -> tuple[float, dict[str, Any]]:
+        from benchmarks.judges import JudgeParseError
+        from nel_assets.engine.evaluation.loop import JudgeError
+
+        kind = self._kind(jm)
+        requests = kind.requests(seed, response)
+        system = getattr(kind, "system_prompt", None)
+        answers = await asyncio.gather(*(self._ask(jm, r.prompt, system) for r in requests))
+        calls, grades = [], {}
+        for req, (reply, call) in zip(requests, answers, strict=True):
+            try:
+                grades[req.key] = kind.parse(req, reply)
+            except JudgeParseError as exc:
+                raise JudgeError(f"judge {jm.service_name!r} reply unparseable for "
+                                 f"{req.key}: {exc}") from None
+            calls.append({"key": req.key, **call, "parsed": grades[req.key]})
+        reward, details = kind.score(seed, grades)
+        info: dict[str, Any] = {
+            "metric": jm.metric.name, "kind": kind.name, "service": jm.service_name,
+            "model": jm.service.model, "reward": reward, **details,
+            "prompt_tokens": sum(c["prompt_tokens"] or 0 for c in calls),
+            "completion_tokens": sum(c["completion_tokens"] or 0 for c in calls),
+            "latency_ms": round(sum(c["latency_ms"] for c in calls), 3),
+            "calls": calls,
+        }
+        if len(calls) == 1:
+            # One call: flatten what the judge saw and said for easy reading.
+            info.update(messages=calls[0]["messages"], reply=calls[0]["reply"],
+                        parsed=calls[0]["parsed"])
+        return reward, info
+
+    async def grade(self, env: EvalEnvironment, seed: SeedResult, response: str,
+                    reasoning: str | None, verdict: VerifyResult) -> VerifyResult:
+        """Run the configured metrics and return the verdict of the primary one."""
+        metrics: dict[str, float] = {}
+        details = dict(verdict.scoring_details)
+        if self.include_defaults:
+            metrics["default"] = float(verdict.reward)
+        extracted = {"default": verdict.extracted_answer}
+        for m in self.scorers:
+            v = _scorer(m.name)(response, seed.expected_answer, reasoning=reasoning, **m.params)
+            metrics[m.name] = float(v.reward)
+            extracted[m.name] = v.extracted_answer
+            details.setdefault("scorers", {})[m.name] = v.scoring_details
+        if self.judges and not (response or "").strip():
+            # Nothing to grade: the loop scores an empty reply 0 without asking anyone.
+            details["judge"] = {"skipped": "empty response"}
+            for jm in self.judges:
+                metrics[jm.metric.name] = 0.0
+        else:
+            infos = await asyncio.gather(*(self._run_judge(jm, seed, response)
+                                           for jm in self.judges))
+            for jm, (reward, info) in zip(self.judges, infos, strict=True):
+                metrics[jm.metric.name] = float(reward)
+                extracted[jm.metric.name] = str(info.get("grade") or info.get("class") or
+                                                verdict.extracted_answer or "") or None
+            if infos:
+                by_name = {jm.metric.name: info for jm, (_, info) in zip(self.judges, infos, strict=True)}
+                details["judge"] = by_name.get(self.primary, infos[0][1])
+                if len(infos) > 1:
+                    details["judges"] = by_name
+        details["metrics"] = metrics
+        details["primary"] = self.primary
+        reward = metrics[self.primary]
+        scorer_names = {m.name for m in self.scorers}
+        # The answer is what the model said; a scorer metric as primary has its own reading.
+        answer = extracted[self.primary] if self.primary in scorer_names else verdict.extracted_answer
+        if self.primary in metrics and self.primary != "default" and self.primary not in scorer_names:
+            details["method"] = "judge"
+        return VerifyResult(reward, answer, details, verdict.metadata)
+
+
+@contextlib.asynccontextmanager
+async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
+    """Yield the grader of a (benchmark, model) run, or None without metrics.
+
+    Raises:
+        NelError: a judge-graded benchmark without a judge metric, an unknown scorer, or an
+            unreachable judge endpoint.
+    """
+    from nel_resources.proxy.service_client import client_for_service
+
+    check_scoring(run)
+    scoring = run.scoring
+    if scoring is None or not scoring.metrics:
+        yield None
+        return
+    cls = _env_class(run.benchmark)
+    judge_kind = getattr(cls, "judge_kind", None) if cls is not None else None
+    async with contextlib.AsyncExitStack() as stack:
+        judges = []
+        for j in run.judges:
+            client = client_for_service(j.service)
+            await stack.enter_async_context(client)
+            await client.check()
+            judges.append(_JudgeMetric(j.metric, j.service_name, j.service, client))
+        scorers = [m for m in scoring.metrics if m.type == "scorer"]
+        yield Grader(run.benchmark, judges, scorers, scoring.include_defaults, scoring.primary, judge_kind)

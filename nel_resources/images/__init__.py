@@ -1,0 +1,1 @@
+"""Container images: a BYOB benchmark's image (`nel package`) and `container://` harness images."""
