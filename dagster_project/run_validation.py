@@ -37,6 +37,22 @@ def preflight_sandboxes(resolved: ResolvedConfig) -> None:
             raise ConfigError(f"benchmark {bench.name}: {exc}") from None
 
 
+def _check_solver_types(cfg: NelConfig) -> None:
+    """A `solver.type` outside NeMo Evaluator's names is one of nel's registered solvers
+    (nel_assets.engine.solvers.factory.SOLVERS: a new solver is a module and one line there)."""
+    from nel_resources.config.benchmarks import NEMO_SOLVER_TYPES
+
+    for i, bench in enumerate(cfg.benchmarks):
+        if bench.solver.type in NEMO_SOLVER_TYPES:
+            continue  # built, or refused by name by check_supported
+        from nel_assets.engine.solvers.factory import SOLVERS
+
+        if bench.solver.type not in SOLVERS:
+            line = cfg.line_of("benchmarks", i, "solver", "type") or "?"
+            raise ConfigError(f"{cfg._where}:{line}: benchmarks.{i}.solver.type: "
+                              f"{SOLVERS.unknown(bench.solver.type)}")
+
+
 def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     """Every check a run makes before it writes or sends anything; `nel eval run` and
     `nel eval run --dry-run` both call it, so a dry run accepts exactly what a run accepts.
@@ -76,6 +92,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
                 print(f"warning: {bench.name}: the rows set {', '.join(ignored)} in "
                       "responses_create_params; nel sends the service's generation settings "
                       "to every row instead", file=sys.stderr)
+    _check_solver_types(cfg)
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.

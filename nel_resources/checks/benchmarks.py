@@ -17,7 +17,7 @@ from nel_resources.config.unbuilt import (
     JUDGE_UNBUILT,
     NEL_EQUIVALENT,
     OPENCLAW_UNBUILT,
-    SOLVER_TYPES_BUILT,
+    SOLVER_TYPES_UNBUILT,
 )
 
 _BENCH_DEFAULTS = field_defaults(BenchmarkConfig)
@@ -33,7 +33,7 @@ def check_benchmarks(cfg: NelConfig) -> None:
             _check_name(b.name, (*at, "name"))
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
-        if b.solver.type not in SOLVER_TYPES_BUILT:
+        if b.solver.type in SOLVER_TYPES_UNBUILT:
             raise Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                           "use `type: simple` (one model call per problem), `tool_calling` "
                           "or `gym_delegation`")

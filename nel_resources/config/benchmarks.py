@@ -22,8 +22,11 @@ from nel_resources.config._base import (
 )
 from nel_resources.config.services import GenerationParams, ServiceConfig
 
-SolverType = Literal["simple", "harbor", "agent", "tool_calling", "gym_delegation", "nat",
-                     "openclaw", "container", "oracle", "custom"]
+#: NeMo Evaluator 0.3.0's solver types; any other `type:` names a nel solver of
+#: nel_assets.engine.solvers.factory.SOLVERS (checked in dagster_project.run_validation), whose
+#: settings go under `config:`, so a new solver needs no edit here.
+NEMO_SOLVER_TYPES = ("simple", "harbor", "agent", "tool_calling", "gym_delegation", "nat",
+                     "openclaw", "container", "oracle", "custom")
 _HARBOR = frozenset({"agent", "agent_kwargs", "container_env", "run_timeout", "cmd_timeout",
                      "timeout_strategy", "max_agent_timeout", "skill", "skill_dir",
                      "harbor_bin"})
@@ -42,6 +45,18 @@ _SOLVER_KEYS: dict[str, frozenset[str]] = {
     "oracle": frozenset({"run_timeout", "timeout_strategy", "max_agent_timeout"}),
     "custom": frozenset({"class_path", "config"}),
 }
+#: the keys of a nel solver's block (not one of NeMo Evaluator's types)
+_OWN_SOLVER_KEYS = frozenset({"config"})
+
+
+class _SolverKeys(dict[str, frozenset[str]]):
+    """`_SOLVER_KEYS`, where a type it does not name takes `_OWN_SOLVER_KEYS`."""
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str)
+
+    def __missing__(self, key: str) -> frozenset[str]:
+        return _OWN_SOLVER_KEYS
 
 
 DEFAULT_SHUFFLE_SEED = 42  # NeMo Evaluator 0.3.0's default `shuffle_seed`
@@ -68,7 +83,7 @@ class SolverConfig(_Strict):
     `service` and `system_prompt` are read into the benchmark (see `BenchmarkConfig`).
     """
 
-    type: SolverType = "simple"
+    type: str = "simple"
     generation: GenerationParams | None = None
     image_detail: str = "auto"
     agent: str | None = None
@@ -109,7 +124,7 @@ class SolverConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _keys_for_type(cls, data: Any) -> Any:
-        check_type_keys(data, "a solver", _SOLVER_KEYS, "simple", field_defaults(cls))
+        check_type_keys(data, "a solver", _SolverKeys(_SOLVER_KEYS), "simple", field_defaults(cls))
         return data
 
     @model_validator(mode="after")
@@ -147,6 +162,18 @@ _SANDBOX_KEYS: dict[str, frozenset[str]] = {
     "none": _SANDBOX_COMMON,
     "custom": frozenset({"class_path", "config"}),
 }
+#: the keys of a nel solver's block (not one of NeMo Evaluator's types)
+_OWN_SOLVER_KEYS = frozenset({"config"})
+
+
+class _SolverKeys(dict[str, frozenset[str]]):
+    """`_SOLVER_KEYS`, where a type it does not name takes `_OWN_SOLVER_KEYS`."""
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str)
+
+    def __missing__(self, key: str) -> frozenset[str]:
+        return _OWN_SOLVER_KEYS
 
 
 class SandboxConfig(_Strict):

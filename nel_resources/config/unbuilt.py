@@ -40,9 +40,12 @@ BENCH_UNBUILT: dict[str, str] = {
     "max_system_retries": "max_system_retries (nel retries per request: services.<n>.max_retries)",
     "instruction_template": "instruction templates", "verifier": "separate verifier services",
 }
-#: Solver types nel runs (the others are refused).
+#: NeMo Evaluator 0.3.0's solver types nel runs; nel's own solvers are the names of
+#: nel_assets.engine.solvers.factory.SOLVERS (checked by dagster_project.run_validation).
 SOLVER_TYPES_BUILT: tuple[str, ...] = ("simple", "tool_calling", "gym_delegation", "container",
                                        "openclaw", "harbor")
+#: NeMo Evaluator 0.3.0's solver types nel does not run: refused by name, never ignored.
+SOLVER_TYPES_UNBUILT: tuple[str, ...] = ("agent", "nat", "oracle", "custom")
 #: Judge metric options nel's built-in rubric does not take.
 JUDGE_UNBUILT: tuple[str, ...] = ("rubric", "rubric_file", "system_prompt", "max_score",
                                   "swap_check", "reference_free", "temperature", "timeout",

@@ -99,3 +99,36 @@ def test_the_solver_is_a_registry_entry() -> None:
     bad = SolverConfig.model_construct(type="majority_vote", config={"samples": "many"})
     with pytest.raises(NelError, match=r"config\.samples must be an integer"):
         solver_for(bad, None, system_prompt=None, services={})  # type: ignore[arg-type]
+
+
+CONFIG = """\
+services:
+  m: {{type: api, url: "{url}", model: m}}
+benchmarks:
+  - name: gsm8k
+    max_problems: 1
+    solver: {{type: {solver}, config: {{samples: 3}}}}
+output: {{dir: "{out}"}}
+"""
+
+
+def test_a_config_names_it_and_a_run_votes(cycling_server, data_dir: Path, tmp_path: Path) -> None:
+    """No config-package edit made the name valid: `solver.type: majority_vote` runs."""
+    from benchmarks.datasets import load_file
+    from tests.support.cli import run_nel, summary_json
+
+    url, answers = cycling_server
+    gold = load_file(data_dir / "gsm8k" / "test.jsonl")[0]["answer"].split("####")[-1].strip()
+    answers[:] = [f"#### {int(gold) + 1}", f"#### {gold}", f"so\n#### {gold}"]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG.format(url=url, solver="majority_vote", out=tmp_path / "out"))
+    env = {"NEL_DATA_DIR": str(data_dir)}
+    s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress", env=env))
+    (res,) = s["results"]
+    assert res["score"] == 1.0 and s["requests_sent"] == 3, s  # 2 of 3 votes were right
+    # a misspelt solver is one line naming the nearest, before anything is sent
+    cfg.write_text(CONFIG.format(url=url, solver="majority_vot", out=tmp_path / "out2"))
+    bad = run_nel("eval", "run", str(cfg), "--dry-run", env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert f"{cfg}:6: benchmarks.0.solver.type: unknown solver 'majority_vot'; did you mean " \
+           "'majority_vote'?" in bad.stderr, bad.stderr
