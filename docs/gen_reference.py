@@ -106,12 +106,19 @@ def _models() -> list[tuple[str, Any, dict[str, frozenset[str]] | None]]:
         ("`benchmarks[].solver`", b.SolverConfig, b._SOLVER_KEYS),
         ("`benchmarks[].scoring`", b.ScoringConfig, None),
         ("`benchmarks[].scoring.metrics[]`", b.ScoringMetric, b._METRIC_KEYS),
-        ("`cluster`", d.ClusterConfig, d._CLUSTER_KEYS),
+        ("`cluster`", d.ClusterConfig, _cluster_keys()),
         ("`cluster.node_pools.<name>`", d.NodePool, None),
         ("`output`", d.OutputConfig, None),
         ("`comparison`", m.ComparisonConfig, None),
         ("`checkpoints`", m.CheckpointsConfig, None),
     ]
+
+
+def _cluster_keys() -> dict[str, frozenset[str]]:
+    """`cluster:` keys per type, from each type's Launcher (the schema keeps no list)."""
+    from nel_resources.launchers.registry import LAUNCHERS, get_launcher
+
+    return {t: frozenset(get_launcher(t).keys) for t in LAUNCHERS.names()}
 
 
 def render_config() -> str:
@@ -157,6 +164,12 @@ def _render_config() -> str:
                 from nel_resources.launchers.registry import cluster_types
 
                 kind = "one of: " + ", ".join(f"`{t}`" for t in cluster_types())
+            if model.__name__ == "SolverConfig" and name == "type":  # NeMo's and nel's solvers
+                from nel_assets.engine.solvers.factory import SOLVERS
+                from nel_resources.config.benchmarks import NEMO_SOLVER_TYPES
+
+                names = dict.fromkeys([*NEMO_SOLVER_TYPES, *SOLVERS.names()])
+                kind = "one of: " + ", ".join(f"`{t}`" for t in names)
             row = [f"`{key}`", _cell(kind), _cell(_default(info)),
                    _cell(_limits(info))]
             if per_type:
