@@ -78,6 +78,8 @@ def test_every_registry_entry_loads(kind: str, module: str, attr: str) -> None:
     for name in reg.names():
         target = reg.target(name)
         mod = target.split(":", 1)[0]
+        if mod.split(".")[0] not in LAYERS:
+            continue  # registered at run time by user code (a BYOB file, a test's plugin)
         # an entry never names a module above its table's layer: loading it would be an
         # import against the layer order
         assert layer(mod) >= layer(module), (kind, name, target)

@@ -258,7 +258,22 @@ class DockerSandboxFactory:
         # stopped is a no-op, and the next exec then found it stopped ("is not running").
         await _docker("wait", cid)
         code, _, _ = await _docker("start", cid)
-        return code == 0 and (box is None or await self._settled(box) or box.pids_current is None)
+        if code != 0 or not await self._accepts_exec(cid):
+            return False
+        return box is None or await self._settled(box) or box.pids_current is None
+
+    async def _accepts_exec(self, cid: str) -> bool:
+        """Wait until a restarted container runs commands: on a busy engine `docker start`
+        returned while runc still saw the task stopped, and the sample's next exec failed
+        with "cannot exec in a stopped state" (a CI run's docker fork-bomb drill)."""
+        deadline = time.monotonic() + _SETTLE_S
+        while True:
+            code, _, _ = await _docker("exec", "-u", self.user, cid, "true", timeout=_SETTLE_S)
+            if code == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
 
     async def _settled(self, box: _Box) -> bool:
         # Killed processes leave the cgroup as the kernel reaps them: give it a moment.
