@@ -117,8 +117,12 @@ def first_request(argv: list[str], env: dict[str, str], url: str, cwd: Path) -> 
 # checkout under test; prints the median seconds of ROUNDS calls and the row count.
 _STATS = """
 import statistics, sys, time
-from nel_assets.engine.results.bundle import build_bundle
-from nel_resources.storage.schema import rows_to_table
+try:
+    from nel_assets.engine.results.bundle import build_bundle
+    from nel_resources.storage.schema import rows_to_table
+except ImportError:  # a baseline checkout from before the modules were grouped by concept
+    from nel_assets.engine.bundle import build_bundle
+    from nel_resources.schema import rows_to_table
 rounds, repeats = int(sys.argv[1]), 4
 rows = [{"run_id": "r", "benchmark": "b", "model": "m", "model_id": "m", "shard": i % 8,
          "problem_idx": i // repeats, "repeat": i % repeats, "sample_id": f"{i // repeats}:{i % repeats}",
