@@ -380,7 +380,19 @@ class DockerSandbox:
                 proc = await ApiExec.start(sock, cid, argv, user=self._f.user, workdir=workdir,
                                            env=all_env)
             except EngineError as e:
-                raise SandboxError(str(e)) from None
+                # A container restarted after a fork bomb (kill_all) can still be stopping when
+                # the engine first reports it started: start it again, once, and retry. Its
+                # workdir and /tmp are host directories and survive.
+                if "is not running" not in str(e) and "stopped state" not in str(e):
+                    raise SandboxError(str(e)) from None
+                await _docker("start", cid)
+                if not await self._f._accepts_exec(cid):
+                    raise SandboxError(str(e)) from None
+                try:
+                    proc = await ApiExec.start(sock, cid, argv, user=self._f.user,
+                                               workdir=workdir, env=all_env)
+                except EngineError as again:
+                    raise SandboxError(str(again)) from None
         else:
             args = ["exec", "-u", self._f.user, "-w", workdir]
             if stdin is not None:
