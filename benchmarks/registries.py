@@ -172,3 +172,4 @@ class Registry(Generic[T]):
         `default` when the module has none."""
         module = self._entries[self.canonical(name)].split(":", 1)[0]
         return getattr(importlib.import_module(module), attr, default)
+

@@ -15,7 +15,6 @@ No Dagster here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -35,7 +34,12 @@ from nel_resources.launchers.base import (
     Refusal,
 )
 from nel_resources.launchers.forwarded_env import referenced_env
-from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
+from nel_resources.launchers.partitions import (
+    PartitionJob,
+    PartitionResult,
+    last_line,
+    read_outcome,
+)
 
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig
@@ -46,7 +50,6 @@ LOCAL_TAG = "nel:local"
 DOCKER_KEYS = {"network": "the container network (default host)",
                "gpus": "docker run --gpus", "max_parallel": "containers at once"}
 _WORKER = ["python", "-m", "nel_assets.engine.evaluation.remote_shard"]
-_OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "  # remote_shard.OUTCOME_PREFIX (no upward import)
 
 
 def docker_block_refusal(cluster: ClusterConfig) -> tuple[str, str] | None:
@@ -160,7 +163,7 @@ class DockerLauncher:
         wait = subprocess.run([docker, "wait", name], capture_output=True, text=True)
         logs = subprocess.run([docker, "logs", name], capture_output=True, text=True)
         status = wait.stdout.strip()
-        outcome = _outcome(logs.stdout)
+        outcome = read_outcome(logs.stdout)
         if status == "0" and outcome is not None:
             return PartitionResult(job, outcome=outcome, details=logs.stderr[-4000:])
         why = last_line(logs.stderr, f"exit status {status or '?'}")
@@ -171,16 +174,6 @@ class DockerLauncher:
         if names:
             subprocess.run([docker_bin(), "rm", "-f", *names], capture_output=True, text=True)
 
-
-def _outcome(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_OUTCOME_PREFIX):
-            try:
-                doc = json.loads(line[len(_OUTCOME_PREFIX):])
-            except json.JSONDecodeError:
-                return None
-            return doc if isinstance(doc, dict) else None
-    return None
 
 
 def check_docker_usable() -> None:

@@ -5,6 +5,7 @@ No Dagster here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,3 +46,19 @@ def last_line(text: str, default: str = "(no output)") -> str:
     """The last non-empty line of a log (a worker's one-line error)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else default
+
+
+#: The line a shard worker prints last (nel_assets.engine.evaluation.remote_shard): its outcome.
+OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "
+
+
+def read_outcome(stdout: str) -> dict[str, Any] | None:
+    """The outcome a worker printed (its last OUTCOME_PREFIX line), or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(OUTCOME_PREFIX):
+            try:
+                doc = json.loads(line[len(OUTCOME_PREFIX):])
+            except json.JSONDecodeError:
+                return None
+            return doc if isinstance(doc, dict) else None
+    return None

@@ -23,7 +23,6 @@ No Dagster here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -37,7 +36,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from benchmarks.errors import NelError
 from nel_resources.launchers.base import COMMON_KEYS, LaunchContext, Launcher, Refusal
-from nel_resources.launchers.partitions import PartitionJob, PartitionResult, last_line
+from nel_resources.launchers.partitions import (
+    PartitionJob,
+    PartitionResult,
+    last_line,
+    read_outcome,
+)
 
 if TYPE_CHECKING:
     from nel_resources.config import NelConfig
@@ -45,7 +49,6 @@ if TYPE_CHECKING:
 #: The keys of `cluster.subprocess` and what they set.
 SUBPROCESS_KEYS = {"workers": "worker processes at once"}
 _WORKER_MODULE = "nel_assets.engine.evaluation.remote_shard"
-_OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "  # remote_shard.OUTCOME_PREFIX (no upward import)
 
 
 def workers_of(block: dict[str, Any]) -> int:
@@ -136,7 +139,7 @@ class _Workers:
             self._running.discard(proc)
         stdout = out.decode(errors="replace")
         stderr = log.read_text(errors="replace")
-        outcome = _outcome(stdout)
+        outcome = read_outcome(stdout)
         if proc.returncode == 0 and outcome is not None:
             return PartitionResult(job, outcome=outcome, details=stderr[-4000:])
         why = last_line(stderr, f"exit status {proc.returncode}")
@@ -152,13 +155,3 @@ class _Workers:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # workers may ignore SIGTERM (see DESIGN)
 
-
-def _outcome(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_OUTCOME_PREFIX):
-            try:
-                doc = json.loads(line[len(_OUTCOME_PREFIX):])
-            except json.JSONDecodeError:
-                return None
-            return doc if isinstance(doc, dict) else None
-    return None

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.errors import NelError
-from nel_resources.launchers.partitions import PartitionJob
+from nel_resources.launchers.partitions import OUTCOME_PREFIX, PartitionJob
 from nel_resources.storage.store import ResultStore, write_json_atomic
 
 LAUNCH_FILE = "_launch.json"
@@ -33,7 +33,6 @@ LAUNCH_FILE = "_launch.json"
 #: asset then records the worker's result instead of evaluating again.
 LAUNCHED_TAG = "nel/launched_by"
 #: The last stdout line of the worker starts with this, then the outcome as JSON.
-OUTCOME_PREFIX = "NEL_SHARD_OUTCOME "
 
 
 @dataclass(frozen=True)
