@@ -106,8 +106,11 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 
 #: What Ray Client's proxy answers when the per-driver server it starts on the head died or
 #: did not answer in time: the head was busy, not the driver wrong (seen in CI on a loaded
-#: 2-core machine, never on an idle one), so the connection is tried again.
-_CLIENT_SERVER_START_FAILED = ("Starting Ray client server failed", "Proxy failed to Connect to backend")
+#: 2-core machine, never on an idle one), so the connection is tried again. The psutil names
+#: are the proxy asking after a per-driver server that crashed as it started (gRPC's fork
+#: check, `next_worker->state == KICKED`, in its log).
+_CLIENT_SERVER_START_FAILED = ("Starting Ray client server failed", "Proxy failed to Connect to backend",
+                               "psutil.ZombieProcess", "psutil.NoSuchProcess")
 
 
 def connect(ray: Any, address: str, attempts: int = 3, pause_s: float = 2.0) -> None:

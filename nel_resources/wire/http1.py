@@ -25,6 +25,10 @@ MAX_BODY = 64 * 1024 * 1024
 JSON_HEADERS = b"Content-Type: application/json\r\n"
 SSE_HEADERS = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
+#: After an error answer that ends a connection: how long, and how many bytes, of what the
+#: client still sends are swallowed before the socket closes (see `Http1Connection.fail`).
+LINGER_S = 2.0
+LINGER_BYTES = 1024 * 1024
 
 
 def status_line(code: int) -> bytes:
@@ -180,15 +184,27 @@ class Http1Connection(asyncio.Protocol):
 
     # -- helpers for servers ---------------------------------------------------------------
     def fail(self, status: int, message: str) -> None:
-        """Answer with an error and close the connection."""
-        assert self._transport is not None
-        self._transport.write(render(self.error_reply(status, message), keep_alive=False))
-        self._transport.close()
+        """Answer with an error and close the connection, lingering: the answer is followed
+        by a FIN, and what the client still sends is swallowed for `LINGER_S` seconds (or
+        until it closes) before the socket is closed. Closing at once would answer a byte
+        that arrives after the close with a reset, and a reset can discard the error answer
+        the client had not read yet (a slow client cut by a timeout keeps sending)."""
+        transport = self._transport
+        assert transport is not None
+        transport.write(render(self.error_reply(status, message), keep_alive=False))
         self._closed = True
+        self._busy = True
+        self._buf.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self.release()
+        if not transport.can_write_eof():  # TLS: no half close, so close at once
+            transport.close()
+            return
+        transport.write_eof()
+        self._discard = LINGER_BYTES
+        self._timer = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
     def refuse(self, status: int, message: str, body_left: int) -> None:
         """Answer with an error before the body is read, then swallow the `body_left` bytes

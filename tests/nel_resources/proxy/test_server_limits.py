@@ -172,6 +172,32 @@ def _slow_clients(proxy: Proxy) -> None:
     assert status == 200, data
 
 
+def test_a_cut_connection_lingers_half_closed(upstream: str, tmp_path: Path) -> None:
+    """After the 408 of a cut, the proxy half-closes and swallows what the client still sends
+    for a while, instead of closing with the client's bytes unread: that close answers with a
+    reset, which can discard the 408 before the client reads it (seen once in CI as
+    ConnectionResetError in the slow-client test above; not reproducible on demand, so
+    this pins the lingering itself: bytes sent after the 408 are not refused)."""
+    proxy = _start(tmp_path, upstream, "--body-timeout", "1")
+    try:
+        with socket.create_connection(proxy.addr, timeout=30) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n"
+                         b"Content-Length: 10000000\r\n\r\n{")
+            data = b""
+            while piece := sock.recv(65536):  # the 408, then the proxy's FIN
+                data += piece
+            assert data.startswith(b"HTTP/1.1 408 "), data
+            assert b"the request body did not arrive within 1s" in data
+            # A closed socket answers these with a reset, and the second send then fails.
+            sock.sendall(b" " * 1024)
+            time.sleep(0.3)
+            sock.sendall(b" " * 1024)
+            time.sleep(0.3)
+            sock.sendall(b" " * 1024)
+    finally:
+        proxy.proc.stop()
+
+
 @pytest.mark.parametrize("value", ["9" * 5000, "12345678901", "3.5", "-2", "１２"])
 def test_a_malformed_repeat_header_is_a_400(proxy: Proxy, value: str) -> None:
     with socket.create_connection(proxy.addr, timeout=10) as sock:
