@@ -17,9 +17,7 @@ def default_config_path() -> Path:
 def load_definitions_config(path: str | None) -> tuple[NelConfig, str]:
     """(config, output dir) for `Definitions`: `path` if given, else the embedded default."""
     cfg = load_checked_config(path or default_config_path())
-    from benchmarks.datasets import set_allow_downloads, set_data_dir
+    from nel_resources.run_settings import apply_data_settings
 
-    set_allow_downloads(cfg.allow_downloads)
-    if cfg.data_dir:
-        set_data_dir(cfg.data_dir)
+    apply_data_settings(cfg)
     return cfg, cfg.output.dir

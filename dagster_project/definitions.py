@@ -47,8 +47,9 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     Raises:
         NelError: the config cannot run (one line naming what to fix).
     """
-    checked = validate_before_run(cfg)
-    full = resolve(with_checkpoint_services(cfg))
+    validate_before_run(cfg)
+    full_cfg = with_checkpoint_services(cfg)
+    full = resolve(full_cfg)
     base = build_defs(full, output_dir)
     resources = launched_resources(full, dict(base.resources or {}), Path(output_dir) / "logs")
     # The cluster type's own resources (the SLURM launcher `nel eval run` uses), shown in the UI.
@@ -58,9 +59,9 @@ def build_definitions(cfg: NelConfig, output_dir: str) -> dg.Definitions:
     sensors: list[dg.SensorDefinition] = [
         automation_sensor(min(30, cfg.checkpoints.interval_seconds))]
     if checkpoints_enabled(full):
-        sensors.append(build_checkpoint_sensor(checked, output_dir))
+        sensors.append(build_checkpoint_sensor(cfg, output_dir))
     return dg.Definitions(assets=assets, asset_checks=checks, resources=resources, sensors=sensors,
-                          jobs=build_jobs(full, [*assets, *checks], resources))
+                          jobs=build_jobs(full_cfg, full, [*assets, *checks], resources))
 
 
 def load_definitions() -> dg.Definitions:

@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from nel_resources.config import NelConfig
 from nel_resources.specs import ResolvedConfig
 
 
@@ -42,9 +43,9 @@ def candidate_models(resolved: ResolvedConfig, instance: dg.DagsterInstance) -> 
 
 def _instance(resolved: ResolvedConfig) -> dg.DagsterInstance:
     from dagster_project.instance_config import open_instance
-    from dagster_project.run_output import dagster_home_for
+    from dagster_project.run_output import dagster_home_at
 
-    return open_instance(dagster_home_for(resolved.config))
+    return open_instance(dagster_home_at(resolved.output_dir, resolved.dagster_home))
 
 
 def _run_comparisons(context: dg.OpExecutionContext, resolved: ResolvedConfig, assets: Sequence[Any],
@@ -78,14 +79,16 @@ def _run_comparisons(context: dg.OpExecutionContext, resolved: ResolvedConfig, a
         raise dg.Failure("gate: NO-GO for " + "; ".join(no_go))
 
 
-def build_jobs(resolved: ResolvedConfig, assets: Sequence[Any], resources: Mapping[str, Any]) -> list[dg.JobDefinition]:
-    """The `evaluate`, `compare` and `gate` jobs of a resolved config (in-process executor)."""
+def build_jobs(cfg: NelConfig, resolved: ResolvedConfig, assets: Sequence[Any],
+               resources: Mapping[str, Any]) -> list[dg.JobDefinition]:
+    """The `evaluate`, `compare` and `gate` jobs of a config and its resolved specs
+    (in-process executor); `evaluate` runs `cfg` as `nel eval run` does."""
 
     @dg.op(name="evaluate_stale_partitions", description="Materialize stale shards, then bundles and reports.")
     def evaluate_op(context: dg.OpExecutionContext) -> None:
         from dagster_project.runner import run_eval
 
-        summary = run_eval(resolved, resume=True, progress=False)
+        summary = run_eval(cfg, resume=True, progress=False)
         for oc in summary.benchmarks:
             context.log.info(f"{oc.benchmark}: ran {len(oc.shards_run)} of {oc.shards_total} shards "
                              f"({oc.shards_fresh} fresh), {oc.requests_sent} requests")

@@ -61,7 +61,13 @@ def save_effective_config(cfg: NelConfig, out: Path) -> Path:
 
 def dagster_home_for(cfg: NelConfig) -> Path:
     """The Dagster home a run uses (created with a dagster.yaml if new)."""
-    home = cfg.output.dagster_home or os.path.join(cfg.output.dir, ".dagster")
+    return dagster_home_at(cfg.output.dir, cfg.output.dagster_home)
+
+
+def dagster_home_at(output_dir: str, dagster_home: str | None) -> Path:
+    """The Dagster home of a run writing to `output_dir` (`output.dagster_home`, or
+    `<output_dir>/.dagster`), created with a dagster.yaml if new."""
+    home = dagster_home or os.path.join(output_dir, ".dagster")
     path = Path(home).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     write_instance_yaml(path)  # SQLite here, or the shared Postgres instance when selected

@@ -65,18 +65,12 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     """
     check_schema(cfg)  # a config loaded without the load-time checks (a saved one) too
     check_supported(cfg)  # keys nel cannot honour yet are refused, in a dry run too
-    from benchmarks.datasets import set_allow_downloads, set_data_dir
-
-    set_allow_downloads(cfg.allow_downloads)
-    if cfg.data_dir:
-        set_data_dir(cfg.data_dir)
     from benchmarks import get_factory
-    from benchmarks.plugins import load_module
+    from nel_resources.run_settings import apply_run_settings
 
+    apply_run_settings(cfg)  # BYOB modules loaded: their benchmarks are known below
     # Unknown benchmark names fail with suggestions before anything else.
     for bench in cfg.benchmarks:
-        if bench.module:
-            load_module(bench.module)
         if is_uri(bench.name, "container"):
             pass  # a harness image; check_supported checked it is in the local engine
         elif not is_uri(bench.name, "gym"):

@@ -63,7 +63,7 @@ class _RunAborted(Exception):
         self.reason = reason
 
 
-def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: bool = True,
+def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
              shard_only: tuple[int, int] | None = None,
              only: set[tuple[str, str, int]] | None = None,
              merge_only: set[tuple[str, str]] | None = None,
@@ -76,7 +76,7 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     `<out>/checkpoint.json` list them, tracebacks go to `<out>/logs/nel-run.log`.
 
     Args:
-        cfg: the validated config, or its resolved specs (it is resolved once, here).
+        cfg: the config (checked and resolved once, here).
         resume: reuse journals of interrupted shards (never re-request finished samples);
             False discards stored results and journals and recomputes everything.
         progress: show a progress bar.
@@ -103,11 +103,8 @@ def run_eval(cfg: NelConfig | ResolvedConfig, *, resume: bool = True, progress: 
     from nel_resources.launchers.partition_run import launches, preflight
     from nel_resources.storage.store import ResultStore
 
-    given = cfg if isinstance(cfg, ResolvedConfig) else None
-    cfg = given.config if given is not None else cfg
     # Every config check (unbuilt features included) before anything is written.
-    checked = validate_before_run(cfg)
-    resolved = given if given is not None else checked
+    resolved = validate_before_run(cfg)
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
     preflight_sandboxes(resolved)
@@ -395,7 +392,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             remote = launched.get((t.model, t.shard)) if launched is not None else None
                             if remote is not None and not remote.ok:
                                 _append_quietly(log_path, f"{bench.name} {t.model} shard {t.shard} failed "
-                                                f"on cluster.type {resolved.config.cluster.type}: {remote.error}",
+                                                f"on cluster.type {resolved.cluster.type}: {remote.error}",
                                                 remote.details)
                                 if t.model not in failed:  # one error line per (benchmark, model)
                                     fail(bench.name, t.model, str(remote.error), "shard")
@@ -409,7 +406,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             # be reported as the journal's, not as the dataset write after it).
                             seed = refresh_dataset and not (head is not None and head.task is t and head.failed)
                             job = jobs_of(bench)["dataset_shards"] if seed else jobs_of(bench)["shards"]
-                            tags = {LAUNCHED_TAG: resolved.config.cluster.type} if remote is not None else None
+                            tags = {LAUNCHED_TAG: resolved.cluster.type} if remote is not None else None
                             try:
                                 r = run(job, key, f"{bench.name} {t.model} shard {t.shard}", tags,
                                         run_id=head.run_id if head is not None and head.task is t else None)

@@ -149,14 +149,15 @@ def _readiness(ck: CheckpointsConfig, cp: Checkpoint, prior: list[float] | None,
     return None
 
 
-def build_checkpoint_sensor(resolved: ResolvedConfig, output_dir: str) -> dg.SensorDefinition:
+def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinition:
     """The sensor watching `checkpoints.dir` (running by default).
 
-    `resolved` is the config without checkpoint services: each tick that accepts new
-    checkpoints resolves the config again with them, into new run specs.
+    `cfg` is the config without checkpoint services: each tick that accepts new
+    checkpoints resolves it again with them, into new run specs.
     """
     from nel_assets.partitions import MODEL_PARTITIONS
 
+    resolved = resolve(cfg)
     ck = resolved.checkpoints
 
     @dg.sensor(name="checkpoint_sensor", minimum_interval_seconds=ck.interval_seconds,
@@ -191,7 +192,7 @@ def build_checkpoint_sensor(resolved: ResolvedConfig, output_dir: str) -> dg.Sen
         run_requests: list[dg.RunRequest] = []
         events: list[dg.AssetObservation] = []
         if ready:
-            full = resolve(with_checkpoint_services(resolved.config))
+            full = resolve(with_checkpoint_services(cfg))
             names = [c.name for c in ready]
             events = _safe_observations(context, full, output_dir, ready)
             for cp in ready:

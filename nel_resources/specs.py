@@ -25,6 +25,7 @@ from benchmarks.uri_schemes import is_uri
 from nel_resources.config import (
     BenchmarkConfig,
     CheckpointsConfig,
+    ClusterConfig,
     InterceptorConfig,
     NelConfig,
     SandboxConfig,
@@ -267,12 +268,12 @@ class ComparisonSpec:
 class ResolvedConfig:
     """A config resolved once: every benchmark's runs plus what is global to the run.
 
-    `config` is the `NelConfig` it came from. Only `dagster_project` reads it: to save the
-    effective config next to the results and to resolve again when the checkpoint sensor
-    adds services. The engine and the assets use the specs.
+    It does not carry the `NelConfig` it came from: what the assets, the engine and the
+    launchers need is here, and the run's orchestration (`dagster_project`: saving the
+    effective config, the checkpoint sensor resolving again with new services) holds the
+    config itself.
     """
 
-    config: NelConfig
     benchmarks: tuple[BenchmarkSpec, ...]
     services: Mapping[str, ServiceSpec]
     used_services: tuple[str, ...]  # names of the services some benchmark runs on
@@ -282,6 +283,9 @@ class ResolvedConfig:
     comparison: ComparisonSpec
     checkpoints: CheckpointsConfig
     config_json: str  # canonical JSON without secrets (written into exports)
+    cluster: ClusterConfig  # where the partitions run (the launcher's block)
+    #: BYOB modules the benchmarks load (a cluster's workers must be able to read them)
+    module_paths: tuple[str, ...] = field(default=())
     model_partitions: tuple[str, ...] = field(default=())  # slugs of every `role: model` service
 
     def benchmark(self, name: str) -> BenchmarkSpec | None:
@@ -501,7 +505,7 @@ def resolve(cfg: NelConfig) -> ResolvedConfig:
                 used.append(s)
     comp = cfg.comparison
     return ResolvedConfig(
-        config=cfg, benchmarks=benches,
+        benchmarks=benches,
         services=_frozen({n: ServiceSpec(n, s, service_resource_key(n)) for n, s in cfg.services.items()}),
         used_services=tuple(used), output_dir=cfg.output.dir, dagster_home=cfg.output.dagster_home,
         data_dir=cfg.data_dir,
@@ -509,6 +513,7 @@ def resolve(cfg: NelConfig) -> ResolvedConfig:
             baseline_name=comp.baseline, baseline=slugify(comp.baseline) if comp.baseline else None,
             policy=comp.policy, max_drop=comp.max_drop,
             settings_json=json.dumps(comp.model_dump(mode="json"), sort_keys=True)),
-        checkpoints=cfg.checkpoints, config_json=cfg.fingerprint_json(),
+        checkpoints=cfg.checkpoints, config_json=cfg.fingerprint_json(), cluster=cfg.cluster,
+        module_paths=tuple(b.module for b in cfg.benchmarks if b.module),
         model_partitions=tuple(slugify(n) for n, s in cfg.services.items() if s.role == "model"),
     )

@@ -49,6 +49,38 @@ def test_the_config_package_imports_no_implementation() -> None:
     assert not bad, bad
 
 
+def _config_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every name `path` imports from the config package."""
+    return [(node.lineno, a.name) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nel_resources.config")
+            for a in node.names]
+
+
+def test_the_assets_and_the_engine_take_specs_not_the_config() -> None:
+    # The config blocks the specs carry: names specs.py imports from the config package that
+    # appear in the annotations of its dataclasses' fields.
+    specs = ROOT / "nel_resources" / "specs.py"
+    tree = ast.parse(specs.read_text(encoding="utf-8"))
+    annotated = {n.id for cls in tree.body if isinstance(cls, ast.ClassDef)
+                 for f in cls.body if isinstance(f, ast.AnnAssign)
+                 for n in ast.walk(f.annotation) if isinstance(n, ast.Name)}
+    annotated |= {m for cls in tree.body if isinstance(cls, ast.ClassDef)
+                  for f in cls.body if isinstance(f, ast.AnnAssign)
+                  and isinstance(f.annotation, ast.Constant) and isinstance(f.annotation.value, str)
+                  for m in re.findall(r"\w+", f.annotation.value)}
+    blocks = {name for _, name in _config_imports(specs)} & annotated
+    assert "ServiceConfig" in blocks and "NelConfig" not in blocks
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+           for path in sorted((ROOT / "nel_assets").rglob("*.py"))
+           for line, name in _config_imports(path) if name not in blocks]
+    assert not bad, bad
+    # and the resolved config does not carry the config it came from
+    fields = next(cls for cls in tree.body if isinstance(cls, ast.ClassDef) and cls.name == "ResolvedConfig")
+    names = {f.target.id for f in fields.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
+    assert "benchmarks" in names and not any("NelConfig" in ast.unparse(f.annotation)
+                                             for f in fields.body if isinstance(f, ast.AnnAssign))
+
+
 def test_bench_imports_nothing_from_tests() -> None:
     bad = []
     for path in sorted((ROOT / "bench").rglob("*.py")):

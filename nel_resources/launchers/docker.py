@@ -207,7 +207,7 @@ class DockerCluster(Launcher):
 
     def preflight(self, resolved: Any) -> None:
         """The Docker engine reachable and the image there (nel's own built when it is not)."""
-        cluster = resolved.config.cluster
+        cluster = resolved.cluster
         check_docker_usable()
         self._images[cluster.image] = resolve_image(cluster)
 

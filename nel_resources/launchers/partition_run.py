@@ -24,12 +24,12 @@ __all__ = ["launch_partitions", "launches", "preflight"]
 
 def launches(resolved: Any, shard_only: tuple[int, int] | None) -> bool:
     """Whether this run sends its shards to a cluster (never inside a shard process)."""
-    return shard_only is None and get_launcher(resolved.config.cluster.type).runs == "partitions"
+    return shard_only is None and get_launcher(resolved.cluster.type).runs == "partitions"
 
 
 def preflight(resolved: Any) -> None:
     """Before anything is written: the launcher's own checks (NelError, one line, if not)."""
-    get_launcher(resolved.config.cluster.type).preflight(resolved)
+    get_launcher(resolved.cluster.type).preflight(resolved)
 
 
 def read_only_paths(resolved: Any) -> list[Path]:
@@ -39,10 +39,9 @@ def read_only_paths(resolved: Any) -> list[Path]:
     paths: list[Path] = [cache_root()]  # datasets fetched once are read from the cache
     if (root := data_root()) is not None:
         paths.append(root)
-    for b in resolved.config.benchmarks:
-        if b.module:
-            m = Path(b.module).expanduser()
-            paths.append(m.parent if m.is_file() else m)
+    for module in resolved.module_paths:
+        m = Path(module).expanduser()
+        paths.append(m.parent if m.is_file() else m)
     return paths
 
 
@@ -64,7 +63,7 @@ def launch_partitions(resolved: Any, out: Path, todo: list[Any], resources: Mapp
         svc = resources.get(run.service.resource_key) if run is not None else None
         jobs.append(PartitionJob(bench.name, t.model, t.shard, t.total, config_path,
                                  getattr(svc, "url", None) or None))
-    cluster = resolved.config.cluster
+    cluster = resolved.cluster
     states = StateFile(out, cluster.type)
     for job in jobs:
         states.report(job, "PENDING")

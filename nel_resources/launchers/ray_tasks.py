@@ -240,8 +240,8 @@ class RayCluster(Launcher):
     def preflight(self, resolved: Any) -> None:
         """In a `ray job submit` driver, the output dir outside the job's working_dir copy;
         a configured address reachable."""
-        cluster = resolved.config.cluster
-        check_job_output_dir(resolved.config.output.dir)
+        cluster = resolved.cluster
+        check_job_output_dir(resolved.output_dir)
         address = ray_address(cluster)
         if address is not None:
             check_reachable(address)

@@ -92,7 +92,7 @@ class SlurmCluster(Launcher):
         from nel_resources.config import ConfigError
         from nel_resources.launchers.slurm import SlurmLauncher
 
-        if resolved.config.cluster.submit is not False and (why := SlurmLauncher.unavailable_reason()):
+        if resolved.cluster.submit is not False and (why := SlurmLauncher.unavailable_reason()):
             raise ConfigError(f"cluster.type slurm cannot submit from here: {why}")
 
     def resources(self) -> dict[str, Any]:

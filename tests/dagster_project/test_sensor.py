@@ -49,7 +49,7 @@ def test_new_checkpoints_become_partitions_and_runs_once(tmp_path: Path, data_di
     ckdir = tmp_path / "ckpts"
     ckdir.mkdir()
     cfg = _cfg(tmp_path, ckdir)
-    sensor = build_checkpoint_sensor(resolve(cfg), str(tmp_path / "out"))
+    sensor = build_checkpoint_sensor(cfg, str(tmp_path / "out"))
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     instance = dg.DagsterInstance.ephemeral()
 

@@ -73,28 +73,16 @@ def run_partition(config_path: str, benchmark: str, model: str, shard: int, tota
         NelError: the config does not hold this partition, or the shard counts differ.
     """
     from nel_assets.engine.evaluation.evaluate import evaluate_shard
-    from nel_resources.config import load_config
-    from nel_resources.specs import resolve
+    from nel_resources.run_settings import load_saved_specs
 
-    cfg = load_config(config_path)
-    from benchmarks.datasets import set_allow_downloads, set_data_dir
-
-    set_allow_downloads(cfg.allow_downloads)
-    if cfg.data_dir:
-        set_data_dir(cfg.data_dir)
-    from benchmarks.plugins import load_module
-
-    for b in cfg.benchmarks:
-        if b.module:
-            load_module(b.module)
-    resolved = resolve(cfg)
+    resolved = load_saved_specs(config_path)
     spec = next((b for b in resolved.benchmarks if b.name == benchmark), None)
     run = spec.run_for(model) if spec is not None else None
     if spec is None or run is None:
         raise NelError(f"{config_path} has no partition {benchmark}/{model}")
     if spec.shards != total:
         raise NelError(f"{benchmark} has {spec.shards} shards in {config_path}, the runner planned {total}")
-    store = ResultStore(cfg.output.dir)
+    store = ResultStore(resolved.output_dir)
     out = evaluate_shard(run, store, shard, base_url=base_url or None)
     record = store.shard_fingerprint(benchmark, model, shard) or {}
     doc = LaunchedShard(benchmark, model, shard, total, str(record.get("fingerprint", "")),
