@@ -20,6 +20,7 @@ from nel_resources.config._base import (
     field_defaults,
     key_error,
 )
+from nel_resources.config.headline import with_headline
 from nel_resources.config.services import GenerationParams, ServiceConfig
 
 #: NeMo Evaluator 0.3.0's solver types; any other `type:` names a nel solver of
@@ -373,6 +374,11 @@ class BenchmarkConfig(_Strict):
                 raise key_error("fewshot", "give `fewshot` or `num_fewshot`, not both")
             data["num_fewshot"] = few
         solver = data.get("solver")
+        # The headline metric's rule depends on this entry's spelling, which the lines
+        # below fold into one: decided now and written into `scoring.primary`.
+        nemo_spelling = isinstance(solver, dict) and solver.get("service") is not None
+        if data.get("scoring") is not None:
+            data["scoring"] = with_headline(data["scoring"], nemo_spelling=nemo_spelling)
         if isinstance(solver, dict):
             solver = dict(solver)
             for key in ("service", "system_prompt"):
