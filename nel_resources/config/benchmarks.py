@@ -319,7 +319,15 @@ class ScoringMetric(_Strict):
 
 
 class ScoringConfig(_Strict):
-    """`scoring:` of a benchmark: extra scorers and LLM judges."""
+    """`scoring:` of a benchmark: extra scorers and LLM judges.
+
+    `primary` names the metric that is the headline score. Left out, it follows how the
+    benchmark entry is written: with scorer metrics only, an entry in nel's spelling (its own
+    `service:`) has its first scorer as the headline, one in NeMo Evaluator's spelling
+    (`solver.service`) the default scorer, as in NeMo Evaluator 0.3.0; with a judge, or
+    `include_defaults: false`, a judge-graded benchmark's judge, else the default scorer (see
+    nel_resources.config.headline and "Differences from NeMo Evaluator").
+    """
 
     include_defaults: bool = True
     metrics: list[ScoringMetric] = Field(default_factory=list)
