@@ -113,3 +113,7 @@ def test_nemo_spelling_keeps_nemo_evaluators_headline(tmp_path: Path, reference_
     assert (beside["value"], beside["correct"], beside["total"]) == (pytest.approx(extract), 3, N)
     assert beside["ci_lower"] < extract < beside["ci_upper"]
     assert "mmlu/ref: score = default; beside it: mcq_extract 50.00%" in row["text"]
+    # and per sample in results.jsonl, as 0.3.0 writes it
+    lines = [json.loads(x) for x in (Path(row["exports"]) / "results.jsonl").read_text().splitlines()]
+    assert sorted(x["scorer_rewards"]["scorer:mcq_extract"] for x in lines) == [0.0] * 3 + [1.0] * 3
+    assert [x["reward"] for x in lines] == [1.0] * N
