@@ -427,6 +427,7 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     import json
 
     from dagster_project.checkpoint import keyed
+    from nel_assets.engine.results.headline import beside_metrics, headline_metric, headline_note
 
     rows = []
     for oc in summary.benchmarks:
@@ -437,7 +438,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                          "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
                          "ci_method": s.get("ci_method"), "se": s.get("se"), "se_note": s.get("se_note"),
                          "n_items": s.get("n_items"), "n_samples": s.get("n_samples"),
-                         "failed": s.get("n_failed_samples"), "exports": oc.exports.get(m)})
+                         "failed": s.get("n_failed_samples"), "exports": oc.exports.get(m),
+                         # which configured metric `score` is, and the others beside it
+                         "metric": headline_metric(b), "beside": beside_metrics(b),
+                         "note": headline_note(b)})
     info = {"output_dir": str(summary.output_dir), "dagster_home": str(summary.dagster_home),
             "elapsed_s": round(summary.elapsed_s, 3), "dagster_runs": summary.dagster_runs,
             "shards_run": sum(len(o.shards_run) for o in summary.benchmarks),
@@ -452,6 +456,8 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
             "log": str(summary.log_path) if summary.log_path else None,
             "exit_status": summary.exit_status}
     if as_json:
+        for r in rows:
+            r.pop("note")
         print(json.dumps(info, indent=2))
         return
     from rich.console import Console
@@ -468,6 +474,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                   str(r["n_items"]), str(r["n_samples"]), str(r["failed"]))
     con = Console()
     con.print(t)
+    for r in rows:
+        if r["note"]:
+            con.print(f"{r['benchmark']}/{r['model']}: {r['note']}", markup=False, soft_wrap=True,
+                      highlight=False)
     con.print(f"shards run {info['shards_run']}, up to date {info['shards_fresh']}, "
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
     for what, why in info["shards_run_because"].items():

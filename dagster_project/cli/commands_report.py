@@ -258,6 +258,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
             print(f"problem: {p}")
         for w in rep.warnings:
             print(f"warning: {w}")
+        from nel_assets.engine.results.headline import headline_note
+
         for b in rep.bundles:
             s = b["score"]
 
@@ -268,6 +270,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                   f"95% CI [{pct(s.get('ci_low'))}, {pct(s.get('ci_high'))}] ({s.get('ci_method') or 'n/a'}) "
                   f"over {s.get('n_items')} items"
                   f"{'' if b.get('complete') else ' (PARTIAL)'}")
+            if note := headline_note(b):
+                print(f"  {note}")
         if rep.merged:
             print(f"merged into {rep.output} ({rep.copied} shard(s) copied)")
         else:

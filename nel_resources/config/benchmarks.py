@@ -20,6 +20,7 @@ from nel_resources.config._base import (
     field_defaults,
     key_error,
 )
+from nel_resources.config.headline import with_headline
 from nel_resources.config.services import GenerationParams, ServiceConfig
 
 #: NeMo Evaluator 0.3.0's solver types; any other `type:` names a nel solver of
@@ -318,7 +319,15 @@ class ScoringMetric(_Strict):
 
 
 class ScoringConfig(_Strict):
-    """`scoring:` of a benchmark: extra scorers and LLM judges."""
+    """`scoring:` of a benchmark: extra scorers and LLM judges.
+
+    `primary` names the metric that is the headline score. Left out, it follows how the
+    benchmark entry is written: with scorer metrics only, an entry in nel's spelling (its own
+    `service:`) has its first scorer as the headline, one in NeMo Evaluator's spelling
+    (`solver.service`) the default scorer, as in NeMo Evaluator 0.3.0; with a judge, or
+    `include_defaults: false`, a judge-graded benchmark's judge, else the default scorer (see
+    nel_resources.config.headline and "Differences from NeMo Evaluator").
+    """
 
     include_defaults: bool = True
     metrics: list[ScoringMetric] = Field(default_factory=list)
@@ -373,6 +382,11 @@ class BenchmarkConfig(_Strict):
                 raise key_error("fewshot", "give `fewshot` or `num_fewshot`, not both")
             data["num_fewshot"] = few
         solver = data.get("solver")
+        # The headline metric's rule depends on this entry's spelling, which the lines
+        # below fold into one: decided now and written into `scoring.primary`.
+        nemo_spelling = isinstance(solver, dict) and solver.get("service") is not None
+        if data.get("scoring") is not None:
+            data["scoring"] = with_headline(data["scoring"], nemo_spelling=nemo_spelling)
         if isinstance(solver, dict):
             solver = dict(solver)
             for key in ("service", "system_prompt"):

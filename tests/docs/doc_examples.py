@@ -57,3 +57,47 @@ def yaml_examples() -> list[Example]:
                 i = j
             i += 1
     return out
+
+
+_SHELL_FENCE = re.compile(r"^```(bash|sh|shell|console)\s*$")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One shell command of a ```bash block (backslash continuations joined), with the
+    block's text and the prose right after it (where a page says how to scale it)."""
+
+    path: Path
+    line: int
+    text: str
+    context: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO_ROOT)}:{self.line}"
+
+
+def shell_commands() -> list[Command]:
+    """Every command line of the docs' shell blocks, in page order."""
+    out = []
+    for path in doc_files():
+        lines = path.read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            if _SHELL_FENCE.match(lines[i]):
+                j = i + 1
+                while j < len(lines) and lines[j].strip() != "```":
+                    j += 1
+                block = lines[i + 1:j]
+                after = "\n".join(lines[j + 1:j + 5])  # the paragraph that follows
+                k = 0
+                while k < len(block):
+                    start, text = k, block[k]
+                    while text.endswith("\\") and k + 1 < len(block):
+                        k += 1
+                        text = text[:-1] + " " + block[k].strip()
+                    out.append(Command(path, i + 2 + start, text, "\n".join(block) + "\n" + after))
+                    k += 1
+                i = j
+            i += 1
+    return out

@@ -193,6 +193,41 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
     return out
 
 
+def scorer_scores(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """0.3.0's `scorer:<name>` entries beside the headline, one per configured scorer:
+    `{value, ci_lower, ci_upper, correct, total}` over the scored samples (0.3.0 counts
+    samples, not questions), the interval a seeded bootstrap as there."""
+    import numpy as np
+
+    from nel_assets.engine import stats
+
+    if not names:
+        return {}
+    parsed: dict[str, dict[str, Any]] = {}  # a question's repeats share their details text
+    values: dict[str, list[float]] = {n: [] for n in names}
+    for r in rows:
+        raw = r.get("details")
+        if r.get("reward") is None or not raw:
+            continue
+        d = parsed.get(raw)
+        if d is None:
+            d = parsed[raw] = orjson.loads(raw).get("metrics") or {}
+        for n in names:
+            if d.get(n) is not None:
+                values[n].append(float(d[n]))
+    out: dict[str, Any] = {}
+    for n, v in values.items():
+        if not v:
+            continue
+        arr = np.asarray(v, dtype=float)
+        b = stats.bootstrap_ci(np.mean, arr, n_resamples=1000, seed=0, max_block=250_000)
+        out[f"scorer:{n}"] = {"value": round(float(arr.mean()), 4),
+                              "ci_lower": round(float(b["ci_low"]), 4),
+                              "ci_upper": round(float(b["ci_high"]), 4),
+                              "correct": int((arr > 0).sum()), "total": int(arr.size)}
+    return out
+
+
 def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, Any]:
     """`scores.breakdowns`: the mean reward per value of every scoring-details field that
     every row has as a short string or a bool, with 2 to `max_groups` distinct values (0.3.0's
@@ -288,6 +323,7 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     score = bundle["score"]
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
     scores: dict[str, Any] = headline_scores(rows, score, n_repeats)
+    scores.update(scorer_scores(rows, list((bundle.get("scoring") or {}).get("scorers") or [])))
     scores["summary"] = summary_block(rows)
     if groups := breakdowns(rows):
         scores["breakdowns"] = groups

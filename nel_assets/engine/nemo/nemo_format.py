@@ -147,11 +147,29 @@ def _details(row: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     if not raw:
         return {}, {}
     # Parsing every row's details costs most of an export's time: only rows carrying extra
-    # scorers (`scorer:<name>` keys) are parsed, the rest are spliced in as they are stored.
-    if '"scorer:' in raw:
+    # scorers (`scorer:<name>` keys, or the configured scorers of nel's grader) are parsed,
+    # the rest are spliced in as they are stored.
+    if has_scorers(raw):
         d = orjson.loads(raw)
         return d, d
     return orjson.Fragment(raw), None
+
+
+def has_scorers(raw: str) -> bool:
+    """Whether a row's stored details text may carry per-scorer rewards."""
+    return '"scorer:' in raw or '"scorers"' in raw
+
+
+def scorer_rewards(details: dict[str, Any]) -> dict[str, Any]:
+    """0.3.0's per-row `scorer_rewards`: `{"scorer:<name>": reward}` of each extra scorer, from
+    0.3.0-style `scorer:<name>` keys (BYOB files) or nel's grader (`scorers` names the
+    configured scorers, `metrics` holds their rewards)."""
+    out = {k: v.get("reward", 0.0) for k, v in details.items()
+           if k.startswith("scorer:") and isinstance(v, dict)}
+    metrics = details.get("metrics")
+    if isinstance(details.get("scorers"), dict) and isinstance(metrics, dict):
+        out.update({f"scorer:{n}": metrics[n] for n in details["scorers"] if metrics.get(n) is not None})
+    return out
 
 
 _UNSET: Any = object()
@@ -167,12 +185,11 @@ def result_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
     the caller has it already.
     """
     details, parsed = _details(row)
-    scorer_rewards = {k: v.get("reward", 0.0) for k, v in (parsed or {}).items()
-                      if k.startswith("scorer:") and isinstance(v, dict)}
+    rewards = scorer_rewards(parsed or {})
     out: dict[str, Any] = {
         "problem_idx": row["problem_idx"], "repeat": row["repeat"],
         "reward": 0.0 if row.get("reward") is None else row["reward"],
-        "scorer_rewards": scorer_rewards, "prompt": row.get("prompt") or "",
+        "scorer_rewards": rewards, "prompt": row.get("prompt") or "",
         "model_response": row.get("response") or "", "extracted_answer": row.get("extracted"),
         "expected_answer": row.get("expected"), "scoring_details": details,
         "metadata": orjson.Fragment(row["metadata"]) if row.get("metadata") else {},

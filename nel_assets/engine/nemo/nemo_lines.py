@@ -114,10 +114,9 @@ class LineBuilder:
                 scorer_rewards: dict[str, Any] = {}
             elif not raw_details:
                 details, scorer_rewards = {}, {}
-            elif '"scorer:' in raw_details:
+            elif nf.has_scorers(raw_details):
                 details = orjson.loads(raw_details)
-                scorer_rewards = {k: v.get("reward", 0.0) for k, v in details.items()
-                                  if k.startswith("scorer:") and isinstance(v, dict)}
+                scorer_rewards = nf.scorer_rewards(details)
             else:
                 details, scorer_rewards = fragment(raw_details), {}
             meta: Any = fragment(metadata) if metadata else {}

@@ -11,6 +11,7 @@ from typing import Any
 from nel_assets.engine.reports import svg
 from nel_assets.engine.reports.compare_text import mde_text, pts
 from nel_assets.engine.reports.tables import se_cell
+from nel_assets.engine.results.headline import headline_note
 
 __all__ = ["render_html"]
 
@@ -225,6 +226,8 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
                    f'({_e(s.get("ci_method"))} CI; SE {_e(se_cell(s))}, {_e(s.get("se_method"))}); '
                    f'{_e(s.get("n_items"))} items, '
                    f'{_e(s.get("n_samples"))} samples{"" if not b.get("model_id") else ", model id " + _e(b["model_id"])}.</p>')
+        if note := headline_note(b):
+            out.append(f'<p class="metric">Metric: {_e(note)}.</p>')
         plots = []
         cats = b.get("per_category") or {}
         if cats:

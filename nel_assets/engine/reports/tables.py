@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nel_assets.engine.reports.compare_text import mde_text, pts
+from nel_assets.engine.results.headline import headline_note
 
 __all__ = ["render_csv", "render_latex", "render_markdown", "se_cell"]
 
@@ -75,6 +76,8 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
             out.append(f"Model id: `{b['model_id']}`  ")
         out.append(f"SE method: {s.get('se_method')}; CI method: {s.get('ci_method')}; "
                    f"CI level {s.get('level')}")
+        if note := headline_note(b):
+            out.append(f"\nMetric: {note}.")
         for note in (s.get("ci_note"), None if s.get("se_note") is None else f"SE {s['se_note']}"):
             if note:
                 out.append(f"\nNote: {note}.")

@@ -189,14 +189,18 @@ def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: i
 
 
 def scoring_metrics(table: pa.Table) -> dict[str, Any]:
-    """Secondary metrics from per-sample scoring details: each configured metric's mean,
-    judge token totals, SimpleQA's aggregates and HealthBench's per-tag scores."""
+    """Secondary metrics from per-sample scoring details: each configured metric's mean
+    (the default scorer's as `default`), which of them the headline `score` is (`primary`),
+    the configured scorers' names, judge token totals, SimpleQA's aggregates and
+    HealthBench's per-tag scores."""
     import numpy as np
     import orjson
 
     sums: dict[str, list[float]] = {}
     grades: list[str] = []
     tags: dict[str, list[float]] = {}
+    primaries: Counter[str] = Counter()
+    scorer_names: dict[str, None] = {}
     judge_prompt = judge_completion = 0
     n_judged = 0
     # Rows share their details text (a question's repeats): a text with neither metrics
@@ -214,6 +218,9 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
         for name, v in (d.get("metrics") or {}).items():
             if v is not None:
                 sums.setdefault(name, []).append(float(v))
+        if d.get("primary"):
+            primaries[str(d["primary"])] += 1
+        scorer_names.update(dict.fromkeys(d.get("scorers") or {}))
         j = d.get("judge")
         if not isinstance(j, dict) or "kind" not in j:
             continue
@@ -228,6 +235,11 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if sums:
         out["metrics"] = {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(sums.items())}
+    if primaries:
+        # the metric the rows' `reward` (and so `score`) is: one per run, by the config
+        out["primary"] = primaries.most_common(1)[0][0]
+    if scorer_names:
+        out["scorers"] = sorted(scorer_names)
     if n_judged:
         out["judge"] = {"n_judged": n_judged, "prompt_tokens": judge_prompt,
                         "completion_tokens": judge_completion}
