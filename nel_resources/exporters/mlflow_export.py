@@ -217,4 +217,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise NelError(f"{path}: cannot read the bundle ({type(exc).__name__}: {exc})") from None
     if not isinstance(doc, dict):
         raise NelError(f"{path}: not a bundle (a JSON object was expected)")
+    bench = doc.get("benchmark")
+    if not isinstance(doc.get("bundle"), dict) and not (isinstance(bench, dict) and bench.get("name")):
+        raise NelError(f"{path}: not a bundle (no `bundle` or `benchmark.name`: write it with `nel eval run`)")
     return doc
