@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -185,6 +186,11 @@ def _shown(uri: str) -> str:
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
+    # A server that does not answer: MLflow's text is 400 characters of urllib3 retry detail
+    # around the one fact that matters ("[Errno 111] Connection refused").
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if errno and ("Max retries exceeded" in text or "ConnectionError" in text):
+        return f"cannot reach the tracking server ({errno.group(1).strip()})"
     return f"{type(exc).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
 
 

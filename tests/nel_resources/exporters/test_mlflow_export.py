@@ -123,7 +123,8 @@ def test_unreachable_tracking_server_keeps_the_results(gsm8k_config, tmp_path: P
     assert (path.parent / "results.jsonl").is_file() and bundle["bundle"]["score"]["n_items"] == N
     failed = [ln for ln in p.stderr.splitlines() if "mlflow" in ln]
     again = f"nel export {out} --dest mlflow -o tracking_uri={dead} -o experiment_name=ckpts"
-    assert len(failed) == 1 and failed[0].startswith(f"mlflow export failed: gsm8k/{MODEL} to {dead}: "), p.stderr
+    assert len(failed) == 1 and failed[0].startswith(
+        f"mlflow export failed: gsm8k/{MODEL} to {dead}: cannot reach the tracking server (Connection refused); "), p.stderr
     assert f"the results are kept in {out}; export them again with `{again}`" in failed[0]
     assert "Traceback" not in p.stderr
     print(f"nel eval run with an unreachable tracking server: {took:.1f} s")
