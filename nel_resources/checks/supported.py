@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from nel_resources.checks.benchmarks import check_benchmarks, check_sandbox_runs_here
-from nel_resources.checks.refusal import Refusal, as_config_error, changed
+from nel_resources.checks.refusal import Refusal, as_config_error, at_key, changed
 from nel_resources.config import ConfigError, NelConfig, ServiceConfig
 from nel_resources.config._base import field_defaults
 from nel_resources.config.services import LAUNCHED_TYPES
 from nel_resources.config.unbuilt import SERVICE_UNBUILT, UNSTARTED_SERVICE_TYPES
-from nel_resources.exporters import is_built
+from nel_resources.exporters import check_settings, is_built
 
 _SERVICE_DEFAULTS = field_defaults(ServiceConfig)
 
@@ -96,14 +96,30 @@ def _check_services(cfg: NelConfig) -> None:
             check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
 
 
+def _check_exporter_settings(cfg: NelConfig) -> None:
+    """Each exporter's settings (`output.export_config.<name>`, or the keys of a dict item of
+    `output.export`), checked by the exporter itself before any request."""
+    out = cfg.output
+    given: list[tuple[tuple[Any, ...], str, dict[str, Any]]] = [
+        (("output", "export_config", name), name, dict(settings or {}))
+        for name, settings in out.export_config.items()]
+    given += [(("output", "export", i), str(item.get("type")), {k: v for k, v in item.items() if k != "type"})
+              for i, item in enumerate(out.export) if isinstance(item, dict)]
+    for path, name, settings in given:
+        if not is_built(name):
+            raise Refusal(path, f"settings of the {name!r} exporter", "remove them")
+        problem = check_settings(name, settings)
+        if problem is not None:
+            raise at_key(cfg, path, problem)
+
+
 def _check_output(cfg: NelConfig) -> None:
     out = cfg.output
     for i, name in [(i, n) for i, n in enumerate(out.exporter_names()) if not is_built(n)]:
         raise Refusal(("output", "export", i), f"the {name!r} exporter",
                       "remove it from `output.export`; results are in the output directory's "
                       "Parquet files and exports/")
-    if out.export_config:
-        raise Refusal(("output", "export_config"), "exporter settings", "remove `export_config`")
+    _check_exporter_settings(cfg)
     if out.timestamped:
         raise Refusal(("output", "timestamped"), "timestamped output directories",
                       "remove `timestamped` (nel keeps one directory so reruns only evaluate "

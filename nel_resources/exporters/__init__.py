@@ -4,7 +4,9 @@
 imported on first use; `KNOWN_EXPORTERS` are the names NeMo Evaluator 0.3.0 has, so a config
 naming one nel has not built yet is refused as "not supported yet" rather than unknown.
 This module imports nothing heavy: the config package asks it which names exist and which
-are built. A new exporter is its own module plus one line in `EXPORTERS`.
+are built. A new exporter is its own module plus one line in `EXPORTERS`; its module may
+define `check_settings(settings) -> str | None` (the problem, in one line), which the config
+check asks before a run (`check_settings` here).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ Exporter = Callable[[list[Path], dict[str, Any], "str | None"], int]
 
 EXPORTERS: Registry[Exporter] = Registry("exporter", {
     "inspect": "nel_resources.exporters.inspect_log:export",
+    "mlflow": "nel_resources.exporters.mlflow_export:export",
 })
 #: Every exporter name a config may write (NeMo Evaluator 0.3.0's, and nel's own).
 KNOWN_EXPORTERS: tuple[str, ...] = tuple(sorted({"inspect", "mlflow", "wandb", *EXPORTERS}))
@@ -28,3 +31,12 @@ KNOWN_EXPORTERS: tuple[str, ...] = tuple(sorted({"inspect", "mlflow", "wandb", *
 def is_built(name: str) -> bool:
     """True when nel has exporter `name` (a known name it has not built is False)."""
     return name in EXPORTERS
+
+
+def check_settings(name: str, settings: dict[str, Any]) -> str | None:
+    """What is wrong with built exporter `name`'s settings, in one line, or None.
+
+    Asks the exporter's module (its `check_settings`); an exporter without one takes any.
+    """
+    check = EXPORTERS.module_attr(name, "check_settings")
+    return check(settings) if check is not None else None

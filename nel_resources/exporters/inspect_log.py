@@ -11,6 +11,7 @@ confidence interval, pass@k). nel does not import `inspect_ai`: the log is plain
 Settings (`output.export_config.inspect`, or `nel export -o KEY=VALUE`):
     output_dir: where the logs go (default: `<folder of the bundle>/inspect/`, or
         `nel export`'s `--output-dir`).
+    format: `json` (NeMo Evaluator's `eval`, Inspect's zipped log, is not built).
 """
 
 from __future__ import annotations
@@ -27,6 +28,20 @@ from nel_resources.storage.store import write_json_atomic
 SCORER = "nel"  # the score's name in the log: nel's reward, as the benchmark's scorer gave it
 
 
+SETTINGS = ("output_dir", "format")
+
+
+def check_settings(settings: dict[str, Any]) -> str | None:
+    """What is wrong with the settings, in one line, or None (the config check asks this)."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        return f"inspect exporter: unknown setting {unknown[0]!r}; the settings are {', '.join(SETTINGS)}"
+    if settings.get("format", "json") != "json":
+        return (f"inspect exporter: setting 'format': the {settings['format']!r} log format is not "
+                "supported yet in nel; write format: json (Inspect's JSON log, which inspect view reads)")
+    return None
+
+
 def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None = None) -> int:
     """Write one Inspect eval log per bundle; 0 when all were written.
 
@@ -38,6 +53,9 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
     Raises:
         NelError: a bundle that cannot be read, or without its results file (one line).
     """
+    problem = check_settings(settings)
+    if problem is not None:
+        raise NelError(problem)
     for path in bundles:
         dest = settings.get("output_dir") or output_dir
         write_log(path, Path(dest) if dest else path.parent / "inspect")
