@@ -4,12 +4,14 @@ Both send the same GSM8K chat requests to the same reference server (answering a
 at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sample
 (user+sys of the `nel` process, from its rusage), its loop phase per sample (first to last
 model request, as the reference server recorded them: Dagster's start-up and the writing
-of results are outside it), the time from spawning `nel` to the first request, its peak
-RSS, and the time and request count of an unchanged rerun (which must send 0 requests).
+of results are outside it), the time from spawning `nel` to the first request and to the
+last one, the tail (from the last request to the process's exit: statistics, exports,
+Dagster's recording, interpreter shutdown), its peak RSS, and the time and request count of an unchanged rerun (which must send 0 requests).
 
 `--baseline DIR` also runs the `nel` of another checkout (`/work/main`, say) in the same
 rounds, alternating which of the two goes first; the bare loop of each round stays the
-common yardstick, and the summary gains a `baseline` block with the same figures.
+common yardstick, and the summary gains a `baseline` block with the same figures and a
+`vs_baseline` block of per-round ratios (this checkout / the baseline; below 1 is lower).
 
 `--daemon` also runs this checkout's `nel` through a `nel daemon` started once before the
 rounds (a `daemon` block): its CPU is the caller's plus the run's (the daemon's fork, as
@@ -152,12 +154,15 @@ def nel_round(url: str, repo: Path, repeats: int, concurrency: int, daemon_dir: 
         # The loop phase, as the server saw it: first to last model request.
         loop = st["last_at"][CHAT] - st["first_at"][CHAT] if sent else 0.0
         to_first = st["first_at"][CHAT] - first["started"] if sent else 0.0
+        # The tail: from the last model request to the process's exit (statistics, exports,
+        # Dagster's recording, interpreter shutdown), all of which the user waits for.
+        to_last = st["last_at"][CHAT] - first["started"] if sent else 0.0
         reset(url)
         again = run_nel(args, repo, daemon_dir)
         sent2 = stats(url)["total_requests"]
         reset(url)
     return {"wall": first["wall"], "cpu": first["cpu"], "rss": first["rss"], "sent": sent, "loop": loop,
-            "first": to_first, "wall2": again["wall"], "cpu2": again["cpu"], "sent2": sent2,
+            "first": to_first, "to_last": to_last, "tail": first["wall"] - to_last, "wall2": again["wall"], "cpu2": again["cpu"], "sent2": sent2,
             "shards2": again["summary"]["shards_run"], "score": first["summary"]["results"][0]["score"]}
 
 
@@ -171,6 +176,8 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
         "nel_cpu_ms_per_sample": round(med(1000 * r["cpu"] / n for r in rounds), 4),
         "nel_loop_us_per_sample": round(med(1e6 * r["loop"] / n for r in rounds), 1),
         "nel_first_request_s": round(med(r["first"] for r in rounds), 3),
+        "nel_to_last_request_s": round(med(r["to_last"] for r in rounds), 3),
+        "nel_tail_after_last_request_s": round(med(r["tail"] for r in rounds), 3),
         "nel_peak_rss_mb": round(med(r["rss"] for r in rounds), 1),
         "nel_model_requests_sent": [r["sent"] for r in rounds],
         "rerun_wall_s": round(med(r["wall2"] for r in rounds), 2),
@@ -179,6 +186,17 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
         "rerun_shards_run": [r["shards2"] for r in rounds],
         "score": rounds[0]["score"],
     }
+
+
+def versus(ours: list[dict], theirs: list[dict]) -> dict:
+    """This checkout's figures as ratios of the baseline's, per round (the two ran in the
+    same round, one after the other), then the median: below 1 means this checkout is lower."""
+    def ratio(key: str) -> float:
+        return round(statistics.median(o[key] / t[key] for o, t in zip(ours, theirs, strict=True)
+                                       if t[key] > 0), 3)
+
+    return {"wall": ratio("wall"), "to_last_request": ratio("to_last"), "tail": ratio("tail"),
+            "peak_rss": ratio("rss"), "cpu": ratio("cpu"), "rerun_wall": ratio("wall2")}
 
 
 def main() -> None:
@@ -237,6 +255,7 @@ def main() -> None:
         res["daemon"] = summarize(n, bare, warm)
     if a.baseline is not None:
         res["baseline"] = {"checkout": str(a.baseline.resolve()), **summarize(n, bare, theirs)}
+        res["vs_baseline"] = versus(ours, theirs)
     print(json.dumps(res, indent=2))
 
 

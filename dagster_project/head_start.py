@@ -32,10 +32,13 @@ class HeadStart:
     comes from the launch) and no sandbox (a Dagster resource).
 
     When the shard is its model's only stale one and the run builds bundles, the model's
-    bundle is built right after it, before Dagster too, for the bundle run whose id is chosen
-    here (`outcomes.keep_bundle`). Same files, metadata and data version as when the run's
-    step builds it; the gain is memory: the bundle's working set (rows, export batches) is
-    gone before Dagster's imports (~70 MB) arrive, instead of coming on top of them.
+    bundle is built right after it, for the bundle run whose id is chosen here
+    (`outcomes.keep_bundle`). Same files, metadata and data version as when the run's step
+    builds it. Where it can, a forked child builds it (`forked.ForkedCall`) while this process
+    imports Dagster and records the shard's run: the tail after the last request overlaps on
+    two cores instead of adding up, and the bundle's working set (rows, export batches) is in
+    the child, never on top of Dagster's imports (~70 MB) here. Where a fork is not safe it is
+    built here, before Dagster, and freed before Dagster's imports arrive.
     """
 
     def __init__(self, bench: Any, task: Any, run: Any, store: Any, *, with_bundle: bool) -> None:
@@ -89,10 +92,25 @@ class HeadStart:
             return
         import uuid
 
+        from nel_assets.engine.evaluation import forked
+        from nel_resources.runtime import heap
+
         run_id = str(uuid.uuid4())
+        bundle_args = (self.run, self.store, self.bench.name, self.task.model)
+        if forked.can_fork():
+            # What the shard freed goes back to the OS first: the child starts from the
+            # smaller heap, and this process's Dagster imports find it returned too.
+            heap.give_back_freed()
+            # Built in a child while this process imports Dagster and records the shard's run
+            # (both are CPU-bound Python: the tail after the last request overlaps on two
+            # cores); the bundle run waits for it, and the process's exit does too.
+            later = forked.ForkedCall(f"building the bundle of {self.bench.name}/{self.task.model}",
+                                      ev.build_model_bundle, *bundle_args, config_json=config_json)
+            self.outcomes.keep_bundle(self.bench.name, self.task.model, run_id, later=later)
+            self._bundle_run_id = run_id
+            return
         try:
-            built = ev.build_model_bundle(self.run, self.store, self.bench.name, self.task.model,
-                                          config_json=config_json)
+            built = ev.build_model_bundle(*bundle_args, config_json=config_json)
         except Exception as exc:  # the bundle run's step raises it, as if it had built it
             self.outcomes.keep_bundle(self.bench.name, self.task.model, run_id, error=exc)
         else:
@@ -101,8 +119,6 @@ class HeadStart:
         self._bundle_run_id = run_id
         # What the shard and bundle freed goes back to the OS before Dagster's imports
         # allocate theirs: without it the peak held both (212 against 197 MB, 10,552 rows).
-        from nel_resources.runtime import heap
-
         heap.give_back_freed()
 
     def bundle_run_id(self, bench: Any, model: str) -> str | None:

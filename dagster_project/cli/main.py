@@ -48,7 +48,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code.
+
+    Called with no `argv` it is the process's entry point (the `nel` script, `python -m`),
+    and the interpreter's shutdown then skips its collection of the whole heap (see
+    `skip_final_collection`).
+    """
+    try:
+        return _run(argv)
+    finally:
+        if argv is None:
+            skip_final_collection()
+
+
+def skip_final_collection() -> None:
+    """Exempt every live object from the collection the interpreter runs as it shuts down.
+
+    At exit Python walks the whole heap once more for reference cycles; after a large run
+    that heap is the run's (Dagster's, pyarrow's, the rows'), and the walk took 1.2 s of a
+    3.2 s run of 10.5k samples. Nothing is lost by skipping it: the process ends anyway,
+    `atexit` handlers and objects freed by reference counting (files flushed and closed,
+    Parquet writers, Dagster's instance) still run as before, and the operating system
+    takes the memory back. Only cyclic garbage left at exit goes unfinalized, as in any
+    process ended by `os._exit` (nel's daemon runs end that way).
+    """
+    import gc
+
+    gc.freeze()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # e.g. for `eval run --background`

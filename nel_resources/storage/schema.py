@@ -119,7 +119,20 @@ class TableBuilder:
         keys = list(zip(table.column("problem_idx").to_pylist(), table.column("repeat").to_pylist(),
                         strict=True))
         order = sorted(range(len(keys)), key=keys.__getitem__)
-        if order == list(range(len(keys))):
-            return table.combine_chunks()
-        return table.take(order)
+        in_order = order == list(range(len(keys)))
+        del keys
+        # Sorted (or made contiguous) a column at a time, each old column freed once its new
+        # copy exists: the peak is the table plus its largest column, not two tables and more
+        # (`table.take` held them; the tail of a 42,208-sample run peaked there).
+        indices = None if in_order else pa.array(order, type=pa.int64())
+        del order
+        sorted_cols = []
+        while table.num_columns:
+            # Made contiguous first and the chunks freed before the take: a take from chunks
+            # concatenates them itself and holds that copy and the chunks at once.
+            col = table.column(0).combine_chunks()
+            table = table.remove_column(0)
+            sorted_cols.append(col if indices is None else col.take(indices))
+            del col
+        return pa.Table.from_arrays(sorted_cols, schema=RESULT_SCHEMA)
 

@@ -109,3 +109,36 @@ def test_column_reads_and_batches_match_the_whole_table(tmp_path: Path) -> None:
     assert len(streamed) == full.num_rows
     assert [{k: r.get(k) for k in full.column_names} for r in streamed] == full.to_pylist()
     assert store.read_shards("b", "nobody", columns=cols).column_names == ["problem_idx", "reward", "steps"]
+
+
+_PEAK_PROBE = r"""
+import json, random
+import pyarrow as pa
+from nel_resources.storage.schema import TableBuilder
+rnd = random.Random(7)
+b = TableBuilder()
+order = list(range(30_000))
+rnd.shuffle(order)  # rows finish out of order, as under concurrency
+for i in order:
+    b.add({"problem_idx": i // 4, "repeat": i % 4, "sample_id": f"{i // 4}:{i % 4}",
+           "prompt": "p" * 400, "response": "r" * 200, "messages": "m" * 500, "reward": 1.0})
+b._flush()
+pool = pa.default_memory_pool()
+held, before = pool.bytes_allocated(), pool.max_memory()
+t = b.table()
+print(json.dumps({"held": held, "before": before, "peak": pool.max_memory(),
+                  "sorted": t.column("problem_idx").to_pylist() == sorted(t.column("problem_idx").to_pylist()),
+                  "rows": t.num_rows}))
+"""
+
+
+def test_sorting_a_shards_rows_holds_one_table_and_one_column_at_most() -> None:
+    # Arrow's own accounting of its allocations (the pool's high-water mark), in a fresh
+    # process: sorting 30,000 rows that arrived out of order must not hold two whole tables.
+    p = subprocess.run([sys.executable, "-c", _PEAK_PROBE], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    got = json.loads(p.stdout)
+    assert got["sorted"] and got["rows"] == 30_000
+    assert got["before"] <= got["held"] * 1.05  # the batches were the high-water mark so far
+    # the largest column (messages) is ~1/3 of the table: well under 1.5x; two tables are 2x
+    assert got["peak"] < 1.5 * got["held"], got
