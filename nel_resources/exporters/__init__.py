@@ -23,6 +23,7 @@ Exporter = Callable[[list[Path], dict[str, Any], "str | None"], int]
 EXPORTERS: Registry[Exporter] = Registry("exporter", {
     "inspect": "nel_resources.exporters.inspect_log:export",
     "mlflow": "nel_resources.exporters.mlflow_export:export",
+    "wandb": "nel_resources.exporters.wandb_export:export",
 })
 #: Every exporter name a config may write (NeMo Evaluator 0.3.0's, and nel's own).
 KNOWN_EXPORTERS: tuple[str, ...] = tuple(sorted({"inspect", "mlflow", "wandb", *EXPORTERS}))

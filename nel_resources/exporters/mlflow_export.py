@@ -18,7 +18,6 @@ again (`nel export <dir> --dest mlflow`), and the exporter returns 1 instead of 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -30,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.errors import NelError
-from nel_resources.exporters.mlflow_content import BUNDLE_KEY_TAG, RunContent, run_content, run_root
+from nel_resources.exporters.bundle_content import read_bundle, run_root
+from nel_resources.exporters.mlflow_content import BUNDLE_KEY_TAG, RunContent, run_content
 from nel_resources.exporters.mlflow_settings import (
     MlflowSettings,
     check_settings,
@@ -70,7 +69,7 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
             the tracking store is not raised: it is reported in one line and returns 1.
     """
     parsed = parse_settings(settings)
-    docs = [(Path(p), _read_json(Path(p))) for p in bundles]
+    docs = [(Path(p), read_bundle(Path(p))) for p in bundles]
     failed = 0
     try:
         from mlflow.tracking import MlflowClient
@@ -214,16 +213,3 @@ def _quiet_mlflow_logs() -> None:
     # The store's schema migrations log a dozen INFO lines on a new SQLite store.
     for name in ("mlflow.store.db.utils", "alembic.runtime.migration", "mlflow.store.sqlalchemy_store"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise NelError(f"{path}: cannot read the bundle ({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict):
-        raise NelError(f"{path}: not a bundle (a JSON object was expected)")
-    bench = doc.get("benchmark")
-    if not isinstance(doc.get("bundle"), dict) and not (isinstance(bench, dict) and bench.get("name")):
-        raise NelError(f"{path}: not a bundle (no `bundle` or `benchmark.name`: write it with `nel eval run`)")
-    return doc
