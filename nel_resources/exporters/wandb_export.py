@@ -156,9 +156,10 @@ def _save_files(run: Any, files: list[tuple[Path, str]]) -> None:
 
 
 def _drop_older_runs(current: Path, rid: str) -> None:
-    """Offline, each resume writes a new `offline-run-<time>-<id>` folder: keep only the newest
-    of this id, so a re-export replaces the run's files instead of adding a second copy."""
-    for old in current.parent.glob(f"offline-run-*-{rid}"):
+    """Offline, each resume writes a new `offline-run-<time>-<id>` folder (`-<id>-1` within the
+    same second): keep only the newest of this id, so a re-export replaces the run's files
+    instead of adding a second copy."""
+    for old in current.parent.glob(f"offline-run-*-{rid}*"):
         if old != current and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
 

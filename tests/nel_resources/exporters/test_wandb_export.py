@@ -88,7 +88,7 @@ def _check_run(folder: Path, bundle: dict) -> tuple[str, OfflineRun]:
     assert len(runs) == 1, runs
     (file,) = runs[0].glob("run-*.wandb")
     run = read_run(file)
-    assert runs[0].name.endswith(f"-{run.run_id}") and run.run_id.startswith("nel-")
+    assert f"-{run.run_id}" in runs[0].name and run.run_id.startswith("nel-")
     assert run.project == "nel" and run.name == f"gsm8k/{MODEL}" and run.exit_code == 0
     c = run.config
     assert c["model"] == "ref-model" and c["benchmark"] == "gsm8k" and c["nel.model"] == MODEL
@@ -113,7 +113,8 @@ def _check_run(folder: Path, bundle: dict) -> tuple[str, OfflineRun]:
     return run.run_id, run
 
 
-def test_offline_run_then_re_export_keeps_one_run(gsm8k_config, tmp_path: Path, w_and_b_server: Listener) -> None:
+def test_offline_run_then_re_export_keeps_one_run(gsm8k_config, tmp_path: Path, w_and_b_server: Listener,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, env = gsm8k_config
     out = tmp_path / "out"
     p = run_nel("eval", "run", str(cfg), "--no-progress", env=env, unset=_WANDB_ENV)
@@ -131,6 +132,16 @@ def test_offline_run_then_re_export_keeps_one_run(gsm8k_config, tmp_path: Path, 
     # the run again (nothing to evaluate, the bundle rebuilt): still that one run
     p = run_nel("eval", "run", str(cfg), "--no-progress", env=env, unset=_WANDB_ENV)
     assert p.returncode == 0, p.stderr
+    assert _check_run(out, _bundle(out))[0] == run_id
+    # quick re-exports in one process (several within one second: wandb then names the run's
+    # folder `...-<id>-1`): still one run
+    from nel_resources.exporters.wandb_export import export
+
+    for name in _WANDB_ENV:
+        monkeypatch.delenv(name, raising=False)
+    (path,) = out.rglob("eval-*.json")
+    for _ in range(5):
+        assert export([path], {}, str(out)) == 0
     assert _check_run(out, _bundle(out))[0] == run_id
     # nothing left the machine: no connection to W&B's (loopback) server, no other one tried
     assert w_and_b_server.seen == 0
