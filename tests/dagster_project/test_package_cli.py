@@ -161,19 +161,18 @@ def test_cache_sqsh_without_enroot_says_what_to_install(tmp_path: Path) -> None:
     assert p.returncode == 2 and "not supported yet in nel" in p.stderr and p.stderr.count("\n") == 1
 
 
-def test_export_refuses_each_known_exporter(tmp_path: Path) -> None:
+def test_export_of_a_file_that_is_not_a_bundle_is_one_line(tmp_path: Path) -> None:
     runs = tmp_path / "run"
     (runs / "gsm8k").mkdir(parents=True)
     (runs / "gsm8k" / "eval-20260101T000000Z-gsm8k.json").write_text("{}")
-    p = run_nel("export", str(runs), "--dest", "wandb")
-    assert p.returncode == 2 and p.stderr == "error: exporter wandb is not supported yet in nel\n"
-    # inspect and mlflow are built (tests/nel_resources/exporters): a file that is not a
-    # bundle with its samples is one line
-    for dest, why in (("inspect", "no results.jsonl beside it"), ("mlflow", "not a bundle")):
+    # every exporter is built (tests/nel_resources/exporters): a file that is not a bundle
+    # with its samples is one line, and nothing is written for it
+    for dest, why in (("inspect", "no results.jsonl beside it"), ("mlflow", "not a bundle"),
+                      ("wandb", "not a bundle")):
         p = run_nel("export", str(runs), "--dest", dest)
         assert p.returncode == 1 and p.stderr.startswith("Error: ") and why in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
-    assert not (runs / "mlflow").exists()  # nothing logged for it
+    assert not (runs / "mlflow").exists() and not (runs / "wandb").exists()  # nothing logged for it
     p = run_nel("export", str(runs), "--dest", "bogus")
     assert p.returncode == 1 and p.stderr.strip() == "Error: Unknown exporter 'bogus'. Available: inspect, mlflow, wandb"
 
