@@ -57,6 +57,7 @@ Choices, with reasons:
 
 from nel_assets.engine.stats.at_k import maj_at_k, pass_at_k, pass_at_k_table
 from nel_assets.engine.stats.bootstrap import bootstrap_ci
+from nel_assets.engine.stats.checkpoint_alarm import AlarmResult, Checkpoint, checkpoint_alarm
 from nel_assets.engine.stats.intervals import (
     CI_METHODS,
     mean_ci,
@@ -70,7 +71,10 @@ from nel_assets.engine.stats.units import NORMAL_MIN_UNITS, critical_value, is_b
 __all__ = [
     "CI_METHODS",
     "NORMAL_MIN_UNITS",
+    "AlarmResult",
+    "Checkpoint",
     "bootstrap_ci",
+    "checkpoint_alarm",
     "critical_value",
     "is_binary",
     "item_means",
