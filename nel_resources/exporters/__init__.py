@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.errors import NelError
 from benchmarks.registries import Registry
 
 #: An exporter: (the `eval-*.json` bundles, its settings, an output dir or None) -> exit status.
@@ -37,7 +38,18 @@ def is_built(name: str) -> bool:
 def check_settings(name: str, settings: dict[str, Any]) -> str | None:
     """What is wrong with built exporter `name`'s settings, in one line, or None.
 
-    Asks the exporter's module (its `check_settings`); an exporter without one takes any.
+    Asks the exporter's module: its `check_settings(settings) -> str | None`, else its
+    `parse_settings(settings)` (a NelError's one line is the problem); an exporter with
+    neither takes any settings.
     """
     check = EXPORTERS.module_attr(name, "check_settings")
-    return check(settings) if check is not None else None
+    if check is not None:
+        return check(settings)
+    parse = EXPORTERS.module_attr(name, "parse_settings")
+    if parse is None:
+        return None
+    try:
+        parse(settings)
+    except NelError as exc:
+        return str(exc)
+    return None

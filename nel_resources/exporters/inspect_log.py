@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import NelError
+from nel_resources.exporters.bundle_content import read_bundle
 from nel_resources.storage.store import write_json_atomic
 
 SCORER = "nel"  # the score's name in the log: nel's reward, as the benchmark's scorer gave it
@@ -64,7 +65,7 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
 
 def write_log(bundle_path: Path, out_dir: Path) -> Path:
     """The Inspect eval log of one bundle, written into `out_dir`; its path."""
-    doc = _read_json(bundle_path)
+    doc = read_bundle(bundle_path)
     results = bundle_path.parent / "results.jsonl"
     if not results.is_file():
         raise NelError(f"{bundle_path}: no results.jsonl beside it (the samples of the log)")
@@ -174,12 +175,3 @@ def _iso(ts: Any) -> str | None:
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise NelError(f"{path}: cannot read the bundle ({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict):
-        raise NelError(f"{path}: not a bundle (a JSON object was expected)")
-    return doc

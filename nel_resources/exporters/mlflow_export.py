@@ -33,7 +33,6 @@ from nel_resources.exporters.bundle_content import read_bundle, run_root
 from nel_resources.exporters.mlflow_content import BUNDLE_KEY_TAG, RunContent, run_content
 from nel_resources.exporters.mlflow_settings import (
     MlflowSettings,
-    check_settings,
     is_local_store,
     local_artifact_root,
     parse_settings,
@@ -44,7 +43,7 @@ from nel_resources.wire.endpoint_url import redact_url
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-__all__ = ["check_settings", "export", "log_run"]
+__all__ = ["export", "log_run", "parse_settings"]
 
 INSTALL_HINT = "pip install 'nel[mlflow]'"
 # MLflow's own HTTP retries back off for minutes by default (7 tries, factor 2): a tracking

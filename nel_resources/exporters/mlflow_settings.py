@@ -74,15 +74,6 @@ def parse_settings(settings: dict[str, Any]) -> MlflowSettings:
     return parsed
 
 
-def check_settings(settings: dict[str, Any]) -> str | None:
-    """What is wrong with `settings`, in one line, or None (the config check asks this)."""
-    try:
-        parse_settings(settings)
-    except NelError as exc:
-        return str(exc)
-    return None
-
-
 def tracking_uri(settings: MlflowSettings, output_dir: Path) -> str:
     """Where the runs go: the setting, else MLFLOW_TRACKING_URI, else `output_dir`'s store.
 

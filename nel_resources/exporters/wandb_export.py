@@ -38,13 +38,12 @@ from nel_resources.exporters.bundle_content import (
 )
 from nel_resources.exporters.wandb_settings import (
     WandbSettings,
-    check_settings,
     parse_settings,
     run_dir,
     run_mode,
 )
 
-__all__ = ["check_settings", "export", "log_run", "run_id"]
+__all__ = ["export", "log_run", "parse_settings", "run_id"]
 
 INSTALL_HINT = "pip install 'nel[wandb]'"
 # Offline, wandb-core would still send its own crash reports; nothing leaves the machine.

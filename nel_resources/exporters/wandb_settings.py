@@ -79,15 +79,6 @@ def parse_settings(settings: dict[str, Any]) -> WandbSettings:
         raise NelError(f"wandb exporter: setting {key!r}: {msg}") from None
 
 
-def check_settings(settings: dict[str, Any]) -> str | None:
-    """What is wrong with `settings`, in one line, or None (the config check asks this)."""
-    try:
-        parse_settings(settings)
-    except NelError as exc:
-        return str(exc)
-    return None
-
-
 def run_mode(settings: WandbSettings) -> Literal["offline", "online"]:
     """offline or online: the setting, else WANDB_MODE, else offline (no account, no network).
 

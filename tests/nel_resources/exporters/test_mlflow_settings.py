@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.errors import NelError
+from nel_resources.exporters import check_settings
 from nel_resources.exporters.mlflow_settings import (
     MlflowSettings,
-    check_settings,
     local_artifact_root,
     parse_settings,
     tracking_uri,
@@ -56,7 +56,7 @@ def test_bad_settings_are_one_line(settings: dict, says: str) -> None:
     with pytest.raises(NelError) as err:
         parse_settings(settings)
     assert says in str(err.value) and "\n" not in str(err.value)
-    assert check_settings(settings) == str(err.value)
+    assert check_settings("mlflow", settings) == str(err.value)  # what the config check asks
 
 
 def test_where_the_runs_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
