@@ -65,10 +65,10 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
 
 def write_log(bundle_path: Path, out_dir: Path) -> Path:
     """The Inspect eval log of one bundle, written into `out_dir`; its path."""
-    doc = read_bundle(bundle_path)
     results = bundle_path.parent / "results.jsonl"
     if not results.is_file():
         raise NelError(f"{bundle_path}: no results.jsonl beside it (the samples of the log)")
+    doc = read_bundle(bundle_path)
     rows = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines() if line]
     log = eval_log(doc, rows)
     bench, model = str(log["eval"]["task"]), str(log["eval"]["model"])
