@@ -66,6 +66,7 @@ def load_module(ref: str) -> None:
         _FILE_BENCHMARKS[path] = sorted(
             k for k, f in _registry.registered_at_run_time().items() if before.get(k) is not f)
         _ORIGINS.update(dict.fromkeys(_FILE_BENCHMARKS[path], str(path)))
+        _say_replaced_builtins(_FILE_BENCHMARKS[path], str(path))
         return
     before = _registry.registered_at_run_time()
     try:
@@ -74,6 +75,20 @@ def load_module(ref: str) -> None:
         raise NelError(f"cannot import benchmark module {ref!r} ({exc})") from None
     _ORIGINS.update(dict.fromkeys(
         (k for k, f in _registry.registered_at_run_time().items() if before.get(k) is not f), ref))
+
+
+def _say_replaced_builtins(names: list[str], origin: str) -> None:
+    """One line per process for a file whose benchmark takes a built-in's name: the file's
+    own benchmark runs (as in NeMo Evaluator, whose built-ins are such files), and the user
+    learns that the name no longer means nel's built-in."""
+    for name in names:
+        if name in _registry.BUILTINS and name not in _SAID_REPLACED:
+            _SAID_REPLACED.add(name)
+            print(f"note: {origin} registers {name!r}, which replaces nel's built-in {name!r} "
+                  "in this run", file=sys.stderr)
+
+
+_SAID_REPLACED: set[str] = set()
 
 
 def _line_in(exc: BaseException, path: Path) -> int | str:

@@ -61,6 +61,8 @@ class NelConfig(_Strict):
     # names file:line for keys it refuses. Not part of the config's content.
     _where: str = PrivateAttr(default="<config>")
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
+    # Per benchmark entry, its index in the file when per-model entries were merged.
+    _benchmark_origin: list[int] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -117,6 +119,17 @@ class NelConfig(_Strict):
                     need(s, f"{at}.services.{k}")
         self._check_depends_on()
         self._check_node_pools()
+        return self
+
+    @model_validator(mode="after")
+    def _merge_per_model(self) -> NelConfig:
+        # NeMo Evaluator's one entry per model becomes one entry listing the services.
+        from nel_resources.config.per_model import merge_per_model_entries
+
+        merged, origin = merge_per_model_entries(self.benchmarks, self.services)
+        if len(merged) != len(self.benchmarks):
+            self.benchmarks = merged
+            self._benchmark_origin = origin
         return self
 
     def _check_depends_on(self) -> None:

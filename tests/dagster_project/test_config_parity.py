@@ -67,10 +67,32 @@ def test_cli_and_definitions_accept_and_refuse_the_same(
     assert cli == dag
 
 
-def test_one_entry_per_model_is_refused_by_both_in_one_line(
+def test_one_entry_per_model_runs_as_partitions_in_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """NeMo Evaluator's form (the benchmark listed once per model) is accepted by the dry run
+    and the definitions alike, as one benchmark whose models are its partitions."""
+    monkeypatch.setenv("NEL_DAEMON", "off")
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    data.joinpath("test.jsonl").write_text("".join(
+        json.dumps({"question": f"{i}+{i}?", "answer": f"so #### {2 * i}"}) + "\n" for i in range(4)))
+    monkeypatch.setenv("NEL_DATA_DIR", str(tmp_path / "data"))
+    assert _cli(PER_MODEL, tmp_path / "cli", capsys) == "ok"
+    assert _definitions(PER_MODEL, tmp_path / "dag", monkeypatch) == "ok"
+    capsys.readouterr()
+    code = main(["eval", "run", str(PER_MODEL), "--dry-run", "--json", "-o", str(tmp_path / "j")])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0, plan["errors"]
+    assert [(b["name"], b["models"]) for b in plan["benchmarks"]] == [("gsm8k", ["base", "cand"])]
+    assert sorted((s["model"], s["action"]) for s in plan["shards"]) == [("base", "run"), ("cand", "run")]
+
+
+def test_per_model_entries_with_other_differences_are_refused_alike(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEL_DAEMON", "off")
-    want = ("benchmark 'gsm8k' appears twice in the config; merge the entries (list several "
-            "services under `service:`)")
-    assert _cli(PER_MODEL, tmp_path / "cli", capsys) == want
-    assert _definitions(PER_MODEL, tmp_path / "dag", monkeypatch) == want
+    path = tmp_path / "differ.yaml"
+    path.write_text(PER_MODEL.read_text().replace("service: cand, max_problems: 2",
+                                                  "service: cand, max_problems: 3"))
+    cli = _cli(path, tmp_path / "cli", capsys)
+    assert cli == _definitions(path, tmp_path / "dag", monkeypatch)
+    assert "appears twice in the config (benchmarks[0] and benchmarks[1]) with different max_problems" in cli
