@@ -21,6 +21,9 @@ PYTEST_RERUNS ?= 1
 # what the main job needs (nel and llama.cpp's server, `.[llama]`); `make test` everything
 # (`.[all]`: Docker/K8s/Postgres/AWS/Ray integrations, the test tools, the docs site).
 STAMP := $(VENV)/.nel-installed
+# `import nemo_evaluator` with no extra lines (benchmarks/nel_nemo_evaluator.pth): a wheel of
+# nel installs the .pth itself (setup.py); an editable install does not, so it is copied here.
+NEMO_PATHS = $(BIN)/python -c "import shutil, sysconfig; shutil.copyfile('benchmarks/nel_nemo_evaluator.pth', sysconfig.get_paths()['purelib'] + '/nel_nemo_evaluator.pth')"
 STAMP_ALL := $(VENV)/.nel-installed-all
 # pip shows each package it collects and a progress bar per download (no -q: an install of
 # several minutes must not look hung).
@@ -52,6 +55,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "==> [2/2] installing nel and llama.cpp's server for the main job: pip install -e '.[llama]'"
 	$(PIP_INSTALL) -e '.[llama]'
+	$(NEMO_PATHS)
 	@touch $@
 	@echo "==> installed the main job's packages ($(VENV)); \`make test\` adds the test extras"
 
@@ -59,6 +63,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(STAMP_ALL): pyproject.toml | $(BIN)/python
 	@echo "==> [2/2] installing nel with every extra for the tests: pip install -e '.[all]'"
 	$(PIP_INSTALL) -e '.[all]'
+	$(NEMO_PATHS)
 	@touch $@ $(STAMP)
 	@echo "==> installed nel[all] ($(VENV))"
 

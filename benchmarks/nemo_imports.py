@@ -138,6 +138,12 @@ class NemoImportError(NelError, ImportError):
     """A `nemo_evaluator` name or module nel does not provide (or not yet)."""
 
 
+class NemoRefusedNameError(NelError, AttributeError):
+    """A refused `nemo_evaluator` attribute read with `getattr`: an AttributeError, so
+    `getattr(module, name, default)` and `hasattr` behave as with any missing name, with
+    the one line saying why (a `from ... import` of it still fails with that line)."""
+
+
 class _AliasModule(types.ModuleType):
     """A `nemo_evaluator*` module whose attributes come lazily from nel's modules."""
 
@@ -148,7 +154,7 @@ class _AliasModule(types.ModuleType):
         target = table.get(attr)
         if target is None:
             if attr in REFUSED:
-                raise NemoImportError(f"{self.__name__}.{attr}: {REFUSED[attr]}")
+                raise NemoRefusedNameError(f"{self.__name__}.{attr}: {REFUSED[attr]}")
             raise AttributeError(f"module {self.__name__!r} (served by nel) has no attribute "
                                  f"{attr!r}; it provides: {', '.join(sorted(table)) or 'nothing'}")
         mod_name, _, real = target.partition(":")
@@ -220,4 +226,13 @@ def install_nemo_imports() -> None:
         sys.meta_path.insert(0, _FINDER)
 
 
-__all__ = ["MODULES", "REFUSED", "REFUSED_MODULES", "NemoImportError", "NemoImportFinder", "install_nemo_imports"]
+def find_fallback_spec(fullname: str, path: Sequence[str] | None = None,
+                       target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    """The spec of nel's `nemo_evaluator` paths, for the finder `nel_nemo_evaluator.pth` puts
+    last in `sys.meta_path` at interpreter start: asked only when no other finder (a real
+    NeMo Evaluator install) answered, so `import nemo_evaluator` in a user's script works in
+    nel's environment with no extra lines."""
+    return _FINDER.find_spec(fullname, path, target)
+
+
+__all__ = ["MODULES", "REFUSED", "REFUSED_MODULES", "NemoImportError", "NemoImportFinder", "NemoRefusedNameError", "find_fallback_spec", "install_nemo_imports"]
