@@ -1,7 +1,7 @@
 """Time the side-by-side page of two large runs (issue 31: <= 5 s for 100,000 items each).
 
 Two synthetic runs are stored in nel's real on-disk format (shard Parquet committed through
-`ResultStore.write_shard`, ~600-character prompts, ~300-character responses, 8 categories):
+`ResultStore.write_shard`; prompts of 100 random words, responses of 50, 8 categories):
 the baseline right on ~70% of items, the candidate differing on ~`--flip-rate` of them. Then
 the page is generated `--rounds` times exactly as `nel compare --side-by-side` does it (DuckDB
 query over the Parquet + HTML), and the median wall time, the flips counted and listed, and
@@ -42,11 +42,17 @@ def main() -> int:
     rng = np.random.default_rng(0)
     base = (rng.random(args.items) < 0.7).astype(float)
     cand = np.where(rng.random(args.items) < args.flip_rate, 1.0 - base, base)
+    # Texts of random words (not one repeated phrase) so Parquet compresses them as it would
+    # real prompts and answers: ~100 words per prompt, ~50 per response, each side its own.
+    vocab = np.array([f"w{i:04d}" for i in range(5000)])
+    prompts = [" ".join(r) for r in vocab[rng.integers(0, len(vocab), (args.items, 100))]]
+    texts = {side: [" ".join(r) for r in vocab[rng.integers(0, len(vocab), (args.items, 50))]]
+             for side in ("base", "cand")}
     with tempfile.TemporaryDirectory(prefix="nel-sbs-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        write_run(root, "synth", "base", base, shards=args.shards)
-        write_run(root, "synth", "cand", cand, shards=args.shards)
+        write_run(root, "synth", "base", base, shards=args.shards, prompts=prompts, responses=texts["base"])
+        write_run(root, "synth", "cand", cand, shards=args.shards, prompts=prompts, responses=texts["cand"])
         build_s = time.perf_counter() - t0
         store = ResultStore(root)
         pairs = [("synth", store.committed_shard_files("synth", "base"), store.committed_shard_files("synth", "cand"))]
