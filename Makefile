@@ -40,6 +40,8 @@ PY312 ?= env PYENV_VERSION=3.12.1 python3.12
 PEER_HARBOR_VENV ?= .venv-peers/harbor
 # Inspect AI, whose `read_eval_log` reads back the logs of nel's `inspect` exporter.
 PEER_INSPECT_VENV ?= .venv-peers/inspect-ai
+# every-eval-ever, whose schema and validator check nel's `every_eval_ever` exporter.
+PEER_EEE_VENV ?= .venv-peers/every-eval-ever
 # The OpenClaw CLI agent with its own Node, from npm (deploy/agents/install_openclaw.sh).
 OPENCLAW_LINK ?= .venv-peers/openclaw
 
@@ -79,6 +81,7 @@ peers:
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh nemo-gym-0.4.0 'nemo-gym==0.4.0' $(PEER_GYM_VENV)
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh harbor-0.24.0 'harbor==0.24.0' $(PEER_HARBOR_VENV)
 	PY312='$(PY312)' bash deploy/peers/install_peer.sh inspect-ai-0.3.285 'inspect-ai==0.3.285' $(PEER_INSPECT_VENV)
+	PY312='$(PY312)' bash deploy/peers/install_peer.sh every-eval-ever-0.3.0 'every-eval-ever==0.3.0' $(PEER_EEE_VENV)
 	bash deploy/agents/install_openclaw.sh $(OPENCLAW_LINK)  # the `openclaw` solver's CLI (npm: Node 24 + OpenClaw)
 
 system-deps:

@@ -7,8 +7,9 @@ name from ``comparison.baseline`` in the config) is read from the store by parti
 through a second ``AssetIn`` on the same upstream (broken in Dagster 1.13, DESIGN.md §3).
 
 Outputs under ``<out>/comparison/comparison/model=<candidate>/``:
-``comparison.parquet`` (one flat row per benchmark, read by the DuckDB ``comparisons`` view)
-and ``regression.json`` (the full ``compare_runs`` document plus the gate decision).
+``comparison.parquet`` (one flat row per benchmark, read by the DuckDB ``comparisons`` view),
+``regression.json`` (the full ``compare_runs`` document plus the gate decision) and
+``side_by_side.html`` (the items that flipped, both answers; metadata ``side_by_side``).
 
 ``gate`` is a **blocking** asset check on ``comparison``: NO-GO fails it with ERROR severity
 (downstream assets in the run are skipped and the UI shows it red); INCONCLUSIVE fails it
@@ -33,6 +34,9 @@ COMPARISON_KEY = dg.AssetKey(["comparison"])
 COMPARISON_COLUMNS = ("benchmark", "baseline", "candidate", "base_mean", "cand_mean", "delta", "se",
                       "ci_low", "ci_high", "ci_method", "p_value", "mde", "verdict", "n_paired", "n_unpaired_base",
                       "n_unpaired_cand", "test", "gate_decision")
+
+
+SIDE_BY_SIDE = "side_by_side.html"  # the flipped items' page, beside regression.json
 
 
 def comparison_dir(root: Path, candidate: str) -> Path:
@@ -108,7 +112,15 @@ def compare_partition(resolved: ResolvedConfig, root: Path, candidate: str) -> d
     d = comparison_dir(store.root, candidate)
     write_parquet_atomic(d / "comparison.parquet", pa.Table.from_pylist(rows, schema=schema))
     write_regression(d / "regression.json", doc)
+    _write_side_by_side(store, base, cand, d / SIDE_BY_SIDE)
     return doc
+
+
+def _write_side_by_side(store: Any, base: Any, cand: Any, path: Path) -> None:
+    """The flipped items' page of the comparison (pass = item mean above 0, as `nel compare`)."""
+    from nel_assets.engine.reports.side_by_side import run_pairs, write_side_by_side
+
+    write_side_by_side(path, run_pairs(base, cand), baseline=base.model, candidate=cand.model)
 
 
 def build_comparison_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition | dg.AssetChecksDefinition]:
@@ -164,6 +176,7 @@ def build_comparison_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinitio
             "gate_decision": doc["gate"]["decision"],
             "comparison": dg.MetadataValue.md("\n".join(table)),
             "path": dg.MetadataValue.path(str(d / "regression.json")),
+            "side_by_side": dg.MetadataValue.path(str(d / SIDE_BY_SIDE)),
         }, data_version=dg.DataVersion(version))
 
     @dg.asset_check(asset=COMPARISON_KEY, name="gate", blocking=True, partitions_def=MODEL_PARTITIONS,

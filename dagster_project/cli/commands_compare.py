@@ -78,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp_.add_argument("--compact", action="store_true", help="a few lines (chat, CI logs)")
     cmp_.add_argument("--show-flips", action="store_true",
                       help="list every item that flipped, with its texts")
+    cmp_.add_argument("--side-by-side", metavar="PATH", dest="side_by_side",
+                      help="also write a self-contained HTML page of the items that flipped "
+                      "(both answers, expected and extracted answers, prompt; filterable by "
+                      "category and direction) to PATH; nel output dirs only")
+    cmp_.add_argument("--side-by-side-limit", metavar="N", type=int, default=2000,
+                      help="flips listed per direction and benchmark on that page (all are "
+                      "counted; default 2000)")
     _add_report(cmp_, "regression_report.md next to each candidate eval-*.json, or in the "
                 "candidate's nel output dir")
     cmp_.add_argument("-v", "--verbose", action="store_true",
@@ -177,11 +184,27 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(format_comparison(doc, verbose=args.verbose))
     if args.show_flips and args.format == "text":
         print(format_flips(doc))
+    if args.side_by_side:
+        _write_side_by_side(args, base, cand)
     if not args.no_report:
         for path, part in _report_paths(doc, cand, args.report_path):
             write_text_atomic(path, comparison_markdown(part, show_flips=args.show_flips))
             print(f"wrote {path}", file=sys.stderr)
     return COMPARE_EXIT[doc["outcome"]] if args.strict else 0
+
+
+def _write_side_by_side(args: argparse.Namespace, base: Any, cand: Any) -> None:
+    """The flipped items' page (`--side-by-side`), pass/fail by `--correct-above` as the flips above."""
+    from benchmarks.errors import NelError
+    from nel_assets.engine.reports.side_by_side import run_pairs, write_side_by_side
+
+    if args.side_by_side_limit < 0:
+        raise NelError(f"--side-by-side-limit {args.side_by_side_limit}: give a count >= 0")
+    flips = write_side_by_side(Path(args.side_by_side), run_pairs(base, cand), baseline=base.model,
+                               candidate=cand.model, threshold=args.correct_above,
+                               limit=args.side_by_side_limit)
+    n = sum(sum(f.counts.values()) for f in flips)
+    print(f"wrote {args.side_by_side} ({n} flipped items)", file=sys.stderr)
 
 
 def gate_policy_or_error(path: str) -> Any:

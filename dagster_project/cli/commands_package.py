@@ -56,10 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_failing(_cmd_cache_sqsh))
 
     p = sub.add_parser("export", help="export result bundles to an experiment tracker",
-                       description="Send eval-*.json bundles to an exporter (inspect, mlflow, wandb).")
+                       description="Send eval-*.json bundles to an exporter (every_eval_ever, inspect, mlflow, wandb).")
     p.add_argument("paths", nargs="+", type=_existing_path, metavar="PATHS",
                    help="run directories or eval-*.json bundle files")
-    p.add_argument("-d", "--dest", required=True, help="exporter name (inspect, mlflow, wandb)")
+    p.add_argument("-d", "--dest", required=True, help="exporter name (every_eval_ever, inspect, mlflow, wandb)")
     p.add_argument("-o", "--override", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="exporter setting (values parsed as JSON when possible)")
     p.add_argument("-c", "--config", type=_existing_file, help="exporter settings (YAML or JSON)")

@@ -22,6 +22,7 @@ from benchmarks.registries import Registry
 Exporter = Callable[[list[Path], dict[str, Any], "str | None"], int]
 
 EXPORTERS: Registry[Exporter] = Registry("exporter", {
+    "every_eval_ever": "nel_resources.exporters.every_eval_ever:export",
     "inspect": "nel_resources.exporters.inspect_log:export",
     "mlflow": "nel_resources.exporters.mlflow_export:export",
     "wandb": "nel_resources.exporters.wandb_export:export",

@@ -161,6 +161,10 @@ class ResultStore:
                 if (wanted is None or int(d.name.split("=", 1)[1]) in wanted)
                 and (d / "part-0.parquet").exists() and (d / "_fingerprint.json").exists()]
 
+    def committed_shard_files(self, bench: str, model: str) -> list[Path]:
+        """The Parquet files `read_shards` reads (committed shards only), for DuckDB queries."""
+        return self._committed_shard_files(bench, model)
+
     def read_shards(self, bench: str, model: str, shards: Iterable[int] | None = None,
                     *, columns: Sequence[str] | None = None) -> pa.Table:
         """All committed shard rows of one (benchmark, model), concatenated.

@@ -174,7 +174,7 @@ def test_export_of_a_file_that_is_not_a_bundle_is_one_line(tmp_path: Path) -> No
         assert len(p.stderr.strip().splitlines()) == 1
     assert not (runs / "mlflow").exists() and not (runs / "wandb").exists()  # nothing logged for it
     p = run_nel("export", str(runs), "--dest", "bogus")
-    assert p.returncode == 1 and p.stderr.strip() == "Error: Unknown exporter 'bogus'. Available: inspect, mlflow, wandb"
+    assert p.returncode == 1 and p.stderr.strip() == "Error: Unknown exporter 'bogus'. Available: every_eval_ever, inspect, mlflow, wandb"
 
 
 def test_same_exit_statuses_as_nemo_evaluator(tmp_path: Path) -> None:

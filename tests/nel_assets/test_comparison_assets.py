@@ -84,6 +84,14 @@ def test_gate_blocks_a_regression_and_passes_a_twin(setup: tuple[Path, Path]) ->
         assert md["decision"].value == "NO-GO" and md["gsm8k"].value.startswith("NO-GO (critical)")
         mats = {e.asset_key for e in bad.get_asset_materialization_events()}
         assert COMPARISON_KEY in mats and dg.AssetKey(["promote"]) not in mats  # blocked
+        # the flipped items' page is one of the comparison's outputs (40 lost, 5 gained)
+        (mat,) = [e.materialization for e in bad.get_asset_materialization_events()
+                  if e.asset_key == COMPARISON_KEY]
+        page = Path(mat.metadata["side_by_side"].value)
+        assert page == comparison_dir(out.resolve(), "worse") / "side_by_side.html"
+        text = page.read_text()
+        assert '<b id="total-pass_to_fail">40</b>' in text and '<b id="total-fail_to_pass">5</b>' in text
+        assert text.count('data-dir="pass_to_fail"') == 40
 
         good = _materialize(cfg_path, out, "twin", instance)
         (ev,) = good.get_asset_check_evaluations()

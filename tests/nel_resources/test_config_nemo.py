@@ -292,12 +292,12 @@ def test_unused_sandboxes_load_and_run(tmp_path: Path) -> None:
 def test_bogus_exporter_is_an_error_and_known_ones_are_built(tmp_path: Path) -> None:
     p, msg = _error(tmp_path, BASE + "output:\n  export: [bogus]\n")
     assert msg.startswith(f"{p}:13: output.export.0: unknown exporter 'bogus'; the exporters are "
-                          "inspect, mlflow, wandb")
+                          "every_eval_ever, inspect, mlflow, wandb")
     _, msg = _error(tmp_path, BASE + "output:\n  exports: [bogus]\n")  # nel's old spelling
     assert "unknown exporter 'bogus'" in msg
-    _, cfg = _load(tmp_path, BASE + "output:\n  export: [inspect, mlflow, wandb]\n")  # all three are built
+    _, cfg = _load(tmp_path, BASE + "output:\n  export: [inspect, mlflow, wandb, every_eval_ever]\n")  # all built
     check_supported(cfg)
-    assert cfg.output.exporter_names() == ["inspect", "mlflow", "wandb"]
+    assert cfg.output.exporter_names() == ["inspect", "mlflow", "wandb", "every_eval_ever"]
 
 
 def test_typo_suggests_the_valid_key(tmp_path: Path) -> None:

@@ -58,3 +58,16 @@ def peer_inspect_python() -> Path:
     if not path.is_file() or not any((path.parent.parent / "lib").glob("python3*/site-packages/inspect_ai")):
         require_real_component(f"Inspect AI is not installed in {path.parent.parent} (run `make peers`)")
     return path
+
+
+# `make peers` installs every-eval-ever here; NEL_PEER_EEE names another venv that has it.
+DEFAULT_PEER_EEE = REPO_ROOT / ".venv-peers" / "every-eval-ever"
+
+
+def peer_eee_python() -> Path:
+    """The Python of the Python 3.12 venv holding the real `every_eval_ever` (its schema,
+    pydantic models and validator); skips locally, fails in CI if absent."""
+    path = Path(os.environ.get("NEL_PEER_EEE") or DEFAULT_PEER_EEE) / "bin" / "python"
+    if not path.is_file() or not any((path.parent.parent / "lib").glob("python3*/site-packages/every_eval_ever")):
+        require_real_component(f"every-eval-ever is not installed in {path.parent.parent} (run `make peers`)")
+    return path
