@@ -79,6 +79,9 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     plan = DryRunPlan(str(out), {n: _service_summary(cfg, n) for n in used if n in cfg.services})
     store = ResultStore(out)  # read only: nothing is created by planning
     for bench, spec in zip(cfg.benchmarks, resolved.benchmarks, strict=True):
+        if spec.name in resolved.unrunnable:  # the run fails it alone, as here
+            plan.errors.append(f"{bench.name}: cannot run: {resolved.unrunnable[spec.name]}")
+            continue
         try:
             tasks = ev.plan(store, spec)
         except Exception as exc:  # the run fails this benchmark alone; say why

@@ -7,6 +7,7 @@ same one-line message.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from benchmarks.errors import NelError
@@ -16,25 +17,43 @@ from nel_resources.config import ConfigError, NelConfig
 from nel_resources.specs import ResolvedConfig, resolve
 
 
-def preflight_sandboxes(resolved: ResolvedConfig) -> None:
+def preflight_sandboxes(resolved: ResolvedConfig) -> ResolvedConfig:
     """Each benchmark's sandbox can start here (a docker image in the engine, ...), checked
-    before the first model request of the run, not when its first sample is scored."""
+    before the first model request of the run, not when its first sample is scored.
+
+    Returns `resolved`, with a suite's benchmarks whose sandbox cannot start marked
+    `unrunnable` (they fail alone, the others run).
+
+    Raises:
+        ConfigError: a sandbox cannot start and no other benchmark would run.
+    """
     from nel_resources.sandboxes.base import SandboxError
     from nel_resources.sandboxes.factory import preflight as sandbox_preflight
 
-    seen: set[str] = set()
+    failed: dict[str, str] = {}  # sandbox block -> why it cannot start
+    unrunnable = dict(resolved.unrunnable)
     for bench in resolved.benchmarks:
         sb = bench.sandbox
-        if sb is None:
+        if sb is None or bench.name in unrunnable:
             continue
         key = sb.model_dump_json()
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            sandbox_preflight(sb)
-        except SandboxError as exc:
-            raise ConfigError(f"benchmark {bench.name}: {exc}") from None
+        if key not in failed:
+            try:
+                sandbox_preflight(sb)
+                failed[key] = ""
+            except SandboxError as exc:
+                failed[key] = str(exc)
+        if failed[key]:
+            unrunnable[bench.name] = f"benchmark {bench.name}: {failed[key]}"
+    if unrunnable == dict(resolved.unrunnable):
+        return resolved
+    new = {k: v for k, v in unrunnable.items() if k not in resolved.unrunnable}
+    if len(unrunnable) == len(resolved.benchmarks):
+        raise ConfigError(next(iter(new.values())))  # nothing would run: refused, as before
+    for name, why in new.items():
+        print(f"warning: {name} cannot run here and fails alone (the other benchmarks "
+              f"run): {why}", file=sys.stderr)
+    return dataclasses.replace(resolved, unrunnable=unrunnable)
 
 
 def _check_solver_types(cfg: NelConfig) -> None:
@@ -100,12 +119,26 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
             raise NelError(f"benchmark {bench_spec.name!r} appears twice in the config; merge "
                            "the entries (list several services under `service:`)")
         seen.add(bench_spec.asset_name)
+    unrunnable: dict[str, str] = {}
     for bench_spec in resolved.benchmarks:
         for run in bench_spec.runs:
-            check_scoring(run)
-            check_sandbox(run)  # a benchmark that runs model code has a sandbox
+            try:
+                check_scoring(run)
+                check_sandbox(run)  # a benchmark that runs model code has a sandbox
+            except NelError as exc:
+                if len(resolved.benchmarks) == 1:
+                    raise  # nothing else would run: the config is refused, nothing is sent
+                # A suite isolates it (NeMo Evaluator's walkthrough): it fails alone.
+                unrunnable.setdefault(bench_spec.name, str(exc))
             # A key variable that is not set is a config error too (not one pair's failure).
             run.service.config.resolved_api_key()
+    if unrunnable:
+        if len(unrunnable) == len(resolved.benchmarks):
+            raise NelError(next(iter(unrunnable.values())))
+        for name, why in unrunnable.items():
+            print(f"warning: {name} cannot run as configured and fails alone (the other "
+                  f"benchmarks run): {why}", file=sys.stderr)
+        resolved = dataclasses.replace(resolved, unrunnable=unrunnable)
     from nel_resources.specs import self_judging_warnings
 
     for line in self_judging_warnings(resolved):

@@ -107,7 +107,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     resolved = validate_before_run(cfg)
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
-    preflight_sandboxes(resolved)
+    resolved = preflight_sandboxes(resolved)
     started = time.time()
     t0 = time.perf_counter()
     # One run per output directory (output_lock.py): two at once each sent every request.
@@ -130,6 +130,10 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
         # missing) fails alone.
         plans: list[tuple[Any, list[Any], list[Any]]] = []
         for bench in resolved.benchmarks:
+            if bench.name in resolved.unrunnable:  # a suite's benchmark that cannot run
+                failures += [BenchFailure(bench.name, m, resolved.unrunnable[bench.name], "plan")
+                             for m in bench.models]
+                continue
             try:
                 tasks = ev.plan(store, bench)
             except Exception as exc:  # isolate: the other benchmarks still run

@@ -287,6 +287,9 @@ class ResolvedConfig:
     #: BYOB modules the benchmarks load (a cluster's workers must be able to read them)
     module_paths: tuple[str, ...] = field(default=())
     model_partitions: tuple[str, ...] = field(default=())  # slugs of every `role: model` service
+    #: benchmarks of a suite that cannot run as configured (name -> the one-line reason): they
+    #: fail alone, recorded in checkpoint.json, while the others run (NeMo Evaluator's suites)
+    unrunnable: Mapping[str, str] = field(default_factory=dict)
 
     def benchmark(self, name: str) -> BenchmarkSpec | None:
         """The benchmark spec named `name`, or None."""

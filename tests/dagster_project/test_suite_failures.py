@@ -183,3 +183,45 @@ def test_ctrl_c_stops_the_whole_suite_with_130(tmp_path: Path, reference_server,
     assert stderr.read_text().strip().splitlines()[-1] == "interrupted"
     assert not (out / "mmlu" / "shard_results").exists()  # the next benchmark never started
     assert server_stats(url)["by_endpoint"].get("/v1/chat/completions", 0) < 20
+
+
+SUITE = REPO_ROOT / "tests" / "fixtures" / "nemo_configs" / "examples" / "17_suite_release.yaml"
+
+
+def test_the_walkthrough_suite_runs_with_its_judgeless_simpleqa_failing_alone(
+        tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    """NeMo Evaluator's release suite (gsm8k, mmlu, humaneval in a docker sandbox, simpleqa
+    with no judge), unchanged but for the endpoint and the locally built image: simpleqa
+    cannot run as written, so it is one warning line up front, one `error:` line and a
+    `failed_benchmarks` entry; the three others run to the end; exit 4."""
+    from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
+
+    url = reference_server()
+    out = tmp_path / "out"
+    env = {"NEL_DATA_DIR": str(data_dir), "NEL_TEST_URL": f"{url}/chat/completions",
+           "DOCKER_HOST": start_docker_engine()}
+    p = run_nel("eval", "run", str(SUITE), "-o", str(out), "--json", "--no-progress",
+                "-O", f"sandboxes.humaneval_code.image={BASE_IMAGE}", "-O", "benchmarks.0.max_problems=3",
+                "-O", "benchmarks.1.max_problems=3", "-O", "benchmarks.2.max_problems=2", env=env)
+    assert p.returncode == exit_codes.EVAL_FAILED, p.stderr[-3000:]
+    warnings = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: simpleqa cannot run")]
+    assert len(warnings) == 1 and "graded by an LLM judge" in warnings[0]
+    errors = error_lines(p.stdout, p.stderr)
+    assert len(errors) == 1 and errors[0].startswith("error: simpleqa/nemotron: simpleqa is graded by an LLM judge")
+    assert set(_results(p.stdout)) == {("gsm8k", "nemotron"), ("mmlu", "nemotron"), ("humaneval", "nemotron")}
+    ck = json.loads((out / "checkpoint.json").read_text())
+    assert [(f["name"], f["stage"]) for f in ck["failed_benchmarks"].values()] == [("simpleqa", "plan")]
+    assert sorted(c["name"] for c in ck["completed_benchmarks"].values()) == ["gsm8k", "humaneval", "mmlu"]
+    assert server_stats(url)["by_endpoint"]["/v1/chat/completions"] == 3 + 3 + 2  # none for simpleqa
+
+
+def test_a_lone_benchmark_that_cannot_run_is_still_refused(tmp_path: Path, reference_server,
+                                                          data_dir: Path) -> None:
+    url = reference_server()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"services:\n  m: {{url: {url}, model: m}}\n"
+                   f"benchmarks:\n  - {{name: simpleqa, max_problems: 2}}\noutput:\n  dir: {tmp_path / 'out'}\n")
+    p = run_nel("eval", "run", str(cfg), "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    assert p.returncode == exit_codes.USAGE
+    assert p.stderr.strip().splitlines()[-1].startswith("error: simpleqa is graded by an LLM judge")
+    assert not (tmp_path / "out").exists()
