@@ -356,34 +356,8 @@ def load_config(
     cfg._where, cfg._lines = where, _remap_benchmark_lines(lines, cfg._benchmark_origin)
     if path is not None:
         _anchor_paths(cfg, Path(path).resolve().parent)
-    _name_benchmark_files(cfg)
     return cfg
 
-
-def _name_benchmark_files(cfg: NelConfig) -> None:
-    """`name: ./file.py` (NeMo Evaluator's spelling of a BYOB benchmark) becomes the name the
-    file registers, with the file as the entry's `module`: results, exports, compare and gate
-    policies then know the benchmark by the name the file gives it, as NeMo Evaluator does."""
-    from benchmarks._registry import is_file_reference
-    from benchmarks.errors import NelError
-    from benchmarks.plugins import resolve_benchmark_ref
-
-    for i, b in enumerate(cfg.benchmarks):
-        if b.module is not None or not is_file_reference(b.name):
-            continue
-        ref = b.name
-        file_part = ref.rpartition(":")[0] if ".py:" in ref else ref
-        base = Path(cfg._where).resolve().parent if cfg._where != "<config>" else None
-        if base is not None and not Path(file_part).expanduser().is_absolute() \
-                and not Path(file_part).exists() and (base / file_part).exists():
-            ref = str(base / ref)
-            file_part = str(base / file_part)
-        try:
-            name = resolve_benchmark_ref(ref)
-        except NelError as exc:
-            line = cfg.line_of("benchmarks", i, "name")
-            raise ConfigError(f"{cfg._where}:{line or '?'}: benchmarks[{i}].name: {exc}") from None
-        cfg.benchmarks[i] = b.model_copy(update={"name": name, "module": file_part})
 
 
 def _remap_benchmark_lines(lines: dict, origin: list[int] | None) -> dict:

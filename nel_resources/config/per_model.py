@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nel_resources.config._base import key_error
-from nel_resources.storage.store import asset_name
 
 if TYPE_CHECKING:
     from nel_resources.config.benchmarks import BenchmarkConfig
@@ -35,11 +34,11 @@ def merge_per_model_entries(benchmarks: list[BenchmarkConfig],
         PydanticCustomError: two entries of one benchmark differ in another setting (the
             keys named), or name the same service twice.
     """
-    first: dict[str, int] = {}  # asset name -> index into `out`
+    first: dict[str, int] = {}  # benchmark name -> index into `out`
     out: list[BenchmarkConfig] = []
     origin: list[int] = []
     for i, b in enumerate(benchmarks):
-        key = asset_name(b.name)
+        key = b.name
         if key not in first:
             first[key] = len(out)
             out.append(b)
