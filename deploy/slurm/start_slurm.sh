@@ -18,6 +18,9 @@
 #   NEL_SLURM_MAX_ARRAY_SIZE  MaxArraySize (default: SLURM's, 1001)
 #   NEL_SLURM_CPUS       CPUs each node declares (default: the machine's), so more tasks run
 #                        at once than there are cores
+#   NEL_SLURM_GPUS       fake GPUs each node declares (GresTypes=gpu, Gres=gpu:N), backed by
+#                        character devices with /dev/null's numbers under $D/dev, so jobs
+#                        asking `--gres=gpu:N` are scheduled and get CUDA_VISIBLE_DEVICES
 # Only the default cluster (6817) links /etc/slurm/slurm.conf and may have accounting.
 # Needs root.
 set -euo pipefail
@@ -63,6 +66,7 @@ fi
 # 2. the fast path: already up with the wanted accounting setting (and MaxArraySize)
 if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP && node_ready \
    && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; } \
+   && { [[ -z "${NEL_SLURM_GPUS:-}" ]] || grep -q "Gres=gpu:${NEL_SLURM_GPUS} " "$SLURM_CONF"; } \
    && { [[ -z "${NEL_SLURM_MAX_ARRAY_SIZE:-}" ]] \
         || scontrol show config 2>/dev/null | grep -E "^MaxArraySize += +${NEL_SLURM_MAX_ARRAY_SIZE}\$" >/dev/null; }; then  # no -q: pipefail + SIGPIPE
   say "already up"; echo "export SLURM_CONF=$SLURM_CONF"; exit 0
@@ -144,6 +148,20 @@ if [[ -n "${NEL_SLURM_CPUS:-}" ]]; then
   CPUS=$NEL_SLURM_CPUS
   EXTRA_LINES+="SlurmdParameters=config_overrides"$'\n'  # declare more CPUs than the cores
 fi
+GRES_NODE=""
+if [[ -n "${NEL_SLURM_GPUS:-}" ]]; then
+  # Fake GPUs: one /dev/null-like device file each (slurmd only needs the files to exist;
+  # with TaskPlugin=task/none nothing is constrained), listed in gres.conf next to slurm.conf.
+  mkdir -p "$D/dev"
+  for ((g = 0; g < NEL_SLURM_GPUS; g++)); do
+    [[ -c "$D/dev/nvidia$g" ]] || mknod "$D/dev/nvidia$g" c 1 3
+  done
+  EXTRA_LINES+="GresTypes=gpu"$'\n'
+  GRES_NODE=" Gres=gpu:${NEL_SLURM_GPUS}"
+  printf 'AutoDetect=off\nNodeName=%s,%s Name=gpu File=%s/dev/nvidia[0-%d]\n' \
+    "$HOST" "$HET" "$D" "$((NEL_SLURM_GPUS - 1))" > "$D/gres.conf.new.$$"
+  cmp -s "$D/gres.conf.new.$$" "$D/gres.conf" && rm -f "$D/gres.conf.new.$$" || mv "$D/gres.conf.new.$$" "$D/gres.conf"
+fi
 NAME=nelcluster; [[ "$PORT" == 6817 ]] || NAME="nelcluster$PORT"
 NEW="$SLURM_CONF.new.$$"
 cat > "$NEW" <<CONF
@@ -180,8 +198,8 @@ SlurmctldLogFile=$D/log/slurmctld.log
 SlurmdLogFile=$D/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
-NodeName=${HET} NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 3)) CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
+NodeName=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${CPUS} RealMemory=${MEM}${GRES_NODE} State=UNKNOWN
+NodeName=${HET} NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 3)) CPUs=${CPUS} RealMemory=${MEM}${GRES_NODE} State=UNKNOWN
 PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 PartitionName=het Nodes=${HET} MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF

@@ -84,6 +84,12 @@ def _check_services(cfg: NelConfig) -> None:
         for key, what in SERVICE_UNBUILT.items():
             if changed(svc, key, _SERVICE_DEFAULTS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
+        if svc.health_path is not None and svc.type not in LAUNCHED_TYPES:
+            raise Refusal((*at, "health_path"), "health checks of a server nel does not start",
+                          "remove `health_path`")
+        for key in ("pipeline_parallel_size", "data_parallel_size"):
+            if getattr(svc, key) is not None and svc.type not in ("vllm", "sglang", "trt_llm"):
+                raise Refusal((*at, key), f"`{key}` for a {svc.type} server", f"remove `{key}`")
         _check_interceptors(svc, at)
         started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
         if svc.depends_on and started:

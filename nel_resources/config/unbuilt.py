@@ -23,9 +23,8 @@ UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "na
 #: `services.<name>.<key>` -> the feature it asks for.
 SERVICE_UNBUILT: dict[str, str] = {
     "served_model_name": "serving a model under another name",
-    "pipeline_parallel_size": "pipeline parallelism", "data_parallel_size": "data parallelism",
     "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service",
-    "image": "running a service in a container image", "health_path": "custom health checks",
+    "image": "running a service in a container image",
     "setup_commands": "service setup commands", "container_mounts": "container mounts",
     "pre_cmd": "a service pre-command", "ray_binary": "Ray-launched servers",
     "reasoning_pattern": "reasoning-trace extraction patterns",

@@ -66,7 +66,6 @@ class SlurmCluster(Launcher):
             value = getattr(c, name)
             if value != defaults[name] and value not in (None, [], {}):
                 return Refusal.unbuilt(("cluster", name), f"cluster.{name} ({what})", instead)
-        submit = c.submit is not False
         for name, svc in cfg.services.items():
             at = ("services", name)
             pool = c.node_pools.get(svc.node_pool or "")
@@ -78,13 +77,12 @@ class SlurmCluster(Launcher):
             if svc.type in ("vllm", "sglang", "trt_llm"):
                 gpus = _pool_gpus(pool) if pool is not None else None
                 tp = svc.tensor_parallel_size or 1
+                # The GPUs are on the nodes the job asks for, never on this submit host:
+                # only a pool that says how many it has per node is checked against the
+                # server's tensor-parallel size; the cluster decides the rest.
                 if gpus is not None and gpus < tp:
                     return Refusal((*at, "tensor_parallel_size"), f"{tp} GPUs asked but node pool "
                                    f"{svc.node_pool!r} has {gpus} per node ({pool and pool.gres})")
-                if submit:
-                    return Refusal.unbuilt((*at, "type"), f"launching {svc.type} servers in SLURM jobs "
-                                           "(no GPU node here to run them on)", "set `cluster.submit: "
-                                           "false` to write the job scripts, or use `type: llama_cpp`")
         return None
 
     def preflight(self, resolved: Any) -> None:

@@ -12,6 +12,7 @@ down (process group) on success, failure and Ctrl-C. Two ways in:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -52,18 +53,43 @@ def service_command(name: str, svc: ServiceConfig, port: int) -> list[str]:
             # One thread: two starve the server's HTTP loop on these 2-core machines.
             cmd += ["--n_threads", "1"]
         return cmd + extra
+    tp, pp, dp = svc.tensor_parallel_size, svc.pipeline_parallel_size, svc.data_parallel_size
+    # Each server's documented launcher and flag spellings; pipeline/data parallel sizes only
+    # when the config sets them (the servers' own default is 1).
     if svc.type == "vllm":
         return ["vllm", "serve", model, "--host", svc.host, "--port", str(port),
-                "--tensor-parallel-size", str(svc.tensor_parallel_size),
+                "--tensor-parallel-size", str(tp),
+                *(["--pipeline-parallel-size", str(pp)] if pp else []),
+                *(["--data-parallel-size", str(dp)] if dp else []),
                 *(["--served-model-name", svc.model] if svc.model else []), *extra]
     if svc.type == "sglang":
         return [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", svc.host,
-                "--port", str(port), "--tp", str(svc.tensor_parallel_size),
+                "--port", str(port), "--tp-size", str(tp),
+                *(["--pp-size", str(pp)] if pp else []), *(["--dp-size", str(dp)] if dp else []),
                 *(["--served-model-name", svc.model] if svc.model else []), *extra]
     if svc.type == "trt_llm":
-        return ["trtllm-serve", model, "--host", svc.host, "--port", str(port),
-                "--tp_size", str(svc.tensor_parallel_size), *extra]
+        if dp:
+            raise NelError(f"service {name!r}: trtllm-serve has no data parallelism; remove "
+                           "`data_parallel_size`")
+        return ["trtllm-serve", model, "--host", svc.host, "--port", str(port), "--tp_size", str(tp),
+                *(["--pp_size", str(pp)] if pp else []), *extra]
     raise NelError(f"service {name!r}: type {svc.type!r} is not launched by nel")
+
+
+def health_path(svc: ServiceConfig) -> str:
+    """The path nel polls until the server is up: `health_path`, else `/health` for vLLM,
+    SGLang and TRT-LLM (each documents it), `/v1/models` for llama.cpp's server and for a
+    custom `command`."""
+    if svc.health_path:
+        return svc.health_path if svc.health_path.startswith("/") else f"/{svc.health_path}"
+    return "/health" if svc.type in ("vllm", "sglang", "trt_llm") and not svc.command else "/v1/models"
+
+
+def server_log_name(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """`<name>.log`; inside a SLURM job `<name>.slurm-<job id>.log`, so the servers of the
+    tasks of one run (each task starts its own) keep their logs side by side."""
+    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID", "")
+    return f"{name}.slurm-{job}.log" if job.isdigit() else f"{name}.log"
 
 
 def resolve_hf_model(uri: str) -> str:
@@ -98,8 +124,9 @@ class LaunchedService:
         self.log_dir = Path(log_dir)
         self.port = svc.port or free_port(svc.host)
         self.argv = service_command(name, svc, self.port)
-        self.log_path = self.log_dir / f"{name}.log"
+        self.log_path = self.log_dir / server_log_name(name)
         self.url = f"http://{svc.host}:{self.port}/v1"
+        self.health_url = f"http://{svc.host}:{self.port}{health_path(svc)}"
         self.process: ManagedProcess | None = None
 
     @property
@@ -123,7 +150,7 @@ class LaunchedService:
             self.process = None
             raise NelError(f"service {self.name!r}: cannot start {self.argv[0]!r} (is it installed?)") from None
         try:
-            self.process.wait_healthy(f"{self.url}/models", timeout=self.svc.startup_timeout)
+            self.process.wait_healthy(self.health_url, timeout=self.svc.startup_timeout)
         except (HealthCheckError, ProcessExitedError) as exc:
             self.stop()
             raise NelError(f"service {self.name!r} did not become healthy: {exc}") from None

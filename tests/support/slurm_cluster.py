@@ -16,6 +16,11 @@ from tests.support.realcomponents import REPO_ROOT, require_real_component
 #: The second cluster of the tests that need settings the shared one must not get (a small
 #: MaxArraySize would refuse other tests' arrays): its own state directory and ports.
 ARRAYS_CLUSTER = {"NEL_SLURM_DIR": "/var/lib/nel-slurm-arrays", "NEL_SLURM_PORT": "6837"}
+#: The cluster with fake GPUs (`Gres=gpu:4` on each node, /dev/null-backed device files):
+#: jobs asking `gres: gpu:4` are scheduled there and see CUDA_VISIBLE_DEVICES. Its own state
+#: directory and ports, so the shared cluster's config never flips between checkouts.
+GPU_CLUSTER = {"NEL_SLURM_DIR": "/var/lib/nel-slurm-gpu", "NEL_SLURM_PORT": "6851",
+               "NEL_SLURM_GPUS": "4"}
 
 
 def start_slurm_cluster(*, accounting: bool = False, separate: dict[str, str] | None = None,

@@ -39,7 +39,7 @@ time.sleep(float(os.environ.get("STANDIN_DELAY", "0")))
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         body = json.dumps({{"data": [{{"id": "m"}}]}}).encode()
-        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_response(200 if self.path in ("/v1/models", "/health") else 404)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -72,10 +72,19 @@ def test_command_lines_for_each_type(tmp_path: Path) -> None:
         "vllm", "serve", "org/model", "--host", "127.0.0.1", "--port", "9001",
         "--tensor-parallel-size", "4", "--served-model-name", "served", "--max-model-len", "4096"]
     sg = service_command("s", svc.model_copy(update={"type": "sglang"}), 9002)
-    assert sg[1:3] == ["-m", "sglang.launch_server"] and sg[sg.index("--tp") + 1] == "4"
+    assert sg[1:3] == ["-m", "sglang.launch_server"] and sg[sg.index("--tp-size") + 1] == "4"
     assert sg[sg.index("--model-path") + 1] == "org/model" and sg[-2:] == ["--max-model-len", "4096"]
     trt = service_command("t", svc.model_copy(update={"type": "trt_llm"}), 9003)
     assert trt[:2] == ["trtllm-serve", "org/model"] and trt[trt.index("--tp_size") + 1] == "4"
+    par = svc.model_copy(update={"pipeline_parallel_size": 2, "data_parallel_size": 3})
+    v = service_command("v", par, 1)
+    assert v[v.index("--pipeline-parallel-size") + 1] == "2" and v[v.index("--data-parallel-size") + 1] == "3"
+    sg = service_command("s", par.model_copy(update={"type": "sglang"}), 1)
+    assert sg[sg.index("--pp-size") + 1] == "2" and sg[sg.index("--dp-size") + 1] == "3"
+    trt = service_command("t", par.model_copy(update={"type": "trt_llm", "data_parallel_size": None}), 1)
+    assert trt[trt.index("--pp_size") + 1] == "2"
+    with pytest.raises(NelError, match="trtllm-serve has no data parallelism"):
+        service_command("t", par.model_copy(update={"type": "trt_llm"}), 1)
     ll = service_command("l", ServiceConfig(type="llama_cpp", model_path=str(gguf)), 9004)
     assert ll[1:3] == ["-m", "llama_cpp.server"] and ll[ll.index("--port") + 1] == "9004"
     assert ll[ll.index("--n_threads") + 1] == "1"
@@ -102,7 +111,7 @@ def test_stand_in_vllm_health_wait_logs_and_teardown(tmp_path: Path, stand_in_bi
     assert pid is not None and pid_alive(pid)
     server.stop()
     assert not pid_alive(pid)
-    assert "request /v1/models" in (tmp_path / "logs" / "v.log").read_text()  # log kept
+    assert "request /health" in (tmp_path / "logs" / "v.log").read_text()  # log kept
 
 
 def test_health_timeout_and_early_exit_are_errors_and_leave_nothing(tmp_path: Path, stand_in_bin: Path,

@@ -1,0 +1,1 @@
+"""Stand-in for the `sglang` package: only `python -m sglang.launch_server` (tests only)."""

@@ -1,0 +1,150 @@
+"""Stand-ins for the GPU inference servers nel launches (`vllm serve`, SGLang's
+`python -m sglang.launch_server`, `trtllm-serve`), for machines without GPUs or the real
+packages.
+
+Each parses its tool's real flags strictly (an unknown flag exits 2 with the tool's own
+kind of message, as the real one would), refuses to start without the GPUs its parallel
+sizes need (`CUDA_VISIBLE_DEVICES`, which SLURM sets from the job's GRES), records what it
+was asked, waits a configurable delay ("loading weights"), then becomes nel's reference
+OpenAI-compatible server (`/health`, `/v1/models`, `/v1/chat/completions`) on the port and
+host it was given, serving the model under its served name.
+
+Environment (set by the test; a SLURM job inherits it from `nel eval run`):
+  NEL_STANDIN_RECORD        append one JSON line per start: tool, argv, CUDA_VISIBLE_DEVICES,
+                            SLURM_JOB_ID, pid
+  NEL_STANDIN_HEALTH_DELAY  seconds before the server answers, or `never` (it then keeps
+                            logging "loading" lines and never serves)
+  NEL_STANDIN_ANSWERS       the reference server's `--answers` JSONL (deterministic replies)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class _ClickStyleParser(argparse.ArgumentParser):
+    """trtllm-serve is a click command: its error for a bad flag reads `Error: No such option`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        bad = message.split(": ", 1)[-1]
+        sys.stderr.write(f"Try '{self.prog} --help' for help.\n\nError: No such option: {bad}\n")
+        raise SystemExit(2)
+
+
+def _vllm(argv: list[str]) -> argparse.Namespace:
+    if not argv or argv[0] != "serve":
+        sys.stderr.write("usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...\n")
+        raise SystemExit(2)
+    p = argparse.ArgumentParser(prog="vllm serve", allow_abbrev=False)
+    p.add_argument("model")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--dtype")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"])
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--enforce-eager", action="store_true")
+    ns = p.parse_args(argv[1:])
+    ns.served = (ns.served_model_name or [ns.model])[0]
+    ns.gpus = ns.tensor_parallel_size * ns.pipeline_parallel_size * ns.data_parallel_size
+    return ns
+
+
+def _sglang(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="launch_server.py", allow_abbrev=False)
+    p.add_argument("--model-path", "--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp", type=int, default=1)
+    p.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp", type=int, default=1)
+    p.add_argument("--dp-size", "--dp", "--data-parallel-size", dest="dp", type=int, default=1)
+    p.add_argument("--served-model-name")
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr")
+    ns = p.parse_args(argv)
+    ns.served = ns.served_model_name or ns.model_path
+    ns.gpus = ns.tp * ns.pp * ns.dp // max(ns.nnodes, 1)
+    return ns
+
+
+def _trtllm(argv: list[str]) -> argparse.Namespace:
+    p = _ClickStyleParser(prog="trtllm-serve", allow_abbrev=False)
+    p.add_argument("model")
+    p.add_argument("--host", default="localhost")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--backend", choices=["pytorch", "tensorrt", "trt", "_autodeploy"])
+    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--ep_size", type=int)
+    p.add_argument("--served_model_name")
+    p.add_argument("--tokenizer")
+    p.add_argument("--max_batch_size", type=int)
+    p.add_argument("--max_num_tokens", type=int)
+    p.add_argument("--max_seq_len", type=int)
+    p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float)
+    p.add_argument("--trust_remote_code", action="store_true")
+    ns = p.parse_args(argv)
+    ns.served = ns.served_model_name or ns.model
+    ns.gpus = ns.tp_size * ns.pp_size
+    return ns
+
+
+TOOLS = {"vllm": _vllm, "sglang": _sglang, "trtllm-serve": _trtllm}
+
+
+def main(tool: str, argv: list[str]) -> None:
+    """Parse `argv` as `tool` would, record it, wait, then serve (never returns)."""
+    ns = TOOLS[tool](argv)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    record = os.environ.get("NEL_STANDIN_RECORD")
+    if record:
+        with open(record, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "argv": argv, "cuda_visible_devices": visible,
+                                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                                "pid": os.getpid()}) + "\n")
+    devices = [d for d in (visible or "").split(",") if d.strip()]
+    print(f"INFO {tool} stand-in: model {ns.served!r}, {ns.gpus} GPU(s) needed, "
+          f"CUDA_VISIBLE_DEVICES={visible}", flush=True)
+    if len(devices) < ns.gpus:
+        # What vLLM / SGLang / TRT-LLM do on a node without the GPUs their sizes need.
+        print(f"RuntimeError: {ns.gpus} GPUs are needed (tensor x pipeline x data parallel) "
+              f"but {len(devices)} are visible (CUDA_VISIBLE_DEVICES={visible})", flush=True)
+        raise SystemExit(1)
+    delay = os.environ.get("NEL_STANDIN_HEALTH_DELAY", "0")
+    if delay == "never":
+        while True:  # a server stuck loading its weights: it logs, never serves
+            print("INFO Loading model weights ... (stuck)", flush=True)
+            time.sleep(1)
+    print(f"INFO Loading model weights took {float(delay):.2f} s", flush=True)
+    time.sleep(float(delay))
+    host = ns.host or "0.0.0.0"
+    args = [sys.executable, "-P", str(REPO / "nel_resources" / "reference_server" / "__main__.py"),
+            "--host", "127.0.0.1" if host in ("localhost", "0.0.0.0") else host,
+            "--port", str(ns.port), "--model-name", ns.served]
+    if os.environ.get("NEL_STANDIN_ANSWERS"):
+        args += ["--answers", os.environ["NEL_STANDIN_ANSWERS"]]
+    print(f"INFO Uvicorn running on http://{host}:{ns.port}", flush=True)
+    os.execv(sys.executable, args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
