@@ -409,6 +409,8 @@ def _submit_and_wait(cfg: NelConfig, hooks: RunHooks, sub: _Submitter, parts: li
         for p, st in missing:
             _say(f"{p.label()} is missing: {batch.unit} {st.job_id} ended {describe(st)} "
                  f"(log: {run_dir / 'logs'})")
+            for line in task_log_tail(run_dir, st.job_id):
+                print(f"  | {line}", file=sys.stderr, flush=True)
         return hooks.finish(cfg, plan_failures, ran, parts)
     if jobs.merge is None:  # the store still has every shard: the summary builds the bundles
         return hooks.finish(cfg, plan_failures, ran, parts)
@@ -418,6 +420,17 @@ def _submit_and_wait(cfg: NelConfig, hooks: RunHooks, sub: _Submitter, parts: li
     if st is None or not st.ok:
         _say(f"the merge job failed: see {run_dir / 'logs'}")
     return hooks.finish(cfg, plan_failures, ran, parts)
+
+
+def task_log_tail(run_dir: Path, task_id: str, n: int = 12) -> list[str]:
+    """The last `n` non-blank lines of a task's log (`eval-<array>_<index>.log`, or a
+    heterogeneous job's `eval-<job>.log`): why it failed, e.g. a server that never became
+    healthy and the last lines of that server's own log."""
+    try:
+        text = (run_dir / "logs" / f"eval-{task_id}.log").read_text(errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-n:]
 
 
 def _no_resume_reason(c: Any, attempt: int, used_s: int) -> str:

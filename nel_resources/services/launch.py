@@ -86,10 +86,21 @@ def health_path(svc: ServiceConfig) -> str:
 
 
 def server_log_name(name: str, environ: Mapping[str, str] | None = None) -> str:
-    """`<name>.log`; inside a SLURM job `<name>.slurm-<job id>.log`, so the servers of the
+    """`<name>.log`; inside a SLURM job `<name>.slurm-<task>.log` (`<array>_<index>` for an
+    array task, as SLURM and nel's messages name it, else the job id), so the servers of the
     tasks of one run (each task starts its own) keep their logs side by side."""
-    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID", "")
-    return f"{name}.slurm-{job}.log" if job.isdigit() else f"{name}.log"
+    env = os.environ if environ is None else environ
+    task = slurm_task_id(env)
+    return f"{name}.slurm-{task}.log" if task else f"{name}.log"
+
+
+def slurm_task_id(env: Mapping[str, str]) -> str:
+    """`<array job>_<index>` in an array task, the job id in another job, "" outside SLURM."""
+    array, index = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and index.isdigit():
+        return f"{array}_{index}"
+    job = env.get("SLURM_JOB_ID", "")
+    return job if job.isdigit() else ""
 
 
 def resolve_hf_model(uri: str) -> str:

@@ -271,7 +271,7 @@ def test_submit_false_writes_the_scripts_and_submits_nothing(tmp_path: Path, mod
 
 @pytest.mark.parametrize(("tp", "submit", "message"), [
     (8, False, "tensor_parallel_size: 8 GPUs asked but node pool 'gpu' has 4 per node"),
-    (4, True, "launching vllm servers in SLURM jobs"),
+    # (a vllm server that fits the pool is submitted: tests/dagster_project/test_slurm_gpu_servers.py)
 ])
 def test_services_the_cluster_cannot_run_are_refused_in_one_line(
         tmp_path: Path, model_url: str, bench_dir: Path, tp: int, submit: bool, message: str) -> None:

@@ -41,15 +41,17 @@ REFUSED_KEY = {
     "10_gym_full": None, "10_nmp_harbor": "output.export_config.inspect",
     "11_gym_env_harbor": None, "12_pinchbench_openclaw": "services.model.proxy.interceptors.1.name",
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
-    # SLURM runs here; a vLLM server has no GPU node to run on (`submit: false` writes the scripts)
-    "15_slurm_gsm8k_vllm": "services.model.type", "15a_slurm_gsm8k_vllm_sharded": "services.model.type",
+    # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
+    # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below); the others place
+    # their sandbox on a node pool
+    "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
     "15c_slurm_gsm8k_dynamo": "cluster.container_mounts",
     "15d_slurm_gsm8k_dynamo_disagg": "cluster.container_mounts",
-    "16_slurm_swebench_harbor": "services.model.type",
-    "16a_slurm_swebench_harbor_apptainer": "services.model.type",
+    "16_slurm_swebench_harbor": "sandboxes.swebench.node_pool",
+    "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.node_pool",
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
-    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": "services.model.type",
-    "20a_slurm_gym_runtime_apptainer": "services.model.type",
+    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": "sandboxes.verify.node_pool",
+    "20a_slurm_gym_runtime_apptainer": "sandboxes.verify.node_pool",
     "21_tool_calling_gym": None,
     "22_tool_calling_sandbox": None,
     "23_tool_calling_combined": None,
@@ -61,8 +63,8 @@ REFUSED_KEY = {
     "wt09_tool_calling_sandbox": None,
     "wt10_tool_calling_combined": None,
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
-    "wt13_slurm_vllm": "services.model.type", "wt14_slurm_sandbox_harbor": "services.model.type",
-    "wt15_slurm_shards": "services.model.type", "wt16_container_uri": "benchmarks.0.name",
+    "wt13_slurm_vllm": None, "wt14_slurm_sandbox_harbor": "sandboxes.swebench.node_pool",
+    "wt15_slurm_shards": None, "wt16_container_uri": "benchmarks.0.name",
     # mlflow is built: #17 asks for per-sample traces (not built), #18 runs (its export to a
     # tracking server that does not answer fails in one line; the results stay)
     "wt17_mlflow_traces": "output.export_config.mlflow", "wt18_mlflow_artifacts": None,
@@ -92,6 +94,10 @@ SUITE_PARTIAL = {
     "17_suite_release": ("simpleqa", "simpleqa is graded by an LLM judge"),
     "wt12_multi_benchmark_suite": ("simpleqa", "simpleqa is graded by an LLM judge"),
 }
+# Launched GPU servers on a SLURM node pool: they plan here and run end to end on the test
+# SLURM cluster with fake GPUs (tests/dagster_project/test_slurm_gpu_servers.py), not against
+# the reference server below.
+SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards"}
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.
 PEER_REJECTS = {"wt06_swebench_harbor_ecs"}
@@ -162,7 +168,7 @@ def _distinct(paths: list[Path]) -> list[Path]:
 
 
 RUNNABLE = _distinct([p for p in COPIES if REFUSED_KEY[p.stem] is None and p.stem not in RUN_REFUSED
-                      and p.stem not in SUITE_PARTIAL])
+                      and p.stem not in SUITE_PARTIAL and p.stem not in SLURM_GPU])
 
 
 

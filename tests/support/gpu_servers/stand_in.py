@@ -13,7 +13,9 @@ Environment (set by the test; a SLURM job inherits it from `nel eval run`):
   NEL_STANDIN_RECORD        append one JSON line per start: tool, argv, CUDA_VISIBLE_DEVICES,
                             SLURM_JOB_ID, pid
   NEL_STANDIN_HEALTH_DELAY  seconds before the server answers, or `never` (it then keeps
-                            logging "loading" lines and never serves)
+                            logging "loading" lines and never serves), or `never-once:FILE`
+                            (the first start creates FILE with its pid and never serves;
+                            later ones serve at once)
   NEL_STANDIN_ANSWERS       the reference server's `--answers` JSONL (deterministic replies)
 """
 
@@ -108,6 +110,12 @@ def _trtllm(argv: list[str]) -> argparse.Namespace:
     return ns
 
 
+def _slurm_task() -> str | None:
+    """`<array job>_<index>` (how nel and SLURM name an array task), else the job id."""
+    a, i = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{a}_{i}" if a and i else os.environ.get("SLURM_JOB_ID")
+
+
 TOOLS = {"vllm": _vllm, "sglang": _sglang, "trtllm-serve": _trtllm}
 
 
@@ -120,6 +128,7 @@ def main(tool: str, argv: list[str]) -> None:
         with open(record, "a", encoding="utf-8") as f:
             f.write(json.dumps({"tool": tool, "argv": argv, "cuda_visible_devices": visible,
                                 "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                                "slurm_task": _slurm_task(),
                                 "pid": os.getpid()}) + "\n")
     devices = [d for d in (visible or "").split(",") if d.strip()]
     print(f"INFO {tool} stand-in: model {ns.served!r}, {ns.gpus} GPU(s) needed, "
@@ -130,6 +139,16 @@ def main(tool: str, argv: list[str]) -> None:
               f"but {len(devices)} are visible (CUDA_VISIBLE_DEVICES={visible})", flush=True)
         raise SystemExit(1)
     delay = os.environ.get("NEL_STANDIN_HEALTH_DELAY", "0")
+    if delay.startswith("never-once:"):
+        # Only the first server started with this setting is stuck (it claims the file).
+        try:
+            fd = os.open(delay.split(":", 1)[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            delay = "0"
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            delay = "never"
     if delay == "never":
         while True:  # a server stuck loading its weights: it logs, never serves
             print("INFO Loading model weights ... (stuck)", flush=True)

@@ -1,0 +1,168 @@
+"""vLLM / SGLang / TRT-LLM servers launched inside SLURM jobs, on the real test cluster with
+fake GPUs (tests/support/slurm_cluster.GPU_CLUSTER: `Gres=gpu:4` per node) and the stand-in
+servers of tests/support/gpu_servers (real flags, `/health` after a delay, too few GPUs
+refused).
+
+NeMo Evaluator's own example (15_slurm_gsm8k_vllm.yaml: `type: vllm`, tensor_parallel_size 4,
+node pool `gres: gpu:4`) runs as written except for what this cluster names differently (the
+partition `debug`, a free port, 2 shards of 6 problems): each array task gets the 4 GPUs, its
+server starts with `vllm serve ... --tensor-parallel-size 4`, becomes healthy, the shard runs
+against it, the server stops; the results equal a local run item by item and no job or
+server process is left.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dagster_project import exit_codes
+from nel_resources.runtime.processes import free_port, pid_alive
+from tests.support.cli import nel_env, run_nel
+from tests.support.gpu_servers import stand_in_env
+from tests.support.slurm_cluster import GPU_CLUSTER, sh, start_slurm_cluster
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs" / "examples" / "15_slurm_gsm8k_vllm.yaml"
+N_SHARDS, N_PROBLEMS = 2, 6
+
+
+@pytest.fixture(scope="module")
+def gpu_slurm() -> dict[str, str]:
+    return {"SLURM_CONF": start_slurm_cluster(separate=GPU_CLUSTER)}
+
+
+@pytest.fixture
+def data_env(data_dir: Path) -> dict[str, str]:
+    return {"NEL_DATA_DIR": str(data_dir)}
+
+
+def example_config(path: Path, out: Path, *, typ: str = "vllm", local: bool = False,
+                   **svc: Any) -> Path:
+    """The peer's example with this cluster's names (`local`: the same run on this machine)."""
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    cfg["services"]["model"].update({"type": typ, "port": free_port(), "startup_timeout": 120, **svc})
+    cfg["benchmarks"][0]["max_problems"] = N_PROBLEMS
+    cfg["cluster"]["node_pools"]["compute"]["partition"] = "debug"
+    cfg["cluster"]["shards"] = N_SHARDS
+    if local:
+        cfg["cluster"] = {"type": "local", "shards": N_SHARDS}
+        cfg["services"]["model"].pop("node_pool")
+    cfg["output"] = {"dir": str(out)}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def rows(out: Path) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    got: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for p in sorted(out.glob("gsm8k/shard_results/model=*/shard=*/*.parquet")):
+        for r in pq.read_table(p).to_pylist():
+            got[(r.get("problem_idx", r.get("idx")), r.get("repeat", 0))] = (r.get("response"), r.get("reward"))
+    return got
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def our_jobs(env: dict[str, str], out: Path) -> list[str]:
+    """Jobs of this test's run still known to squeue (its scripts live under `out`)."""
+    q = sh(env, "squeue", "-h", "-o", "%i %o")
+    return [line.split()[0] for line in q.stdout.splitlines() if str(out) in line]
+
+
+@pytest.fixture
+def cleanup(gpu_slurm: dict[str, str]) -> Iterator[list[Path]]:
+    outs: list[Path] = []
+    yield outs
+    for out in outs:
+        if ids := our_jobs(gpu_slurm, out):
+            sh(gpu_slurm, "scancel", *ids)
+
+
+@pytest.mark.parametrize("typ", ["vllm", "sglang", "trt_llm"])
+def test_the_example_runs_its_server_in_the_jobs_and_equals_a_local_run(
+        typ: str, tmp_path: Path, gpu_slurm: dict[str, str], data_env: dict[str, str],
+        cleanup: list[Path]) -> None:
+    record = tmp_path / "record.jsonl"
+    env = stand_in_env(record, delay="1.0", base=nel_env({**gpu_slurm, **data_env}))
+    local_out, out = tmp_path / "local", tmp_path / "slurm"
+    cleanup.append(out)
+    # The same config on a machine with GPUs of its own: the local reference.
+    local = example_config(tmp_path / "local.yaml", local_out, typ=typ, local=True)
+    r = run_nel("eval", "run", str(local), "--no-progress", env={**env, "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                timeout=600)
+    assert r.returncode == 0, r.stderr
+    n_local = len(records(record))
+    cfg = example_config(tmp_path / "slurm.yaml", out, typ=typ)
+    r = run_nel("eval", "run", str(cfg), "--no-progress", env=env, cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert re.search(rf"submitted .*\({N_SHARDS} tasks; 0 shards up to date", r.stderr), r.stderr
+
+    # One server per task, started in the job with its real command line and the job's GPUs.
+    started = records(record)[n_local:]
+    assert len(started) == N_SHARDS and len({s["slurm_task"] for s in started}) == N_SHARDS, started
+    port = str(yaml.safe_load(cfg.read_text())["services"]["model"]["port"])
+    for s in started:
+        assert s["cuda_visible_devices"] == "0,1,2,3", s  # SLURM's GRES, not this machine's
+        argv = s["argv"]
+        assert argv[argv.index("--port") + 1] == port
+        tp = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "trt_llm": "--tp_size"}[typ]
+        assert argv[argv.index(tp) + 1] == "4", argv
+        # The server's log is kept next to the results, one per job.
+        log = out / "logs" / f"model.slurm-{s['slurm_task']}.log"
+        assert "Loading model weights" in log.read_text(), log
+        assert not pid_alive(s["pid"]), f"the {typ} server of task {s['slurm_task']} is still running"
+    assert our_jobs(gpu_slurm, out) == []
+    slurm_rows = rows(out)
+    assert slurm_rows == rows(local_out) and len(slurm_rows) == N_PROBLEMS
+
+
+def test_a_server_that_never_becomes_healthy_fails_its_partition_with_its_log_and_a_rerun_resubmits_it(
+        tmp_path: Path, gpu_slurm: dict[str, str], data_env: dict[str, str], cleanup: list[Path]) -> None:
+    record, once = tmp_path / "record.jsonl", tmp_path / "stuck-once"
+    # The first server to start (the tasks take turns: each wants all 4 GPUs) never serves.
+    env = stand_in_env(record, delay=f"never-once:{once}", base=nel_env({**gpu_slurm, **data_env}))
+    out = tmp_path / "out"
+    cleanup.append(out)
+    cfg = example_config(tmp_path / "slurm.yaml", out, startup_timeout=8)
+    r = run_nel("eval", "run", str(cfg), "--no-progress", env=env, cwd=tmp_path, timeout=900)
+    assert r.returncode == exit_codes.EVAL_FAILED, r.stderr
+    (stuck,) = [s for s in records(record) if s["pid"] == int(once.read_text())]
+    missing = re.findall(r"gsm8k/model shard (\d) is missing: (?:job|task) (\S+) ended FAILED", r.stderr)
+    assert len(missing) == 1, r.stderr
+    shard, task = missing[0]
+    assert task == stuck["slurm_task"], (task, stuck)
+    # Its partition's failure carries the server's last log lines.
+    assert "did not become healthy" in r.stderr and "Loading model weights ... (stuck)" in r.stderr, r.stderr
+    assert not pid_alive(stuck["pid"]) and our_jobs(gpu_slurm, out) == []
+    stored = [p.parent.name for p in out.glob("gsm8k/shard_results/model=model/shard=*/*.parquet")]
+    assert stored == [f"shard={1 - int(shard)}"]
+
+    r = run_nel("eval", "run", str(cfg), "--no-progress", env=env, cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"submitted .*\(1 tasks?; 1 shards? up to date", r.stderr), r.stderr
+    assert len(list(out.glob("gsm8k/shard_results/model=model/shard=*/*.parquet"))) == N_SHARDS
+
+
+def test_the_job_script_says_what_it_launches_and_asks_for_the_pools_gpus(
+        tmp_path: Path, data_env: dict[str, str]) -> None:
+    """`submit: false` writes the scripts: the pool's `#SBATCH` lines and the server's command."""
+    cfg = example_config(tmp_path / "c.yaml", tmp_path / "out")
+    r = run_nel("eval", "run", str(cfg), "--no-progress", "-O", "cluster.submit=false",
+                "-O", "cluster.node_pools.compute.gpus_per_node=4",
+                "-O", "cluster.node_pools.compute.sbatch_extra_flags.exclusive=true", env=data_env)
+    assert r.returncode == 0, r.stderr
+    (script,) = (tmp_path / "out" / "slurm").glob("*/eval.sbatch")
+    text = script.read_text()
+    for line in ("#SBATCH --partition=debug", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --gres=gpu:4", "#SBATCH --gpus-per-node=4", "#SBATCH --time=02:00:00"):
+        assert line in text, text
+    assert re.search(r"# nel launches services\.model \(vllm\) in the job: vllm serve "
+                     r"nvidia/Llama-3\.1-70B-Instruct .*--tensor-parallel-size 4", text), text
