@@ -388,11 +388,27 @@ def test_a_bad_k8s_block_is_refused_before_any_run(tmp_path: Path, block: str, w
      "the 'http_pairs_dump' interceptor (dumping request/response pairs to a file)"),
     ("    node_pool: gpu\n", "services.model.node_pool", "node pools (placing services on SLURM nodes)"),
     ("    max_output_tokens: 10\n", "services.model.max_output_tokens", "output token limits"),
+    # built for the servers nel launches, refused where nothing would honour them
+    ("    health_path: /ready\n", "services.model.health_path",
+     "health checks of a server nel does not start"),
 ])
 def test_service_features_are_refused(tmp_path: Path, service_yaml: str, key: str,
                                       feature: str) -> None:
     msg = _refusal(tmp_path, BASE.replace("    model: m\n", "    model: m\n" + service_yaml))
     assert f": key {key}: {feature} is not supported yet in nel" in msg
+
+
+def test_launched_server_keys_are_honoured_where_nel_starts_the_server(tmp_path: Path) -> None:
+    """`pipeline_parallel_size`, `data_parallel_size` and `health_path` of a vllm service are
+    built (nel_resources.services.launch); on a llama.cpp server the parallel sizes mean
+    nothing and are refused."""
+    vllm = "  gpu:\n    type: vllm\n    model_path: org/m\n    pipeline_parallel_size: 2\n" \
+           "    data_parallel_size: 2\n    health_path: /ready\n"
+    _, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", vllm + "benchmarks:\n"))
+    check_supported(cfg)
+    llama = "  gguf:\n    type: llama_cpp\n    model_path: m.gguf\n    pipeline_parallel_size: 2\n"
+    msg = _refusal(tmp_path, BASE.replace("benchmarks:\n", llama + "benchmarks:\n"))
+    assert ": key services.gguf.pipeline_parallel_size: `pipeline_parallel_size` for a llama_cpp server" in msg
 
 
 @pytest.mark.parametrize("typ", ["dynamo", "nim", "nat_agent", "nat"])
