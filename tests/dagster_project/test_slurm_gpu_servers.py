@@ -14,6 +14,7 @@ server process is left.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,37 @@ def test_the_job_script_says_what_it_launches_and_asks_for_the_pools_gpus(
         assert line in text, text
     assert re.search(r"# nel launches services\.model \(vllm\) in the job: vllm serve "
                      r"nvidia/Llama-3\.1-70B-Instruct .*--tensor-parallel-size 4", text), text
+
+
+def test_ctrl_c_while_the_server_loads_cancels_the_jobs_and_the_server(
+        tmp_path: Path, gpu_slurm: dict[str, str], data_env: dict[str, str], cleanup: list[Path]) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.signals import default_signals
+    from tests.support.waiting import wait_for
+
+    record = tmp_path / "record.jsonl"
+    env = stand_in_env(record, delay="never", base=nel_env({**gpu_slurm, **data_env}))
+    out = tmp_path / "out"
+    cleanup.append(out)
+    cfg = example_config(tmp_path / "slurm.yaml", out, startup_timeout=600)
+    log = tmp_path / "nel.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", "eval", "run", str(cfg),
+                                 "--no-progress"], stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                cwd=tmp_path, start_new_session=True, preexec_fn=default_signals)
+    try:
+        # A server is up in a job (loading, never healthy) when Ctrl-C comes.
+        (server,) = wait_for(lambda: records(record), timeout=300, what="a server to start in a job")
+        assert our_jobs(gpu_slurm, out), "no job of the run is queued"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "interrupted: cancelled" in log.read_text(), log.read_text()
+    assert our_jobs(gpu_slurm, out) == []
+    wait_for(lambda: not pid_alive(server["pid"]), timeout=60, what="the server to be gone with its job")
