@@ -84,6 +84,9 @@ def _check_services(cfg: NelConfig) -> None:
         for key, what in SERVICE_UNBUILT.items():
             if changed(svc, key, _SERVICE_DEFAULTS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
+        if svc.served_model_name is not None and svc.type not in LAUNCHED_TYPES:
+            raise Refusal((*at, "served_model_name"), "naming the model of a server nel does "
+                          "not start", "remove `served_model_name` (`model` is the name sent)")
         if svc.health_path is not None and svc.type not in LAUNCHED_TYPES:
             raise Refusal((*at, "health_path"), "health checks of a server nel does not start",
                           "remove `health_path`")

@@ -232,6 +232,11 @@ class ServiceConfig(_Strict):
                 raise key_error("extra_env", "give `extra_env` or `env`, not both (they are "
                                 "the same setting; write `extra_env`)")
             data["env"] = extra
+        if data.get("served_model_name") and data.get("type") in LAUNCHED_TYPES:
+            # NeMo Evaluator: `model` is what the server loads, `served_model_name` the name
+            # it answers to. nel's spelling: `model_path` loads, `model` is the API name.
+            data.setdefault("model_path", data.get("model"))
+            data["model"] = data["served_model_name"]
         # Accept generation keys at the service's top level too (`temperature: 0`).
         if any(k in data for k in _GEN_KEYS):
             gen = dict(data.get("generation") or {})

@@ -22,7 +22,6 @@ NEL_EQUIVALENT: dict[str, str] = {
 UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
 #: `services.<name>.<key>` -> the feature it asks for.
 SERVICE_UNBUILT: dict[str, str] = {
-    "served_model_name": "serving a model under another name",
     "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service",
     "image": "running a service in a container image",
     "setup_commands": "service setup commands", "container_mounts": "container mounts",

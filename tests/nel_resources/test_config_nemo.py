@@ -406,6 +406,11 @@ def test_launched_server_keys_are_honoured_where_nel_starts_the_server(tmp_path:
            "    data_parallel_size: 2\n    health_path: /ready\n"
     _, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", vllm + "benchmarks:\n"))
     check_supported(cfg)
+    # served_model_name: the server loads `model` and answers to (and is asked for) the name
+    named = "  gpu:\n    type: sglang\n    model: org/big-model\n    served_model_name: big\n"
+    _, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", named + "benchmarks:\n"))
+    check_supported(cfg)
+    assert (cfg.services["gpu"].model_path, cfg.services["gpu"].model) == ("org/big-model", "big")
     llama = "  gguf:\n    type: llama_cpp\n    model_path: m.gguf\n    pipeline_parallel_size: 2\n"
     msg = _refusal(tmp_path, BASE.replace("benchmarks:\n", llama + "benchmarks:\n"))
     assert ": key services.gguf.pipeline_parallel_size: `pipeline_parallel_size` for a llama_cpp server" in msg
