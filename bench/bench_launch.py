@@ -6,7 +6,10 @@ server; no weights to load, so these are the launch path's own costs, not vLLM's
 1. Submit to healthy: `sbatch` of a job (`--gres=gpu:4`) whose step runs `vllm serve ...`,
    until its `/health` answers; and until the first chat completion is answered. Medians
    over `--rounds`.
-2. Overhead per shard: the same NeMo Evaluator example (15_slurm_gsm8k_vllm.yaml, `shards`
+2. In-task launch cost: what each task adds to its shard with a launched server, nel's own
+   start (the `vllm serve` command, the /health wait) and stop of the server
+   (nel_resources.services.launch.LaunchedService), measured in this process.
+3. Overhead per shard: the same NeMo Evaluator example (15_slurm_gsm8k_vllm.yaml, `shards`
    N, a few problems) run by `nel eval run` on the cluster (a) with `type: vllm` (each task
    starts its own server, waits for /health, runs its shard, stops it) and (b) with
    `type: api` against one server already running; (a - b) / N.
@@ -77,6 +80,22 @@ def submit_to_healthy(d: Path) -> tuple[float, float]:
     return healthy - t0, first - t0
 
 
+def in_task_launch(d: Path) -> float:
+    """Seconds for LaunchedService.start() (command, /health answered) plus stop()."""
+    from nel_resources.config import ServiceConfig
+    from nel_resources.services.launch import LaunchedService
+
+    svc = ServiceConfig(type="vllm", model_path="org/model", model="m", tensor_parallel_size=4,
+                        env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    server = LaunchedService("bench", svc, d / "logs")
+    t0 = time.monotonic()
+    try:
+        server.start()
+    finally:
+        server.stop()
+    return time.monotonic() - t0
+
+
 def nel_run(d: Path, shards: int, problems: int, url: str | None, env: dict[str, str]) -> float:
     """Wall time of one `nel eval run` of the example on the cluster (fresh output)."""
     cfg = yaml.safe_load(EXAMPLE.read_text())
@@ -114,6 +133,7 @@ def main() -> None:
         env = stand_in_env(d / "record.jsonl", base={**os.environ, "PYTHONPATH": str(REPO)})
         os.environ.update(env)  # the serve jobs inherit PATH (the stand-in `vllm`) from sbatch
         figures = [submit_to_healthy(d) for _ in range(a.rounds)]
+        in_task = [in_task_launch(d) for _ in range(a.rounds)]
         proc, url = start_reference_server()
         try:
             launched, running = [], []
@@ -126,6 +146,7 @@ def main() -> None:
     result = {
         "submit_to_healthy_s": round(med(f[0] for f in figures), 3),
         "submit_to_first_request_s": round(med(f[1] for f in figures), 3),
+        "in_task_start_and_stop_s": round(med(in_task), 3),
         "nel_run_launched_server_s": round(med(launched), 2),
         "nel_run_running_server_s": round(med(running), 2),
         "overhead_per_shard_s": round((med(launched) - med(running)) / a.shards, 2),

@@ -58,7 +58,32 @@ def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
     return {"type": svc.type, "model": svc.model, "protocol": svc.protocol,
             "url": redact_url(svc.url) if svc.url and not launched else None,
             "launch": "started by nel when a shard runs (not in a dry run)" if launched else None,
+            "command": _launch_command(cfg, name) if launched else None,
             "generation": svc.generation.to_request()}
+
+
+def _launch_command(cfg: NelConfig, name: str) -> str | None:
+    """The command a launched server would run with (and where), for the plan."""
+    import shlex
+
+    from benchmarks.errors import NelError
+    from nel_resources.config.services import LAUNCHED_TYPES
+    from nel_resources.services.launch import service_command
+
+    svc = cfg.services[name]
+    if svc.type not in LAUNCHED_TYPES:
+        return None
+    try:
+        cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
+    except NelError as exc:
+        return f"(cannot be built here: {exc})"
+    pool = cfg.cluster.node_pools.get(svc.node_pool or "") if cfg.cluster.type == "slurm" else None
+    if pool is None:
+        return cmd
+    asks = ", ".join(f"{k} {v}" for k, v in (("partition", pool.partition), ("nodes", pool.nodes),
+                                               ("gres", pool.gres), ("gpus_per_node", pool.gpus_per_node))
+                     if v is not None)
+    return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"
 
 
 def plan_run(cfg: NelConfig, *, resume: bool = True,
@@ -116,6 +141,8 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
     for name, s in plan.services.items():
         target = s["url"] or s["launch"]
         print(f"service {name}: {s['type']} {s['model'] or '(server default model)'} at {target}")
+        if s.get("command"):
+            print(f"  command: {s['command']}")
     for b in plan.benchmarks:
         if b["problem_range"] is not None:
             pick = f"problems {b['problem_range'][0]}:{b['problem_range'][1]}"

@@ -211,3 +211,17 @@ def test_ctrl_c_while_the_server_loads_cancels_the_jobs_and_the_server(
     assert "interrupted: cancelled" in log.read_text(), log.read_text()
     assert our_jobs(gpu_slurm, out) == []
     wait_for(lambda: not pid_alive(server["pid"]), timeout=60, what="the server to be gone with its job")
+
+
+@pytest.mark.parametrize("copy", GPU_COPIES, ids=lambda p: p.stem)
+def test_the_dry_run_of_each_copy_shows_the_server_command_and_the_pool(
+        copy: Path, tmp_path: Path, data_env: dict[str, str]) -> None:
+    r = run_nel("eval", "run", str(copy), "--dry-run", "--json", "-o", str(tmp_path / "out"), env=data_env)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["would_run"] == yaml.safe_load(copy.read_text())["cluster"].get("shards", 1)
+    assert plan["services"]["model"]["command"] == (
+        "vllm serve nvidia/Llama-3.1-70B-Instruct --host 127.0.0.1 --port 8000 --tensor-parallel-size 4 "
+        "--served-model-name nvidia/Llama-3.1-70B-Instruct  (in each SLURM task on node pool compute: "
+        "partition batch, nodes 1, gres gpu:4)")
+    assert not (tmp_path / "out").exists()
