@@ -177,7 +177,8 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     bind = addr if loopback else svc.host
     url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
     try:
-        server = LaunchedService(name, svc.model_copy(update={"host": bind}), svc_dir)
+        # svc_dir is the job's own directory already: the plain `<name>.log` there
+        server = LaunchedService(name, svc.model_copy(update={"host": bind}), svc_dir, f"{name}.log")
     except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
         _write(err_file, _one_line(exc))
         return 1

@@ -126,16 +126,17 @@ class LaunchedService:
     Args:
         name: service name (used for the log file and in errors).
         svc: the service config (`type` one of LAUNCHED_TYPES, or a `command`).
-        log_dir: where `<name>.log` is kept after the server stops.
+        log_dir: where the log is kept after the server stops.
+        log_name: its file name (default `server_log_name`: `<name>.log`, or per SLURM task).
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None) -> None:
         self.name = name
         self.svc = svc
         self.log_dir = Path(log_dir)
         self.port = svc.port or free_port(svc.host)
         self.argv = service_command(name, svc, self.port)
-        self.log_path = self.log_dir / server_log_name(name)
+        self.log_path = self.log_dir / (log_name or server_log_name(name))
         self.url = f"http://{svc.host}:{self.port}/v1"
         self.health_url = f"http://{svc.host}:{self.port}{health_path(svc)}"
         self.process: ManagedProcess | None = None
