@@ -269,3 +269,38 @@ def test_bad_fields_are_one_line(name: str, config: dict[str, Any], field: str |
         registry.build(name, config, ChainEnv())
     assert err.value.field == field and "\n" not in str(err.value) and name in str(err.value)
     assert (field or "tag_open") in str(err.value)
+
+
+def test_dump_in_process_records_answers_and_given_up_requests(tmp_path: Path, upstream: str) -> None:
+    """nel's own requests run the chain in-process (no proxy): the dump sees each answer and
+    each request the client gave up on after its retries, and is whole once the client closes."""
+    import asyncio
+
+    from nel_resources.config import load_config
+    from nel_resources.model_client import ModelError
+    from nel_resources.proxy.service_client import client_for_service
+
+    dump = tmp_path / "pairs.json"
+    cfg = load_config(_nel_config(tmp_path, upstream, [
+        {"name": "consolidate_system"},
+        {"name": "http_pairs_dump", "config": {"dump_path": str(dump), "first_n": 1}}]))
+
+    async def run() -> BaseException | None:
+        async with client_for_service(cfg.services["m"]) as client:
+            await client.generate([_m("user", "apples?"), _m("system", "Late rule.")])
+            await client.generate([_m("user", "pears?")])
+            try:
+                await client.generate([_m("user", "FAILME in process")])
+            except ModelError as exc:
+                return exc
+        return None
+
+    reset_server_stats(upstream)
+    assert isinstance(asyncio.run(run()), ModelError)
+    data = json.loads(dump.read_text())  # written whole when the client closed its chain
+    assert data["metrics"] == {"200": 2, "503": 1}
+    first, failed = data["pairs"]
+    assert first["request"]["body"]["messages"][0] == _m("system", "Late rule.")  # as sent
+    assert failed["response"]["status"] == 503 and failed["response"]["latency_ms"] is None
+    assert failed["request"]["body"]["messages"] == [_m("user", "FAILME in process")]
+    assert SECRET not in dump.read_text()
