@@ -253,6 +253,22 @@ def test_which_interceptors_change_answers() -> None:
     registry.validate("http_pairs_dump", {"dump_path": "x.json"})
 
 
+def test_shard_fingerprint_follows_what_changes_answers(tmp_path: Path) -> None:
+    from nel_resources.config import load_config
+    from nel_resources.specs import service_fingerprint
+
+    def fp(specs: list[dict[str, Any]]) -> str:
+        (tmp_path / "x").mkdir(exist_ok=True)
+        return service_fingerprint(load_config(_nel_config(tmp_path / "x", "http://127.0.0.1:9/v1",
+                                                           specs)).services["m"])
+
+    bare = fp([])
+    assert fp([{"name": "http_pairs_dump", "config": {"dump_path": "p.json"}}]) == bare
+    assert fp([{"name": "reasoning_replay"}]) != bare
+    assert fp([{"name": "reasoning_replay", "config": {"mode": "native"}}]) != fp([{"name": "reasoning_replay"}])
+    assert fp([{"name": "consolidate_system"}]) != bare and fp([{"name": "streaming"}]) != bare
+
+
 @pytest.mark.parametrize(("name", "config", "field"), [
     ("reasoning_replay", {"mode": "tags"}, "mode"),
     ("reasoning_replay", {"tag_open": ""}, None),
