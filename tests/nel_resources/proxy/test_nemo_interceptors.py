@@ -320,3 +320,50 @@ def test_dump_in_process_records_answers_and_given_up_requests(tmp_path: Path, u
     assert failed["response"]["status"] == 503 and failed["response"]["latency_ms"] is None
     assert failed["request"]["body"]["messages"] == [_m("user", "FAILME in process")]
     assert SECRET not in dump.read_text()
+
+
+@pytest.fixture(scope="module")
+def tool_upstream() -> Iterator[str]:
+    # A thinking agent model: a tool call with its reasoning, then an answer.
+    proc, url = start_reference_server(record_bodies=50, tool_script=[
+        {"match": "weather", "turns": [
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
+             "reasoning": "I should look the weather up."},
+            {"content": "Sunny in Oslo."}]}])
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_reasoning_replay_by_tool_call_id_as_nemo_evaluator(tmp_path: Path, tool_upstream: str) -> None:
+    """An answer with tool calls is remembered by their ids; a streamed one too in nel
+    (0.3.0 remembers nothing of a stream without `streaming`: a deliberate difference)."""
+    call = {"id": "call_0_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+    turn2 = _chat(_m("user", "weather in Oslo?"), {"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": "call_0_0", "content": "sunny"}, tools=TOOLS)
+    requests = [("/chat/completions", _chat(_m("user", "weather in Oslo?"), tools=TOOLS), "e5"),
+                ("/chat/completions", turn2, "e5"),
+                ("/chat/completions", _chat(_m("user", "weather in Oslo?"), tools=TOOLS, stream=True), "f6"),
+                ("/chat/completions", turn2, "f6")]
+    specs = [{"name": "reasoning_replay"}]
+    with both(tmp_path, tool_upstream, specs) as (peer, nel):
+        peer_answers, peer_bodies = _through(peer, tool_upstream, requests[:2])
+        nel_answers, nel_bodies = _through(nel, tool_upstream, requests[:2])
+        for answers in (nel_answers, peer_answers):
+            assert answers[0][1]["choices"][0]["message"]["tool_calls"][0]["id"] == "call_0_0"
+        assert [b["messages"] for b in nel_bodies] == [b["messages"] for b in peer_bodies]
+        assert nel_bodies[1]["messages"][1]["content"] == "<think>I should look the weather up.</think>\n"
+        # streamed first turn: nel remembers the assembled answer's reasoning
+        _, peer_streamed = _through(peer, tool_upstream, requests[2:])
+        status, _, text = http_json("POST", nel.url("/chat/completions", "f6"), requests[2][1], timeout=60)
+        assert status == 200 and text.startswith("data: ")  # still streamed to the client
+        _post(nel, "/chat/completions", turn2, "f6")
+        replayed = server_stats(tool_upstream)["bodies"][-1]["messages"][1]
+    assert replayed["content"] == "<think>I should look the weather up.</think>\n"
+    assert peer_streamed[1]["messages"][1]["content"] is None  # 0.3.0: nothing remembered
