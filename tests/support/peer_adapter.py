@@ -21,7 +21,12 @@ from tests.support.signals import default_signals
 _SCRIPT = """
 import json, sys, logging
 logging.basicConfig(level=logging.WARNING)
+import nemo_evaluator.adapters.proxy as proxy
 from nemo_evaluator.adapters.proxy import start_adapter_proxy
+# Its own wait for /health gives up after 10 s, too soon on a loaded 2-core machine: the
+# same wait, a longer ceiling (the interceptors themselves are untouched).
+_wait = proxy._wait_for_health
+proxy._wait_for_health = lambda url, timeout=10: _wait(url, timeout=180)
 h = start_adapter_proxy(upstream_url=sys.argv[1], model_id=sys.argv[2], port=0,
                         api_key=sys.argv[4] or None, interceptor_specs=json.loads(sys.argv[3]))
 print(h.url, flush=True)
