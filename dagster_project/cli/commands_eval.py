@@ -103,8 +103,8 @@ def _add_peer_run_flags(run: argparse.ArgumentParser) -> None:
                      "returns at once")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     run.add_argument("--adapter", metavar="NAME",
-                     help="route requests through an adapter / interceptor chain "
-                     "(not supported yet in nel: refused)")
+                     help="refused, as in NeMo Evaluator 0.3.0 (whose `eval run` has no such "
+                     "flag): interceptors go in a service's `interceptors:` in the config")
 
 
 def bench_entry(ref: str) -> dict[str, Any]:
@@ -284,8 +284,11 @@ def _refuse_unsupported_flags(args: argparse.Namespace, cfg: Any) -> None:
     from nel_resources.config import ConfigError
 
     if args.adapter:
-        raise ConfigError(f"--adapter {args.adapter}: adapters / interceptor chains are not "
-                          "supported yet in nel; run without --adapter")
+        # NeMo Evaluator 0.3.0's `nel eval run` has no --adapter (click: "No such option",
+        # exit 2); its adapters are the services' interceptor chains, which nel runs.
+        raise ConfigError(f"--adapter {args.adapter}: `nel eval run` has no --adapter (nor has "
+                          "NeMo Evaluator 0.3.0's); put the interceptors under the service's "
+                          "`interceptors:` (or `proxy.interceptors`) in the config")
     from nel_resources.launchers.registry import get_launcher
 
     flag = get_launcher(cfg.cluster.type).submit_flag

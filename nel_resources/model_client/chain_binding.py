@@ -65,6 +65,10 @@ class ClientChain(Protocol):
         """The whole chain, endpoint included."""
         ...
 
+    def failed(self, ctx: Any, exc: BaseException) -> None:
+        """Tell the hooks that record failures that the request of `ctx` got no answer."""
+        ...
+
     async def close(self) -> None:
         """Close the chain's interceptors."""
         ...

@@ -263,7 +263,11 @@ class ModelClient(RetryingTransport):
                 # exchange, when 63 others may have run through the loop.
                 del req
                 t0 = time.perf_counter()
-                status, obj, attempts, _ = await self._post(data, path, headers)
+                try:
+                    status, obj, attempts, _ = await self._post(data, path, headers)
+                except ModelError as exc:  # no answer: the hooks that record failures hear
+                    chain.failed(ctx, exc)
+                    raise
                 resp = endpoint.answer(ctx, status, obj, attempts, t0)
             try:
                 resp = chain.after(resp)

@@ -95,6 +95,12 @@ class Chain:
                                 if _active(lk.impl, "on_request"))
         self.raw_responses = all(_reports(lk.impl, "on_response") for lk in self.links
                                  if _active(lk.impl, "on_response"))
+        # Hooks told of an exchange that got no answer (the upstream failed after its
+        # retries): `on_failure(ctx, status, message)`; `http_pairs_dump` records it.
+        self._on_failure = tuple(lk.impl.on_failure for lk in self.links
+                                 if hasattr(lk.impl, "on_failure"))
+        # `streaming` in the chain: a streamed request is answered whole (`run`).
+        self.collects_streams = any(getattr(lk.impl, "collects_streams", False) for lk in self.links)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -140,10 +146,20 @@ class Chain:
         return resp
 
     async def run(self, req: ProxyRequest) -> ProxyResponse:
-        """One request through the whole chain."""
+        """One request through the whole chain (a streamed one, when the chain collects
+        streams, answered with the whole answer collected from the upstream's stream)."""
+        if req.stream and self.collects_streams:
+            return await self._collected(req)
         if self.plain:
             out = self.before(req)
-            return self.after(out if isinstance(out, ProxyResponse) else await self._send(out))
+            if isinstance(out, ProxyResponse):
+                return self.after(out)
+            try:
+                resp = await self._send(out)
+            except Exception as exc:
+                self.failed(out.ctx, exc)
+                raise
+            return self.after(resp)
         # Both stages inlined (not `_request_stage`): two coroutines less per request.
         for hook, is_async in self._on_request:
             out = hook(req)
@@ -156,7 +172,11 @@ class Chain:
         else:
             if not self.raw_requests:
                 req.raw = None
-            resp = await self._send(req)
+            try:
+                resp = await self._send(req)
+            except Exception as exc:
+                self.failed(req.ctx, exc)
+                raise
         for hook, is_async in self._on_response:
             resp = hook(resp)
             if is_async:
@@ -164,6 +184,29 @@ class Chain:
         if not self.raw_responses:
             resp.raw = None
         return resp
+
+    def failed(self, ctx: RequestContext, exc: BaseException) -> None:
+        """Tell the `on_failure` hooks that the request of `ctx` got no answer: `exc` (the
+        model client's error after its retries) with the upstream's last status, else 504
+        for a timeout and 502 for anything else."""
+        if not self._on_failure:
+            return
+        status = getattr(exc, "status", None)
+        if not isinstance(status, int):
+            status = 504 if getattr(exc, "category", None) == "timeout" else 502
+        for hook in self._on_failure:
+            hook(ctx, status, str(exc))
+
+    async def _collected(self, req: ProxyRequest) -> ProxyResponse:
+        """A streamed request, its answer collected whole (`streaming.py`)."""
+        from nel_resources.proxy.streaming import collect
+
+        req.raw = None  # the endpoint encodes a streamed request itself
+        out = await self._request_stage(req)
+        if not isinstance(out, ProxyResponse):
+            stream = getattr(self.endpoint, "stream", None)
+            out = await (self._send(out) if stream is None else collect(stream, out))
+        return await self._response_stage(out)
 
     async def stream(self, req: ProxyRequest) -> AsyncIterator[dict[str, Any]]:
         """One streamed request: the request stage, then each chunk through the chunk hooks

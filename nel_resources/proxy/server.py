@@ -180,9 +180,9 @@ class ProxyServer:
         req = ProxyRequest(body, {}, sub, RequestContext(session, repeat), bool(body.get("stream")),
                            send_raw)
         try:
-            if req.stream:
+            if req.stream and not self.chain.collects_streams:
                 return await self._stream(req)
-            endpoint = self._direct
+            endpoint = None if req.stream else self._direct  # `streaming`: answered whole
             if endpoint is None:
                 resp = await self.chain.run(req)
             else:
@@ -192,7 +192,11 @@ class ProxyServer:
                 if not isinstance(out, ProxyResponse):
                     data, hdrs = endpoint.wire(out)
                     t0 = perf_counter()
-                    status, obj, attempts, raw_resp = await endpoint._post(data, out.path, hdrs)
+                    try:
+                        status, obj, attempts, raw_resp = await endpoint._post(data, out.path, hdrs)
+                    except (AuthError, ModelError) as exc:
+                        self.chain.failed(out.ctx, exc)
+                        raise
                     out = endpoint.answer(out.ctx, status, obj, attempts, t0, raw_resp)
                 resp = self.chain.after(out)
         except InterceptorError as exc:

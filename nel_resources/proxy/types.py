@@ -10,6 +10,11 @@ stage, and a hook that never awaits costs no coroutine: the built-in ones are pl
   reverse order, like NeMo Evaluator's adapter pipeline;
 - `on_chunk(chunk, ctx)` sees each streamed chunk (a parsed SSE `data:` object) and returns
   it (changed or not), or None to drop it;
+- `on_failure(ctx, status, message)` (plain) hears of a request that got no answer (the
+  upstream failed after the client's retries: its last status, 504 for a timeout, else
+  502); `http_pairs_dump` records it, as 0.3.0 records such an answer;
+- `collects_streams` (optional, True): a streamed request through the chain is answered
+  with the whole answer collected from the upstream's stream (`streaming`);
 - `close()` releases what it holds; `stats()` returns counters for runtime stats;
 - `idle_hooks` (optional, a collection of hook names): hooks its config leaves nothing to
   do in (`drop_params` with no params); the chain leaves them out when it is built, so a

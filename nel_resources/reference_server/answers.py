@@ -72,6 +72,7 @@ class ToolScript:
     - ``{"tool_calls": [{"name": "bash", "arguments": {...}}, ...], "content": "..."}``
       (several calls = parallel calls in one turn; ``"arguments_raw": "<text>"`` sends the
       arguments verbatim, e.g. malformed JSON);
+    - ``"reasoning": "..."`` in a turn: sent as the message's ``reasoning_content``;
     - ``{"content": "..."}``: a final answer. ``{last_tool}`` in it is replaced by the
       last tool result the conversation carries (so the answer depends on what the tool
       really returned).

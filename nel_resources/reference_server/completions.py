@@ -242,6 +242,8 @@ class Completions:
         content = str(turn.get("content") or "").replace("{last_tool}", last_tool)
         calls = script_calls(turn, turn_no)
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if turn.get("reasoning"):  # a thinking model's reasoning for this turn
+            message["reasoning_content"] = str(turn["reasoning"])
         if calls:
             message["tool_calls"] = [{"id": cid, "type": "function",
                                       "function": {"name": name, "arguments": args}}
@@ -256,6 +258,8 @@ class Completions:
             base = {"id": rid, "object": "chat.completion.chunk", "created": created,
                     "model": model}
             delta: dict[str, Any] = {"role": "assistant", "content": content or None}
+            if "reasoning_content" in message:
+                delta["reasoning_content"] = message["reasoning_content"]
             if calls:
                 delta["tool_calls"] = [{"index": i, **tc}
                                        for i, tc in enumerate(message["tool_calls"])]

@@ -164,7 +164,7 @@ def test_refused_and_no_op_flags(tmp_path: Path, reference_server, server_stats,
     p = run_nel(*_flags(url, tmp_path / "a", "-m", "2", "--adapter", "reasoning"), env=env)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     (line,) = error_lines(p.stdout, p.stderr)
-    assert "--adapter" in line and "not supported yet in nel" in line
+    assert "--adapter" in line and "`interceptors:`" in line and "NeMo Evaluator 0.3.0" in line
     assert server_stats(url)["total_requests"] == 0
 
     # --submit on a local run does nothing, as in NeMo Evaluator, and says so; --no-submit too
