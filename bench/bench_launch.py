@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +40,26 @@ sys.path.insert(0, str(REPO))
 from nel_resources.launchers.slurm import SbatchHeader, SlurmLauncher, render_script  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 from nel_resources.runtime.processes import free_port  # noqa: E402
-from tests.support.gpu_servers import stand_in_env  # noqa: E402
-from tests.support.reference import http_json  # noqa: E402
+
+# The stand-in servers the tests use (tests/support/gpu_servers), reached by path: bench
+# imports nothing from tests.
+STAND_INS = REPO / "tests" / "support" / "gpu_servers"
+
+
+def stand_in_env(record: Path) -> dict[str, str]:
+    """This process's environment with the stand-in `vllm` first on PATH, recording into `record`."""
+    env = dict(os.environ)
+    env["PATH"] = f"{STAND_INS / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{STAND_INS / 'py'}"
+    env.update(NEL_STANDIN_PYTHON=sys.executable, NEL_STANDIN_RECORD=str(record),
+               NEL_STANDIN_HEALTH_DELAY="0")
+    return env
+
+
+def http_json(method: str, url: str, body: object = None, timeout: float = 30) -> tuple[int, object, object]:
+    """(status, parsed JSON body, None) of one request."""
+    r = httpx.request(method, url, json=body, timeout=timeout)
+    return r.status_code, (r.json() if r.content else None), None
 
 EXAMPLE = REPO / "tests" / "fixtures" / "nemo_configs" / "examples" / "15_slurm_gsm8k_vllm.yaml"
 
@@ -50,7 +69,7 @@ def _poll(url: str, deadline: float) -> float:
         try:
             if http_json("GET", url, timeout=2)[0] == 200:
                 return time.monotonic()
-        except OSError:
+        except (OSError, httpx.HTTPError):
             pass
         time.sleep(0.02)
     raise SystemExit(f"{url} did not answer in time")
@@ -130,7 +149,7 @@ def main() -> None:
         raise SystemExit("export SLURM_CONF of the fake-GPU cluster (see this script's docstring)")
     with tempfile.TemporaryDirectory(prefix="nel-bench-launch-") as tmp:
         d = Path(tmp)
-        env = stand_in_env(d / "record.jsonl", base={**os.environ, "PYTHONPATH": str(REPO)})
+        env = stand_in_env(d / "record.jsonl")
         os.environ.update(env)  # the serve jobs inherit PATH (the stand-in `vllm`) from sbatch
         figures = [submit_to_healthy(d) for _ in range(a.rounds)]
         in_task = [in_task_launch(d) for _ in range(a.rounds)]
