@@ -34,7 +34,7 @@ TREND_COLUMNS: tuple[tuple[str, str], ...] = (
     ("score", "float64"), ("ci_low", "float64"), ("ci_high", "float64"), ("n", "int64"),
     ("prev_step", "int64"), ("n_shared", "int64"), ("delta", "float64"), ("delta_se", "float64"),
     ("statistic", "float64"), ("step_noise", "float64"), ("cusum", "float64"),
-    ("threshold", "float64"), ("alarm", "bool"), ("first_alarm_step", "int64"), ("note", "string"),
+    ("threshold", "float64"), ("alarm", "bool_"), ("first_alarm_step", "int64"), ("note", "string"),
 )
 """The `checkpoint_trends` table's columns and Arrow types, in order."""
 
@@ -172,3 +172,18 @@ def series_markdown(s: TrendSeries) -> str:
     lines.append(f"Step-to-step noise (RMS paired SE): {noise}; first alarm: {first}."
                  + (f" {s.note}." if s.note else ""))
     return "\n".join(lines)
+
+
+def read_trend_rows(root: Any) -> list[dict[str, Any]] | None:
+    """The `checkpoint_trends` rows an output directory holds, or None before the asset ran."""
+    from pathlib import Path
+
+    path = Path(root) / "checkpoint_trends" / "checkpoint_trends" / "trends.parquet"
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    import nel_resources.storage.arrow  # noqa: F401 (pyarrow without pandas)
+
+    with pq.ParquetFile(path) as pf:
+        return pf.read().to_pylist()
