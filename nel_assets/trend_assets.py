@@ -50,9 +50,19 @@ def write_trends(resolved: ResolvedConfig, root: Path) -> tuple[list[Any], dict[
         (the series, {series label: its SVG}).
     """
     from nel_assets.engine.reports.trend_svg import trend_chart
-    from nel_assets.engine.results.trends import TREND_COLUMNS, checkpoint_trends, series_label, trend_rows
+    from nel_assets.engine.results.trends import (
+        TREND_COLUMNS,
+        checkpoint_trends,
+        series_label,
+        trend_rows,
+    )
     from nel_resources.storage.arrow import pa
-    from nel_resources.storage.store import ResultStore, slugify, write_parquet_atomic, write_text_atomic
+    from nel_resources.storage.store import (
+        ResultStore,
+        slugify,
+        write_parquet_atomic,
+        write_text_atomic,
+    )
 
     store = ResultStore(root)
     series = checkpoint_trends(store, [(b.name, b.asset_name) for b in resolved.benchmarks],

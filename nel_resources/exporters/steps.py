@@ -37,10 +37,10 @@ def check_step_pattern(pattern: str) -> re.Pattern[str]:
     try:
         rx = re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"step_pattern {pattern!r} is not a valid regex ({exc}); "
+        raise ValueError(f"step_pattern '{pattern}' is not a valid regex ({exc}); "
                          r"write one such as 'ep(\d+)'") from None
     if rx.groups != 1:
-        raise ValueError(f"step_pattern {pattern!r} has {rx.groups} groups; it needs exactly one, "
+        raise ValueError(f"step_pattern '{pattern}' has {rx.groups} groups; it needs exactly one, "
                          r"around the step number (e.g. 'ep(\d+)')")
     return rx
 

@@ -9,6 +9,7 @@ import pytest
 
 from nel_assets.engine.results.trends import checkpoint_families, checkpoint_trends, series_markdown
 from nel_resources.storage.arrow import pa
+from nel_resources.storage.schema import empty_results
 from nel_resources.storage.store import ResultStore
 
 N = 12
@@ -16,9 +17,10 @@ N = 12
 
 def _put(store: ResultStore, model: str, rewards: list[float | None]) -> None:
     """One committed shard and a bundle whose score is the plain mean (enough for the series)."""
-    table = pa.table({"problem_idx": pa.array(range(len(rewards)), pa.int64()),
-                      "reward": pa.array([0.0 if r is None else r for r in rewards], pa.float64()),
-                      "error": pa.array([None if r is not None else "timeout" for r in rewards], pa.string())})
+    rows = [{"benchmark": "gsm8k", "model": model, "shard": 0, "problem_idx": i, "repeat": 0,
+             "reward": 0.0 if r is None else r, "error": None if r is not None else "timeout"}
+            for i, r in enumerate(rewards)]
+    table = pa.Table.from_pylist(rows, schema=empty_results().schema)  # the store's real schema
     store.write_shard("gsm8k", model, 0, table, {"fingerprint": model})
     valid = [r for r in rewards if r is not None]
     mean = sum(valid) / len(valid)
@@ -43,7 +45,7 @@ def test_series_deltas_by_hand_and_alarm_at_the_drop(tmp_path: Path) -> None:
         200: [0.0] + [1.0] * 9 + [1.0] + [0.0],
         300: right,
         # a failed sample is left out of the pair (11 shared items), not scored 0
-        400: [None] + right[1:],
+        400: [None, *right[1:]],
         # the planted drop: 8 items right at 400 are wrong at 500
         500: [1.0, 1.0] + [0.0] * 8 + [0.0, 0.0],
         600: [1.0, 1.0] + [0.0] * 8 + [0.0, 0.0],
