@@ -49,7 +49,7 @@ class CheckpointsConfig(_Strict):
     @field_validator("step_pattern")
     @classmethod
     def _one_group(cls, v: str | None) -> str | None:
-        from nel_resources.exporters.steps import check_step_pattern
+        from nel_resources.config.patterns import check_step_pattern
 
         if v is not None:
             check_step_pattern(v)

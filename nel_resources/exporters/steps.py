@@ -28,23 +28,6 @@ def checkpoint_step(name: str | None) -> int | None:
     return int(found[-1]) if found else None
 
 
-def check_step_pattern(pattern: str) -> re.Pattern[str]:
-    """`checkpoints.step_pattern` compiled; it must be a regex with exactly one group.
-
-    Raises:
-        ValueError: not a regex, or not one capturing group (one line naming the fix).
-    """
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"step_pattern '{pattern}' is not a valid regex ({exc}); "
-                         r"write one such as 'ep(\d+)'") from None
-    if rx.groups != 1:
-        raise ValueError(f"step_pattern '{pattern}' has {rx.groups} groups; it needs exactly one, "
-                         r"around the step number (e.g. 'ep(\d+)')")
-    return rx
-
-
 def checkpoint_family_step(name: str, pattern: str | None = None) -> tuple[str, int] | None:
     """(family, step) of a checkpoint name, or None when it names no step.
 
@@ -59,6 +42,8 @@ def checkpoint_family_step(name: str, pattern: str | None = None) -> tuple[str, 
     if not name:
         return None
     if pattern is not None:
+        from nel_resources.config.patterns import check_step_pattern
+
         matches = list(check_step_pattern(pattern).finditer(name))
         if not matches or not (matches[-1].group(1) or "").isdigit():
             return None
