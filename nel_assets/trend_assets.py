@@ -78,6 +78,25 @@ def write_trends(resolved: ResolvedConfig, root: Path) -> tuple[list[Any], dict[
     return series, plots
 
 
+def export_trends(resolved: ResolvedConfig, root: Path, series: list[Any]) -> int:
+    """The trend's step metrics into each checkpoint's MLflow run, when `output.export` names
+    mlflow (the exporter logged the scores at the same steps). Returns the runs updated."""
+    from nel_assets.engine.results.trends import trend_rows
+
+    output = (json.loads(resolved.config_json or "{}").get("output") or {})
+    n = 0
+    for item in output.get("export") or []:
+        name = str(item.get("type") if isinstance(item, dict) else item)
+        if name != "mlflow":
+            continue
+        from nel_resources.exporters.mlflow_trends import log_trend_metrics
+
+        settings = {**((output.get("export_config") or {}).get(name) or {}),
+                    **({k: v for k, v in item.items() if k != "type"} if isinstance(item, dict) else {})}
+        n += log_trend_metrics(trend_rows(series), settings, root)
+    return n
+
+
 def build_trend_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition]:
     """`[checkpoint_trends]`, or `[]` when the config has no checkpoint series."""
     if not wants_trends(resolved):
@@ -100,12 +119,14 @@ def build_trend_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition]:
         except NelError as exc:
             raise dg.Failure(description=str(exc)) from None
         elapsed = time.perf_counter() - t0
+        logged = export_trends(resolved, nel_store.store().root, series)
         d = trends_dir(nel_store.store().root)
         md: dict[str, Any] = {
             "n_series": len(series), "n_checkpoints": sum(len(s.rows) for s in series),
             "alarms": ", ".join(f"{series_label(s)} @ step {s.first_alarm_step}" for s in series
                                 if s.first_alarm_step is not None) or "none",
             "elapsed_s": round(elapsed, 3), "path": dg.MetadataValue.path(str(d / "trends.parquet")),
+            "mlflow_runs_updated": logged,
         }
         for s in series:
             label = series_label(s)

@@ -165,5 +165,12 @@ def test_daemon_turns_checkpoints_into_a_tracked_alarmed_series(tmp_path: Path, 
     runs = {r.data.tags["nel.model"]: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {"base", *(f"step-{s}" for s in RIGHT)}
     for step, right in RIGHT.items():
-        hist = client.get_metric_history(runs[f"step-{step}"].info.run_id, "score")
+        run_id = runs[f"step-{step}"].info.run_id
+        hist = client.get_metric_history(run_id, "score")
         assert [(h.step, h.value) for h in hist] == [(step, pytest.approx(len(right) / N))]
+        # ... and the trend put the alarm and the delta beside it, at the same step
+        alarm = client.get_metric_history(run_id, "trend/alarm")
+        assert [(h.step, h.value) for h in alarm][-1:] == ([] if step == steps[0] else
+                                                          [(step, 1.0 if step == DROP_STEP else 0.0)])
+    drop = client.get_metric_history(runs[f"step-{DROP_STEP}"].info.run_id, "trend/delta")
+    assert drop[-1].step == DROP_STEP and drop[-1].value == pytest.approx(-8 / N)
