@@ -120,6 +120,7 @@ def write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> No
     """`<out>/report.<ext>` per `output.report` format over every bundle in the output
     directory, as NeMo Evaluator writes them after a run; a write error is one more failure."""
     from nel_assets.engine.reports import EXTENSIONS, collect, render
+    from nel_assets.engine.results.trends import read_trend_rows
     from nel_resources.storage.store import write_text_atomic
 
     if not formats:
@@ -130,7 +131,7 @@ def write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> No
     for fmt in formats:
         path = summary.output_dir / f"report.{EXTENSIONS[fmt]}"
         try:
-            write_text_atomic(path, render(fmt, bundles, details=details))
+            write_text_atomic(path, render(fmt, bundles, details=details, trends=read_trend_rows(store.root)))
         except OSError as exc:
             summary.failures.append(BenchFailure("*", "*", f"cannot write {path}: {os_reason(exc)}", "run"))
 

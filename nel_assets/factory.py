@@ -271,8 +271,9 @@ def build_assets(resolved: ResolvedConfig) -> list[dg.AssetsDefinition]:
 def build_defs(resolved: ResolvedConfig, output_dir: str | None = None) -> dg.Definitions:
     """The Definitions for a resolved config."""
     from nel_assets.comparison_assets import build_comparison_assets
+    from nel_assets.trend_assets import build_trend_assets
 
-    extra = build_comparison_assets(resolved)
+    extra = [*build_comparison_assets(resolved), *build_trend_assets(resolved)]
     assets = [a for a in extra if isinstance(a, dg.AssetsDefinition)]
     checks = [c for c in extra if not isinstance(c, dg.AssetsDefinition)]
     return dg.Definitions(assets=[*build_assets(resolved), *assets], asset_checks=checks,

@@ -211,14 +211,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise NelError(f"--comparison {args.comparison}: not a readable regression.json: {exc}") from None
         if not isinstance(comparison, dict) or "benchmarks" not in comparison:
             raise NelError(f"--comparison {args.comparison}: not a regression.json (no 'benchmarks')")
+    from nel_assets.engine.results.trends import read_trend_rows
+
+    # the checkpoint_trends rows (deltas, alarms) of the output directories given, if built
+    trends = [r for p in paths if Path(p).expanduser().is_dir() for r in read_trend_rows(Path(p).expanduser()) or []]
     if args.all_formats:
         out = Path(args.output or ".")  # NeMo Evaluator writes into the current directory
         out.mkdir(parents=True, exist_ok=True)
         for f in _FORMATS:
             _write(str(out / f"report.{EXTENSIONS[f]}"),
-                   render(f, bundles, details=details, comparison=comparison))
+                   render(f, bundles, details=details, comparison=comparison, trends=trends))
         return 0
-    text = render(fmt, bundles, details=details, comparison=comparison)
+    text = render(fmt, bundles, details=details, comparison=comparison, trends=trends)
     output = args.output
     if output is None and fmt == "html" and sys.stdout.isatty():
         # A whole HTML page is no use on a terminal: write it where the user can open it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from nel_resources.config._base import _Strict, key_error
 from nel_resources.config.benchmarks import BenchmarkConfig, SandboxConfig
@@ -42,6 +42,18 @@ class CheckpointsConfig(_Strict):
     # treated as still being written and retried on a later tick.
     min_age_seconds: float = Field(10.0, ge=0)
     interval_seconds: int = Field(30, ge=1)
+    # A regex with one group that captures the training step in a checkpoint's name (for
+    # names the built-in markers miss); the rest of the name is the checkpoint's family.
+    step_pattern: str | None = None
+
+    @field_validator("step_pattern")
+    @classmethod
+    def _one_group(cls, v: str | None) -> str | None:
+        from nel_resources.config.patterns import check_step_pattern
+
+        if v is not None:
+            check_step_pattern(v)
+        return v
 
 
 class NelConfig(_Strict):

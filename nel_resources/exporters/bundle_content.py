@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchmarks.errors import NelError
-from nel_resources.exporters.steps import checkpoint_step
+from nel_resources.exporters.steps import checkpoint_family_step, checkpoint_step
 
 BUNDLE_ARTIFACT = "eval.json"  # the run's copy of the `eval-*.json` bundle (see `_artifacts`)
 _PARAM_MAX = 6000  # MLflow's longest param value (W&B takes longer ones; one limit for both)
@@ -73,15 +73,29 @@ def bundle_content(doc: dict[str, Any], bundle_path: Path, settings: ContentSett
     bench = str(bundle.get("benchmark") or (doc.get("benchmark") or {}).get("name") or config.get("benchmark") or "?")
     model = str(doc.get("model") or bundle.get("model") or config.get("model") or "?")
     model_id = doc.get("model_id") or bundle.get("model_id") or config.get("model")
-    step = checkpoint_step(model)
-    if step is None:
-        step = checkpoint_step(str(model_id or "")) or 0
+    step = _step(doc, model, model_id)
     params = _params(doc, config, bench, model, model_id, settings)
     key = hashlib.sha256(json.dumps([bench, model, params], sort_keys=True).encode()).hexdigest()[:32]
     return BundleContent(
         benchmark=bench, model=model, step=step, key=key, params=params,
         metrics=_metrics(doc, bundle), job_id=str(doc.get("run_id") or ""),
         artifacts=_artifacts(bundle_path, model, settings) if settings.copy_artifacts else [])
+
+
+def _step(doc: dict[str, Any], model: str, model_id: Any) -> int:
+    """The checkpoint's training step: the run's `checkpoints.step_pattern` when it set one (as
+    the `checkpoint_trends` table reads it), else the built-in markers; 0 when neither matches."""
+    nel_config = doc.get("nel_config") if isinstance(doc.get("nel_config"), dict) else {}
+    pattern = (nel_config.get("checkpoints") or {}).get("step_pattern")
+    for name in (model, str(model_id or "")):
+        if pattern:
+            found = checkpoint_family_step(name, str(pattern))
+            step = None if found is None else found[1]
+        else:
+            step = checkpoint_step(name)
+        if step is not None:
+            return step
+    return 0
 
 
 def read_bundle(path: Path) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Named DuckDB views over the Parquet store: `results`, `trajectories`, `bundles`,
-`comparisons`. An in-memory connection reads the files directly, so queries never block
+`comparisons`, `checkpoint_trends`. An in-memory connection reads the files directly, so queries never block
 (or are blocked by) a running evaluation."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ VIEWS: dict[str, tuple[str, str]] = {
     ),
     "bundles": ("*/bundle/**/*.parquet", "SELECT * FROM src"),
     "comparisons": ("*/comparison/**/*.parquet", "SELECT * FROM src"),
+    "checkpoint_trends": ("checkpoint_trends/checkpoint_trends/*.parquet", "SELECT * FROM src"),
 }
 
 

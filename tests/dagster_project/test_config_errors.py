@@ -89,6 +89,10 @@ CASES: dict[str, tuple[object, list[str], str]] = {
     "unset_env_var": (lambda u: _svc(u, "api_key: ${NEL_TEST_SURELY_UNSET_VAR}"), [],
                       "NEL_TEST_SURELY_UNSET_VAR"),
     "unknown_benchmark": (lambda u: _good(u).replace("gsm8k", "gsm9k"), [], "gsm9k"),
+    "step_pattern_no_group": (lambda u: _good(u) + "checkpoints:\n  step_pattern: 'ep\\d+'\n", [],
+                              "needs exactly one"),
+    "step_pattern_bad_regex": (lambda u: _good(u) + "checkpoints:\n  step_pattern: 'ep(\\d+'\n", [],
+                               "not a valid regex"),
     # flags
     "flag_max_concurrent_zero": (_good, ["--max-concurrent", "0"], "--max-concurrent"),
     "flag_max_concurrent_negative": (_good, ["--max-concurrent", "-3"], "--max-concurrent"),

@@ -75,12 +75,14 @@ def sample_details(table: Any, max_rows: int = MAX_ROWS) -> dict[str, Any]:
 
 
 def render(fmt: str, bundles: Sequence[Mapping[str, Any]], *, details: Mapping[str, Any] | None = None,
-           comparison: Mapping[str, Any] | None = None) -> str:
-    """Render ``bundles`` in ``fmt`` (one of ``FORMATS``)."""
+           comparison: Mapping[str, Any] | None = None,
+           trends: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """Render ``bundles`` in ``fmt`` (one of ``FORMATS``); ``trends`` (``checkpoint_trends``
+    rows) feed the HTML report's trend section."""
     if fmt == "markdown":
         return render_markdown(bundles, comparison)
     if fmt == "html":
-        return render_html(bundles, details=details, comparison=comparison)
+        return render_html(bundles, details=details, comparison=comparison, trends=trends)
     if fmt == "csv":
         return render_csv(bundles)
     if fmt == "json":

@@ -157,7 +157,8 @@ def _outcome_rows(bundle: Mapping[str, Any]) -> list[tuple[str, float, None, Non
 
 def render_html(bundles: Sequence[Mapping[str, Any]], *,
                 details: Mapping[str, Mapping[str, Any]] | None = None,
-                comparison: Mapping[str, Any] | None = None, title: str = "nel evaluation report") -> str:
+                comparison: Mapping[str, Any] | None = None, title: str = "nel evaluation report",
+                trends: Sequence[Mapping[str, Any]] | None = None) -> str:
     """The whole HTML page.
 
     Args:
@@ -167,6 +168,8 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
             failure_category``); drives the latency histogram and the drill-down.
         comparison: Optional ``regression.json`` document -> forest plot and table.
         title: Page title.
+        trends: Optional ``checkpoint_trends`` rows: the trend section's deltas and alarms
+            (without them, a report holding several checkpoints shows their scores by step).
 
     Returns:
         One self-contained HTML document (inline CSS, SVG and JS; nothing fetched).
@@ -195,6 +198,9 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
                    None if b["score"].get("ci_high") is None else 100 * b["score"]["ci_high"]) for b in bundles]
     out.append('<div class="plots">' + svg.dot_ci_chart(score_rows, title="Score and 95% CI per benchmark") + "</div>")
 
+    from nel_assets.engine.reports.trend_html import trends_section
+
+    out.append(trends_section(bundles, trends))
     if comparison:
         c_rows = []
         out.append(f'<h2 id="comparison">Comparison: {_e(comparison["candidate"]["model"])} vs baseline '
