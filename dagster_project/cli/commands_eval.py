@@ -418,7 +418,14 @@ def _print_failures(summary: Any) -> None:
             if s.get("n_samples") and s.get("n_failed_samples"):
                 print(f"warning: {oc.benchmark}/{m}: {s['n_failed_samples']} samples failed and are "
                       "not in the score (see failure_analysis.json)", file=sys.stderr)
+    budget = [f for f in summary.failures if f.stage == "budget"]
+    if budget:  # one line: the first stop's reason, and what else is left for the rerun
+        rest = [f"{f.benchmark}/{f.model}" for f in budget[1:]]
+        print(f"stopped: {budget[0].benchmark}/{budget[0].model}: {budget[0].reason}"
+              + (f"; also not finished: {', '.join(rest)}" if rest else ""), file=sys.stderr)
     for f in summary.failures:
+        if f.stage == "budget":
+            continue
         where = f.benchmark if f.model == "*" else f"{f.benchmark}/{f.model}"
         print(f"error: {where}: {f.reason} (details: {summary.log_path})", file=sys.stderr)
 
