@@ -129,3 +129,18 @@ def differences_line(bench: str, diffs: list[dict[str, Any]]) -> str | None:
     what = ", ".join(d["field"] for d in diffs)
     return (f"warning: {bench}: baseline and candidate differ in {what}; the verdict compares "
             "different evaluations, not only different models")
+
+
+def with_provenance_differences(doc: dict[str, Any], base: Any, cand: Any) -> dict[str, Any]:
+    """A comparison document (`runs.compare_runs`) with each benchmark's
+    `provenance_differences` and the top-level `provenance_warnings` (the lines `nel compare`
+    and `nel gate` print); `base` and `cand` are the compared `runs.Run`s."""
+    lines: list[str] = []
+    for name, comp in doc.get("benchmarks", {}).items():
+        diffs = provenance_differences(base.benchmarks[name].bundle, cand.benchmarks[name].bundle)
+        comp["provenance_differences"] = diffs
+        line = differences_line(name, diffs)
+        if line:
+            lines.append(line)
+    doc["provenance_warnings"] = lines
+    return doc
