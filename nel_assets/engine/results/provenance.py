@@ -96,9 +96,14 @@ _COMPARED = (
 )
 
 
+_MISSING = object()
+
+
 def _at(block: Any, path: tuple[str, ...]) -> Any:
     for k in path:
-        block = block.get(k) if isinstance(block, dict) else None
+        if not isinstance(block, dict) or k not in block:
+            return _MISSING  # not recorded (an older bundle): unknown, unlike a recorded None
+        block = block[k]
     return block
 
 
@@ -106,7 +111,7 @@ def provenance_differences(baseline: dict[str, Any] | None, candidate: dict[str,
                            ) -> list[dict[str, Any]]:
     """Where a baseline's and a candidate's bundles were evaluated differently (chat
     template, prompt set or template, system prompt, dataset): one entry per field whose
-    values are both known and differ."""
+    values are both known and differ (a field unknown on either side proves nothing)."""
     out: list[dict[str, Any]] = []
     bp = (baseline or {}).get("provenance")
     cp = (candidate or {}).get("provenance")
@@ -114,8 +119,7 @@ def provenance_differences(baseline: dict[str, Any] | None, candidate: dict[str,
         return out
     for label, path in _COMPARED:
         b, c = _at(bp, path), _at(cp, path)
-        unknown = (None, UNKNOWN, "not exposed")
-        if b in unknown and c in unknown:
+        if any(v is _MISSING or v in (UNKNOWN, "not exposed") for v in (b, c)):
             continue
         if b != c:
             out.append({"field": label, "baseline": b, "candidate": c})
