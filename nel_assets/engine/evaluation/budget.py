@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.errors import NelError
-from nel_resources.config.pricing import PricingConfig
+from nel_assets.engine.results.cost import Pricing
 
 
 class BudgetExhausted(NelError):
@@ -30,7 +30,7 @@ class Budget:
     """One service's spending in this run against its cap."""
 
     service: str
-    pricing: PricingConfig
+    pricing: Pricing
     spent_usd: float = 0.0
     n_priced: int = 0
 
@@ -62,7 +62,7 @@ class Budget:
 _BUDGETS: dict[str, Budget] = {}
 
 
-def budget_for(service: str, pricing: PricingConfig | None) -> Budget | None:
+def budget_for(service: str, pricing: Pricing | None) -> Budget | None:
     """The run's budget of `service` when it has a cap (None without one)."""
     if pricing is None or pricing.max_cost_usd is None:
         return None

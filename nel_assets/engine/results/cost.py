@@ -9,15 +9,25 @@ ones its `RuntimeStats.cost` writes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from nel_resources.config.pricing import PricingConfig
+
+class Pricing(Protocol):
+    """A service's prices (its `pricing` block, `nel_resources.config.pricing.PricingConfig`)."""
+
+    input_per_million: float
+    output_per_million: float
+    max_cost_usd: float | None
+
+    def cost(self, prompt_tokens: float, completion_tokens: float) -> float:
+        """US dollars for these tokens."""
+        ...
 
 
-def bundle_cost(table: pa.Table, pricing: PricingConfig | None) -> dict[str, Any] | None:
+def bundle_cost(table: pa.Table, pricing: Pricing | None) -> dict[str, Any] | None:
     """The bundle's `cost` block, or None when the service has no pricing.
 
     `per_correct` is the total cost over the sum of the scored samples' rewards (for 0/1
