@@ -99,6 +99,7 @@ def test_cost_in_bundle_report_and_runtime_is_hand_computed(tmp_path: Path, refe
     out = tmp_path / "out"
     s = summary_json(run_nel(*_args(url, out, 100.0, 4), env={"NEL_DATA_DIR": str(data_dir)}))
     assert s["requests_sent"] == N
+    (res,) = s["results"]
     rows = pq.read_table(out / "gsm8k" / "shard_results" / "model=ref-model" / "shard=0" / "part-0.parquet").to_pylist()
     p_tok = sum(r["prompt_tokens"] for r in rows)
     c_tok = sum(r["completion_tokens"] for r in rows)
@@ -110,6 +111,7 @@ def test_cost_in_bundle_report_and_runtime_is_hand_computed(tmp_path: Path, refe
     assert cost["completion_cost"] == pytest.approx(c_tok * OUT_PRICE / 1e6)
     assert cost["total_cost"] == pytest.approx(total)
     assert cost["correct"] == len(right) and cost["per_correct"] == pytest.approx(total / len(right))
+    assert res["cost_usd"] == pytest.approx(total)  # `nel eval run --json` says it too
     report = (out / "gsm8k" / "report" / "model=ref-model" / "report.md").read_text()
     assert f"{p_tok} prompt tokens at $1000/M, {c_tok} completion tokens at $2000/M" in report
     assert total > 1 and f"Cost: ${total:.2f} (" in report
