@@ -110,7 +110,6 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
     preflight_sandboxes(resolved)
-    reset_budgets()  # a budget cap counts what this run sends
     started = time.time()
     t0 = time.perf_counter()
     # One run per output directory (output_lock.py): two at once each sent every request.
@@ -119,6 +118,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     try:
         out, home = prepare_output(cfg, lock)
         os.environ["DAGSTER_HOME"] = str(home)
+        reset_budgets()  # a budget cap counts what this run sends
         # `nel eval status|stop|logs|resume` find this run by its id or output dir.
         run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
         log_path = run_log.log_path_for(out)
