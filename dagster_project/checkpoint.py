@@ -17,7 +17,7 @@ class BenchFailure:
     benchmark: str
     model: str
     reason: str
-    stage: str  # plan | shard | bundle | scores | comparison | run
+    stage: str  # plan | shard | budget | bundle | scores | comparison | run
 
     def as_dict(self) -> dict[str, str]:
         # "error" is NeMo Evaluator's key for the reason; "reason" stays for nel's readers.

@@ -30,6 +30,9 @@ GATE_INCONCLUSIVE = 3
 """The run completed and a gate said INCONCLUSIVE, none NO-GO (`nel gate` exits 2 for it)."""
 EVAL_FAILED = 4
 """A (benchmark, model) failed, every sample of one failed, or there was nothing to run."""
+BUDGET_STOPPED = 5
+"""A service's budget cap (`pricing.max_cost_usd`) stopped the run before every sample was
+sent; what was answered is kept and a rerun continues (nothing else failed)."""
 INTERRUPTED = 130
 """Ctrl-C (SIGINT), as shells report it."""
 
@@ -41,6 +44,8 @@ TABLE: list[tuple[int, str]] = [
                         "(`nel gate` says 2, whose meaning here is a usage error)"),
     (EVAL_FAILED, "evaluation failed: a benchmark failed for a model, every sample of one "
                   "failed, or nothing ran (see <out>/checkpoint.json)"),
+    (BUDGET_STOPPED, "a budget cap (services.<name>.pricing.max_cost_usd) stopped the run; "
+                     "finished samples are kept and a rerun continues"),
     (INTERRUPTED, "interrupted (Ctrl-C)"),
 ]
 
@@ -56,10 +61,12 @@ def epilog() -> str:
     return "\n".join(lines)
 
 
-def eval_run_status(n_failures: int, gate_decisions: Iterable[str | None]) -> int:
-    """The exit status of `nel eval run` from its failures and the gates' decisions."""
+def eval_run_status(n_failures: int, gate_decisions: Iterable[str | None], *,
+                    budget_only: bool = False) -> int:
+    """The exit status of `nel eval run` from its failures and the gates' decisions
+    (`budget_only`: every failure is a budget cap's stop)."""
     if n_failures:
-        return EVAL_FAILED
+        return BUDGET_STOPPED if budget_only else EVAL_FAILED
     decisions = set(gate_decisions)
     if "NO-GO" in decisions:
         return GATE_NO_GO

@@ -120,6 +120,17 @@ def step_failure(result: Any) -> tuple[str, str]:
     return f"the Dagster run {result.run_id} failed without a step failure", ""
 
 
+def budget_stopped(result: Any) -> bool:
+    """True when a failed in-process run stopped at a service's budget cap."""
+    for ev in result.get_step_failure_events():
+        err = ev.step_failure_data.error
+        while err is not None:
+            if err.cls_name == "BudgetExhausted":
+                return True
+            err = err.cause
+    return False
+
+
 _INTERRUPTS = frozenset({"DagsterExecutionInterruptedError", "KeyboardInterrupt"})
 
 

@@ -49,7 +49,8 @@ class RunSummary:
     @property
     def exit_status(self) -> int:
         """The status `nel eval run` exits with (see dagster_project.exit_codes)."""
-        return exit_codes.eval_run_status(len(self.failures), (g.get("decision") for g in self.gates.values()))
+        return exit_codes.eval_run_status(len(self.failures), (g.get("decision") for g in self.gates.values()),
+                                          budget_only=all(f.stage == "budget" for f in self.failures))
 
 
 def drop_empty_models(bench: str, tasks: list[Any], failures: list[BenchFailure]) -> list[Any]:

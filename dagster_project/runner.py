@@ -50,9 +50,10 @@ _QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}
 class _StepFailed(Exception):
     """A Dagster run for one (benchmark, model) failed; `reason` is one line."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, budget: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.budget = budget  # a service's budget cap stopped it (exit 5, not a failure)
 
 
 class _RunAborted(Exception):
@@ -100,6 +101,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
         OutputBusyError: another run is using the output directory (and not `wait`).
     """
     from nel_assets.engine.evaluation import evaluate as ev
+    from nel_assets.engine.evaluation.budget import reset_budgets
     from nel_resources.launchers.partition_run import launches, preflight
     from nel_resources.storage.store import ResultStore
 
@@ -116,6 +118,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     try:
         out, home = prepare_output(cfg, lock)
         os.environ["DAGSTER_HOME"] = str(home)
+        reset_budgets()  # a budget cap counts what this run sends
         # `nel eval status|stop|logs|resume` find this run by its id or output dir.
         run_registry.register(out, home, [b.name for b in cfg.benchmarks], sorted(cfg.services))
         log_path = run_log.log_path_for(out)
@@ -329,7 +332,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 raise KeyboardInterrupt
             reason, full = run_log.step_failure(r)
             _append_quietly(log_path, f"{what} failed (Dagster run {r.run_id}): {reason}", full)
-            raise _StepFailed(reason)
+            raise _StepFailed(reason, budget=run_log.budget_stopped(r))
         return r
 
     def fail(bench: str, model: str, reason: str, stage: str) -> None:
@@ -415,7 +418,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                                 r = run(job, key, f"{bench.name} {t.model} shard {t.shard}", tags,
                                         run_id=head.run_id if head is not None and head.task is t else None)
                             except _StepFailed as exc:
-                                fail(bench.name, t.model, exc.reason, "shard")
+                                fail(bench.name, t.model, exc.reason, "budget" if exc.budget else "shard")
                                 failed.add(t.model)
                                 continue
                             if refresh_dataset:

@@ -101,6 +101,7 @@ def _models() -> list[tuple[str, Any, dict[str, frozenset[str]] | None]]:
         ("`services.<name>.interceptors[]`", s.InterceptorConfig, None),
         ("`services.<name>.proxy`", s.ProxyConfig, None),
         ("`services.<name>.prefill` / `.decode`", s.DynamoWorkerConfig, None),
+        ("`services.<name>.pricing`", s.PricingConfig, None),
         ("`sandboxes.<name>`, `benchmarks[].sandbox`", b.SandboxConfig, b._SANDBOX_KEYS),
         ("`benchmarks[]`", b.BenchmarkConfig, None),
         ("`benchmarks[].solver`", b.SolverConfig, b._SOLVER_KEYS),
@@ -263,7 +264,7 @@ def render_exit_codes() -> str:
     from dagster_project import exit_codes as ec
 
     names = {getattr(ec, n): n for n in ("OK", "GATE_NO_GO", "USAGE", "GATE_INCONCLUSIVE",
-                                         "EVAL_FAILED", "INTERRUPTED")}
+                                         "EVAL_FAILED", "BUDGET_STOPPED", "INTERRUPTED")}
     details = _constant_docs(inspect.getsource(ec))
     lines = [GENERATED_NOTE.format(source="dagster_project/exit_codes.py"), "", "# Exit codes", "",
              inspect.getdoc(ec) or "", "",

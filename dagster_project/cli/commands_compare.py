@@ -171,6 +171,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         other = "candidate" if side == "baseline" else "baseline"
         if names:
             print(f"warning: {other}-only benchmarks (no {side}): {', '.join(names)}", file=sys.stderr)
+    for line in doc["provenance_warnings"]:  # a verdict about another evaluation says so
+        print(line, file=sys.stderr)
     if args.output:
         path = write_regression(args.output, doc)
         print(f"wrote {path}", file=sys.stderr)
@@ -235,7 +237,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     decision = verdict["verdict"]
     out = {**verdict, "decision": decision, "exit_code": GATE_EXIT[decision],
            "policy": str(args.policy), "baseline": doc["baseline"], "candidate": doc["candidate"],
-           "nel_analysis": nel.to_dict()}
+           "nel_analysis": nel.to_dict(), "provenance_warnings": doc["provenance_warnings"]}
+    for line in doc["provenance_warnings"]:  # a verdict about another evaluation says so
+        print(line, file=sys.stderr)
     report: Path | None = None
     if args.output:
         p = Path(args.output)

@@ -421,7 +421,14 @@ def _print_failures(summary: Any) -> None:
             if s.get("n_samples") and s.get("n_failed_samples"):
                 print(f"warning: {oc.benchmark}/{m}: {s['n_failed_samples']} samples failed and are "
                       "not in the score (see failure_analysis.json)", file=sys.stderr)
+    budget = [f for f in summary.failures if f.stage == "budget"]
+    if budget:  # one line: the first stop's reason, and what else is left for the rerun
+        rest = [f"{f.benchmark}/{f.model}" for f in budget[1:]]
+        print(f"stopped: {budget[0].benchmark}/{budget[0].model}: {budget[0].reason}"
+              + (f"; also not finished: {', '.join(rest)}" if rest else ""), file=sys.stderr)
     for f in summary.failures:
+        if f.stage == "budget":
+            continue
         where = f.benchmark if f.model == "*" else f"{f.benchmark}/{f.model}"
         print(f"error: {where}: {f.reason} (details: {summary.log_path})", file=sys.stderr)
 
@@ -444,7 +451,8 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                          "failed": s.get("n_failed_samples"), "exports": oc.exports.get(m),
                          # which configured metric `score` is, and the others beside it
                          "metric": headline_metric(b), "beside": beside_metrics(b),
-                         "note": headline_note(b)})
+                         "note": headline_note(b),
+                         **({"cost_usd": b["cost"].get("total_cost")} if isinstance(b.get("cost"), dict) else {})})
     info = {"output_dir": str(summary.output_dir), "dagster_home": str(summary.dagster_home),
             "elapsed_s": round(summary.elapsed_s, 3), "dagster_runs": summary.dagster_runs,
             "shards_run": sum(len(o.shards_run) for o in summary.benchmarks),
@@ -483,6 +491,10 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                       highlight=False)
     con.print(f"shards run {info['shards_run']}, up to date {info['shards_fresh']}, "
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
+    from nel_assets.engine.reports.cost_text import run_cost_line
+
+    if total := run_cost_line([b for oc in summary.benchmarks for b in oc.bundles.values()]):
+        con.print(total, markup=False, soft_wrap=True, highlight=False)
     for what, why in info["shards_run_because"].items():
         if why.endswith("to retry"):
             con.print(f"retried {what}: {why}", markup=False, soft_wrap=True, highlight=False)

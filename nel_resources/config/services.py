@@ -18,6 +18,7 @@ from nel_resources.config._base import (
     field_defaults,
     key_error,
 )
+from nel_resources.config.pricing import PricingConfig
 from nel_resources.wire.endpoint_url import redact_url, url_problem
 
 _GEN_KEYS = ("temperature", "top_p", "max_tokens", "seed", "stop", "frequency_penalty",
@@ -103,7 +104,7 @@ _NEL_KEYS = frozenset({
     "system_prompt", "timeout", "connect_timeout", "max_concurrent", "max_retries",
     "retry_backoff", "headers", "transport", "model_path", "port", "host",
     "tensor_parallel_size", "extra_args", "startup_timeout", "command", "env", "depends_on",
-    "node_pool",
+    "node_pool", "pricing",
 })
 _MODEL_KEYS = _NEL_KEYS | {"proxy", "interceptors", "proxy_verbose", "health_path",
                            "max_input_tokens", "max_output_tokens"}
@@ -188,6 +189,8 @@ class ServiceConfig(_Strict):
     # feature nel does not have yet.
     depends_on: list[str] = Field(default_factory=list)
     node_pool: str | None = None
+    # nel's own: token prices and a budget cap (config/pricing.py)
+    pricing: PricingConfig | None = None
     proxy: ProxyConfig | None = None
     interceptors: list[InterceptorConfig] = Field(default_factory=list)
     proxy_verbose: bool = False

@@ -58,6 +58,8 @@ class BundleContent:
     metrics: dict[str, float]
     job_id: str = ""
     artifacts: list[tuple[Path, str]] = field(default_factory=list)  # (file, its path in the run)
+    # What was evaluated, in short (weights, chat template, dataset, server): MLflow tags.
+    provenance_tags: dict[str, str] = field(default_factory=dict)
 
 
 def metric_key(name: str) -> str:
@@ -75,11 +77,29 @@ def bundle_content(doc: dict[str, Any], bundle_path: Path, settings: ContentSett
     model_id = doc.get("model_id") or bundle.get("model_id") or config.get("model")
     step = _step(doc, model, model_id)
     params = _params(doc, config, bench, model, model_id, settings)
+    prov = bundle.get("provenance") if isinstance(bundle.get("provenance"), dict) else {}
+    # The provenance is part of the run's identity (other weights or template: another run).
+    params.update({metric_key(k): _param_value(v) for k, v in _flatten(prov, "provenance", 6).items()
+                   if v not in (None, "", "null")})
     key = hashlib.sha256(json.dumps([bench, model, params], sort_keys=True).encode()).hexdigest()[:32]
     return BundleContent(
         benchmark=bench, model=model, step=step, key=key, params=params,
         metrics=_metrics(doc, bundle), job_id=str(doc.get("run_id") or ""),
-        artifacts=_artifacts(bundle_path, model, settings) if settings.copy_artifacts else [])
+        artifacts=_artifacts(bundle_path, model, settings) if settings.copy_artifacts else [],
+        provenance_tags=provenance_tags(prov))
+
+
+def provenance_tags(prov: dict[str, Any]) -> dict[str, str]:
+    """The provenance fields a tracker shows at a glance (MLflow tags), known ones only."""
+    served = prov.get("served") if isinstance(prov.get("served"), dict) else {}
+    picks = {"nel.weights_sha256": ((served.get("model") or {}).get("weights_sha256")),
+             "nel.reported_model": ((served.get("model") or {}).get("reported_id")),
+             "nel.chat_template_sha256": ((served.get("chat_template") or {}).get("sha256")),
+             "nel.server": " ".join(str(v) for v in (served.get("server") or {}).values()) or None,
+             "nel.dataset_sha256": ((prov.get("dataset") or {}).get("sha256")),
+             "nel.prompt_sha256": ((prov.get("prompt") or {}).get("template_sha256")),
+             "nel.prompt_set": ((prov.get("prompt") or {}).get("prompt_set"))}
+    return {k: str(v) for k, v in picks.items() if v not in (None, "", "unknown")}
 
 
 def _step(doc: dict[str, Any], model: str, model_id: Any) -> int:
@@ -168,6 +188,10 @@ def _metrics(doc: dict[str, Any], bundle: dict[str, Any]) -> dict[str, float]:
     _put(out, "runtime/prompt_tokens", tokens.get("prompt_total"))
     _put(out, "runtime/completion_tokens", tokens.get("completion_total"))
     _put(out, "runtime/samples_per_s", runtime.get("samples_per_s"))
+    cost = bundle.get("cost") if isinstance(bundle.get("cost"), dict) else {}
+    for name, key in (("total_usd", "total_cost"), ("prompt_usd", "prompt_cost"),
+                      ("completion_usd", "completion_cost"), ("per_correct_usd", "per_correct")):
+        _put(out, f"cost/{name}", cost.get(key))
     return out
 
 

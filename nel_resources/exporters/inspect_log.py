@@ -99,7 +99,8 @@ def eval_log(doc: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
             "model": model, "config": {"epochs": int(score.get("n_repeats") or 1)},
             "packages": {"nel": str((doc.get("generator") or {}).get("version", ""))
                          if isinstance(doc.get("generator"), dict) else str(doc.get("generator", ""))},
-            "metadata": {"nel_model": doc.get("model"), "nel_config": doc.get("config")},
+            "metadata": {"nel_model": doc.get("model"), "nel_config": doc.get("config"),
+                         "nel_provenance": bundle.get("provenance"), "nel_cost": bundle.get("cost")},
             "scorers": [{"name": SCORER}],
         },
         "plan": {"name": "plan", "steps": [{"solver": "nel", "params": {}}]},

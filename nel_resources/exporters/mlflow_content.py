@@ -44,7 +44,7 @@ def run_content(doc: dict[str, Any], bundle_path: Path, settings: MlflowSettings
     """The run of the bundle document `doc` read from `bundle_path`."""
     c = bundle_content(doc, bundle_path, settings)
     tags = {BUNDLE_KEY_TAG: c.key, "nel.benchmark": c.benchmark, "nel.model": c.model,
-            "nel.step": str(c.step), "job_id": c.job_id}
+            "nel.step": str(c.step), "job_id": c.job_id, **c.provenance_tags}
     tags.update({k: v for k, v in (settings.tags or {}).items() if v})
     return RunContent(
         benchmark=c.benchmark, model=c.model, step=c.step,

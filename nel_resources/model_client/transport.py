@@ -58,6 +58,7 @@ class RetryingTransport:
     _deadlines: Deadlines
     _auth_failed: AuthError | None
     _rng: random.Random
+    models_reply: tuple[int, str | None, bytes] | None = None  # `check`'s GET /models answer
     _retry_status: frozenset[int] | None
     _host: str
     _port: int
@@ -103,12 +104,15 @@ class RetryingTransport:
         """
         await self.open()
         try:
-            status, _, body = await self._send("GET", "/models", b"", min(self.timeout, 30))
+            status, headers, body = await self._send("GET", "/models", b"", min(self.timeout, 30))
         except (TimeoutError, *self._transport_errors) as exc:
             raise EndpointUnreachableError(
                 f"cannot reach the model endpoint {self.base_url} "
                 f"({type(exc).__name__}: {str(exc) or 'timed out'}); is the server running?"
             ) from None
+        # Kept for the run's provenance record (what the server says it serves), so it costs
+        # no second request (nel_resources/services/provenance.py).
+        self.models_reply = (status, (headers.get("server") if headers else None), body)
         if status in (401, 403):
             text = self._redact.text(body[:200].decode("utf-8", "replace").strip())
             raise AuthError(

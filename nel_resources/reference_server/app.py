@@ -21,6 +21,7 @@ from nel_resources.wire.http1 import Reply, header
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _COMPLETION_PATHS = frozenset({"/v1/completions", "/completions"})
 _MODELS_PATHS = frozenset({"/v1/models", "/models"})
+_VERSION = "1"  # the reference server's protocol version, reported by GET /version
 _RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
 
 
@@ -138,6 +139,10 @@ class ReferenceApp(Completions):
             return Reply(200, b'{"status":"ok"}')
         if path == "/stats":
             return Reply(200, orjson.dumps(self.stats(), option=orjson.OPT_NON_STR_KEYS))
+        if path == "/version":  # as vLLM's; like /health, not model traffic (not counted)
+            return Reply(200, orjson.dumps({"version": _VERSION, "name": "nel-reference-server"}))
+        if path == "/props":  # llama.cpp's template endpoint: not this server's (not counted)
+            return error_response(404, "no /props: this is nel's reference server, not llama.cpp")
         if path == "/stats/reset":
             if method != b"POST":
                 return error_response(405, "use POST /stats/reset")

@@ -251,9 +251,11 @@ def evaluate_shard(
     selection: dict[str, Any] = {}  # the `shuffle` block, filled once the dataset is loaded
 
     # The loop pulls in the scorers; import it only when a shard actually runs.
+    from nel_assets.engine.evaluation.budget import budget_for
     from nel_assets.engine.evaluation.judging import make_judge
     from nel_assets.engine.evaluation.loop import ShardSpec, needs_retry, run_shard
     from nel_assets.engine.evaluation.sandboxing import sandbox_pool
+    from nel_assets.engine.results.provenance import prompt_identity, served_provenance
     from nel_assets.engine.solvers.factory import solver_for
 
     # Rows become Arrow record batches as they finish (pyarrow loads with the first batch,
@@ -266,7 +268,8 @@ def evaluate_shard(
         selection.update(shuffle_record(len(env), all_idx, shuffle_seed=run.selection.shuffle_seed,
                                         problem_range=run.selection.problem_range))
         idx = shard_indices(all_idx, shard, total)
-        fp = shard_fingerprint(env, run.fingerprint, idx, await seed_hash(env, idx))
+        seeds["digest"] = await seed_hash(env, idx)
+        fp = shard_fingerprint(env, run.fingerprint, idx, seeds["digest"])
         jpath = store.journal_path(bench_name, model, shard, fp)
         if not resume:
             jpath.unlink(missing_ok=True)
@@ -281,7 +284,8 @@ def evaluate_shard(
         journal = Journal(jpath)
         spec = ShardSpec(benchmark=bench_name, model=model, model_id=run.model_id,
                          shard=shard, indices=idx, repeats=run.repeats, run_id=run_id,
-                         system_prompt=run.system_prompt, protocol=svc.protocol)
+                         system_prompt=run.system_prompt, protocol=svc.protocol,
+                         budget=budget_for(run.service.name, svc.pricing))
         async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge, \
                 sandbox_pool(run, env, sandboxes) as pool:
             spec.judge = judge
@@ -297,6 +301,7 @@ def evaluate_shard(
                     await prepare()  # tool sources listed, names checked: before any request
                 if idx:
                     await client.check()
+                    provenance.update(await served_provenance(svc, base_url, client, run.model_id))
                 await run_shard(env, client, spec, journal=journal, reuse=reuse,
                                 on_progress=on_progress, sink=builder.add)
             finally:
@@ -310,6 +315,8 @@ def evaluate_shard(
             return client.requests_sent, prior, fp, (idx[0], idx[-1] + 1) if idx else None
 
     chain_stats: dict[str, Any] = {}  # the interceptors' counters (cache hits, ...)
+    provenance: dict[str, Any] = {}  # what answered (nel_resources/services/provenance.py)
+    seeds: dict[str, str] = {}  # the shard's seed digest: its part of the dataset's hash
     # Ctrl-C and SIGTERM go through the loop: raised inside one of its callbacks, asyncio
     # would log the interrupt and carry on (interrupts.py).
     sent, prior, fp, idx_range = run_interruptibly(go())
@@ -330,6 +337,8 @@ def evaluate_shard(
         "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
         "total": total, "indices": [idx_range[0], idx_range[1]] if idx_range else None,
         "shuffle": selection, **({"interceptors": chain_stats} if chain_stats else {}),
+        "seeds_digest": seeds.get("digest"), "prompt": prompt_identity(env, run),
+        **({"provenance": provenance} if provenance else {}),
     })
     store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
     mean = sum(rewards) / len(rewards) if rewards else None
@@ -445,6 +454,8 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     from nel_assets.engine.nemo.exports import move_other_model_exports, write_exports
     from nel_assets.engine.reports.report import render_markdown
     from nel_assets.engine.results.bundle import BUNDLE_COLUMNS, build_bundle, bundle_row
+    from nel_assets.engine.results.cost import bundle_cost
+    from nel_assets.engine.results.provenance import bundle_provenance
 
     # The bundle's columns only: the exports stream every column from the store themselves.
     table = store.read_shards(bench_name, model, columns=BUNDLE_COLUMNS)
@@ -463,6 +474,10 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
                     if r.get("shuffle")), None)
     if shuffle:
         extra.update({"shuffle": shuffle, "shuffle_seed": shuffle.get("seed")})
+    extra["provenance"] = bundle_provenance(run, store.shard_records(bench_name, model))
+    cost = bundle_cost(table, run.service.config.pricing if run is not None else None)
+    if cost is not None:
+        extra["cost"] = cost
     bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
     if harness is not None:  # a container:// harness: its scores, as it reported them
         from nel_assets.engine.solvers.container_shard import harness_bundle_score

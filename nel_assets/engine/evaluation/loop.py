@@ -79,6 +79,8 @@ class ShardSpec:
     # An agentic solver (`nel_assets.engine.solvers.Solver`, e.g. tool_calling); None runs
     # the single request of the `simple` solver, on the loop's own fast path.
     solver: Any = None
+    # The service's budget cap (`nel_assets.engine.evaluation.budget.Budget`), or None.
+    budget: Any = None
 
 
 def build_request(seed: SeedResult, protocol: str,
@@ -196,6 +198,8 @@ async def run_shard(
 
     items = work()
     fatal: list[BaseException] = []
+    budget = spec.budget
+    not_sent: list[int] = []  # samples the budget cap kept from being sent
 
     async def one(idx: int, rep: int) -> dict[str, Any]:
         t_start = time.perf_counter()
@@ -339,7 +343,15 @@ async def run_shard(
             if fatal or (journal is not None and journal.error is not None):
                 return
             try:
-                row = await one(idx, rep)
+                if budget is None:
+                    row = await one(idx, rep)
+                else:
+                    async with gate:  # checked, sent and counted within one slot (budget.py)
+                        if budget.exhausted:
+                            not_sent.append(1)
+                            continue
+                        row = await one(idx, rep)
+                        budget.add(row)  # a failed request has no usage: it counts nothing
             except AuthError as exc:
                 fatal.append(exc)
                 return
@@ -355,6 +367,7 @@ async def run_shard(
                 on_row(row)
 
     slots = max(1, concurrency or client.max_concurrent)
+    gate = asyncio.Semaphore(slots)
     n_items = sum(1 for idx in spec.indices for r in range(spec.repeats) if f"{idx}:{r}" not in done)
     n_workers = max(1, min(slots * WORKERS_PER_SLOT, n_items))
     tasks = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
@@ -379,5 +392,9 @@ async def run_shard(
         journal.raise_if_failed()
     if fatal:
         raise fatal[0]
+    if not_sent:
+        from nel_assets.engine.evaluation.budget import BudgetExhausted
+
+        raise BudgetExhausted(budget.stop_message(len(not_sent)))
     rows.sort(key=lambda r: (r["problem_idx"], r["repeat"]))
     return rows

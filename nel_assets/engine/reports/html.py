@@ -10,6 +10,7 @@ from typing import Any
 
 from nel_assets.engine.reports import svg
 from nel_assets.engine.reports.compare_text import mde_text, pts
+from nel_assets.engine.reports.cost_text import cost_line, provenance_line, run_cost_line
 from nel_assets.engine.reports.tables import se_cell
 from nel_assets.engine.results.headline import headline_note
 
@@ -192,6 +193,8 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
                    f"<td class=num>{_e(se_cell(s))}</td><td class=num>{_e(s.get('n_items'))}</td>"
                    f"<td class=num>{_e(s.get('n_samples'))}</td><td class=num>{_e(s.get('n_failed_samples'))}</td></tr>")
     out.append("</tbody></table>")
+    if total := run_cost_line(bundles):
+        out.append(f'<p class="cost">{_e(total)}.</p>')
     score_rows = [(f"{b['benchmark']} / {b['model']}",
                    None if b["score"].get("mean") is None else 100 * b["score"]["mean"],
                    None if b["score"].get("ci_low") is None else 100 * b["score"]["ci_low"],
@@ -234,6 +237,8 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
                    f'{_e(s.get("n_samples"))} samples{"" if not b.get("model_id") else ", model id " + _e(b["model_id"])}.</p>')
         if note := headline_note(b):
             out.append(f'<p class="metric">Metric: {_e(note)}.</p>')
+        out += [f'<p class="{k}">{_e(line)}.</p>' for k, line in
+                (("cost", cost_line(b)), ("provenance", provenance_line(b))) if line]
         plots = []
         cats = b.get("per_category") or {}
         if cats:

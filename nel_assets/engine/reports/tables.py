@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nel_assets.engine.reports.compare_text import mde_text, pts
+from nel_assets.engine.reports.cost_text import cost_line, provenance_line, run_cost_line
 from nel_assets.engine.results.headline import headline_note
 
 __all__ = ["render_csv", "render_latex", "render_markdown", "se_cell"]
@@ -69,6 +70,8 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
             f"{se_cell(s)} | {s.get('n_items')} | {s.get('n_samples')} | {s.get('n_repeats')} | "
             f"{s.get('n_failed_samples')} |"
         )
+    if total := run_cost_line(bundles):
+        out += ["", total + "."]
     for b in bundles:
         s, rt, fa = b["score"], b["runtime"], b["failures"]
         out += ["", f"## {b['benchmark']} / {b['model']}", ""]
@@ -100,6 +103,7 @@ def render_markdown(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[st
                 f"{(rt['tokens']['completion_total'] or 0):.0f} completion tokens; "
                 f"errors {rt['n_errors']}; retries {rt['retries']}; "
                 f"finish reasons {json.dumps(rt['finish_reasons'])}"]
+        out += [f"\n{line}." for line in (cost_line(b), provenance_line(b)) if line]
         if fa["categories"]:
             out += ["", "| failure | count | rate (%) |", "|---|---:|---:|"]
             for c, v in fa["categories"].items():

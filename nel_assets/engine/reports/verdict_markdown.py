@@ -31,7 +31,8 @@ def comparison_markdown(doc: Mapping[str, Any], *, show_flips: bool = False) -> 
     out = [f"# Regression report: {doc.get('outcome', '?')}", "",
            f"- baseline: `{b['model']}` ({b['source']})",
            f"- candidate: `{c['model']}` ({c['source']})",
-           f"- max drop: {pts(md, False) + ' pts' if md is not None else 'none'}; α = {doc['alpha']:g}", "",
+           f"- max drop: {pts(md, False) + ' pts' if md is not None else 'none'}; α = {doc['alpha']:g}",
+           *[f"- **{_cell(w)}**" for w in doc.get("provenance_warnings") or []], "",
            "| benchmark | verdict | baseline | candidate | Δ (pts) | 95% CI (pts) | test | MDE | "
            "regressions | improvements |",
            "|---|---|---:|---:|---:|---|---|---:|---:|---:|"]
@@ -73,7 +74,8 @@ def gate_markdown(out: Mapping[str, Any]) -> str:
              f"- policy: `{out['policy']}`",
              f"- baseline: `{out['baseline']['model']}` ({out['baseline']['source']})",
              f"- candidate: `{out['candidate']['model']}` ({out['candidate']['source']})",
-             *[f"- {_cell(r)}" for r in out.get("verdict_reasons") or []], "",
+             *[f"- {_cell(r)}" for r in out.get("verdict_reasons") or []],
+             *[f"- **{_cell(w)}**" for w in out.get("provenance_warnings") or []], "",
              "| benchmark | tier | status | metric | n | Δ (pts) | 95% CI (pts) | max drop (pts) | reason "
              "| nel's paired analysis |",
              "|---|---|---|---|---:|---:|---|---:|---|---|"]

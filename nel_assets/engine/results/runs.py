@@ -37,6 +37,7 @@ from benchmarks.errors import NelError
 from nel_assets.engine import stats
 from nel_assets.engine.nemo import nemo_regression
 from nel_assets.engine.nemo.nemo_results import benchmark_name
+from nel_assets.engine.results.provenance import with_provenance_differences
 from nel_assets.engine.verdicts.compare import compare_scores
 from nel_assets.engine.verdicts.drop_units import check_drop_units
 from nel_assets.engine.verdicts.nemo_compare_rules import API_MIN_EFFECT, compare_verdict
@@ -538,7 +539,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         benches[name] = comp
     regressions = [n for n, v in benches.items() if v["verdict"] == "regression"]
     overall = worst(v["outcome"] for v in benches.values())
-    return {
+    return with_provenance_differences({
         "version": REGRESSION_VERSION,
         "created_at": time.time(),
         "baseline": base.describe(),
@@ -555,7 +556,7 @@ def compare_runs(base: Run | str | Path, cand: Run | str | Path, *, max_drop: fl
         "outcome": overall,
         "verdict": overall,
         "verdict_reasons": [f"{n}: {v['outcome']}: {v['outcome_reason']}" for n, v in benches.items()],
-    }
+    }, base, cand)
 
 
 def write_regression(path: str | Path | Mapping[str, Any],
