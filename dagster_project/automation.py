@@ -122,7 +122,13 @@ def record_dataset_shards(instance: dg.DagsterInstance, bench: Any, tasks: Itera
     from nel_assets.factory import bench_code_version, dataset_metadata
 
     key = dataset_key(bench.name)
-    digests = {t.shard: t.seeds_digest for t in tasks if t.stale}
+    tasks = list(tasks)
+    stale = {t.shard for t in tasks if t.stale}
+    # The dataset holds the first run's selection (`write_dataset_shard`): compare with its
+    # digests where that model was planned.
+    first = bench.runs[0].model
+    digests = {t.shard: t.seeds_digest for t in sorted(tasks, key=lambda t: t.model == first)
+               if t.shard in stale}
     code_version: str | None = None
     n = 0
     for shard, digest in sorted(digests.items()):
