@@ -24,6 +24,7 @@ from nel_resources.specs import ResolvedConfig
 from nel_resources.storage.store import ResultStore, asset_name
 
 DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
 
 #: How downstream assets follow their inputs. `eager()` waits while any upstream shard is
 #: missing or in progress, so a bundle is built once, after the last shard of its model.
@@ -97,6 +98,56 @@ def record_planned_shards(instance: dg.DagsterInstance, bench_name: str, tasks: 
                 partition=dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)}),
                 tags={DATA_VERSION_TAG: t.fingerprint}, metadata={"fingerprint": t.fingerprint}))
             n += 1
+    return n
+
+
+def dataset_key(bench_name: str) -> dg.AssetKey:
+    """Asset key of a benchmark's dataset (partitioned by shard)."""
+    return dg.AssetKey([asset_name(bench_name), "dataset"])
+
+
+def record_dataset_shards(instance: dg.DagsterInstance, bench: Any, tasks: Iterable[Any],
+                          store: ResultStore) -> int:
+    """Write and record the dataset partitions the stale `tasks` read, where they changed.
+
+    A dataset partition cannot run in its shard's Dagster run (a run targets assets of one
+    partitions definition: shard vs model x shard), and a run of its own costs a run per
+    shard. So the runner seeds the shard's problems with the asset's own engine function
+    (`write_dataset_shard`), before the shard runs, and reports the materialization with
+    that data version (the shard's seed digest) and the asset's code version: the shard's
+    provenance then names the dataset partition it was computed from. Returns how many
+    partitions were recorded.
+    """
+    from nel_assets.engine.evaluation.dataset_shards import write_dataset_shard
+    from nel_assets.factory import bench_code_version, dataset_metadata
+
+    key = dataset_key(bench.name)
+    tasks = list(tasks)
+    stale = {t.shard for t in tasks if t.stale}
+    # The dataset holds the first run's selection (`write_dataset_shard`): compare with its
+    # digests where that model was planned.
+    first = bench.runs[0].model
+    digests = {t.shard: t.seeds_digest for t in sorted(tasks, key=lambda t: t.model == first)
+               if t.shard in stale}
+    code_version: str | None = None
+    n = 0
+    for shard, digest in sorted(digests.items()):
+        rec = instance.get_latest_data_version_record(key, False, partition_key=str(shard))
+        ev = None if rec is None else rec.asset_materialization
+        if ev is not None and ev.tags.get(DATA_VERSION_TAG) == digest \
+                and store.dataset_shard_path(bench.name, shard).exists():
+            continue
+        try:
+            part = write_dataset_shard(store, bench, shard)
+        except OSError:
+            # A full or read-only disk: the shard's own run reports it with its own error
+            # (the journal's), and the next run records this partition.
+            continue
+        code_version = code_version or bench_code_version(bench)
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key=key, partition=str(shard), metadata=dataset_metadata(part),
+            tags={DATA_VERSION_TAG: part.version, CODE_VERSION_TAG: code_version}))
+        n += 1
     return n
 
 

@@ -9,7 +9,7 @@ runs one of them in-process and exits non-zero when it fails, so CI follows the 
 - `gate`: the comparisons with their blocking gate checks; a NO-GO fails the job.
 
 One asset job cannot do this: shard results (model × shard), bundles (model) and the
-dataset (unpartitioned) have different partitions, and a run targets one partition key.
+dataset (shard) have different partitions, and a run targets one partition key.
 So each job is a single op that drives the asset graph partition by partition on the
 persistent instance next to the results; every materialization is a real asset run
 there, with its code version and provenance, visible in the UI.

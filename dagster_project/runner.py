@@ -8,7 +8,6 @@ The instance lives with the output (`<output>/.dagster` unless `output.dagster_h
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -308,7 +307,6 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     if head is None:
         dagster_ready()
     from nel_assets.engine.evaluation import evaluate as ev
-    from nel_resources.storage.store import write_json_atomic
 
     bar = Progress(progress)
     n_runs = 0
@@ -338,11 +336,13 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
     def fail(bench: str, model: str, reason: str, stage: str) -> None:
         failures.append(BenchFailure(bench, model, reason, stage))
 
-    def register(bench_name: str, models: list[str], todo: list[Any]) -> None:
-        """Model partitions and planned fingerprints into the instance (its storage may fail)."""
-        from dagster_project.automation import record_planned_shards
+    def register(bench: Any, models: list[str], todo: list[Any]) -> None:
+        """Model partitions, planned fingerprints and the dataset partitions the stale
+        shards read into the instance (its storage may fail)."""
+        from dagster_project.automation import record_dataset_shards, record_planned_shards
         from nel_assets.partitions import MODEL_PARTITIONS
 
+        bench_name = bench.name
         try:
             existing = set(instance.get_dynamic_partitions(MODEL_PARTITIONS.name))
             new = [m for m in models if m not in existing]
@@ -351,6 +351,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             # The shards' fingerprints go to Dagster first, so the UI's stale/fresh marks
             # are the runner's own decisions.
             record_planned_shards(instance, bench_name, todo)
+            record_dataset_shards(instance, bench, todo, store)
         except Exception as exc:  # the instance's storage, not a benchmark
             _log_exception(log_path, f"{bench_name}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
@@ -370,10 +371,6 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 # A model that already failed (e.g. a shard missing from a SLURM merge) gets no bundle.
                 failed: set[str] = {f.model for f in failures if f.benchmark == bench.name}
                 models = sorted({t.model for t in tasks})
-                version_file = store.dataset_path(bench.name).with_name("_version.json")
-                version = ev.dataset_version(tasks)
-                stored = json.loads(version_file.read_text()) if version_file.exists() else {}
-                refresh_dataset = bool(todo) and stored.get("version") != version
                 # cluster.type docker|ray: the stale shards run there first (all at once);
                 # each is then recorded in Dagster from what its worker committed.
                 launched = (launch_partitions(resolved, store.root, todo, resources, bench, run_job)
@@ -394,7 +391,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             # instance failure, one line per pair, not as a usage error.
                             raise _RunAborted(f"the Dagster instance at {home} failed: "
                                               f"{exc.reason}") from None
-                        register(bench.name, models, todo)
+                        register(bench, models, todo)
                         for t in todo:
                             remote = launched.get((t.model, t.shard)) if launched is not None else None
                             if remote is not None and not remote.ok:
@@ -408,11 +405,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                             if t.model in failed and remote is None:
                                 continue  # one failure per (benchmark, model) is enough
                             key = dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)})
-                            # A head start that failed fails its run at the shard step, with its
-                            # own error: the dataset is seeded by the next run (a full disk must
-                            # be reported as the journal's, not as the dataset write after it).
-                            seed = refresh_dataset and not (head is not None and head.task is t and head.failed)
-                            job = jobs_of(bench)["dataset_shards"] if seed else jobs_of(bench)["shards"]
+                            job = jobs_of(bench)["shards"]
                             tags = {LAUNCHED_TAG: resolved.cluster.type} if remote is not None else None
                             try:
                                 r = run(job, key, f"{bench.name} {t.model} shard {t.shard}", tags,
@@ -421,9 +414,6 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                                 fail(bench.name, t.model, exc.reason, "budget" if exc.budget else "shard")
                                 failed.add(t.model)
                                 continue
-                            if refresh_dataset:
-                                write_json_atomic(version_file, {"version": version})
-                                refresh_dataset = False
                             oc.shards_run.append((t.model, t.shard))
                             oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
                             oc.requests_sent += _metadata_int(r, "requests_sent")

@@ -195,6 +195,7 @@ def build_checkpoint_sensor(cfg: NelConfig, output_dir: str) -> dg.SensorDefinit
             full = resolve(with_checkpoint_services(cfg))
             names = [c.name for c in ready]
             events = _safe_observations(context, full, output_dir, ready)
+            _record_datasets(context, full, output_dir, names)
             for cp in ready:
                 accepted[cp.name] = str(cp.path)
                 watching.pop(cp.name, None)
@@ -232,6 +233,23 @@ def _safe_observations(context: dg.SensorEvaluationContext, resolved: ResolvedCo
     except Exception as exc:  # data not loadable here: the runs will report the error
         context.log.warning(f"could not fingerprint new checkpoints: {type(exc).__name__}: {exc}")
         return []
+
+
+def _record_datasets(context: dg.SensorEvaluationContext, resolved: ResolvedConfig, output_dir: str,
+                     models: list[str]) -> None:
+    """The dataset partitions the new checkpoints' shard runs read, recorded before those
+    runs start (as `nel eval run` does; never fails the tick)."""
+    from dagster_project.automation import record_dataset_shards
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_resources.storage.store import ResultStore
+
+    store = ResultStore(output_dir)
+    try:
+        for bench in resolved.benchmarks:
+            record_dataset_shards(context.instance, bench,
+                                  [t for t in ev.plan(store, bench) if t.model in models], store)
+    except Exception as exc:  # data not loadable here: the runs will report the error
+        context.log.warning(f"could not record the datasets: {type(exc).__name__}: {exc}")
 
 
 def checkpoints_enabled(resolved: ResolvedConfig) -> bool:

@@ -1,8 +1,10 @@
 """The asset factory: resolved run specs become Dagster assets, one group per benchmark.
 
 Per benchmark `<b>`:
-    <b>/dataset        unpartitioned; data version = content hash of the seeds
-    <b>/shard_results  partitioned model × shard; data version = content hash of the rows
+    <b>/shard_inputs   observable source, model × shard; data version = the shard's fingerprint
+    <b>/dataset        partitioned by shard; data version = content hash of that shard's seeds
+    <b>/shard_results  partitioned model × shard, reads dataset[shard]; data version = content
+                       hash of the rows
     <b>/bundle         partitioned by model; reads all that model's shards from the store
     <b>/report         partitioned by model
 Assets are thin: they call one engine function and report metadata. Results live in the
@@ -11,7 +13,6 @@ Parquet store (the system of record), so there is no IO manager on the data path
 
 # No `from __future__ import annotations`: Dagster inspects the context annotation.
 
-import asyncio
 import hashlib
 from typing import Any
 
@@ -19,14 +20,14 @@ import dagster as dg
 import orjson
 
 from nel_assets.engine.evaluation import evaluate as ev
+from nel_assets.engine.evaluation.dataset_shards import DatasetShard, write_dataset_shard
 from nel_assets.engine.evaluation.head_start import HeadStartOutcomes
 from nel_assets.engine.evaluation.journal import JournalWriteError
 from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG, launched_outcome
-from nel_assets.partitions import MODEL_PARTITIONS, shard_partitions
+from nel_assets.partitions import MODEL_PARTITIONS, dataset_partitions, shard_partitions
 from nel_resources.resources import ModelService, ResultStoreResource, SandboxResource
 from nel_resources.specs import BenchmarkSpec, ResolvedConfig, sandbox_resource_key
-from nel_resources.storage.arrow import pa
-from nel_resources.storage.store import asset_name, write_parquet_atomic, write_text_atomic
+from nel_resources.storage.store import asset_name, write_text_atomic
 
 
 def bench_code_version(bench: BenchmarkSpec) -> str:
@@ -73,39 +74,21 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
         raise dg.Failure(f"{bench.name}: no configured (model, shard) {context.partition_key}")
 
     @dg.asset(key=dataset_key, group_name=group, code_version=code_version,
-              description=f"The {bench.name} problems as seeded (prompt, expected answer, metadata).",
+              partitions_def=dataset_partitions(n),
+              description=f"The {bench.name} problems as seeded (prompt, expected answer, metadata), "
+                          "one partition per shard.",
               kinds={"parquet"})
     def dataset(context: dg.AssetExecutionContext, nel_store: ResultStoreResource) -> dg.MaterializeResult:
-        store = nel_store.store()
-        first = bench.runs[0]
-        env = ev.make_env(first.env)
-
-        async def seeds() -> list[dict[str, Any]]:
-            prep = getattr(env, "prepare", None)
-            if prep is not None:
-                await prep()
-            out = []
-            for i in ev.problem_indices(env, first.selection):
-                s = await env.seed(i)
-                out.append({"problem_idx": i, "prompt": s.prompt, "expected": s.expected_answer,
-                            "system": s.system,
-                            "metadata": orjson.dumps(s.metadata, default=str).decode(),
-                            "category": None if s.metadata.get("category") is None else str(s.metadata["category"])})
-            return out
-
-        rows = asyncio.run(seeds())
-        table = pa.Table.from_pylist(rows) if rows else pa.table({"problem_idx": pa.array([], pa.int64())})
-        write_parquet_atomic(store.dataset_path(bench.name), table)
-        version = hashlib.sha256(orjson.dumps(rows, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-        return dg.MaterializeResult(
-            metadata={"n_problems": len(rows), "path": dg.MetadataValue.path(str(store.dataset_path(bench.name)))},
-            data_version=dg.DataVersion(version),
-        )
+        part = write_dataset_shard(nel_store.store(), bench, int(context.partition_key))
+        return dg.MaterializeResult(metadata=dataset_metadata(part), data_version=dg.DataVersion(part.version))
 
     @dg.asset(key=shards_key, group_name=group, code_version=code_version,
-              # Not `dataset`: it is unpartitioned, so any edited row would mark every shard
-              # stale in Dagster; `shard_inputs` carries each shard's own seed hash instead.
-              partitions_def=shard_partitions(n), deps=[inputs_key],
+              # The dataset is partitioned by shard: an edited row changes its shard's
+              # partition only, so Dagster marks that shard's results stale on every model
+              # (as nel reruns them), not every shard's.
+              partitions_def=shard_partitions(n),
+              deps=[dg.AssetDep(dataset_key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("shard")),
+                    inputs_key],
               required_resource_keys=svc_keys | {"nel_store", "nel_head_start"},
               description=f"Per-sample results of {bench.name}, one partition per (model, shard).",
               kinds={"parquet"})
@@ -143,10 +126,7 @@ def build_benchmark_assets(bench: BenchmarkSpec, config_json: str | None = None)
 
     @dg.asset(key=bundle_key, group_name=group, code_version=code_version,
               partitions_def=MODEL_PARTITIONS,
-              # The dataset hangs off the bundle (not the shards) so the lineage shows it
-              # without an edited row marking every shard partition stale.
-              deps=[dg.AssetDep(shards_key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("model")),
-                    dataset_key],
+              deps=[dg.AssetDep(shards_key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("model"))],
               description=f"{bench.name} scores with SE/CI, pass@k, categories, runtime and failures.",
               kinds={"parquet"})
     def bundle(context: dg.AssetExecutionContext, nel_store: ResultStoreResource,
@@ -204,11 +184,15 @@ def _launched_shard(store: Any, bench: str, model: str, shard: int) -> dg.Materi
     )
 
 
+def dataset_metadata(part: DatasetShard) -> dict[str, Any]:
+    """A dataset partition's materialization metadata (the asset's and the runner's record)."""
+    return {"n_problems": part.n_problems, "path": dg.MetadataValue.path(str(part.path))}
+
+
 def runner_job_names(bench_name: str) -> dict[str, str]:
     """Names of the per-benchmark jobs the CLI runner executes."""
     b = asset_name(bench_name)
-    return {"dataset": f"nel_{b}_dataset", "shards": f"nel_{b}_shards",
-            "dataset_shards": f"nel_{b}_dataset_and_shards", "bundle": f"nel_{b}_bundle"}
+    return {"dataset": f"nel_{b}_dataset", "shards": f"nel_{b}_shards", "bundle": f"nel_{b}_bundle"}
 
 
 def build_runner_jobs(resolved: ResolvedConfig) -> list[Any]:
@@ -223,16 +207,11 @@ def build_runner_jobs(resolved: ResolvedConfig) -> list[Any]:
         names = runner_job_names(bench.name)
         jobs += [
             dg.define_asset_job(names["dataset"], selection=[dg.AssetKey([b, "dataset"])],
-                                description=f"Seed the {bench.name} dataset."),
+                                partitions_def=dataset_partitions(bench.shards),
+                                description=f"Seed one shard of the {bench.name} dataset."),
             dg.define_asset_job(names["shards"], selection=[dg.AssetKey([b, "shard_results"])],
                                 partitions_def=shard_partitions(bench.shards),
                                 description=f"Evaluate one (model, shard) partition of {bench.name}."),
-            # The first stale shard of a run also refreshes the (unpartitioned) dataset in
-            # the same Dagster run: one run fewer per `nel eval run`.
-            dg.define_asset_job(names["dataset_shards"],
-                                selection=[dg.AssetKey([b, "dataset"]), dg.AssetKey([b, "shard_results"])],
-                                partitions_def=shard_partitions(bench.shards),
-                                description=f"Seed the {bench.name} dataset and evaluate one partition."),
             dg.define_asset_job(names["bundle"], selection=[dg.AssetKey([b, "bundle"]), dg.AssetKey([b, "report"])],
                                 partitions_def=MODEL_PARTITIONS,
                                 description=f"Bundle and report {bench.name} for one model."),

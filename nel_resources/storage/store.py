@@ -1,7 +1,8 @@
 """The result store: Hive-layout Parquet under the output dir, plus DuckDB views.
 
 Layout (`model` and `shard` are also real columns in every file):
-    <out>/<bench>/dataset/data.parquet
+    <out>/<bench>/dataset/shard=<s>/part-0.parquet                    (the problems of shard s)
+    <out>/<bench>/dataset/selection.json                              (every selected index)
     <out>/<bench>/shard_results/model=<m>/shard=<s>/part-0.parquet   (+ _fingerprint.json)
     <out>/<bench>/bundle/model=<m>/bundle.parquet                    (+ bundle.json)
     <out>/<bench>/report/model=<m>/report.md
@@ -77,7 +78,23 @@ class ResultStore:
         return self.root / asset_name(bench)
 
     def dataset_path(self, bench: str) -> Path:
+        """The whole dataset in one file, as stores written before the dataset was
+        partitioned by shard hold it (read, never written)."""
         return self.bench_dir(bench) / "dataset" / "data.parquet"
+
+    def dataset_shard_path(self, bench: str, shard: int) -> Path:
+        """The problems of one shard: the dataset asset's partition `shard`."""
+        return self.bench_dir(bench) / "dataset" / f"shard={shard}" / "part-0.parquet"
+
+    def dataset_selection_path(self, bench: str) -> Path:
+        """Every selected problem index, in selection order (what the shards split)."""
+        return self.bench_dir(bench) / "dataset" / "selection.json"
+
+    def dataset_files(self, bench: str) -> list[Path]:
+        """Every Parquet file of a benchmark's dataset (shard files, or an older store's
+        single file)."""
+        d = self.bench_dir(bench) / "dataset"
+        return sorted(d.glob("shard=*/part-0.parquet")) or ([p] if (p := d / "data.parquet").exists() else [])
 
     def shard_dir(self, bench: str, model: str, shard: int) -> Path:
         return self.bench_dir(bench) / "shard_results" / f"model={model}" / f"shard={shard}"

@@ -117,7 +117,7 @@ def test_head_start_keeps_the_dagster_record(tmp_path: Path, server: str, data_d
     assert set(pq.read_table(part / "part-0.parquet").column("run_id").to_pylist()) == {shard_run.run_id[:12]}
     assert shard["data_version"] == json.loads((part / "_fingerprint.json").read_text())["data_version"]
     assert head["observed"] == ["m|0"]
-    assert {r.job_name for r in head["runs"].values()} == {"nel_gsm8k_dataset_and_shards", "nel_gsm8k_bundle"}
+    assert {r.job_name for r in head["runs"].values()} == {"nel_gsm8k_shards", "nel_gsm8k_bundle"}
     assert all(r.is_success for r in head["runs"].values())
     # The bundle and its exports were written before Dagster created the run recording them.
     bundle_run = head["runs"][head["mats"][("gsm8k/bundle", "m")]["run_id"]]
@@ -134,7 +134,7 @@ def test_head_start_keeps_the_dagster_record(tmp_path: Path, server: str, data_d
     assert head["observed"] == plain["observed"]
     assert sorted(r.job_name for r in head["runs"].values()) == sorted(r.job_name for r in plain["runs"].values())
     assert head["mats"].keys() == plain["mats"].keys() == {
-        ("gsm8k/dataset", None), ("gsm8k/shard_results", "m|0"), ("gsm8k/bundle", "m"), ("gsm8k/report", "m")}
+        ("gsm8k/dataset", "0"), ("gsm8k/shard_results", "m|0"), ("gsm8k/bundle", "m"), ("gsm8k/report", "m")}
     for key, mat in head["mats"].items():
         other = plain["mats"][key]
         assert {k: v for k, v in mat.items() if k != "run_id"} == {k: v for k, v in other.items() if k != "run_id"}, key
@@ -151,8 +151,8 @@ def test_failed_head_start_is_a_failed_dagster_run(tmp_path: Path, data_dir: Pat
         return [ln.replace(str(out), "OUT") for ln in p.stderr.splitlines() if ln.startswith("error")]
 
     assert errors(head, tmp_path / "head") == errors(plain, tmp_path / "plain") != [], head.stderr
-    # The failed shard's run fails at its shard step (the dataset is seeded by the next run
-    # that gets that far, so its write cannot hide the shard's own error).
+    # The failed shard's run fails at its shard step (the dataset partition is recorded
+    # before it, outside any run, so its write cannot hide the shard's own error).
     runs = list(_record(tmp_path / "head")["runs"].values())
     assert [(r.job_name, r.tags.get("dagster/partition"), r.is_failure) for r in runs] == [
         ("nel_gsm8k_shards", "m|0", True)]
@@ -178,7 +178,7 @@ def test_failed_head_start_bundle_is_a_failed_bundle_run(tmp_path: Path, server:
     for side in ("head", "plain"):
         runs = sorted(_record(tmp_path / side)["runs"].values(), key=lambda r: r.job_name)
         assert [(r.job_name, r.is_success) for r in runs] == [
-            ("nel_gsm8k_bundle", False), ("nel_gsm8k_dataset_and_shards", True)], side
+            ("nel_gsm8k_bundle", False), ("nel_gsm8k_shards", True)], side
 
 
 def test_plain_http_run_never_imports_aiohttp(tmp_path: Path, server: str, data_dir: Path) -> None:

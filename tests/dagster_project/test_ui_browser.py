@@ -2,7 +2,9 @@
 driven by headless Chromium.
 
 `nel eval run` evaluates only shard 0 of 2 (as one worker of a distributed run would), so
-the model partition exists but shard 1 is missing. From the asset graph we then select
+the model partition exists but shard 1 is missing. The asset graph must draw the whole
+lineage (dataset -> shard results -> bundle -> report, shard inputs -> shard results). From
+it we then select
 `gsm8k/shard_results`, pick the partition (refmodel, 1) in the Materialize dialog and launch
 it with clicks; GraphQL must report the run's success and the reference server must have
 answered exactly that shard's requests. Then the bundle is materialized from its asset page
@@ -27,6 +29,7 @@ from tests.support.dagster_ui import (
     assert_no_leftovers,
     choose_partitions,
     dismiss_community_modal,
+    graph_edges,
     latest_materialization,
     launch_chromium,
     new_page,
@@ -36,9 +39,10 @@ from tests.support.dagster_ui import (
     wait_for,
 )
 from tests.support.reference import reset_server_stats, server_stats
-from tests.support.waiting import PROCESS_START_S, RUN_FINISH_S
+from tests.support.waiting import PROCESS_START_S, RUN_FINISH_S, UI_ACTION_MS
 
 N, MODEL = 6, "refmodel"
+NODES = {"dataset", "shard_inputs", "shard_results", "bundle", "report"}
 
 
 def _js_number(x: float) -> str:
@@ -106,8 +110,15 @@ def test_materialize_partitions_from_the_ui(tmp_path: Path, reference_server, da
             page.on("pageerror", lambda e: errors.append(str(e)))
             dismiss_community_modal(page, base)
 
-            # 1. the asset graph of the gsm8k group; select the shard results node
+            # 1. the asset graph of the gsm8k group draws the whole lineage (the dataset
+            #    feeds the shard results); then select the shard results node
             page.goto(f"{base}/asset-groups/gsm8k", wait_until="load")
+            lineage = {("dataset", "shard_results"), ("shard_inputs", "shard_results"),
+                       ("shard_results", "bundle"), ("bundle", "report")}
+            drawn = wait_for(lambda: (e := graph_edges(page, NODES)) >= lineage and e,
+                             timeout=UI_ACTION_MS / 1000, what="the asset graph's edges", alive=web)
+            assert drawn == lineage, drawn
+            page.screenshot(path=str(shots / "00_lineage.png"))
             page.get_by_text("shard_results", exact=True).first.click()
             expect(page.get_by_text("gsm8k / shard_results").first).to_be_visible()
             expect(page.get_by_text(f"svc_{MODEL}", exact=True)).to_be_visible()  # sidebar loaded

@@ -296,3 +296,34 @@ def latest_materialization(base_url: str, key: list[str], partition: str) -> dic
     md = {e["label"]: next((e[k] for k in ("floatValue", "intValue", "text", "boolValue") if k in e), None)
           for e in m["metadataEntries"]}
     return {"runId": m["runId"], "partition": m["partition"], "metadata": md}
+
+
+#: The edges drawn in an asset graph page: each SVG edge path starts at its upstream node's
+#: right side and ends (before the arrowhead) just left of its downstream node; nodes are
+#: foreignObjects (SVG: no innerText) whose leaf elements' text names the asset.
+_GRAPH_EDGES_JS = """() => {
+  const nodes = Array.from(document.querySelectorAll('foreignObject')).map(f => ({
+    x: +f.getAttribute('x'), y: +f.getAttribute('y'), w: +f.getAttribute('width'),
+    h: +f.getAttribute('height'),
+    lines: Array.from(f.querySelectorAll('*')).filter(e => e.children.length === 0)
+      .map(e => (e.textContent || '').trim())}));
+  const at = (px, py, side) => nodes.find(n => py >= n.y && py <= n.y + n.h &&
+    (side === 'right' ? Math.abs(n.x + n.w - px) < 1 : px < n.x && n.x - px < 20));
+  return Array.from(document.querySelectorAll('svg path[marker-end]')).map(p => {
+    const nums = p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
+    const src = at(nums[0], nums[1], 'right'), dst = at(nums[nums.length - 2], nums[nums.length - 1], 'left');
+    return [src ? src.lines : null, dst ? dst.lines : null];
+  });
+}"""
+
+
+def graph_edges(page: Page, names: set[str]) -> set[tuple[str, str]]:
+    """(upstream, downstream) asset names of the edges the asset graph on `page` draws,
+    for nodes labelled with one of `names` (an edge with an end on no such node is left out)."""
+    out: set[tuple[str, str]] = set()
+    for src, dst in page.evaluate(_GRAPH_EDGES_JS):
+        a = next((s for s in src or [] if s in names), None)
+        b = next((s for s in dst or [] if s in names), None)
+        if a and b:
+            out.add((a, b))
+    return out

@@ -192,13 +192,6 @@ def stored_failures(store: ResultStore, bench: str, model: str, shard: int,
     return col.length() - col.null_count
 
 
-def dataset_version(tasks: list[ShardTask]) -> str:
-    """The dataset asset's version: the seed digests of the first model's shards."""
-    first = tasks[0].model if tasks else ""
-    digests = [t.seeds_digest for t in tasks if t.model == first]
-    return hashlib.sha256("|".join(digests).encode()).hexdigest()[:16]
-
-
 def make_client(service: ServiceConfig, base_url: str | None = None, *,
                 timeout: float | None = None) -> ModelClient:
     """A model client for a service (the URL may come from a launched service); `timeout`

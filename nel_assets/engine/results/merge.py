@@ -128,7 +128,11 @@ def _scan(root: Path, problems: list[str]) -> list[ShardCopy]:
 
 
 def _dataset_indices(sources: Sequence[Path], folder: str) -> list[int] | None:
-    for src in sources:
+    for src in sources:  # the whole selection, as a shard process recorded it
+        sel = ResultStore(src).dataset_selection_path(folder)
+        if sel.exists():
+            return sorted(int(x) for x in json.loads(sel.read_text())["indices"])
+    for src in sources:  # a store written before the dataset was partitioned by shard
         p = ResultStore(src).dataset_path(folder)
         if p.exists():
             t = pq.read_table(p, columns=["problem_idx"])
@@ -279,14 +283,12 @@ def merge_outputs(sources: Sequence[str | os.PathLike[str]], output: str | os.Pa
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, dest)
             rep.copied += 1
-        ds = ResultStore(out).dataset_path(folder)
-        if not ds.exists():
-            for src in srcs:
-                cand = ResultStore(src).dataset_path(folder)
-                if cand.exists():
-                    ds.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(cand, ds)
-                    break
+        # Each shard process wrote the dataset partitions it ran: the merge holds them all.
+        ds = ResultStore(out).bench_dir(folder) / "dataset"
+        for src in srcs:
+            cand = ResultStore(src).bench_dir(folder) / "dataset"
+            if cand.is_dir() and cand.resolve() != ds.resolve():
+                shutil.copytree(cand, ds, dirs_exist_ok=True)
     rep.merged = True
     if not build:
         return rep
