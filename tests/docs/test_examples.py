@@ -1,5 +1,6 @@
 """Every YAML config in the docs and the README plans (`nel eval run CONFIG --dry-run`), and
-the ones that target a plain OpenAI endpoint run end to end against the reference server.
+every one that needs no cluster or agent program runs end to end against reference servers
+(solver and judge) and the real sandboxes.
 
 So an example cannot rot: a renamed key, a removed benchmark or a wrong nesting fails here.
 """
@@ -14,6 +15,7 @@ import yaml
 
 from tests.docs.doc_examples import Example, yaml_examples
 from tests.support.cli import run_nel
+from tests.support.docker_engine import start_docker_engine
 
 EXAMPLES = yaml_examples()
 CHECKED = [e for e in EXAMPLES if not e.fragment]
@@ -64,29 +66,39 @@ def test_example_plans(ex: Example, tmp_path: Path, data_dir: Path) -> None:
     assert not (tmp_path / "out").exists(), "a dry run writes nothing"
 
 
-def _plain_openai(cfg: dict[str, Any]) -> bool:
-    """Only `type: api` services, built-in benchmarks with the simple solver, no sandbox,
-    judge or cluster: what the reference server can stand in for."""
+def _runs_here(cfg: dict[str, Any]) -> bool:
+    """What the reference server can stand in for, on this machine alone: `type: api`
+    services (solvers and judges), built-in benchmarks with the simple solver, local or docker
+    sandboxes, no cluster (the cluster examples plan above; their launchers have their own
+    end-to-end tests against the real SLURM, Docker and Ray)."""
     services = cfg.get("services") or {}
     if not services or any(s.get("type", "api") != "api" or s.get("interceptors")
                            for s in services.values()):
         return False
-    if cfg.get("sandboxes") or cfg.get("cluster", {}).get("type", "local") != "local":
+    if cfg.get("cluster", {}).get("type", "local") != "local":
+        return False
+    if any(sb.get("type") not in ("local", "docker") for sb in (cfg.get("sandboxes") or {}).values()):
         return False
     for b in cfg.get("benchmarks") or []:
         solver = b.get("solver") or {}
-        metrics = (b.get("scoring") or {}).get("metrics") or []
-        if (b.get("sandbox") or solver.get("type", "simple") != "simple"
-                or any(m.get("type") == "judge" for m in metrics) or "://" in b["name"]):
+        if solver.get("type", "simple") != "simple" or "://" in b["name"]:
             return False
     return True
 
 
-RUNNABLE = [e for e in CHECKED if e.needs is None and _plain_openai(yaml.safe_load(e.text))]
+def _judge_services(cfg: dict[str, Any]) -> set[str]:
+    """Services that grade (a judge metric's `service`, or `role: judge`)."""
+    named = {m.get("service") for b in cfg.get("benchmarks") or []
+             for m in (b.get("scoring") or {}).get("metrics") or [] if m.get("type") == "judge"}
+    return {n for n, s in (cfg.get("services") or {}).items() if n in named or s.get("role") == "judge"}
 
 
-def test_some_examples_run_end_to_end() -> None:
-    assert len(RUNNABLE) >= 2, [e.where for e in RUNNABLE]
+RUNNABLE = [e for e in CHECKED if e.needs is None and _runs_here(yaml.safe_load(e.text))]
+
+
+def test_the_examples_that_can_run_here_run_end_to_end() -> None:
+    # every example that needs no cluster and no agent program: judges and sandboxes included
+    assert len(RUNNABLE) >= 7, [e.where for e in RUNNABLE]
 
 
 @pytest.mark.parametrize("ex", RUNNABLE, ids=[e.where for e in RUNNABLE])
@@ -94,12 +106,19 @@ def test_example_runs_against_the_reference_server(ex: Example, tmp_path: Path, 
                                                    reference_server) -> None:
     url = reference_server()
     cfg = yaml.safe_load(ex.text)
-    for service in cfg["services"].values():
-        service["url"] = url  # the example's endpoint, played by the reference server
+    judges = _judge_services(cfg)
+    # a grader of its own: it answers the graders' prompts with a verdict ("A": correct)
+    judge_url = reference_server(default_content="A") if judges else None
+    for name, service in cfg["services"].items():
+        # the example's endpoints, played by reference servers
+        service["url"] = judge_url if name in judges else url
     cfg["output"] = {"dir": str(tmp_path / "out")}
     path = tmp_path / "example.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    p = run_nel("eval", "run", str(path), "--no-progress", env=_env(tmp_path, data_dir), timeout=300)
+    env = _env(tmp_path, data_dir)
+    if any(sb.get("type") == "docker" for sb in (cfg.get("sandboxes") or {}).values()):
+        env["DOCKER_HOST"] = start_docker_engine()  # the real engine, its image built locally
+    p = run_nel("eval", "run", str(path), "--no-progress", env=env, timeout=300)
     assert p.returncode == 0, f"{ex.where}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
     for bench in cfg["benchmarks"]:
         assert list((tmp_path / "out" / bench["name"]).glob("eval-*.json")), (ex.where, bench["name"])
