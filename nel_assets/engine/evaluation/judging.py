@@ -50,6 +50,10 @@ if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a con
 # Benchmarks 0.3.0 grades with a judge of their own (not its rubric): nel's kind stands in.
 _OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest"})
 
+# Judge options only the rubric kind reads (`system_prompt`, `temperature`, `timeout` and
+# `max_retries` apply to every kind).
+_RUBRIC_OPTIONS = ("rubric", "rubric_file", "max_score", "reference_free", "swap_check")
+
 # Scorers a `type: scorer` metric may name: the names (and aliases) of the scorer table.
 SCORER_NAMES = tuple(SCORERS.names(aliases=True))
 
@@ -117,8 +121,16 @@ def check_scoring(run: RunSpec) -> None:
     for m in scoring.metrics:
         if m.type == "scorer":
             _check_scorer_params(run.benchmark, m.name, m.params)
-        elif m.type == "judge" and judge_kind_name(m, getattr(cls, "judge_kind", None)) == "rubric":
-            rubric_judge(m)  # an unreadable rubric_file or a broken template, before the run
+        elif m.type == "judge":
+            kind = judge_kind_name(m, getattr(cls, "judge_kind", None))
+            if kind == "rubric":
+                rubric_judge(m)  # an unreadable rubric_file or a broken template, before the run
+                continue
+            given = [k for k in _RUBRIC_OPTIONS if getattr(m, k) is not None]
+            if given:  # never silently dropped: they mean something only to the rubric kind
+                raise NelError(f"{run.benchmark}: judge {m.name!r} grades with the {kind!r} kind, "
+                               f"which does not take {', '.join(given)}; remove them or set "
+                               "`params: {kind: rubric}`")
     names = {m.name for m in scoring.metrics} | ({"default"} if scoring.include_defaults else set())
     if scoring.primary is not None and scoring.primary not in names:
         raise NelError(f"{run.benchmark}: scoring.primary {scoring.primary!r} is not a metric "
@@ -313,6 +325,12 @@ class Grader:
         return VerifyResult(reward, answer, details, verdict.metadata)
 
 
+def _with_metric_limits(service: ServiceConfig, metric: ScoringMetric) -> ServiceConfig:
+    """The judge service with the metric's `timeout` and `max_retries`, when it gives them."""
+    update = {k: getattr(metric, k) for k in ("timeout", "max_retries") if getattr(metric, k) is not None}
+    return service.model_copy(update=update) if update else service
+
+
 @contextlib.asynccontextmanager
 async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
     """Yield the grader of a (benchmark, model) run, or None without metrics.
@@ -333,9 +351,10 @@ async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
     async with contextlib.AsyncExitStack() as stack:
         judges = []
         for j in run.judges:
-            client = client_for_service(j.service)
+            service = _with_metric_limits(j.service, j.metric)
+            client = client_for_service(service)
             await stack.enter_async_context(client)
             await client.check()
-            judges.append(_JudgeMetric(j.metric, j.service_name, j.service, client))
+            judges.append(_JudgeMetric(j.metric, j.service_name, service, client))
         scorers = [m for m in scoring.metrics if m.type == "scorer"]
         yield Grader(run.benchmark, judges, scorers, scoring.include_defaults, scoring.primary, judge_kind)
