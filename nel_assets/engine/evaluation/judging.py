@@ -126,6 +126,12 @@ def check_scoring(run: RunSpec) -> None:
             if kind == "rubric":
                 rubric_judge(m)  # an unreadable rubric_file or a broken template, before the run
                 continue
+            from benchmarks.judges import get_judge_kind
+
+            try:
+                get_judge_kind(kind)
+            except KeyError as exc:
+                raise NelError(f"{run.benchmark}: judge {m.name!r}: {exc.args[0]} (or rubric)") from None
             given = [k for k in _RUBRIC_OPTIONS if getattr(m, k) is not None]
             if given:  # never silently dropped: they mean something only to the rubric kind
                 raise NelError(f"{run.benchmark}: judge {m.name!r} grades with the {kind!r} kind, "
@@ -203,6 +209,7 @@ class Grader:
         self.scorers = scorers
         self.include_defaults = include_defaults
         self.judge_kind = judge_kind
+        self._kinds: dict[str, Any] = {}
         if primary is None:
             if judges and judge_kind:
                 primary = judges[0].metric.name
@@ -215,13 +222,18 @@ class Grader:
     def _kind(self, jm: _JudgeMetric) -> Any:
         from benchmarks.judges import get_judge_kind
 
+        if jm.metric.name in self._kinds:  # built once: a rubric_file is read once per run
+            return self._kinds[jm.metric.name]
         name = judge_kind_name(jm.metric, self.judge_kind)
         if name == "rubric":
-            return rubric_judge(jm.metric)
-        try:
-            return get_judge_kind(name)
-        except KeyError as exc:
-            raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
+            kind = rubric_judge(jm.metric)
+        else:
+            try:
+                kind = get_judge_kind(name)
+            except KeyError as exc:
+                raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
+        self._kinds[jm.metric.name] = kind
+        return kind
 
     async def _ask(self, jm: _JudgeMetric, prompt: str, kind_system: str | None = None,
                    overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -77,6 +77,7 @@ def test_swap_check_and_reference_free(data: None, reference_server, server_stat
     ({"rubric": "Reply as {\"score\": n}"}, "write {{ and }}"),
     ({"rubric_file": "/nonexistent/rubric.txt"}, "cannot read rubric_file"),
     ({"params": {"kind": "simpleqa"}, "max_score": 10}, "does not take max_score"),
+    ({"params": {"kind": "nope"}}, "unknown judge kind 'nope'"),
 ])
 def test_bad_rubric_options_are_one_line_errors_before_the_run(data: None, metric: dict[str, Any],
                                                                message: str) -> None:
