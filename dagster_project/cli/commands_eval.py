@@ -437,6 +437,7 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
     import json
 
     from dagster_project.checkpoint import keyed
+    from nel_assets.engine.nemo.nemo_scores import exported_scores, scores_line
     from nel_assets.engine.results.headline import beside_metrics, headline_metric, headline_note
 
     rows = []
@@ -452,6 +453,8 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
                          # which configured metric `score` is, and the others beside it
                          "metric": headline_metric(b), "beside": beside_metrics(b),
                          "note": headline_note(b),
+                         # NeMo Evaluator's names and values, as in the exported eval-*.json
+                         "scores": exported_scores(oc.exports.get(m)),
                          **({"cost_usd": b["cost"].get("total_cost")} if isinstance(b.get("cost"), dict) else {})})
     info = {"output_dir": str(summary.output_dir), "dagster_home": str(summary.dagster_home),
             "elapsed_s": round(summary.elapsed_s, 3), "dagster_runs": summary.dagster_runs,
@@ -489,6 +492,9 @@ def _print_summary(summary: Any, *, as_json: bool) -> None:
         if r["note"]:
             con.print(f"{r['benchmark']}/{r['model']}: {r['note']}", markup=False, soft_wrap=True,
                       highlight=False)
+        if r["scores"]:
+            con.print(f"{r['benchmark']}/{r['model']} (NeMo Evaluator's names): {scores_line(r['scores'])}",
+                      markup=False, soft_wrap=True, highlight=False)
     con.print(f"shards run {info['shards_run']}, up to date {info['shards_fresh']}, "
               f"requests {info['requests_sent']}, {info['elapsed_s']:.1f}s")
     from nel_assets.engine.reports.cost_text import run_cost_line

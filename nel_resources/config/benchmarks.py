@@ -21,6 +21,7 @@ from nel_resources.config._base import (
     key_error,
 )
 from nel_resources.config.headline import with_headline
+from nel_resources.config.nemo_judges import with_nemo_judges
 from nel_resources.config.services import GenerationParams, ServiceConfig
 
 #: NeMo Evaluator 0.3.0's solver types; any other `type:` names a nel solver of
@@ -387,6 +388,8 @@ class BenchmarkConfig(_Strict):
         nemo_spelling = isinstance(solver, dict) and solver.get("service") is not None
         if data.get("scoring") is not None:
             data["scoring"] = with_headline(data["scoring"], nemo_spelling=nemo_spelling)
+            if nemo_spelling:
+                data["scoring"] = with_nemo_judges(data["scoring"])
         if isinstance(solver, dict):
             solver = dict(solver)
             for key in ("service", "system_prompt"):

@@ -44,10 +44,10 @@ SOLVER_TYPES_BUILT: tuple[str, ...] = ("simple", "tool_calling", "gym_delegation
                                        "openclaw", "harbor")
 #: NeMo Evaluator 0.3.0's solver types nel does not run: refused by name, never ignored.
 SOLVER_TYPES_UNBUILT: tuple[str, ...] = ("agent", "nat", "oracle", "custom")
-#: Judge metric options nel's built-in rubric does not take.
-JUDGE_UNBUILT: tuple[str, ...] = ("rubric", "rubric_file", "system_prompt", "max_score",
-                                  "swap_check", "reference_free", "temperature", "timeout",
-                                  "max_retries")
+#: Judge metric options nel does not take (all of 0.3.0's are honoured: the rubric options
+#: by the `rubric` judge kind, benchmarks.judge_rubric; `timeout` and `max_retries` by the
+#: judge's client).
+JUDGE_UNBUILT: tuple[str, ...] = ()
 #: `openclaw` solver keys nel does not honour -> (what, fix). (It honours openclaw_bin,
 #: thinking, max_concurrent, context_window, idle_timeout_seconds.)
 OPENCLAW_UNBUILT: dict[str, tuple[str, str]] = {

@@ -180,7 +180,7 @@ RUNNABLE = _distinct([p for p in COPIES if REFUSED_KEY[p.stem] is None and p.ste
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
 def test_runnable_copy_runs_end_to_end(path: Path, tmp_path: Path, reference_server,
                                        server_stats, data_dir: Path) -> None:
-    # The judge configs point solver and judge at the same server: it says CORRECT to
+    # The judge configs point solver and judge at the same server: it gives the top grade to
     # the judge's prompt and answers the benchmark's questions with its default reply.
     url = reference_server()
     n = 3
@@ -192,7 +192,10 @@ def test_runnable_copy_runs_end_to_end(path: Path, tmp_path: Path, reference_ser
         # The judge gets its own server, which answers the grader's prompt (the solver's
         # server gives the benchmark's answers); on one server the run would also warn that
         # the model grades itself.
-        judge_url = reference_server(answers=[{"match": "Gold target", "content": "A"}])
+        # (0.3.0's rubric, which a NeMo-spelled judge metric grades on: the top score.)
+        judge_url = reference_server(answers=[{"match": "Gold target", "content": "A"},
+                                              {"match": "Score the following response",
+                                               "content": '{"score": 5, "reasoning": "right"}'}])
         args += ["-O", f"services.judge.url={judge_url}/chat/completions"]
     env = {"NEL_DATA_DIR": str(data_dir), "NEL_TEST_URL": f"{url}/chat/completions",
            "NEL_TEST_URL_COMPLETIONS": f"{url}/completions"}
@@ -355,8 +358,6 @@ def test_override_into_an_undefined_service_is_an_error(tmp_path: Path) -> None:
      "finding the ECS cluster"),
     ("    scoring:\n      metrics:\n        - {type: sandbox, name: run}\n",
      "benchmarks.0.scoring.metrics.0.type", "'sandbox' metrics"),
-    ("    scoring:\n      metrics:\n        - {type: judge, name: j, service: model, rubric: r,"
-     " allow_self_judge: true}\n", "benchmarks.0.scoring.metrics.0.rubric", "judge option"),
     ("    verifier: model\n", "benchmarks.0.verifier", "separate verifier services"),
     ("    context_window: 4096\n", "benchmarks.0.context_window", "context-window limits"),
     ("output:\n  timestamped: true\n", "output.timestamped", "timestamped output"),

@@ -24,18 +24,35 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
+from benchmarks.judge_rubric import (
+    DEFAULT_MAX_SCORE,
+    RUBRIC_MAX_TOKENS,
+    RUBRIC_TEMPERATURE,
+    RUBRIC_TEMPLATE,
+    RubricJudge,
+    check_rubric,
+)
 from benchmarks.scoring import SCORERS
 from benchmarks.uri_schemes import scheme_of
 from nel_resources.config import ScoringMetric, ServiceConfig
+from nel_resources.config.nemo_judges import NEMO_KIND
 from nel_resources.specs import RunSpec
 
 if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a config is checked
     from nel_assets.engine.evaluation.loop import Judge
     from nel_resources.model_client import ModelClient
+
+# Benchmarks 0.3.0 grades with a judge of their own (not its rubric): nel's kind stands in.
+_OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest"})
+
+# Judge options only the rubric kind reads (`system_prompt`, `temperature`, `timeout` and
+# `max_retries` apply to every kind).
+_RUBRIC_OPTIONS = ("rubric", "rubric_file", "max_score", "reference_free", "swap_check")
 
 # Scorers a `type: scorer` metric may name: the names (and aliases) of the scorer table.
 SCORER_NAMES = tuple(SCORERS.names(aliases=True))
@@ -104,6 +121,22 @@ def check_scoring(run: RunSpec) -> None:
     for m in scoring.metrics:
         if m.type == "scorer":
             _check_scorer_params(run.benchmark, m.name, m.params)
+        elif m.type == "judge":
+            kind = judge_kind_name(m, getattr(cls, "judge_kind", None))
+            if kind == "rubric":
+                rubric_judge(m)  # an unreadable rubric_file or a broken template, before the run
+                continue
+            from benchmarks.judges import get_judge_kind
+
+            try:
+                get_judge_kind(kind)
+            except KeyError as exc:
+                raise NelError(f"{run.benchmark}: judge {m.name!r}: {exc.args[0]} (or rubric)") from None
+            given = [k for k in _RUBRIC_OPTIONS if getattr(m, k) is not None]
+            if given:  # never silently dropped: they mean something only to the rubric kind
+                raise NelError(f"{run.benchmark}: judge {m.name!r} grades with the {kind!r} kind, "
+                               f"which does not take {', '.join(given)}; remove them or set "
+                               "`params: {kind: rubric}`")
     names = {m.name for m in scoring.metrics} | ({"default"} if scoring.include_defaults else set())
     if scoring.primary is not None and scoring.primary not in names:
         raise NelError(f"{run.benchmark}: scoring.primary {scoring.primary!r} is not a metric "
@@ -111,6 +144,50 @@ def check_scoring(run: RunSpec) -> None:
     if not names:
         raise NelError(f"{run.benchmark}: scoring has no metric (include_defaults is false and "
                        "metrics is empty)")
+
+
+def judge_kind_name(metric: ScoringMetric, benchmark_kind: str | None) -> str:
+    """The grader of a judge metric: `params.kind` when it names one (`nemo` = as NeMo
+    Evaluator 0.3.0 grades the benchmark: its rubric, unless 0.3.0 has a grader of the
+    benchmark's own, see nel_resources.config.nemo_judges); else the rubric when the metric
+    gives one; else the benchmark's kind, else the generic `correctness` kind."""
+    name = metric.params.get("kind")
+    if name == NEMO_KIND:
+        return benchmark_kind if benchmark_kind in _OWN_GRADER_IN_NEMO else "rubric"
+    if name:
+        return str(name)
+    if metric.rubric or metric.rubric_file:
+        return "rubric"
+    return benchmark_kind or "correctness"
+
+
+def rubric_judge(metric: ScoringMetric) -> Any:
+    """The rubric kind with the metric's options (`rubric`/`rubric_file`, `max_score`,
+    `system_prompt` is sent by `_ask`, `reference_free`, `swap_check`)."""
+    template = metric.rubric or RUBRIC_TEMPLATE
+    if metric.rubric_file:
+        try:
+            template = Path(metric.rubric_file).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise NelError(f"judge {metric.name!r}: cannot read rubric_file "
+                           f"{metric.rubric_file}: {exc.strerror or exc}") from None
+    try:
+        check_rubric(template)
+    except ValueError as exc:
+        raise NelError(f"judge {metric.name!r}: {exc}") from None
+    return RubricJudge(template=template, max_score=metric.max_score or DEFAULT_MAX_SCORE,
+                       reference_free=bool(metric.reference_free),
+                       swap_check=bool(metric.swap_check))
+
+
+def judge_overrides(metric: ScoringMetric, kind: Any) -> dict[str, Any] | None:
+    """Generation settings of a judge call: the rubric kind's are 0.3.0's judge client's
+    (temperature 0, 2,048 tokens), the metric's `temperature` replacing the first; other
+    kinds use the judge service's settings unless the metric sets `temperature`."""
+    if isinstance(kind, RubricJudge):
+        temperature = RUBRIC_TEMPERATURE if metric.temperature is None else metric.temperature
+        return {"temperature": temperature, "max_tokens": RUBRIC_MAX_TOKENS}
+    return None if metric.temperature is None else {"temperature": metric.temperature}
 
 
 @dataclass
@@ -132,6 +209,7 @@ class Grader:
         self.scorers = scorers
         self.include_defaults = include_defaults
         self.judge_kind = judge_kind
+        self._kinds: dict[str, Any] = {}
         if primary is None:
             if judges and judge_kind:
                 primary = judges[0].metric.name
@@ -144,29 +222,37 @@ class Grader:
     def _kind(self, jm: _JudgeMetric) -> Any:
         from benchmarks.judges import get_judge_kind
 
-        name = jm.metric.params.get("kind") or self.judge_kind or "correctness"
-        try:
-            return get_judge_kind(str(name))
-        except KeyError as exc:
-            raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
+        if jm.metric.name in self._kinds:  # built once: a rubric_file is read once per run
+            return self._kinds[jm.metric.name]
+        name = judge_kind_name(jm.metric, self.judge_kind)
+        if name == "rubric":
+            kind = rubric_judge(jm.metric)
+        else:
+            try:
+                kind = get_judge_kind(name)
+            except KeyError as exc:
+                raise NelError(f"{self.benchmark}: {exc.args[0]}") from None
+        self._kinds[jm.metric.name] = kind
+        return kind
 
-    async def _ask(self, jm: _JudgeMetric, prompt: str,
-                   kind_system: str | None = None) -> tuple[str, dict[str, Any]]:
+    async def _ask(self, jm: _JudgeMetric, prompt: str, kind_system: str | None = None,
+                   overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         from nel_assets.engine.evaluation.loop import JudgeError
         from nel_resources.model_client import ModelError
 
         messages: list[dict[str, Any]] = []
-        # The service's own system prompt wins; else the kind's (XSTest's authors used one).
-        system = jm.service.system_prompt or kind_system
+        # The metric's `system_prompt` wins, then the service's own; else the kind's
+        # (XSTest's authors used one; the rubric kind asks for strict JSON, as 0.3.0 does).
+        system = jm.metric.system_prompt or jm.service.system_prompt or kind_system
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
         t0 = time.perf_counter()
         try:
             if jm.service.protocol == "completions":
-                resp = await jm.client.generate(None, prompt)
+                resp = await jm.client.generate(None, prompt, overrides)
             else:
-                resp = await jm.client.generate(messages, None)
+                resp = await jm.client.generate(messages, None, overrides)
         except ModelError as exc:
             raise JudgeError(f"judge {jm.service_name!r} request failed ({exc.category}): "
                              f"{str(exc)[:300]}") from None
@@ -185,7 +271,8 @@ class Grader:
         kind = self._kind(jm)
         requests = kind.requests(seed, response)
         system = getattr(kind, "system_prompt", None)
-        answers = await asyncio.gather(*(self._ask(jm, r.prompt, system) for r in requests))
+        overrides = judge_overrides(jm.metric, kind)
+        answers = await asyncio.gather(*(self._ask(jm, r.prompt, system, overrides) for r in requests))
         calls, grades = [], {}
         for req, (reply, call) in zip(requests, answers, strict=True):
             try:
@@ -250,6 +337,12 @@ class Grader:
         return VerifyResult(reward, answer, details, verdict.metadata)
 
 
+def _with_metric_limits(service: ServiceConfig, metric: ScoringMetric) -> ServiceConfig:
+    """The judge service with the metric's `timeout` and `max_retries`, when it gives them."""
+    update = {k: getattr(metric, k) for k in ("timeout", "max_retries") if getattr(metric, k) is not None}
+    return service.model_copy(update=update) if update else service
+
+
 @contextlib.asynccontextmanager
 async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
     """Yield the grader of a (benchmark, model) run, or None without metrics.
@@ -270,9 +363,10 @@ async def make_judge(run: RunSpec) -> AsyncIterator[Judge | None]:
     async with contextlib.AsyncExitStack() as stack:
         judges = []
         for j in run.judges:
-            client = client_for_service(j.service)
+            service = _with_metric_limits(j.service, j.metric)
+            client = client_for_service(service)
             await stack.enter_async_context(client)
             await client.check()
-            judges.append(_JudgeMetric(j.metric, j.service_name, j.service, client))
+            judges.append(_JudgeMetric(j.metric, j.service_name, service, client))
         scorers = [m for m in scoring.metrics if m.type == "scorer"]
         yield Grader(run.benchmark, judges, scorers, scoring.include_defaults, scoring.primary, judge_kind)

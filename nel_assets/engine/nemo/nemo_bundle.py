@@ -193,10 +193,12 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
     return out
 
 
-def scorer_scores(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+def scorer_scores(rows: list[dict[str, Any]], names: list[str], prefix: str = "scorer") -> dict[str, Any]:
     """0.3.0's `scorer:<name>` entries beside the headline, one per configured scorer:
     `{value, ci_lower, ci_upper, correct, total}` over the scored samples (0.3.0 counts
-    samples, not questions), the interval a seeded bootstrap as there."""
+    samples, not questions), the interval a seeded bootstrap as there. With `prefix="judge"`
+    the same entries for the judge metrics (`judge:<name>`; 0.3.0 reports a judge only as
+    the headline, nel under its name too, so every `scoring.metrics` entry is there)."""
     import numpy as np
 
     from nel_assets.engine import stats
@@ -221,10 +223,12 @@ def scorer_scores(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any
             continue
         arr = np.asarray(v, dtype=float)
         b = stats.bootstrap_ci(np.mean, arr, n_resamples=1000, seed=0, max_block=250_000)
-        out[f"scorer:{n}"] = {"value": round(float(arr.mean()), 4),
+        out[f"{prefix}:{n}"] = {"value": round(float(arr.mean()), 4),
                               "ci_lower": round(float(b["ci_low"]), 4),
                               "ci_upper": round(float(b["ci_high"]), 4),
                               "correct": int((arr > 0).sum()), "total": int(arr.size)}
+        if prefix == "judge":  # a graded score, not right/wrong: no count of "correct"
+            del out[f"{prefix}:{n}"]["correct"]
     return out
 
 
@@ -323,7 +327,9 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     score = bundle["score"]
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
     scores: dict[str, Any] = headline_scores(rows, score, n_repeats)
-    scores.update(scorer_scores(rows, list((bundle.get("scoring") or {}).get("scorers") or [])))
+    scoring = bundle.get("scoring") or {}
+    scores.update(scorer_scores(rows, list(scoring.get("scorers") or [])))
+    scores.update(scorer_scores(rows, list(scoring.get("judges") or []), prefix="judge"))
     scores["summary"] = summary_block(rows)
     if groups := breakdowns(rows):
         scores["breakdowns"] = groups

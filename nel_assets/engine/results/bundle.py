@@ -201,6 +201,7 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     tags: dict[str, list[float]] = {}
     primaries: Counter[str] = Counter()
     scorer_names: dict[str, None] = {}
+    judge_names: dict[str, None] = {}  # the judge metrics, for `judge:<name>` in NeMo's bundle
     judge_prompt = judge_completion = 0
     n_judged = 0
     # Rows share their details text (a question's repeats): a text with neither metrics
@@ -222,6 +223,9 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
             primaries[str(d["primary"])] += 1
         scorer_names.update(dict.fromkeys(d.get("scorers") or {}))
         j = d.get("judge")
+        if isinstance(j, dict) and j.get("metric"):
+            judge_names[str(j["metric"])] = None
+        judge_names.update(dict.fromkeys(d.get("judges") or {}))
         if not isinstance(j, dict) or "kind" not in j:
             continue
         n_judged += 1
@@ -240,6 +244,8 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
         out["primary"] = primaries.most_common(1)[0][0]
     if scorer_names:
         out["scorers"] = sorted(scorer_names)
+    if judge_names:
+        out["judges"] = sorted(judge_names)
     if n_judged:
         out["judge"] = {"n_judged": n_judged, "prompt_tokens": judge_prompt,
                         "completion_tokens": judge_completion}
