@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout (e.g. /work/main)")
     ap.add_argument("--check", action="store_true", help="also compare the files both checkouts write")
     a = ap.parse_args()
-    if a.baseline is not None and not (a.baseline / "nel_assets" / "engine" / "evaluate.py").is_file():
+    if a.baseline is not None and not (a.baseline / "nel_assets" / "engine" / "evaluation" / "evaluate.py").is_file():
         raise SystemExit(f"--baseline {a.baseline}: not a nel checkout")
     repos = {"this": REPO, **({"baseline": a.baseline} if a.baseline is not None else {})}
     with tempfile.TemporaryDirectory() as tmp:

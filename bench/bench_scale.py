@@ -13,6 +13,10 @@ machine: no model request is sent, the rows are synthetic, the code is nel's rea
    `ResultStore.read_shards` (the merge), `build_bundle` (scores, CIs, runtime stats) and
    `build_model_bundle` (merge + bundle + report + every export file).
 4. A DuckDB query over the 1,000,000 rows through nel's `results` view.
+5. With --rss N: the peak RSS of `build_model_bundle` (merge + bundle + report + every export
+   file) over N synthetic rows in 8 shards, each build in a fresh child process (imports
+   included), and the sizes of the files it wrote; with --baseline DIR the checkout DIR
+   builds from the same store in the same command, alternating which goes first.
 
 Each figure is the median of --rounds rounds (the full bundle with exports: --export-rounds,
 default 1, as it takes minutes at 1M rows). The baseline for the planning figures is the
@@ -20,13 +24,17 @@ default 1, as it takes minutes at 1M rows). The baseline for the planning figure
 
     python bench/bench_scale.py                 # everything (several minutes, ~3 GB RAM)
     python bench/bench_scale.py --quick         # 100 and 1,000 partitions, 112k rows only
+    python bench/bench_scale.py --rss 1000000 --baseline /work/main --rounds 1   # memory only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -214,12 +222,73 @@ def bench_bundle(tmp: Path, n_rows: int, rounds: int, export_rounds: int, shards
     return {"rows": per * shards, "merge_s": merge, "stats_s": stats, "full_s": full, "duckdb_s": query}
 
 
+# Run in a child with a checkout's own code first on sys.path: one full bundle build.
+_RSS_CHILD = """
+import json, resource, sys, time
+from nel_assets.engine.evaluation import evaluate
+from nel_resources.storage.store import ResultStore
+t0 = time.perf_counter()
+evaluate.build_model_bundle(None, ResultStore(sys.argv[1]), "b", "m")
+wall = time.perf_counter() - t0
+print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "wall_s": wall}))
+"""
+
+
+def _export_sizes(root: Path) -> dict[str, float]:
+    """MB of each file the bundle build wrote under the benchmark folder (shards excluded)."""
+    out = {}
+    for p in sorted((root / "b").rglob("*")):
+        if p.is_file() and "shard_results" not in p.parts:
+            out[str(p.relative_to(root))] = round(p.stat().st_size / 1e6, 2)
+    return out
+
+
+def bench_rss(tmp: Path, n_rows: int, rounds: int, baseline: Path | None, shards: int = 8) -> dict[str, Any]:
+    """Peak RSS of a full bundle build over `n_rows` stored rows, per checkout (see 5. above)."""
+    store = ResultStore(tmp / f"rss-{n_rows}")
+    per = n_rows // shards
+    for s in range(shards):
+        store.write_shard("b", "m", s, synthetic_table(per, s, shards), {"fingerprint": f"f{s}", "n_failed": 0,
+                                                                       "data_version": f"d{s}"})
+    repos = {"this": Path(__file__).resolve().parents[1]}
+    if baseline is not None:
+        repos["baseline"] = baseline.resolve()
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in repos}
+    sizes: dict[str, dict[str, float]] = {}
+    for i in range(rounds):
+        order = list(repos) if i % 2 == 0 else list(reversed(repos))
+        for name in order:
+            env = {**os.environ, "PYTHONPATH": str(repos[name])}
+            p = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(store.root)], capture_output=True,
+                               text=True, env=env, cwd=repos[name])
+            if p.returncode != 0:
+                raise SystemExit(f"{name}: bundle build failed:\n{p.stderr}")
+            runs[name].append(json.loads(p.stdout.strip().splitlines()[-1]))
+            sizes[name] = _export_sizes(store.root)
+            print(f"  {name}: {per * shards:,} rows: peak RSS {runs[name][-1]['rss_mb']:.1f} MB, "
+                  f"{runs[name][-1]['wall_s']:.1f} s", flush=True)
+    res: dict[str, Any] = {"rows": per * shards}
+    for name in repos:
+        res[name] = {"peak_rss_mb": statistics.median(r["rss_mb"] for r in runs[name]),
+                     "wall_s": round(statistics.median(r["wall_s"] for r in runs[name]), 2),
+                     "files_mb": sizes[name]}
+    print(json.dumps(res, indent=2), flush=True)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--export-rounds", type=int, default=1, help="rounds of the full bundle with exports")
     ap.add_argument("--quick", action="store_true", help="100 and 1,000 partitions, 112k rows")
+    ap.add_argument("--rss", type=int, default=None, metavar="N",
+                    help="only the peak RSS of a full bundle build over N rows (child processes)")
+    ap.add_argument("--baseline", type=Path, default=None, help="with --rss: another checkout (e.g. /work/main)")
     args = ap.parse_args()
+    if args.rss is not None:
+        with tempfile.TemporaryDirectory(prefix="nel-scale-") as d:
+            bench_rss(Path(d), args.rss, args.rounds, args.baseline)
+        return
     sizes = [100, 1_000] if args.quick else [100, 1_000, 10_000]
     rows = [112_000] if args.quick else [112_000, 1_000_000]
     with tempfile.TemporaryDirectory(prefix="nel-scale-") as d:

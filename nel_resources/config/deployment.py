@@ -145,6 +145,9 @@ class OutputConfig(_Strict):
     # None = nel's layout (one stable directory, so reruns only evaluate stale shards).
     timestamped: bool | None = None
     progress_interval: float | None = Field(None, gt=0)
+    # nel's `messages` key in trajectories.jsonl: the conversation `trajectory` already holds
+    # (~21% of the file), which 0.3.0 neither writes nor reads; off unless asked.
+    trajectory_messages: bool = False
 
     @field_validator("dir", "dagster_home")
     @classmethod

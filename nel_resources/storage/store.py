@@ -183,12 +183,16 @@ class ResultStore:
         return self._committed_shard_files(bench, model)
 
     def read_shards(self, bench: str, model: str, shards: Iterable[int] | None = None,
-                    *, columns: Sequence[str] | None = None) -> pa.Table:
+                    *, columns: Sequence[str] | None = None,
+                    dictionary: Sequence[str] = ()) -> pa.Table:
         """All committed shard rows of one (benchmark, model), concatenated.
 
         `columns` reads only those (the ones a file lacks come out as nulls, as with every
         column when shards of older and newer schemas are concatenated): a bundle needs
         neither the prompts nor the request messages, most of a table's bytes.
+        `dictionary` names string columns read dictionary-encoded (one copy of each distinct
+        value and a code per row: repeated texts such as categories or scoring details cost
+        4 bytes a row, not their length), with one dictionary across the shards.
         """
         import pyarrow.parquet as pq
 
@@ -199,20 +203,35 @@ class ResultStore:
         for f in self._committed_shard_files(bench, model, shards):
             # One file, read as such: `pq.read_table` would go through the datasets layer
             # (its code alone is ~8 MB of resident pages) for the same table.
-            with pq.ParquetFile(f) as pf:
+            with pq.ParquetFile(f, read_dictionary=list(dictionary) or None) as pf:
                 cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
                 tables.append(pf.read(columns=cols))
         if not tables:
             empty = empty_results()
             return empty if columns is None else empty.select([c for c in columns if c in empty.column_names])
+        if dictionary:
+            # the same column type in every file (a file lacking the column adds nulls)
+            want = {f.name: f.type for t in tables for f in t.schema if f.name in dictionary}
+            tables = [t.cast(pa.schema([pa.field(f.name, want.get(f.name, f.type)) for f in t.schema]))
+                      if any(t.schema.field(n).type != ty for n, ty in want.items() if n in t.column_names)
+                      else t for t in tables]
+            return pa.concat_tables(tables, promote_options="default").unify_dictionaries()
         return pa.concat_tables(tables, promote_options="default")
 
-    def iter_shard_batches(self, bench: str, model: str, *, batch_size: int = 256) -> Iterator[pa.RecordBatch]:
+    def shard_columns(self, bench: str, model: str, *, columns: Sequence[str],
+                      dictionary: Sequence[str] = ()) -> ShardColumns:
+        """The committed rows of (benchmark, model) as `ShardColumns`: each column is read
+        from the files when asked for, and not kept (see there)."""
+        return ShardColumns(self._committed_shard_files(bench, model), columns, dictionary)
+
+    def iter_shard_batches(self, bench: str, model: str, *, batch_size: int = 256,
+                           columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The rows `read_shards` returns, in the same order, `batch_size` at a time.
 
         One file is decoded a batch at a time: a caller that turns rows into Python objects
         (the 0.3.0 exports) never holds more than a batch of them, nor the whole table.
-        A batch of an older shard file simply lacks the columns added since.
+        A batch of an older shard file simply lacks the columns added since. `columns`
+        reads only those (the ones a file has).
         """
         import pyarrow.parquet as pq
 
@@ -222,7 +241,8 @@ class ResultStore:
             with pq.ParquetFile(f) as pf:
                 # One thread: a batch is too small for Arrow's thread pool to pay off (on a
                 # 42,208-row shard it cost ~25% more CPU, and no less wall time, than this).
-                yield from pf.iter_batches(batch_size=batch_size, use_threads=False)
+                cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+                yield from pf.iter_batches(batch_size=batch_size, columns=cols, use_threads=False)
 
     def models(self, bench: str) -> list[str]:
         """Model keys with at least one committed shard."""
@@ -248,3 +268,65 @@ class ResultStore:
     def read_bundle(self, bench: str, model: str) -> dict[str, Any] | None:
         p = self.bundle_dir(bench, model) / "bundle.json"
         return json.loads(p.read_text()) if p.exists() else None
+
+
+class ShardColumns:
+    """A (benchmark, model)'s committed rows, read one column at a time when asked for.
+
+    Has the table methods a bundle build uses (`column`, `column_names`, `num_rows`,
+    `select`), with the rows of `read_shards(columns=..., dictionary=...)`, but keeps no
+    column: each `column()` reads it from the Parquet files again and the caller's
+    reference is the only one. A bundle over 1,000,000 rows held its whole table (114 MB)
+    through every statistic; this way only the columns one statistic is working on are in
+    memory, and re-reading a column costs milliseconds.
+    """
+
+    def __init__(self, files: Sequence[Path], columns: Sequence[str], dictionary: Sequence[str] = ()) -> None:
+        import pyarrow.parquet as pq
+
+        import nel_resources.storage.arrow  # noqa: F401 (pyarrow without pandas)
+
+        self._files = list(files)
+        self._dictionary = [c for c in dictionary if c in columns]
+        names: set[str] = set()
+        self.num_rows = 0
+        for f in self._files:
+            with pq.ParquetFile(f) as pf:
+                names.update(pf.schema_arrow.names)
+                self.num_rows += pf.metadata.num_rows
+        # the columns some file has, in the order asked (a file lacking one reads nulls)
+        self.column_names = [c for c in columns if c in names]
+
+    def _type(self, name: str) -> pa.DataType:
+        from nel_resources.storage.arrow import pa
+        from nel_resources.storage.schema import RESULT_SCHEMA
+
+        t = RESULT_SCHEMA.field(name).type if name in RESULT_SCHEMA.names else pa.string()
+        return pa.dictionary(pa.int32(), t) if name in self._dictionary else t
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        """One column of every committed row, read now."""
+        import pyarrow.parquet as pq
+
+        from nel_resources.storage.arrow import pa
+
+        if name not in self.column_names:
+            raise KeyError(name)
+        want = self._type(name)
+        chunks = []
+        for f in self._files:
+            with pq.ParquetFile(f, read_dictionary=[name] if name in self._dictionary else None) as pf:
+                if name in pf.schema_arrow.names:
+                    col = pf.read(columns=[name]).column(0)
+                    chunks += (col if col.type == want else col.cast(want)).chunks
+                else:
+                    chunks.append(pa.nulls(pf.metadata.num_rows, type=want))
+        out = pa.chunked_array(chunks, type=want)
+        return out.unify_dictionaries() if name in self._dictionary else out
+
+    def select(self, names: Sequence[str]) -> pa.Table:
+        """Those columns (the ones there are) as one table, read now."""
+        from nel_resources.storage.arrow import pa
+
+        keep = [c for c in names if c in self.column_names]
+        return pa.table({c: self.column(c) for c in keep})

@@ -78,7 +78,8 @@ def test_every_plain_benchmark_runs_and_scores_gold(tmp_path: Path, reference_se
         assert r["n_items"] == N and r["failed"] == 0, (name, r)
         assert r["score"] == pytest.approx(1.0), (name, r)
         traj = trajectories(r)
-        assert traj[0]["messages"][0] == {"role": "system", "content": "Be brief."}
+        assert traj[0]["system_prompt"] == "Be brief."
+        assert traj[0]["trajectory"][0]["steps"][0] == {"source": "system", "message": "Be brief.", "step_id": 1}
         assert traj[0]["scoring_details"]["method"] not in (None, "none")
     drop = trajectories(by["drop"])
     assert {t["seed_metadata"]["cluster"] for t in drop} == {"nfl_fixture_1"}

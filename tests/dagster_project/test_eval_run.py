@@ -62,8 +62,10 @@ def test_run_writes_store_bundle_exports_and_reruns_nothing(
     assert ev["metrics"]["ci_95"][0] < 0.5 < ev["metrics"]["ci_95"][1]
     assert len((exp / "results.jsonl").read_text().splitlines()) == n
     traj = [json.loads(x) for x in (exp / "trajectories.jsonl").read_text().splitlines()]
-    assert traj[0]["messages"][-1]["role"] == "assistant"
-    assert traj[0]["messages"][0]["role"] == "user"
+    # the conversation is the ATIF `trajectory` (nel's `messages` copy only when asked)
+    steps = traj[0]["trajectory"][0]["steps"]
+    assert steps[0]["source"] == "user" and steps[-1]["source"] == "agent"
+    assert "messages" not in traj[0]
     rt = json.loads((exp / "runtime_stats.json").read_text())
     assert rt["latency_ms"]["p50"] > 0 and rt["finish_reasons"] == {"stop": n}
     # as NeMo Evaluator, failure_analysis.json only when some step failed

@@ -314,16 +314,7 @@ def evaluate_shard(
     # would log the interrupt and carry on (interrupts.py).
     sent, prior, fp, idx_range = run_interruptibly(go())
     table = builder.table()
-    cols = {c: table.column(c).to_pylist() for c in ("sample_id", "reward", "response", "error",
-                                                     "failure_category")}
-    data_version = hashlib.sha256(orjson.dumps(list(zip(
-        cols["sample_id"], cols["reward"], cols["response"], cols["error"], strict=True)))).hexdigest()[:16]
-    rewards = [x for x in cols["reward"] if x is not None]
-    n_rows = table.num_rows
-    n_err = sum(1 for e in cols["error"] if e is not None)
-    n_failed = sum(1 for e, f in zip(cols["error"], cols["failure_category"], strict=True)
-                   if needs_retry({"error": e, "failure_category": f}))
-    del cols
+    data_version, n_rows, n_err, n_failed, reward_sum, n_rewards = _shard_summary(table, needs_retry)
     path = store.write_shard(bench_name, model, shard, table, {
         "fingerprint": fp, "data_version": data_version, "n_rows": n_rows, "run_id": run_id,
         "n_failed": n_failed,
@@ -334,9 +325,39 @@ def evaluate_shard(
         **({"provenance": provenance} if provenance else {}),
     })
     store.journal_path(bench_name, model, shard, fp).unlink(missing_ok=True)
-    mean = sum(rewards) / len(rewards) if rewards else None
+    mean = reward_sum / n_rewards if n_rewards else None
     return ShardOutcome(path, n_rows, data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
+
+
+def _shard_summary(table: Any, needs_retry: Callable[[dict[str, Any]], bool]
+                   ) -> tuple[str, int, int, int, float, int]:
+    """(data version, rows, errors, failed samples to retry, reward sum, rewards) of a shard.
+
+    Read a batch of rows at a time: the whole shard's ids, responses and rewards as Python
+    lists were ~8 MB at 42,208 samples, growing with the shard. The data version hashes the
+    same bytes as `orjson.dumps` of every row's (sample_id, reward, response, error).
+    """
+    h = hashlib.sha256(b"[")
+    n_err = n_failed = n_rewards = 0
+    reward_sum: float = 0
+    first = True
+    for batch in table.to_batches(max_chunksize=4096):
+        ids, rewards, responses, errors, cats = (batch.column(c).to_pylist() for c in (
+            "sample_id", "reward", "response", "error", "failure_category"))
+        if batch.num_rows:
+            h.update((b"" if first else b",") + orjson.dumps(list(zip(ids, rewards, responses, errors,
+                                                                       strict=True)))[1:-1])
+            first = False
+        for x in rewards:
+            if x is not None:
+                reward_sum += x  # in row order, as `sum` over the column did
+                n_rewards += 1
+        n_err += sum(1 for e in errors if e is not None)
+        n_failed += sum(1 for e, f in zip(errors, cats, strict=True)
+                        if needs_retry({"error": e, "failure_category": f}))
+    h.update(b"]")
+    return h.hexdigest()[:16], table.num_rows, n_err, n_failed, reward_sum, n_rewards
 
 
 class _LazyTableBuilder:
@@ -427,6 +448,16 @@ def _nemo_config(run: RunSpec | None, bench_name: str, bundle: dict[str, Any],
 _EXPORT_BATCH_ROWS = 256
 
 
+def _line_columns(nel_config: dict[str, Any]) -> tuple[str, ...]:
+    """The stored columns the export lines read: the request messages only when the
+    trajectories keep them (`output.trajectory_messages`), as they are the longest text."""
+    from nel_assets.engine.nemo.nemo_lines import LINE_COLUMNS
+
+    if (nel_config.get("output") or {}).get("trajectory_messages"):
+        return LINE_COLUMNS
+    return tuple(c for c in LINE_COLUMNS if c != "messages")
+
+
 def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
                        model: str, *, config_json: str | None = None
                        ) -> tuple[dict[str, Any], dict[str, Path]]:
@@ -446,19 +477,32 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     """
     from nel_assets.engine.nemo.exports import move_other_model_exports, write_exports
     from nel_assets.engine.reports.report import render_markdown
-    from nel_assets.engine.results.bundle import BUNDLE_COLUMNS, build_bundle, bundle_row
+    from nel_assets.engine.results.bundle import (
+        BUNDLE_COLUMNS,
+        DICTIONARY_COLUMNS,
+        TEXT_COLUMNS,
+        build_bundle,
+        bundle_row,
+    )
     from nel_assets.engine.results.cost import bundle_cost
     from nel_assets.engine.results.provenance import bundle_provenance
 
-    # The bundle's columns only: the exports stream every column from the store themselves.
-    table = store.read_shards(bench_name, model, columns=BUNDLE_COLUMNS)
+    # The bundle's columns only, read a column at a time as each statistic needs it (never
+    # the whole table at once), without the long per-row texts (streamed where needed) and
+    # with the repeated ones dictionary-encoded. The exports stream every column themselves.
+    table = store.shard_columns(bench_name, model, columns=[c for c in BUNDLE_COLUMNS if c not in TEXT_COLUMNS],
+                                dictionary=DICTIONARY_COLUMNS)
+
+    def texts(columns: tuple[str, ...]) -> Any:
+        return store.iter_shard_batches(bench_name, model, batch_size=4096, columns=columns)
+
     harness = next((r["harness"] for r in store.shard_records(bench_name, model).values()
                     if r.get("harness")), None)
     if table.num_rows == 0 and harness is None:
         raise NelError(f"{bench_name}/{model}: no shard results to bundle yet")
     model_id = run.service.config.model if run is not None else None
     expected_shards = run.shards if run is not None else None
-    present = sorted({int(s) for s in table.column("shard").to_pylist()})
+    present = sorted({int(s) for s in table.column("shard").unique().to_pylist() if s is not None})
     extra = {"shards_expected": expected_shards,
              "complete": expected_shards is None or present == list(range(expected_shards)),
              "shard_versions": _shard_versions(store, bench_name, model)}
@@ -471,7 +515,8 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     cost = bundle_cost(table, run.service.config.pricing if run is not None else None)
     if cost is not None:
         extra["cost"] = cost
-    bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra)
+    bundle = build_bundle(table, benchmark=bench_name, model=model, model_id=model_id, extra=extra,
+                          texts=texts)
     if harness is not None:  # a container:// harness: its scores, as it reported them
         from nel_assets.engine.solvers.container_shard import harness_bundle_score
 
@@ -492,7 +537,8 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
                           nel_config=summary,
                           sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)),
-                          batches=store.iter_shard_batches(bench_name, model, batch_size=_EXPORT_BATCH_ROWS))
+                          batches=store.iter_shard_batches(bench_name, model, batch_size=_EXPORT_BATCH_ROWS,
+                                                           columns=_line_columns(summary)))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
     return bundle, paths
 

@@ -32,7 +32,8 @@ _SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "failure_categor
 _BATCH_ROWS = 256  # rows turned into Python objects at a time (one write call per file each)
 
 
-def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]) -> None:
+def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch], *,
+                      messages: bool = False) -> None:
     """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
 
     Only one batch of rows exists as Python objects at a time (never the whole table's);
@@ -40,7 +41,7 @@ def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.Re
     """
     tmp_r = results.with_name(f".{results.name}.tmp{os.getpid()}")
     tmp_t = trajectories.with_name(f".{trajectories.name}.tmp{os.getpid()}")
-    builder = LineBuilder()
+    builder = LineBuilder(messages=messages)
     with open(tmp_r, "wb") as fr, open(tmp_t, "wb") as ft:
         for batch in batches:
             res, trj = builder.lines(batch)
@@ -48,16 +49,6 @@ def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.Re
             ft.write(b"".join(trj))
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
-
-
-def _rows(table: pa.Table, columns: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The table's rows as dicts of `columns` (those it has): `Table.to_pylist` builds the
-    same dicts a key at a time, this zips whole converted columns."""
-    names = [c for c in columns if c in table.column_names]
-    if not names:
-        return [{} for _ in range(table.num_rows)]
-    return [dict(zip(names, vals, strict=True))
-            for vals in zip(*(table.column(c).to_pylist() for c in names), strict=True)]
 
 
 def eval_file_name(bundle: dict[str, Any]) -> str:
@@ -115,7 +106,8 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
             `bundle.BUNDLE_COLUMNS` when `batches` brings the rows.
         bundle: nel's bundle of those rows (`build_bundle`).
         config: the bundle's `config` in 0.3.0's shape (`nemo_format.run_config`).
-        nel_config: nel's resolved config without secrets (kept as `nel_config`).
+        nel_config: nel's resolved config without secrets (kept as `nel_config`); its
+            `output.trajectory_messages` adds nel's `messages` key to trajectory lines.
         sweep: folders whose 0.3.0 files go once the new ones are in place: nel's older
             `exports/<model>/`, or `<out>/<bench>/` when the benchmark gained a second
             model (0.3.0's `eval report`/`eval merge` search a directory tree for
@@ -134,12 +126,14 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     # The run-level documents first: they read a few short columns, as dicts only until the
     # documents are built, and the per-line files then reuse that memory.
     runtime = nb.runtime_block(table, bundle["runtime"])
-    rows = _rows(table, _SUMMARY_COLUMNS)
-    failures = nb.failure_block(rows, bundle["failures"]) if has_failures(table) else None
-    eval_doc = nb.bundle_document(rows, bundle, config, nel_config, runtime=runtime)
-    del rows
+    # numpy arrays and codes, not a dict per row (~500 MB at 1,000,000 rows)
+    steps = nb.step_columns(table.select([c for c in _SUMMARY_COLUMNS if c in table.column_names]))
+    failures = nb.failure_block(steps, bundle["failures"]) if has_failures(table) else None
+    eval_doc = nb.bundle_document(steps, bundle, config, nel_config, runtime=runtime)
+    del steps
     _write_line_files(paths["results"], paths["trajectories"],
-                      table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches)
+                      table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches,
+                      messages=bool(((nel_config or {}).get("output") or {}).get("trajectory_messages")))
     write_json_atomic(paths["runtime_stats"], runtime)
     if failures is not None:
         write_json_atomic(paths["failure_analysis"], failures)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -77,7 +78,8 @@ def runtime_block(table: pa.Table, nel_runtime: dict[str, Any]) -> dict[str, Any
     reasons: dict[str, int] = {}
     if finish is not None:
         finish = finish.filter(ok)
-        if pa.types.is_string(finish.type):
+        if pa.types.is_string(finish.type) or (
+                pa.types.is_dictionary(finish.type) and pa.types.is_string(finish.type.value_type)):
             # value_counts keeps the order of first appearance, as Counter does
             vc = finish.value_counts()
             reasons = {v: int(c) for v, c in zip(vc.field("values").to_pylist(),
@@ -100,22 +102,68 @@ def runtime_block(table: pa.Table, nel_runtime: dict[str, Any]) -> dict[str, Any
     return {**out, **{k: v for k, v in nel_runtime.items() if k not in out}}
 
 
-def failure_block(rows: list[dict[str, Any]], nel_failures: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class StepColumns:
+    """The columns the `eval-*.json` blocks read, as numpy arrays and codes: no dict per row
+    (the exports of 1,000,000 rows held ~500 MB of row dicts before).
+
+    `details` and `category` are `(codes, values)` as `columns.encoded` gives them; the
+    failure categories are counted, with their first exemplars, when built."""
+
+    n: int
+    pid: np.ndarray
+    scored: np.ndarray  # the reward is not null
+    reward: np.ndarray  # float64, NaN where null
+    details: tuple[np.ndarray, list[Any]]
+    category: tuple[np.ndarray, list[Any]]
+    failures: dict[str, tuple[int, list[dict[str, Any]]]]  # {category: (count, exemplars)}
+
+
+def step_columns(rows: pa.Table | list[dict[str, Any]] | StepColumns) -> StepColumns:
+    """`StepColumns` of a table (or of row dicts, or as given)."""
+    import numpy as np
+
+    from nel_assets.engine.results.columns import encoded, valid_mask
+    from nel_resources.storage.arrow import pa
+
+    if isinstance(rows, StepColumns):
+        return rows
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
+    n = table.num_rows
+    scored = valid_mask(table, "reward")
+    reward = np.full(n, np.nan)
+    if scored.any():
+        reward[scored] = np.asarray(table.column("reward").drop_null().to_numpy(), dtype=float).reshape(-1)
+    pid = (np.asarray(table.column("problem_idx").to_numpy(zero_copy_only=False)).reshape(-1)
+           if "problem_idx" in table.column_names else np.zeros(n, dtype=np.int64))
+    codes, cats = encoded(table, "failure_category", empty_is_null=True)
+    failures: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+    for k, cat in enumerate(cats):
+        where = np.flatnonzero(codes == k)
+        failures[cat] = (int(where.size), [
+            {"problem_idx": _at(table, "problem_idx", i), "repeat": _at(table, "repeat", i),
+             "error": _at(table, "error", i) or cat} for i in where[:3].tolist()])
+    return StepColumns(n, pid, scored, reward, encoded(table, "details", empty_is_null=True),
+                       encoded(table, "category"), failures)
+
+
+def _at(table: pa.Table, name: str, i: int) -> Any:
+    return table.column(name)[i].as_py() if name in table.column_names else None
+
+
+def failure_block(rows: pa.Table | list[dict[str, Any]] | StepColumns,
+                  nel_failures: dict[str, Any]) -> dict[str, Any]:
     """`failure_analysis.json`: 0.3.0's report (count, percentage, three exemplars per
     category), with nel's rate, examples and request counts alongside."""
-    n = len(rows)
-    by_cat: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("failure_category"):
-            by_cat.setdefault(r["failure_category"], []).append(r)
-    total = sum(len(v) for v in by_cat.values())
+    cols = step_columns(rows)
+    n = cols.n
+    total = sum(count for count, _ in cols.failures.values())
     nel_cats = nel_failures.get("categories") or {}
     cats = {}
-    for cat, items in by_cat.items():
+    for cat, (count, exemplars) in cols.failures.items():
         cats[cat] = {
-            "count": len(items), "percentage": round(len(items) / n, 4) if n else 0,
-            "exemplars": [{"problem_idx": r["problem_idx"], "repeat": r["repeat"],
-                           "error": r.get("error") or cat} for r in items[:3]],
+            "count": count, "percentage": round(count / n, 4) if n else 0,
+            "exemplars": exemplars,
             **{k: v for k, v in (nel_cats.get(cat) or {}).items() if k != "count"},
         }
     out = {"total_steps": n, "total_failures": total,
@@ -143,7 +191,7 @@ def _bootstrap(values: np.ndarray) -> dict[str, Any]:
     return {"bootstrap_ci_lower": round(float(b["ci_low"]), 4), "bootstrap_ci_upper": round(float(b["ci_high"]), 4)}
 
 
-def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats: int) -> dict[str, Any]:
+def headline_scores(rows: pa.Table | list[dict[str, Any]] | StepColumns, score: dict[str, Any], n_repeats: int) -> dict[str, Any]:
     """0.3.0's headline entries: `pass@1` (and `pass@<repeats>`) for 0/1 rewards, else
     `mean_reward`; each `{value, ci_lower, ci_upper, bootstrap_ci_lower, bootstrap_ci_upper}`.
 
@@ -154,28 +202,22 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
 
     from nel_assets.engine import stats
 
-    pids: list[int] = []
-    rewards: list[float] = []
-    for r in rows:
-        if r.get("reward") is not None:
-            pids.append(int(r["problem_idx"]))
-            rewards.append(float(r["reward"]))
-    if not pids:
+    cols = step_columns(rows)
+    if not cols.scored.any():
         return {}
-    flat = np.asarray(rewards, dtype=float)
-    if not np.isin(flat, (0.0, 1.0)).all():
-        per_q: dict[int, list[float]] = {}
-        for p, x in zip(pids, rewards, strict=True):
-            per_q.setdefault(p, []).append(x)
-        means = np.asarray([sum(v) / len(v) for v in per_q.values()])
-        return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
-                                **_ci(score), **_bootstrap(means), "ci_method": score.get("ci_method")}}
-    # Samples and correct samples per question, the questions in order of first appearance
-    # (the order the bootstrap draws from): counted by numpy, not grouped row by row.
-    _, first, inv = np.unique(np.asarray(pids, dtype=np.int64), return_index=True, return_inverse=True)
+    flat = cols.reward[cols.scored]
+    # Questions in order of first appearance (the order the bootstrap draws from), counted
+    # by numpy, not grouped row by row.
+    _, first, inv = np.unique(cols.pid[cols.scored].astype(np.int64), return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.intp)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)
     q = rank[inv.reshape(-1)]
+    if not np.isin(flat, (0.0, 1.0)).all():
+        # bincount adds each question's rewards in row order, as `sum` over its list did
+        means = np.bincount(q, weights=flat, minlength=first.size) / np.bincount(q, minlength=first.size)
+        return {"mean_reward": {"value": round(float(score.get("mean") or means.mean()), 4),
+                                **_ci(score), **_bootstrap(means), "ci_method": score.get("ci_method")}}
+    # Samples and correct samples per question
     n = np.bincount(q, minlength=first.size)
     c = np.bincount(q[flat > 0], minlength=first.size)
     out: dict[str, Any] = {}
@@ -193,7 +235,8 @@ def headline_scores(rows: list[dict[str, Any]], score: dict[str, Any], n_repeats
     return out
 
 
-def scorer_scores(rows: list[dict[str, Any]], names: list[str], prefix: str = "scorer") -> dict[str, Any]:
+def scorer_scores(rows: pa.Table | list[dict[str, Any]] | StepColumns, names: list[str],
+                  prefix: str = "scorer") -> dict[str, Any]:
     """0.3.0's `scorer:<name>` entries beside the headline, one per configured scorer:
     `{value, ci_lower, ci_upper, correct, total}` over the scored samples (0.3.0 counts
     samples, not questions), the interval a seeded bootstrap as there. With `prefix="judge"`
@@ -205,23 +248,23 @@ def scorer_scores(rows: list[dict[str, Any]], names: list[str], prefix: str = "s
 
     if not names:
         return {}
-    parsed: dict[str, dict[str, Any]] = {}  # a question's repeats share their details text
-    values: dict[str, list[float]] = {n: [] for n in names}
-    for r in rows:
-        raw = r.get("details")
-        if r.get("reward") is None or not raw:
-            continue
-        d = parsed.get(raw)
-        if d is None:
-            d = parsed[raw] = orjson.loads(raw).get("metrics") or {}
-        for n in names:
+    cols = step_columns(rows)
+    codes, texts = cols.details
+    parsed = [orjson.loads(raw).get("metrics") or {} for raw in texts]  # a text once
+    take = cols.scored & (codes >= 0)
+    values: dict[str, Any] = {}
+    for n in names:
+        has = np.zeros(len(texts) + 1, dtype=bool)
+        at = np.zeros(len(texts) + 1)
+        for c, d in enumerate(parsed):
             if d.get(n) is not None:
-                values[n].append(float(d[n]))
+                has[c], at[c] = True, float(d[n])
+        values[n] = at[codes[take & has[codes]]]  # row order, as appended row by row
     out: dict[str, Any] = {}
     for n, v in values.items():
-        if not v:
+        if not v.size:
             continue
-        arr = np.asarray(v, dtype=float)
+        arr = v
         b = stats.bootstrap_ci(np.mean, arr, n_resamples=1000, seed=0, max_block=250_000)
         out[f"{prefix}:{n}"] = {"value": round(float(arr.mean()), 4),
                               "ci_lower": round(float(b["ci_low"]), 4),
@@ -232,7 +275,7 @@ def scorer_scores(rows: list[dict[str, Any]], names: list[str], prefix: str = "s
     return out
 
 
-def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, Any]:
+def breakdowns(rows: pa.Table | list[dict[str, Any]] | StepColumns, max_groups: int = 50) -> dict[str, Any]:
     """`scores.breakdowns`: the mean reward per value of every scoring-details field that
     every row has as a short string or a bool, with 2 to `max_groups` distinct values (0.3.0's
     rule); `{field: [{group, n, mean_reward, ci_lower, ci_upper}]}` over scored rows."""
@@ -243,22 +286,14 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
     # Rows share their details text (a question's repeats, a scorer's fixed fields): each
     # distinct text is parsed once, and a group's rewards are then picked out of the reward
     # array with one mask, in row order, rather than appended row by row.
-    codes_of: dict[str, int] = {}
-    codes: list[int] = []
-    rewards: list[float] = []
-    for r in rows:
-        raw, reward = r.get("details"), r.get("reward")
-        if reward is None or not raw:
-            return {}  # a failed or detail-less row: no field is in every row
-        code = codes_of.get(raw)
-        if code is None:
-            code = codes_of[raw] = len(codes_of)
-        codes.append(code)
-        rewards.append(float(reward))
-    n = len(rewards)
-    code_arr = np.asarray(codes, dtype=np.intp)
+    cols = step_columns(rows)
+    code_arr, texts = cols.details
+    if not (cols.scored.all() and (code_arr >= 0).all()):
+        return {}  # a failed or detail-less row: no field is in every row
+    codes_of = dict(zip(texts, range(len(texts)), strict=True))  # in order of first appearance
+    n = cols.n
     per_code = np.bincount(code_arr, minlength=len(codes_of))  # rows per distinct text
-    reward_arr = np.asarray(rewards, dtype=float)
+    reward_arr = cols.reward
     # {field: {value: [codes]}} over the distinct texts in order of first appearance (so the
     # fields come out in the order their first row gives them), and how many rows have each
     # field. A field past `max_groups` values can no longer qualify: its groups are dropped
@@ -288,11 +323,12 @@ def breakdowns(rows: list[dict[str, Any]], max_groups: int = 50) -> dict[str, An
     return out
 
 
-def summary_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_block(rows: pa.Table | list[dict[str, Any]] | StepColumns) -> dict[str, Any]:
     """0.3.0's `scores.summary` over the scored rewards."""
     import numpy as np
 
-    arr = np.asarray([r["reward"] for r in rows if r.get("reward") is not None], dtype=float)
+    cols = step_columns(rows)
+    arr = cols.reward[cols.scored]
     if arr.size == 0:
         return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "median": 0.0, "n": 0}
     return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
@@ -300,30 +336,38 @@ def summary_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "n": int(arr.size)}
 
 
-def categories_block(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def categories_block(rows: pa.Table | list[dict[str, Any]] | StepColumns) -> dict[str, Any] | None:
     """`benchmark.categories`: `{category: {mean_reward, n}}` (n = steps), when rows have one."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("category") is not None:
-            groups.setdefault(str(r["category"]), []).append(r)
-    if not groups:
+    import numpy as np
+
+    cols = step_columns(rows)
+    codes, values = cols.category
+    if not values:
         return None
-    out = {}
-    for cat in sorted(groups):
-        scored = [float(r["reward"]) for r in groups[cat] if r.get("reward") is not None]
-        out[cat] = {"mean_reward": round(sum(scored) / len(scored), 4) if scored else 0.0, "n": len(groups[cat])}
-    return out
+    keys = sorted({str(v) for v in values})
+    key_of = np.asarray([keys.index(str(v)) for v in values] + [-1], dtype=np.intp)
+    k = key_of[codes]
+    has = k >= 0
+    n = np.bincount(k[has], minlength=len(keys))
+    hit = has & cols.scored
+    scored = np.bincount(k[hit], minlength=len(keys))
+    # bincount adds in row order, as `sum` over each group's list did
+    sums = np.bincount(k[hit], weights=cols.reward[hit], minlength=len(keys))
+    return {cat: {"mean_reward": round(float(sums[i]) / int(scored[i]), 4) if scored[i] else 0.0,
+                  "n": int(n[i])} for i, cat in enumerate(keys)}
 
 
-def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, Any],
+def bundle_document(table: pa.Table | list[dict[str, Any]] | StepColumns, bundle: dict[str, Any],
                     config: dict[str, Any], nel_config: dict[str, Any] | None = None, *,
                     runtime: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `eval-<ts>-<bench>.json` document: 0.3.0's bundle with nel's keys added
     (`model`, `model_id`, `metrics`, `per_category`, `bundle` = nel's own bundle, `nel_config`).
     `runtime` is `runtime_block`'s result when the caller has it already."""
+    import numpy as np
+
     from nel_resources.storage.arrow import pa
 
-    rows = table.to_pylist() if isinstance(table, pa.Table) else table
+    rows = step_columns(table)
     score = bundle["score"]
     n_repeats = int(score.get("n_repeats") or config.get("repeats") or 1)
     scores: dict[str, Any] = headline_scores(rows, score, n_repeats)
@@ -334,7 +378,9 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     if groups := breakdowns(rows):
         scores["breakdowns"] = groups
     if runtime is None:
-        runtime = runtime_block(table if isinstance(table, pa.Table) else pa.Table.from_pylist(rows),
+        if isinstance(table, StepColumns):
+            raise ValueError("bundle_document: pass `runtime` with step columns")
+        runtime = runtime_block(table if isinstance(table, pa.Table) else pa.Table.from_pylist(table),
                                 bundle["runtime"])
     scores["runtime"] = runtime
     failures = failure_block(rows, bundle["failures"])
@@ -342,7 +388,7 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
     for k, v in scores["failures"]["categories"].items():
         scores["failures"]["categories"][k] = {kk: v[kk] for kk in FAILURE_CATEGORY_KEYS}
     bench: dict[str, Any] = {"name": bundle["benchmark"],
-                             "samples": len({r["problem_idx"] for r in rows}),
+                             "samples": int(np.unique(rows.pid).size),
                              "repeats": n_repeats, "scores": scores}
     cats = categories_block(rows)
     if cats:
@@ -355,7 +401,7 @@ def bundle_document(table: pa.Table | list[dict[str, Any]], bundle: dict[str, An
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(created)),
         "config": config,
         "benchmark": bench,
-        "n_results": len(rows),
+        "n_results": rows.n,
         # nel's keys
         "generator": {"name": "nel", "version": _nel_version()},
         "model": bundle["model"], "model_id": bundle.get("model_id"),

@@ -202,9 +202,15 @@ def result_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
     return out
 
 
-def trajectory_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
+def trajectory_row(row: dict[str, Any], traj: Any = _UNSET, *, messages: bool = False) -> dict[str, Any]:
     """One `trajectories.jsonl` line: 0.3.0's step record, then nel's keys (`traj` as in
-    `result_row`)."""
+    `result_row`).
+
+    `messages` adds nel's `messages` key (the request's messages and the answer as chat
+    turns): the same conversation as `trajectory`, ~21% of the file, which 0.3.0 does not
+    write and its readers do not need, so it is there only when asked
+    (`output.trajectory_messages: true`).
+    """
     details, _ = _details(row)
     failed = row.get("error") is not None
     if traj is _UNSET:
@@ -245,8 +251,10 @@ def trajectory_row(row: dict[str, Any], traj: Any = _UNSET) -> dict[str, Any]:
             out["trajectory"] = traj
     if row.get("system"):
         out["system_prompt"] = row["system"]
+    out["sample_id"] = row.get("sample_id")
+    if messages:
+        out["messages"] = orjson.Fragment(_messages(row))
     out.update({
-        "sample_id": row.get("sample_id"), "messages": orjson.Fragment(_messages(row)),
         "finish_reason": row.get("finish_reason"), "error": row.get("error"),
         "usage": {"prompt_tokens": row.get("prompt_tokens"), "completion_tokens": row.get("completion_tokens"),
                   "reasoning_tokens": row.get("reasoning_tokens")},

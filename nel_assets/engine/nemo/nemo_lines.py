@@ -67,7 +67,10 @@ def _messages_text(msgs: str | None, response: str | None, reasoning: str | None
 class LineBuilder:
     """Builds both files' lines batch by batch; holds the per-export constants and caches."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, messages: bool = False) -> None:
+        """`messages`: write nel's `messages` key in trajectory lines (see
+        `nemo_format.trajectory_row`)."""
+        self._messages = messages
         self._version = nf._nel_version()
         self._request_hash = _DigestCache()
         self._response_hash = _DigestCache()
@@ -85,7 +88,9 @@ class LineBuilder:
         n = batch.num_rows
         names = set(batch.schema.names)
         # A column an older shard file lacks reads as None, as `row.get` gives it.
-        cols = {c: (batch.column(c).to_pylist() if c in names else [None] * n) for c in LINE_COLUMNS}
+        # (the request messages, the longest text, are converted only when written)
+        cols = {c: (batch.column(c).to_pylist() if c in names and (self._messages or c != "messages")
+                    else [None] * n) for c in LINE_COLUMNS}
         dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         res: list[bytes] = []
         trj: list[bytes] = []
@@ -101,7 +106,7 @@ class LineBuilder:
                 fcat, ts, turns, tool_calls, _steps, seed_r, latency, verify_r, total_r,
                 ) in enumerate(zip(*cols.values(), *rounded, strict=True)):
             if steps_col[i]:
-                r, t = self._row_by_row({c: v[i] for c, v in cols.items()})
+                r, t = self._row_by_row({c: v[i] for c, v in cols.items()}, self._messages)
                 res.append(r)
                 trj.append(t)
                 continue
@@ -145,8 +150,10 @@ class LineBuilder:
                     "failure_category": fcat, "retries": retries, "model_error": error}
                 if system:
                     out["system_prompt"] = system
-                out.update(sample_id=sample_id, messages=fragment(msgs or _EMPTY_MSGS),
-                           finish_reason=finish, error=error, usage=usage, attempts=attempts)
+                out["sample_id"] = sample_id
+                if self._messages:
+                    out["messages"] = fragment(msgs or _EMPTY_MSGS)
+                out.update(finish_reason=finish, error=error, usage=usage, attempts=attempts)
                 if turns is not None:
                     out.update(turns=turns, tool_calls=tool_calls)
                 trj.append(dumps(out, default=str, option=opt))
@@ -200,21 +207,23 @@ class LineBuilder:
                 "trajectory": traj}
             if system:
                 out["system_prompt"] = system
-            out.update(sample_id=sample_id, messages=fragment(_messages_text(msgs, response, reasoning)),
-                       finish_reason=finish, error=error, usage=usage, attempts=attempts)
+            out["sample_id"] = sample_id
+            if self._messages:
+                out["messages"] = fragment(_messages_text(msgs, response, reasoning))
+            out.update(finish_reason=finish, error=error, usage=usage, attempts=attempts)
             if turns is not None:
                 out.update(turns=turns, tool_calls=tool_calls)
             trj.append(dumps(out, default=str, option=opt))
         return res, trj
 
     @staticmethod
-    def _row_by_row(row: dict[str, Any]) -> tuple[bytes, bytes]:
+    def _row_by_row(row: dict[str, Any], messages: bool = False) -> tuple[bytes, bytes]:
         """Both lines of one row through `nemo_format`'s row functions (agentic rows)."""
         dumps, opt = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         t = nf.atif(row)
         frag = None if t is None else orjson.Fragment(dumps(t, default=str))
         return (dumps(_spliced(nf.result_row(row, t), frag), default=str, option=opt),
-                dumps(_spliced(nf.trajectory_row(row, t), frag), default=str, option=opt))
+                dumps(_spliced(nf.trajectory_row(row, t, messages=messages), frag), default=str, option=opt))
 
 
 def _spliced(line: dict[str, Any], traj: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy, pyarrow and stats load when a bundle is built, not when a rerun
@@ -22,6 +23,18 @@ BUNDLE_COLUMNS = ("run_id", "model_id", "shard", "problem_idx", "repeat", "sampl
 """Every column `build_bundle` reads (and the exports' run-level documents): a bundle is
 built from these alone, without the prompts and request messages that make up most of the
 stored bytes."""
+
+TEXT_COLUMNS = ("sample_id", "response", "steps")
+"""The bundle columns read only for a few examples (failures) or streamed (tool steps):
+`build_model_bundle` leaves them out of the table and brings them a batch at a time."""
+
+DICTIONARY_COLUMNS = ("run_id", "model_id", "category", "cluster", "extracted", "details",
+                      "finish_reason", "failure_category")
+"""Bundle columns whose values repeat across rows: read from Parquet dictionary-encoded
+(codes and one copy of each distinct value), not as a string per row."""
+
+RowTexts = Callable[[tuple[str, ...]], Iterable["pa.RecordBatch"]]
+"""`texts(columns)`: those columns of every row, in the table's row order, batch by batch."""
 
 
 def _col(table: pa.Table, name: str) -> list[Any]:
@@ -71,9 +84,11 @@ def _counts(table: pa.Table, name: str) -> dict[str, int]:
     `Counter` over the column gives them)."""
     from nel_resources.storage.arrow import pa
 
-    if name in table.column_names and pa.types.is_string(table.column(name).type):
+    col = table.column(name) if name in table.column_names else None
+    if col is not None and (pa.types.is_string(col.type) or (
+            pa.types.is_dictionary(col.type) and pa.types.is_string(col.type.value_type))):
         # Arrow's value_counts keeps first-appearance order, like Counter.
-        vc = table.column(name).value_counts()
+        vc = col.value_counts()
         return {v: int(c) for v, c in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(),
                                           strict=True) if v is not None}
     return dict(Counter(str(f) for f in _col(table, name) if f is not None))
@@ -135,37 +150,78 @@ def runtime_stats(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def failure_analysis(table: pa.Table, *, examples: int = 5) -> dict[str, Any]:
-    """Counts, rates and examples per failure category."""
-    cats = _col(table, "failure_category")
+def failure_analysis(table: pa.Table, *, examples: int = 5, texts: RowTexts | None = None) -> dict[str, Any]:
+    """Counts, rates and examples per failure category.
+
+    `texts` brings the columns the table may lack (`sample_id`, `response`, `steps`) in
+    the table's row order, a batch at a time (see `build_bundle`).
+    """
+    import numpy as np
+
+    from nel_assets.engine.results.columns import encoded
+
+    codes, cats = encoded(table, "failure_category", empty_is_null=True)
     n = max(1, table.num_rows)
     out: dict[str, Any] = {"n_samples": table.num_rows, "categories": {}}
-    counts = Counter(c for c in cats if c)
-    for cat, k in sorted(counts.items(), key=lambda kv: -kv[1]):
-        ex = []
-        for i, c in enumerate(cats):
-            if c == cat:  # only the examples' other fields are read, not whole columns
-                ex.append({"sample_id": _value(table, "sample_id", i), "error": _value(table, "error", i),
-                           "response": (_value(table, "response", i) or "")[:300] or None})
-                if len(ex) >= examples:
-                    break
-        out["categories"][cat] = {"count": k, "rate": k / n, "examples": ex}
+    counts = np.bincount(codes[codes >= 0], minlength=len(cats))
+    # by count, ties in order of first appearance (as `Counter(...).items()` sorted gives)
+    order = sorted(range(len(cats)), key=lambda k: -int(counts[k]))
+    picked = {k: np.flatnonzero(codes == k)[:examples].tolist() for k in order}
+    values = _row_values(table, texts, ("sample_id", "error", "response"),
+                         sorted(i for rows in picked.values() for i in rows))
+    for k in order:
+        # only the examples' other fields are read, not whole columns
+        ex = [{"sample_id": values[i]["sample_id"], "error": values[i]["error"],
+               "response": (values[i]["response"] or "")[:300] or None} for i in picked[k]]
+        out["categories"][cats[k]] = {"count": int(counts[k]), "rate": int(counts[k]) / n, "examples": ex}
     out["n_failed_requests"] = _n_not_null(table, "error")
     out["n_scored"] = table.num_rows - out["n_failed_requests"]
-    tools = (tool_failures(_col(table, "steps"), _col(table, "sample_id"), examples=examples)
-             if _n_not_null(table, "steps") else {})
+    tools: dict[str, Any] = {}
+    if "steps" in table.column_names or texts is None:
+        if _n_not_null(table, "steps"):
+            tool_failures(_col(table, "steps"), _col(table, "sample_id"), examples=examples, into=tools)
+    else:  # streamed: one batch of steps texts at a time
+        for batch in texts(("sample_id", "steps")):
+            if "steps" in batch.schema.names and batch.column("steps").null_count < batch.num_rows:
+                ids = (batch.column("sample_id").to_pylist() if "sample_id" in batch.schema.names
+                       else [None] * batch.num_rows)
+                tool_failures(batch.column("steps").to_pylist(), ids, examples=examples, into=tools)
     if tools:
         out["tools"] = tools
     return out
 
 
-def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: int = 5
-                  ) -> dict[str, Any]:
+def _row_values(table: pa.Table, texts: RowTexts | None, names: tuple[str, ...],
+                rows: list[int]) -> dict[int, dict[str, Any]]:
+    """`{row: {name: value}}` for a few sorted row indices: from the table where it has the
+    column, else from one streamed pass over `texts` (None where neither has it)."""
+    out = {i: {c: _value(table, c, i) for c in names} for i in rows}
+    missing = tuple(c for c in names if c not in table.column_names)
+    if not rows or not missing or texts is None:
+        return out
+    start, want = 0, iter(rows)
+    nxt = next(want, None)
+    for batch in texts(missing):
+        end = start + batch.num_rows
+        while nxt is not None and nxt < end:
+            for c in missing:
+                if c in batch.schema.names:
+                    out[nxt][c] = batch.column(c)[nxt - start].as_py()
+            nxt = next(want, None)
+        if nxt is None:
+            break
+        start = end
+    return out
+
+
+def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: int = 5,
+                  into: dict[str, Any] | None = None) -> dict[str, Any]:
     """Per tool of agentic rows: calls, failures and where they failed
-    (`bash() failed on turn 3 with exit code 1`, with the sample id)."""
+    (`bash() failed on turn 3 with exit code 1`, with the sample id); `into` adds to the
+    counts of earlier rows (a streamed column)."""
     import orjson
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {} if into is None else into
     for sample, raw in zip(sample_ids, steps, strict=True):
         if not raw:
             continue
@@ -196,31 +252,31 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     import numpy as np
     import orjson
 
-    sums: dict[str, list[float]] = {}
-    grades: list[str] = []
-    tags: dict[str, list[float]] = {}
+    from nel_assets.engine.results.columns import encoded
+
+    # Rows share their details text (a question's repeats): each distinct text is parsed
+    # once, and its numbers count once per row that has it, in row order, through the codes
+    # (no Python object per row: a 1,000,000-row column as a list was ~60 MB).
+    codes, texts = encoded(table, "details", empty_is_null=True)
+    per_text = np.bincount(codes[codes >= 0], minlength=len(texts))
+    metric_at: dict[str, dict[int, float]] = {}  # {metric: {text code: value}}
+    tag_at: dict[str, dict[int, float]] = {}
+    grade_at: dict[int, str] = {}
     primaries: Counter[str] = Counter()
     scorer_names: dict[str, None] = {}
     judge_names: dict[str, None] = {}  # the judge metrics, for `judge:<name>` in NeMo's bundle
     judge_prompt = judge_completion = 0
     n_judged = 0
-    # Rows share their details text (a question's repeats): a text with neither metrics
-    # nor a judge, once parsed, is remembered and passed over unparsed on later rows.
-    # (Bounded: the texts are already held by the column list, the set only adds its slots.)
-    plain: set[str] = set()
-    for raw in _col(table, "details") if _n_not_null(table, "details") else ():
-        if not raw or raw in plain:
-            continue
+    for code, raw in enumerate(texts):
         d = orjson.loads(raw)
         if not d.get("metrics") and d.get("judge") is None:
-            if len(plain) < 100_000:
-                plain.add(raw)
             continue
+        k = int(per_text[code])
         for name, v in (d.get("metrics") or {}).items():
             if v is not None:
-                sums.setdefault(name, []).append(float(v))
+                metric_at.setdefault(name, {})[code] = float(v)
         if d.get("primary"):
-            primaries[str(d["primary"])] += 1
+            primaries[str(d["primary"])] += k
         scorer_names.update(dict.fromkeys(d.get("scorers") or {}))
         j = d.get("judge")
         if isinstance(j, dict) and j.get("metric"):
@@ -228,14 +284,26 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
         judge_names.update(dict.fromkeys(d.get("judges") or {}))
         if not isinstance(j, dict) or "kind" not in j:
             continue
-        n_judged += 1
-        judge_prompt += int(j.get("prompt_tokens") or 0)
-        judge_completion += int(j.get("completion_tokens") or 0)
+        n_judged += k
+        judge_prompt += k * int(j.get("prompt_tokens") or 0)
+        judge_completion += k * int(j.get("completion_tokens") or 0)
         if j["kind"] == "simpleqa" and j.get("grade"):
-            grades.append(str(j["grade"]))
+            grade_at[code] = str(j["grade"])
         for tag, v in (j.get("tag_scores") or {}).items():
             if v is not None:
-                tags.setdefault(tag, []).append(float(v))
+                tag_at.setdefault(tag, {})[code] = float(v)
+
+    def per_row(at: dict[int, Any], dtype: Any = float) -> Any:
+        """Row by row, in row order, the values of the rows whose text has one."""
+        has = np.zeros(len(texts) + 1, dtype=bool)
+        vals = np.zeros(len(texts) + 1, dtype=dtype)
+        for c, v in at.items():
+            has[c], vals[c] = True, v
+        return vals[codes[has[codes]]]
+
+    sums = {name: per_row(at) for name, at in metric_at.items()}
+    tags = {name: per_row(at) for name, at in tag_at.items()}
+    grades = per_row(grade_at, object).tolist() if grade_at else []
     out: dict[str, Any] = {}
     if sums:
         out["metrics"] = {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(sums.items())}
@@ -259,44 +327,48 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
 
 
 def build_bundle(table: pa.Table, *, benchmark: str, model: str, model_id: str | None = None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                 extra: dict[str, Any] | None = None, texts: RowTexts | None = None) -> dict[str, Any]:
     """The bundle dict for one (benchmark, model).
+
+    `table` holds `BUNDLE_COLUMNS` (or every column). `texts`, when given, brings the long
+    texts (`TEXT_COLUMNS`) the table may lack, in its row order, a batch at a time: a
+    million rows' responses are not held at once for the few examples that need them.
 
     The score's interval method is chosen here, once (``stats.score_summary``), and recorded
     as ``score.ci_method``; the CLI, reports, Dagster metadata and the ``bundles`` view all
     show these numbers (fractions 0–1 in files, metadata and the view; percent in the CLI and
     human-readable reports, labelled there).
     """
-    import numpy as np
 
     from nel_assets.engine import stats
+    from nel_assets.engine.results.columns import objects
 
     pid = _ints(table, "problem_idx")
     reward = _floats(table, "reward")
-    category = _col(table, "category")
-    cluster = _col(table, "cluster")
     has_cat = _n_not_null(table, "category") > 0
     has_cluster = _n_not_null(table, "cluster") > 0
+    # object arrays sharing one str per distinct value (not a str per row)
     summary = stats.score_summary(
         pid, reward,
-        category=np.asarray(category, dtype=object) if has_cat else None,
-        cluster=np.asarray(cluster, dtype=object) if has_cluster else None,
-        extracted=np.asarray(_col(table, "extracted"), dtype=object),
+        category=objects(table, "category") if has_cat else None,
+        cluster=objects(table, "cluster") if has_cluster else None,
+        extracted=objects(table, "extracted"),
         repeat=_ints(table, "repeat"),
     )
+    del pid, reward
     per_cat = summary.pop("per_category", None) or {}
     return {
         "bundle_version": BUNDLE_VERSION,
         "benchmark": benchmark,
         "model": model,
-        "model_id": model_id or (_col(table, "model_id")[0] if table.num_rows else None),
+        "model_id": model_id or (_value(table, "model_id", 0) if table.num_rows else None),
         "run_ids": sorted({r for r in _distinct(table, "run_id") if r}),
         "shards": sorted({int(s) for s in _distinct(table, "shard") if s is not None}),
         "created_at": time.time(),
         "score": summary,
         "per_category": per_cat,
         "runtime": runtime_stats(table),
-        "failures": failure_analysis(table),
+        "failures": failure_analysis(table, texts=texts),
         "scoring": scoring_metrics(table),
         **(extra or {}),
     }

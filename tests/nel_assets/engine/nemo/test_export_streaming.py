@@ -87,3 +87,37 @@ def test_breakdowns_skip_fields_with_too_many_values_and_fields_some_rows_lack()
     assert list(out) == ["kind"]
     assert [(g["group"], g["n"], g["mean_reward"]) for g in out["kind"]] == [("a", 100, 0.0), ("b", 100, 1.0)]
     assert list(nb.breakdowns(rows, max_groups=1)) == []
+
+
+def test_a_bundle_from_columns_read_one_at_a_time_equals_one_from_the_whole_table(tmp_path: Path) -> None:
+    """`build_model_bundle`'s way (ShardColumns, dictionary-encoded strings, the texts
+    streamed) gives the bundle and `eval-*.json` the whole table gives, byte for byte."""
+    from nel_assets.engine.results.bundle import DICTIONARY_COLUMNS, TEXT_COLUMNS
+
+    rows = _rows(2500, 3)
+    tool_step = orjson.dumps([{"source": "agent", "message": "m"}, {"observation": {"results": []}, "extra": {
+        "function_name": "bash", "error": "exit code 1", "exit_code": 1, "turn": 2}}]).decode()
+    for r in rows[:900]:
+        if r["steps"]:
+            r["steps"] = tool_step
+    store = ResultStore(tmp_path / "store")
+    store.write_shard("b", "m", 0, rows_to_table(rows[:900]), {"fingerprint": "x"})
+    # an older shard file without the agentic columns: they read as nulls
+    store.write_shard("b", "m", 1, rows_to_table(rows[900:]).drop_columns(["turns", "tool_calls", "steps"]),
+                      {"fingerprint": "y"})
+    table = store.read_shards("b", "m")
+    cols = store.shard_columns("b", "m", columns=[c for c in BUNDLE_COLUMNS if c not in TEXT_COLUMNS],
+                               dictionary=DICTIONARY_COLUMNS)
+    assert cols.num_rows == table.num_rows == 2500
+    whole = build_bundle(table, benchmark="b", model="m")
+    lazy = build_bundle(cols, benchmark="b", model="m",
+                        texts=lambda c: store.iter_shard_batches("b", "m", batch_size=101, columns=c))
+    whole["created_at"] = lazy["created_at"] = 1.8e9
+    assert whole["failures"]["categories"] and whole["failures"].get("tools")
+    assert json.dumps(whole, sort_keys=True) == json.dumps(lazy, sort_keys=True)
+    cfg = {"benchmark": "b", "repeats": 4}
+    write_exports(tmp_path / "whole", table, whole, config=cfg)
+    write_exports(tmp_path / "lazy", cols, lazy, config=cfg, batches=store.iter_shard_batches("b", "m"))
+    for name in ("failure_analysis.json", "runtime_stats.json", "results.jsonl", "trajectories.jsonl",
+                 *(p.name for p in (tmp_path / "whole").glob("eval-*.json"))):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "lazy" / name).read_bytes(), name
