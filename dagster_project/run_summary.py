@@ -120,12 +120,12 @@ def write_checkpoint(summary: RunSummary, started: float) -> Path | None:
 def write_run_reports(formats: list[str], store: Any, summary: RunSummary) -> None:
     """`<out>/report.<ext>` per `output.report` format over every bundle in the output
     directory, as NeMo Evaluator writes them after a run; a write error is one more failure."""
+    if not formats:
+        return  # before the imports: an unchanged rerun loads neither pyarrow nor numpy
     from nel_assets.engine.reports import EXTENSIONS, collect, render
-    from nel_assets.engine.results.trends import read_trend_rows
+    from nel_assets.engine.results.trend_store import read_trend_rows
     from nel_resources.storage.store import write_text_atomic
 
-    if not formats:
-        return
     bundles, details = collect(store, with_samples="html" in formats)
     if not bundles:
         return

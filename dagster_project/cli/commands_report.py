@@ -211,7 +211,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise NelError(f"--comparison {args.comparison}: not a readable regression.json: {exc}") from None
         if not isinstance(comparison, dict) or "benchmarks" not in comparison:
             raise NelError(f"--comparison {args.comparison}: not a regression.json (no 'benchmarks')")
-    from nel_assets.engine.results.trends import read_trend_rows
+    from nel_assets.engine.results.trend_store import read_trend_rows
 
     # the checkpoint_trends rows (deltas, alarms) of the output directories given, if built
     trends = [r for p in paths if Path(p).expanduser().is_dir() for r in read_trend_rows(Path(p).expanduser()) or []]

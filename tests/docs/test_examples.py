@@ -107,8 +107,11 @@ def test_example_runs_against_the_reference_server(ex: Example, tmp_path: Path, 
     url = reference_server()
     cfg = yaml.safe_load(ex.text)
     judges = _judge_services(cfg)
-    # a grader of its own: it answers the graders' prompts with a verdict ("A": correct)
-    judge_url = reference_server(default_content="A") if judges else None
+    # a grader of its own: a score for NeMo Evaluator's rubric (and a custom rubric that
+    # asks for JSON), the letter "A" (correct) for nel's graders
+    judge_url = reference_server(default_content="A", answers=[
+        {"match": "Provide your score as a JSON object", "content": '{"score": 5, "reasoning": "ok"}'},
+        {"match": "Reply as JSON", "content": '{"score": 9}'}]) if judges else None
     for name, service in cfg["services"].items():
         # the example's endpoints, played by reference servers
         service["url"] = judge_url if name in judges else url

@@ -40,7 +40,6 @@ from benchmarks.judge_rubric import (
 from benchmarks.scoring import SCORERS
 from benchmarks.uri_schemes import scheme_of
 from nel_resources.config import ScoringMetric, ServiceConfig
-from nel_resources.config.nemo_judges import NEMO_KIND
 from nel_resources.specs import RunSpec
 
 if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a config is checked
@@ -56,6 +55,10 @@ _RUBRIC_OPTIONS = ("rubric", "rubric_file", "max_score", "reference_free", "swap
 
 # Scorers a `type: scorer` metric may name: the names (and aliases) of the scorer table.
 SCORER_NAMES = tuple(SCORERS.names(aliases=True))
+
+#: The `params.kind` nel_resources.config.nemo_judges writes on a NeMo-spelled judge metric
+#: (the engine takes specs, not the config package: a test checks the two agree).
+NEMO_KIND = "nemo"
 
 
 def _scorer(name: str) -> Callable[..., VerifyResult]:

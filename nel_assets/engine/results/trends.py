@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.errors import NelError
+from nel_assets.engine.results.trend_store import read_trend_rows  # noqa: F401 (re-exported)
 from nel_assets.engine.stats.checkpoint_alarm import (
     DEFAULT_ALPHA,
     DEFAULT_HORIZON,
@@ -174,16 +175,3 @@ def series_markdown(s: TrendSeries) -> str:
     return "\n".join(lines)
 
 
-def read_trend_rows(root: Any) -> list[dict[str, Any]] | None:
-    """The `checkpoint_trends` rows an output directory holds, or None before the asset ran."""
-    from pathlib import Path
-
-    path = Path(root) / "checkpoint_trends" / "checkpoint_trends" / "trends.parquet"
-    if not path.is_file():
-        return None
-    import pyarrow.parquet as pq
-
-    import nel_resources.storage.arrow  # noqa: F401 (pyarrow without pandas)
-
-    with pq.ParquetFile(path) as pf:
-        return pf.read().to_pylist()

@@ -96,3 +96,10 @@ def test_metric_timeout_and_retries_reach_the_judge_client(data: None, reference
     assert v.reward == pytest.approx(0.8)
     with pytest.raises(JudgeError, match="request failed"):
         asyncio.run(grade(config(flaky(), nemo_simpleqa()), env, 0, "Michio Sugeno"))
+
+
+def test_the_kind_the_config_writes_is_the_one_the_grader_reads() -> None:
+    from nel_assets.engine.evaluation import judging
+    from nel_resources.config import nemo_judges
+
+    assert judging.NEMO_KIND == nemo_judges.NEMO_KIND
