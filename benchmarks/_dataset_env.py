@@ -65,8 +65,9 @@ class DatasetEnvironment(EvalEnvironment):
 
     def fingerprint(self) -> str:
         base = f"{super().fingerprint()}:{self.protocol}:fewshot={self.num_fewshot}"
-        # Only the built-ins with two prompt sets name theirs (other fingerprints stay as they were).
-        return f"{base}:prompts={self.prompt_set}" if self.name in NEMO_BUILTINS else base
+        # Only NeMo Evaluator's prompts are named: stores written with nel's prompts before
+        # prompt sets existed stay fresh under `prompt_set: nel`.
+        return f"{base}:prompts=nemo" if self.nemo_prompts else base
 
     async def seed(self, idx: int) -> SeedResult:
         if not 0 <= idx < len(self.rows):

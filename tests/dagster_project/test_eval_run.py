@@ -160,12 +160,26 @@ def test_failed_requests_are_errors_not_zeros(tmp_path: Path, reference_server, 
 
 
 def test_system_prompt_reaches_the_model(tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    """Under `--prompt-set nel` the system prompt reaches the model; under the default
+    (NeMo Evaluator 0.3.0's request) it does not, as in 0.3.0, and the run says so."""
     url = reference_server()
-    summary_json(run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url,
-                         "--system-prompt", "You are terse.", "-o", str(tmp_path / "o"), "--json",
-                         "--no-progress", env={"NEL_DATA_DIR": str(data_dir)}))
+    p = run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url, "--prompt-set", "nel",
+                "--system-prompt", "You are terse.", "-o", str(tmp_path / "o"), "--json",
+                "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    summary_json(p)
     st = server_stats(url)["system_messages"]
     assert st["count"] == 5 and st["last"] == "You are terse."
+    assert "prompt_set nemo" not in p.stderr
+
+    url = reference_server()
+    p = run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url,
+                "--system-prompt", "You are terse.", "-o", str(tmp_path / "o2"), "--json",
+                "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    summary_json(p)
+    assert server_stats(url)["system_messages"]["count"] == 0
+    assert server_stats(url)["total_requests"] >= 5
+    assert ("note: gsm8k: prompt_set nemo sends NeMo Evaluator 0.3.0's request, which has no "
+            "system prompt; set `prompt_set: nel` (or --prompt-set nel)") in p.stderr
 
 
 @pytest.mark.parametrize(("args", "message", "status"), [

@@ -50,7 +50,7 @@ def use_local_rows(datasets: dict[str, str]) -> None:
     from nemo_evaluator.environments.custom import _BYOB_REGISTRY
 
     for name, path in datasets.items():
-        rows = [json.loads(ln) for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        rows = [json.loads(ln) for ln in Path(path).read_text(encoding="utf-8").split("\n") if ln.strip()]
         # The registered environment class holds this definition object: its loader now
         # returns the rows (a fresh copy each time: prepare_row may mutate them).
         _BYOB_REGISTRY[name].dataset = lambda rows=rows: json.loads(json.dumps(rows))

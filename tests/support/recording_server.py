@@ -86,6 +86,13 @@ def make_handler(log: Path, echo_digest: bool = False) -> type[BaseHTTPRequestHa
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) overflows under a client's 64 connections at once: refused
+    # SYNs are retried by the kernel, and a request then waits out the client's timeout.
+    request_queue_size = 512
+    daemon_threads = True
+
+
 def main() -> None:
     """Serve on 127.0.0.1 (a free port, written to --port-file) until killed."""
     p = argparse.ArgumentParser()
@@ -94,8 +101,7 @@ def main() -> None:
     p.add_argument("--echo-digest", action="store_true",
                    help="answer `request <digest of the body>` (see body_digest)")
     a = p.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Path(a.log), a.echo_digest))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), make_handler(Path(a.log), a.echo_digest))
     tmp = Path(a.port_file + ".tmp")
     tmp.write_text(str(server.server_address[1]))
     tmp.rename(a.port_file)
