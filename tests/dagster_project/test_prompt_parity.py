@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,19 +96,23 @@ def wire(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[d
             out[proto] = Wire(root / f"peer-{proto}", root / f"nel-{proto}", {}, [])
             runs.append({"id": proto, "args": ["eval", "run", str(cfg), "-o", str(out[proto].peer)]})
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DAGSTER_HOME", *UNSET)}
+        t0 = time.monotonic()
         p = subprocess.run([str(peer_nemo_bin().parent / "python"), str(DRIVER)],
                            input=json.dumps({"datasets": datasets, "run": runs}), capture_output=True,
                            text=True, env=env, timeout=900, cwd=root)
         assert p.returncode == 0, p.stderr[-3000:]
         for proto, res in json.loads(p.stdout)["run"].items():
             assert res["exit_code"] == 0, f"{proto}: " + res["output"][-3000:]
+        print(f"\nNeMo Evaluator 0.3.0, both protocols: {time.monotonic() - t0:.1f}s")
         # nel runs model code only in a sandbox; 0.3.0 has no `local` one (its scorer fails
         # without Docker, after the request): the one setting only nel's run gets.
         local = f"benchmarks.{list(BENCHES).index('humaneval')}.sandbox.type=local"
         for proto, w in out.items():
+            t0 = time.monotonic()
             r = run_nel("eval", "run", str(root / f"{proto}.yaml"), "-o", str(w.nel), "--no-progress", "-O", local,
                         env={"NEL_DATA_DIR": str(data_dir)}, unset=UNSET, timeout=900)
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            print(f"nel, {proto}: {time.monotonic() - t0:.1f}s")
         from tests.support.recording_server import body_digest
 
         entries = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
@@ -122,7 +127,8 @@ def wire(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[d
 def _sent(out: Path, bench: str) -> dict[int, str]:
     """problem_idx -> digest of the request the tool sent for it (from its results.jsonl)."""
     found = {}
-    for line in (out / bench / "results.jsonl").read_text().splitlines():
+    # split on newlines only: a prompt may hold U+2028, which `splitlines` also breaks at
+    for line in (out / bench / "results.jsonl").read_text(encoding="utf-8").split("\n"):
         if line.strip():
             row = json.loads(line)
             text = str(row.get("model_response") or "")
