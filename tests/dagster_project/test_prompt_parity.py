@@ -2,7 +2,8 @@
 tools send the same request for the same item, on the wire.
 
 One config file per protocol (chat and completions) lists the shared built-ins, with
-generation settings (temperature, top_p, max_tokens, seed, stop); the real peer
+generation settings (temperature, top_p, max_tokens, seed, stop), and a system prompt and
+`fewshot: 5` on gsm8k and mmlu (which 0.3.0 drops for its built-ins); the real peer
 (`tests/support/peers.py`, driven by `nemo_peer_driver.py` with the rows of nel's local
 data: `tests/support/peer_rows.py`) and `nel eval run` each run it against one recording
 server (`tests/support/recording_server.py --echo-digest`), which answers every request
@@ -69,6 +70,9 @@ def _config(url: str, protocol: str, out: Path) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "solver": {"type": "simple", "service": "model"}}
         if n is not None:
             entry["max_problems"] = n
+        if name in ("gsm8k", "mmlu"):  # 0.3.0 never sends these to its built-ins; nor does nel
+            entry["solver"]["system_prompt"] = "Be brief."
+            entry["fewshot"] = 5
         benches.append(entry)
     return {"services": {"model": {"type": "api", "url": url + PROTOCOLS[protocol], "protocol": protocol,
                                    "model": "ref", "generation": GENERATION}},
@@ -112,6 +116,10 @@ def wire(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[d
             r = run_nel("eval", "run", str(root / f"{proto}.yaml"), "-o", str(w.nel), "--no-progress", "-O", local,
                         env={"NEL_DATA_DIR": str(data_dir)}, unset=UNSET, timeout=900)
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            # nel says what it does not send, where 0.3.0 is silent
+            for name in ("gsm8k", "mmlu"):
+                assert (f"note: {name}: prompt_set nemo sends NeMo Evaluator 0.3.0's request, which has "
+                        "no system prompt and no few-shot turns (fewshot: 5)") in r.stderr
             print(f"nel, {proto}: {time.monotonic() - t0:.1f}s")
         from tests.support.recording_server import body_digest
 
