@@ -182,6 +182,22 @@ def test_system_prompt_reaches_the_model(tmp_path: Path, reference_server, serve
             "system prompt; set `prompt_set: nel` (or --prompt-set nel)") in p.stderr
 
 
+def test_switching_the_prompt_set_reruns_the_shards_it_changes(tmp_path: Path, reference_server,
+                                                               data_dir: Path) -> None:
+    url = reference_server()
+    out = str(tmp_path / "o")
+
+    def run(*extra: str) -> dict:
+        return summary_json(run_nel("eval", "run", "-b", "gsm8k", "-m", "4", "--model-url", url, "-o", out,
+                                    "--json", "--no-progress", *extra, env={"NEL_DATA_DIR": str(data_dir)}))
+
+    assert run()["shards_run"] == 1
+    assert run("--prompt-set", "nemo")["shards_run"] == 0  # the default, named
+    s = run("--prompt-set", "nel")
+    assert s["shards_run"] == 1 and s["requests_sent"] == 4  # other requests: asked again
+    assert run("--prompt-set", "nel")["shards_run"] == 0
+
+
 @pytest.mark.parametrize(("args", "message", "status"), [
     (["-b", "gsm8", "--model-url", "http://127.0.0.1:9/v1"], "did you mean 'gsm8k'", 2),
     # an unreachable endpoint is found during the run: that (benchmark, model) failed
