@@ -12,7 +12,8 @@ with the digest of its body. Each tool's `results.jsonl` then names, per item
 whole JSON body (model, messages or prompt, stop, every generation setting).
 
 Not compared: request headers (transport: user agent, encoding, content length) and
-nel's one `GET /v1/models` before the run (a reachability probe, no item's request).
+nel's body-less GET probes before the run (`/v1/models`, the server's identity: no item's
+request).
 Not on the wire here: `simpleqa` (nel grades it only with a judge, which cannot read this
 server's digests; its request is the bare question in both tools:
 tests/benchmarks/test_prompt_sets.py), `drop` (0.3.0's prompt draws passages from DROP's
@@ -171,6 +172,7 @@ def test_both_tools_send_the_same_request_for_each_item(wire: dict[str, Wire], b
 
 
 def test_nel_sends_no_other_request(wire: dict[str, Wire]) -> None:
-    """Besides the items' requests, nel sends only its `GET /v1/models` probe (documented)."""
+    """Besides the items' requests, only body-less GET probes (`/v1/models`, the server's
+    identity): no other request reaches the model."""
     for w in wire.values():
-        assert {p for p in w.probes} <= {("GET", "/v1/models")}
+        assert all(method == "GET" for method, _ in w.probes), w.probes
