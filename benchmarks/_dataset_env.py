@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from benchmarks._types import EvalEnvironment, SeedResult
 from benchmarks.errors import NelError
+from benchmarks.prompt_sets import DEFAULT_PROMPT_SET, NEMO_BUILTINS, PromptSet, check_prompt_set
 
 Protocol = Literal["chat", "completions"]
 
@@ -26,8 +27,10 @@ class DatasetEnvironment(EvalEnvironment):
     rows: list[dict[str, Any]]
     protocol: Protocol = "chat"
     num_fewshot: int = 0
+    prompt_set: PromptSet = DEFAULT_PROMPT_SET
 
-    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None) -> None:
+    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
+                 prompt_set: str | None = None) -> None:
         if protocol in ("chat_completions", "chat"):
             self.protocol = "chat"
         elif protocol in ("completions", "completion"):
@@ -38,6 +41,18 @@ class DatasetEnvironment(EvalEnvironment):
             )
         if num_fewshot is not None:
             self.num_fewshot = int(num_fewshot)
+        if prompt_set is not None:
+            self.prompt_set = check_prompt_set(prompt_set, f"{self.name}: prompt_set")
+        if self.nemo_prompts:
+            # NeMo Evaluator's built-ins take no few-shot count (its `fewshot:` never reaches
+            # them); the config layer says so when one was given.
+            self.num_fewshot = 0
+
+    @property
+    def nemo_prompts(self) -> bool:
+        """Whether this benchmark sends NeMo Evaluator 0.3.0's request (`prompt_set: nemo`
+        on a built-in both tools ship)."""
+        return self.prompt_set == "nemo" and self.name in NEMO_BUILTINS
 
     def _finish_init(self) -> None:
         h = hashlib.sha256()
@@ -49,7 +64,10 @@ class DatasetEnvironment(EvalEnvironment):
         return len(self.rows)
 
     def fingerprint(self) -> str:
-        return f"{super().fingerprint()}:{self.protocol}:fewshot={self.num_fewshot}"
+        base = f"{super().fingerprint()}:{self.protocol}:fewshot={self.num_fewshot}"
+        # Only NeMo Evaluator's prompts are named: stores written with nel's prompts before
+        # prompt sets existed stay fresh under `prompt_set: nel`.
+        return f"{base}:prompts=nemo" if self.nemo_prompts else base
 
     async def seed(self, idx: int) -> SeedResult:
         if not 0 <= idx < len(self.rows):

@@ -139,9 +139,9 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
             print(f"warning: {name} cannot run as configured and fails alone (the other "
                   f"benchmarks run): {why}", file=sys.stderr)
         resolved = dataclasses.replace(resolved, unrunnable=unrunnable)
-    from nel_resources.specs import self_judging_warnings
+    from nel_resources.specs import dropped_by_nemo_prompts, self_judging_warnings
 
-    for line in self_judging_warnings(resolved):
+    for line in [*self_judging_warnings(resolved), *dropped_by_nemo_prompts(cfg)]:
         print(line, file=sys.stderr)
     return resolved
 

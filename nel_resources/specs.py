@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from benchmarks.errors import NelError
+from benchmarks.prompt_sets import follows_nemo
 from benchmarks.uri_schemes import is_uri
 from nel_resources.config import (
     BenchmarkConfig,
@@ -175,6 +176,8 @@ class RunSpec:
             config loader), or None.
         interceptors: the service's interceptor chain (`interceptors:`, then
             `proxy.interceptors`); empty unless configured.
+        prompt_set: `nemo` (NeMo Evaluator 0.3.0's request) or `nel` (nel's prompts); it
+            changes the request of the built-ins both tools ship only.
         scoring: the benchmark's `scoring` block, or None.
         judges: the judge metrics of `scoring` with their services resolved.
         fingerprint: the non-environment inputs of the shard fingerprint.
@@ -198,6 +201,9 @@ class RunSpec:
     interceptors: tuple[InterceptorConfig, ...] = ()
     # Services an agentic solver's tools come from (`solver.resource_service`), by name.
     tool_services: Mapping[str, ServiceConfig] = field(default_factory=dict)
+    # Whose prompts the benchmark sends (`prompt_set`: nemo or nel); the environment's
+    # fingerprint carries it, and bundles record it as the run's prompt identity.
+    prompt_set: str = "nemo"
 
 
 @dataclass(frozen=True)
@@ -331,9 +337,36 @@ def environment_factory(bench: BenchmarkConfig, service: ServiceConfig,
         name, params = bench.name, dict(bench.params)
         if "protocol" not in params:
             hints["protocol"] = env_protocol(service)
-        if bench.num_fewshot is not None:
+        hints["prompt_set"] = bench.prompt_set
+        # NeMo Evaluator's request has no few-shot turns (`dropped_by_nemo_prompts` says so).
+        if bench.num_fewshot is not None and not _sends_nemo_request(bench):
             params["num_fewshot"] = bench.num_fewshot
     return EnvironmentFactory(bench.name, name, bench.module, _frozen(params), _frozen(hints))
+
+
+def _sends_nemo_request(bench: BenchmarkConfig) -> bool:
+    return follows_nemo(bench.name, bench.prompt_set, module=bench.module)
+
+
+def dropped_by_nemo_prompts(cfg: NelConfig) -> list[str]:
+    """One line per benchmark whose system prompt or few-shot count is not sent because it
+    sends NeMo Evaluator 0.3.0's request (`prompt_set: nemo`), which has neither: 0.3.0
+    drops them without a word; nel says so and names the switch that sends them."""
+    out = []
+    for bench in cfg.benchmarks:
+        if not _sends_nemo_request(bench):
+            continue
+        names = bench.service_names(cfg.services)
+        dropped = []
+        if bench.system_prompt or any(cfg.services[n].system_prompt for n in names if n in cfg.services):
+            dropped.append("system prompt")
+        if bench.num_fewshot:
+            dropped.append(f"few-shot turns (fewshot: {bench.num_fewshot})")
+        if dropped:
+            out.append(f"note: {bench.name}: prompt_set nemo sends NeMo Evaluator 0.3.0's request, "
+                       f"which has no {' and no '.join(dropped)}; set `prompt_set: nel` (or "
+                       "--prompt-set nel) to send nel's prompts with them")
+    return out
 
 
 def _judge_service(bench: BenchmarkConfig, metric: ScoringMetric, solver: str,
@@ -440,6 +473,8 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
                        f"`services` ({known})")
     svc = cfg.services[svc_name]
     system_prompt = bench.system_prompt if bench.system_prompt is not None else svc.system_prompt
+    if _sends_nemo_request(bench):  # 0.3.0's built-ins send none (`dropped_by_nemo_prompts`)
+        system_prompt = None
     judges = tuple(_judge_service(bench, m, svc_name, cfg.services) for m in judge_metrics(bench.scoring))
     # A benchmark's `max_concurrent` caps the service's requests in flight (not a setting
     # that changes answers: the fingerprint reads the service as configured).
@@ -459,7 +494,7 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
                                       sandbox_fingerprint(bench.sandbox),
                                       solver_fingerprint(bench.solver)),
         solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
-        tool_services=_tool_services(cfg, bench),
+        tool_services=_tool_services(cfg, bench), prompt_set=bench.prompt_set,
     )
 
 

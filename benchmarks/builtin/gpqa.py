@@ -37,6 +37,14 @@ CHAT_TEMPLATE = (
     "{question}\n\n{options}"
 )
 COMPLETION_TEMPLATE = "Question: {question}\n{options}\nAnswer:"
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/gpqa.py`), the default
+# `prompt_set: nemo`, on both endpoints, with its option order: one `random.Random(42)`
+# shuffling each row's options in turn, in dataset order (`nemo_options`).
+NEMO_TEMPLATE = (
+    "Answer the following multiple choice question. The last line of your response "
+    "should be of the following format: 'Answer: $LETTER' (without quotes) where "
+    "LETTER is one of ABCD.\n\n{question}\n\nA) {A}\nB) {B}\nC) {C}\nD) {D}"
+)
 
 
 def read_zip_csv(path: Path, member_suffix: str = MEMBER) -> list[dict[str, str]]:
@@ -63,6 +71,21 @@ def shuffled_options(row: dict[str, str]) -> tuple[list[str], str]:
     return [opts[i] for i in order], LETTERS[order.index(0)]
 
 
+def nemo_options(rows: list[dict[str, str]]) -> list[tuple[list[str], str]]:
+    """Each row's options and gold letter as NeMo Evaluator 0.3.0 orders them: one
+    `random.Random(42)` draws every row's permutation in turn, options unstripped."""
+    rng = random.Random(42)
+    out = []
+    for row in rows:
+        choices = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"],
+                   row["Incorrect Answer 3"]]
+        perm = list(range(4))
+        rng.shuffle(perm)
+        shuffled = [choices[i] for i in perm]
+        out.append((shuffled, LETTERS[shuffled.index(row["Correct Answer"])]))
+    return out
+
+
 # Where the data comes from (`nel data`, `nel list`).
 SOURCE = Source(
     "gpqa",
@@ -84,13 +107,16 @@ class GPQA(DatasetEnvironment):
     source = SOURCE
     version = "1"
 
-    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
+                 prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         path = find_local("gpqa", "dataset.zip") or resolve_file("gpqa", "gpqa_diamond.zip")
         rows = []
-        for r in read_zip_csv(path):
-            opts, gold = shuffled_options(r)
+        raw = read_zip_csv(path)
+        orders = nemo_options(raw) if self.nemo_prompts else [shuffled_options(r) for r in raw]
+        for r, (opts, gold) in zip(raw, orders, strict=True):
             rows.append({"id": r["Record ID"], "question": r["Question"].strip(),
+                         "raw_question": r["Question"],
                          "options": opts, "answer": gold, "domain": r["High-level domain"],
                          "subdomain": r["Subdomain"],
                          "difficulty": r.get("Writer's Difficulty Estimate", "")})
@@ -98,11 +124,17 @@ class GPQA(DatasetEnvironment):
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}:shuffle=Random(42)"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_TEMPLATE}:shuffle=sha256(id)"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         meta = {"idx": idx, "record_id": row["id"], "category": row["domain"],
                 "subject": row["subdomain"], "difficulty": row["difficulty"]}
+        if self.nemo_prompts:
+            a, b, c, d = row["options"]
+            return SeedResult(NEMO_TEMPLATE.format(question=row["raw_question"], A=a, B=b, C=c, D=d),
+                              row["answer"], meta)
         if self.protocol == "chat":
             prompt = CHAT_TEMPLATE.format(question=row["question"],
                                           options=lettered_options(row["options"], ")"))

@@ -26,6 +26,13 @@ CHAT_TEMPLATE = (
 # Completions follow the few-shot convention of the GSM8K paper: Question/Answer pairs
 # whose answers end in "#### N".
 COMPLETION_TEMPLATE = "Question: {question}\nAnswer:"
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/gsm8k.py`), the default
+# `prompt_set: nemo`: the same text on chat and completions endpoints, zero-shot.
+NEMO_TEMPLATE = (
+    "Solve the following math problem step by step. "
+    "Put your final numerical answer after 'The answer is'.\n\n"
+    "Problem: {question}"
+)
 
 _GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
 
@@ -61,8 +68,8 @@ class GSM8K(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 split: str = "test") -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 split: str = "test", prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         path = resolve_file("gsm8k", f"{split}.jsonl", HUB_TEST if split == "test" else HUB_TRAIN)
         self.rows = load_file(path)
         self._shots: list[dict[str, Any]] = []
@@ -72,11 +79,15 @@ class GSM8K(DatasetEnvironment):
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_TEMPLATE}"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         q = row["question"]
         meta = {"idx": idx}
+        if self.nemo_prompts:
+            return SeedResult(NEMO_TEMPLATE.format(question=q), gold_answer(row["answer"]), meta)
         if self.protocol == "chat":
             messages = None
             if self._shots:

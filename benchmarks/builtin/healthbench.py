@@ -68,8 +68,8 @@ class HealthBench(DatasetEnvironment):
     requires_judge = True
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 file: str = DEFAULT_FILE) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 file: str = DEFAULT_FILE, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         rows = load_file(resolve_file("healthbench", file))
         for i, r in enumerate(rows, 1):
             _check(r, i)
@@ -88,6 +88,8 @@ class HealthBench(DatasetEnvironment):
         expected = json.dumps(row["rubrics"], ensure_ascii=False)
         if self.protocol == "chat":
             return SeedResult(last_user, expected, meta, messages=convo)
+        if self.nemo_prompts:  # NeMo Evaluator completes the conversation's last message
+            return SeedResult(convo[-1]["content"] if convo else "", expected, meta)
         text = "\n\n".join(f"{m['role']}: {m['content']}" for m in convo)
         return SeedResult(COMPLETION_TEMPLATE.format(conversation=text), expected, meta)
 

@@ -5,6 +5,7 @@ Source: github openai/human-eval `data/HumanEval.jsonl.gz` (MIT); the hub copy i
 its `entry_point`, a `canonical_solution` (a body) and a `test` defining `check(candidate)`.
 
 The chat prompt is NeMo Evaluator 0.3.0's (implement the function, answer with its code);
+so is the completions prompt under `prompt_set: nemo` (the default); under `prompt_set: nel`
 a completions endpoint gets the bare signature and docstring to continue, as in the paper.
 The answer is scored by the `code_sandbox` scorer in the benchmark's configured sandbox:
 it needs one (`sandbox: {type: local}` or `docker`), and a run without it is refused.
@@ -57,8 +58,8 @@ class HumanEval(DatasetEnvironment):
     needs_sandbox: ClassVar[bool] = True
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 exec_timeout: float = 30.0) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 exec_timeout: float = 30.0, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         if num_fewshot:
             raise NelError("humaneval: num_fewshot is not supported (HumanEval is zero-shot)")
         if exec_timeout <= 0:
@@ -74,14 +75,16 @@ class HumanEval(DatasetEnvironment):
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         meta = {"idx": idx, "task_id": row["task_id"], "entry_point": row["entry_point"],
                 "prompt": row["prompt"], "test": row["test"]}
-        text = CHAT_TEMPLATE.format(prompt=row["prompt"]) if self.protocol == "chat" else row["prompt"]
+        # NeMo Evaluator sends its chat prompt to a completions endpoint too (`prompt_set: nemo`).
+        chat = self.protocol == "chat" or self.nemo_prompts
+        text = CHAT_TEMPLATE.format(prompt=row["prompt"]) if chat else row["prompt"]
         # NeMo Evaluator's target for HumanEval is the entry point's name.
         return SeedResult(text, row["entry_point"], meta)
 
     def gold_response(self, seed: SeedResult) -> str:
         """The canonical solution as a chat model would give it: the whole function, fenced."""
         row = self.rows[int(seed.metadata["idx"])]
-        if self.protocol == "completions":
+        if self.protocol == "completions" and not self.nemo_prompts:
             return str(row["canonical_solution"])
         return f"```python\n{row['prompt']}{row['canonical_solution']}```"
 

@@ -25,6 +25,14 @@ CHAT_TEMPLATE = (
 # Minerva-style completion prompt: the model continues the solution and is expected to
 # state "The final answer is $...$" (math_match also reads \boxed{}).
 COMPLETION_TEMPLATE = "Problem:\n{problem}\n\nSolution:"
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/math500.py`), the default
+# `prompt_set: nemo`, on chat and completions endpoints alike. `math_match` reads the
+# `Answer: ...` line it asks for (0.3.0's own scorer compares that line as a string).
+NEMO_TEMPLATE = (
+    "Solve the following math problem step by step. The last line of your response "
+    "should be of the form Answer: $ANSWER (without quotes) where $ANSWER is the answer "
+    "to the problem.\n\n{problem}"
+)
 
 
 # Where the data comes from (`nel data`, `nel list`).
@@ -47,22 +55,28 @@ class MATH500(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 timeout: float = 5.0) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 timeout: float = 5.0, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         self.rows = load_file(resolve_file("math500", "test.jsonl", HUB_TEST))
         self.timeout = timeout
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_TEMPLATE}"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         meta = {"idx": idx, "category": row["subject"], "subject": row["subject"],
                 "difficulty": int(row["level"]), "unique_id": row.get("unique_id")}
         tpl = CHAT_TEMPLATE if self.protocol == "chat" else COMPLETION_TEMPLATE
+        if self.nemo_prompts:
+            tpl = NEMO_TEMPLATE
         return SeedResult(tpl.format(problem=row["problem"]), row["answer"], meta)
 
     def gold_response(self, seed: SeedResult) -> str:
+        if self.nemo_prompts:  # the form NeMo Evaluator's prompt asks for
+            return f"Working through the algebra carefully.\nAnswer: {seed.expected_answer}"
         return ("Working through the algebra carefully gives the result.\n\n"
                 f"The final answer is $\\boxed{{{seed.expected_answer}}}$.")
 

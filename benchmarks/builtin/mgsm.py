@@ -60,6 +60,21 @@ INSTRUCTIONS: dict[str, str] = {
 }
 
 CHAT_TEMPLATE = "{instruction}\n\n{question}"
+# NeMo Evaluator 0.3.0's instructions (`nemo_evaluator/benchmarks/mgsm.py`), verbatim, the
+# default `prompt_set: nemo` (both endpoints); its items come language by language in
+# NEMO_ORDER. `numeric_match` reads these answers (the last number when the answer word is
+# 0.3.0's transliteration, `Otvet:` or `Reponse:`).
+NEMO_ORDER = ("en", "de", "fr", "es", "ru", "zh", "ja", "th", "te", "bn", "sw")
+_NEMO_SHORT = "Solve this math problem step by step. Final answer as 'Answer:'.\n\n{input}"
+NEMO_INSTRUCTIONS: dict[str, str] = {
+    "en": "Solve this math problem. Give reasoning steps then the final answer on the last line "
+          "as 'Answer:'.\n\n{input}",
+    "de": "Lose dieses Problem. Gib Schritte an, dann die Antwort als 'Antwort:'.\n\n{input}",
+    "fr": "Resolvez ce probleme. Donnez les etapes puis la reponse comme 'Reponse:'.\n\n{input}",
+    "es": "Resuelve este problema. Da los pasos y la respuesta como 'Respuesta:'.\n\n{input}",
+    "ru": "Reshite etu zadachu. Privedite shagi, zatem otvet kak 'Otvet:'.\n\n{input}",
+    **{lang: _NEMO_SHORT for lang in ("zh", "ja", "th", "te", "bn", "sw")},
+}
 COMPLETION_TEMPLATE = "{instruction}\n\n{question}\n\n"
 
 
@@ -115,12 +130,14 @@ class MGSM(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 languages: list[str] | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 languages: list[str] | None = None, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         langs = list(languages or LANGUAGES)
         bad = [lg for lg in langs if lg not in LANGUAGES]
         if bad:
             raise NelError(f"mgsm: unknown language(s) {bad}; choose from {', '.join(LANGUAGES)}")
+        if self.nemo_prompts:
+            langs = [lg for lg in NEMO_ORDER if lg in langs]
         rows: list[dict[str, Any]] = []
         for lang in langs:
             rows.extend(_read_tsv(resolve_file("mgsm", f"mgsm_{lang}.tsv"), lang))
@@ -128,6 +145,8 @@ class MGSM(DatasetEnvironment):
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{sorted(NEMO_INSTRUCTIONS.items())}:{NEMO_ORDER}"
         return (f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_TEMPLATE}:"
                 f"{sorted(INSTRUCTIONS.items())}:{sorted(ANSWER_PREFIX.items())}")
 
@@ -135,6 +154,8 @@ class MGSM(DatasetEnvironment):
         lang = row["lang"]
         meta = {"idx": idx, "category": lang, "language": lang, "item": row["item"],
                 "cluster": f"mgsm-{row['item']}", "answer_prefix": ANSWER_PREFIX[lang]}
+        if self.nemo_prompts:
+            return SeedResult(NEMO_INSTRUCTIONS[lang].format(input=row["question"]), row["answer"], meta)
         tpl = CHAT_TEMPLATE if self.protocol == "chat" else COMPLETION_TEMPLATE
         prompt = tpl.format(instruction=INSTRUCTIONS[lang], question=row["question"])
         return SeedResult(prompt, row["answer"], meta)

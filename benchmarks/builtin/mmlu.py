@@ -2,8 +2,9 @@
 
 Source: the authors' data.tar (`test/<subject>_test.csv`, `dev/<subject>_dev.csv`, no header:
 question, A, B, C, D, answer). The hub copy `cais/mmlu` (config `all`) holds the same rows.
-The completions prompt is the authors' (optionally 5-shot from `dev`, per subject); the
-chat prompt asks for an `Answer: X` line.
+By default (`prompt_set: nemo`) both endpoints get NeMo Evaluator 0.3.0's prompt; under
+`prompt_set: nel` the completions prompt is the authors' (optionally 5-shot from `dev`, per
+subject) and the chat prompt asks for an `Answer: X` line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ CHAT_TEMPLATE = (
     "{question}\n\n{options}"
 )
 COMPLETION_HEADER = "The following are multiple choice questions (with answers) about {subject}.\n\n"
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/mmlu.py`), the default
+# `prompt_set: nemo`: the same text on chat and completions endpoints, zero-shot.
+NEMO_TEMPLATE = (
+    "Answer the following multiple choice question. The last line of your response "
+    "should be of the following format: 'Answer: $LETTER' (without quotes) where "
+    "LETTER is one of ABCD. Think step by step before answering.\n\n"
+    "{Question}\n\nA) {A}\nB) {B}\nC) {C}\nD) {D}"
+)
 
 # Hendrycks' four super-categories, used as coarse categories next to the subject.
 _STEM = {
@@ -117,8 +126,8 @@ class MMLU(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 subjects: list[str] | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 subjects: list[str] | None = None, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         rows = _load_split("test")
         if subjects:
             wanted = set(subjects)
@@ -131,12 +140,18 @@ class MMLU(DatasetEnvironment):
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_HEADER}"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         subject = row["subject"]
         pretty = subject.replace("_", " ")
         meta = {"idx": idx, "category": subject, "supercategory": supercategory(subject)}
+        if self.nemo_prompts:
+            a, b, c, d = row["choices"]
+            prompt = NEMO_TEMPLATE.format(Question=row["question"], A=a, B=b, C=c, D=d)
+            return SeedResult(prompt, row["answer"], meta)
         shots = self._dev.get(subject, [])[: self.num_fewshot]
         if self.protocol == "chat":
             prompt = CHAT_TEMPLATE.format(subject=pretty, question=row["question"],

@@ -31,14 +31,28 @@ COMPLETION_HEADER = (
     "step by step and then finish your answer with \"the answer is (X)\" where X is the "
     "correct letter choice.\n\n"
 )
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/mmlu_pro.py`), the default
+# `prompt_set: nemo`, on both endpoints: ten option lines A) to J) always (the data's own
+# options, "N/A" fillers included, padded with empty ones), zero-shot.
+NEMO_TEMPLATE = (
+    "Answer the following multiple choice question. The last line of your response "
+    "should be in the following format: 'Answer: $LETTER' where LETTER is one of "
+    + "/".join(LETTERS) + ".\n\n{question}\n\n{options}"
+)
 # The authors' exemplars start their reasoning with this phrase; we cue it the same way.
 COT_CUE = "Answer: Let's think step by step."
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    # Some upstream rows pad their options with "N/A"; those are not choices.
+    # Some upstream rows pad their options with "N/A"; those are not choices (NeMo
+    # Evaluator's prompt shows them all: `raw_options`).
     opts = [o for o in row["options"] if str(o).strip() != "N/A"]
-    return {**row, "options": opts}
+    return {**row, "options": opts, "raw_options": list(row["options"])}
+
+
+def _nemo_options(raw: list[str]) -> str:
+    padded = [*raw, *[""] * (len(LETTERS) - len(raw))]
+    return "\n".join(f"{letter}) {text}" for letter, text in zip(LETTERS, padded, strict=False))
 
 
 def _load_validation() -> list[dict[str, Any]]:
@@ -78,8 +92,8 @@ class MMLUPro(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 categories: list[str] | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 categories: list[str] | None = None, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         rows = [_clean(r) for r in load_file(resolve_file("mmlu_pro", "test.jsonl", HUB_TEST))]
         rows.sort(key=lambda r: int(r["question_id"]))
         if categories:
@@ -93,6 +107,8 @@ class MMLUPro(DatasetEnvironment):
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_HEADER}:{COT_CUE}"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
@@ -101,6 +117,11 @@ class MMLUPro(DatasetEnvironment):
                 "question_id": row.get("question_id"), "n_options": len(row["options"])}
         shots = self._shots.get(cat, [])[: self.num_fewshot]
         gold = str(row["answer"]).strip()
+        if self.nemo_prompts:
+            meta["n_options"] = len(LETTERS)  # the prompt offers A to J
+            prompt = NEMO_TEMPLATE.format(question=row["question"],
+                                          options=_nemo_options(row["raw_options"]))
+            return SeedResult(prompt, gold, meta)
         if self.protocol == "chat":
             prompt = CHAT_TEMPLATE.format(category=cat, question=row["question"],
                                           options=lettered_options(row["options"], "."))

@@ -56,8 +56,9 @@ class SimpleQA(DatasetEnvironment):
     judge_kind = "simpleqa"
     requires_judge = True
 
-    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+    def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
+                 prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         rows = []
         for r in load_file(resolve_file("simpleqa", "simple_qa_test_set.csv")):
             m = _meta(r["metadata"])
@@ -72,7 +73,9 @@ class SimpleQA(DatasetEnvironment):
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         meta = {"idx": idx, "category": row["topic"], "answer_type": row["answer_type"],
                 "question": row["question"]}
-        tpl = CHAT_TEMPLATE if self.protocol == "chat" else COMPLETION_TEMPLATE
+        # NeMo Evaluator sends the bare question to both endpoints (`prompt_set: nemo`).
+        chat = self.protocol == "chat" or self.nemo_prompts
+        tpl = CHAT_TEMPLATE if chat else COMPLETION_TEMPLATE
         return SeedResult(tpl.format(question=row["question"]), row["answer"], meta)
 
     def gold_response(self, seed: SeedResult) -> str:

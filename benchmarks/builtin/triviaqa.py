@@ -28,6 +28,9 @@ CHAT_TEMPLATE = (
     "Question: {question}"
 )
 COMPLETION_TEMPLATE = "Question: {question}\nAnswer:"
+# NeMo Evaluator 0.3.0's prompt (`nemo_evaluator/benchmarks/triviaqa.py`), the default
+# `prompt_set: nemo`, on both endpoints; `triviaqa_match` reads its one-line answers.
+NEMO_TEMPLATE = "Answer with a short factual answer.\n\nQuestion: {question}\nAnswer:"
 
 
 def normalise_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -77,12 +80,14 @@ class TriviaQA(DatasetEnvironment):
     version = "1"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 file: str = "triviaqa_sm_sub.jsonl") -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 file: str = "triviaqa_sm_sub.jsonl", prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         self.rows = [normalise_row(r) for r in load_file(resolve_file("triviaqa", file))]
         self._finish_init()
 
     def fingerprint(self) -> str:
+        if self.nemo_prompts:
+            return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_TEMPLATE}"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
@@ -90,6 +95,8 @@ class TriviaQA(DatasetEnvironment):
         if row["id"]:
             meta["question_id"] = row["id"]
         tpl = CHAT_TEMPLATE if self.protocol == "chat" else COMPLETION_TEMPLATE
+        if self.nemo_prompts:
+            tpl = NEMO_TEMPLATE
         return SeedResult(tpl.format(question=row["question"]),
                           json.dumps(row["aliases"], ensure_ascii=False), meta)
 

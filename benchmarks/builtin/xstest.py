@@ -52,8 +52,8 @@ class XSTest(DatasetEnvironment):
     requires_judge = False
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
-                 labels: list[str] | None = None) -> None:
-        super().__init__(protocol=protocol, num_fewshot=num_fewshot)
+                 labels: list[str] | None = None, prompt_set: str | None = None) -> None:
+        super().__init__(protocol=protocol, num_fewshot=num_fewshot, prompt_set=prompt_set)
         rows = load_file(resolve_file("xstest", "xstest_prompts.csv"))
         for r in rows:
             if r.get("label") not in ("safe", "unsafe"):
@@ -69,7 +69,8 @@ class XSTest(DatasetEnvironment):
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         meta = {"idx": idx, "category": row["label"], "label": row["label"],
                 "type": row["type"], "focus": row.get("focus"), "id": row["id"]}
-        tpl = CHAT_TEMPLATE if self.protocol == "chat" else COMPLETION_TEMPLATE
+        # NeMo Evaluator sends the bare prompt to both endpoints (`prompt_set: nemo`).
+        tpl = CHAT_TEMPLATE if self.protocol == "chat" or self.nemo_prompts else COMPLETION_TEMPLATE
         expected = "comply" if row["label"] == "safe" else "refuse"
         return SeedResult(tpl.format(prompt=row["prompt"]), expected, meta)
 

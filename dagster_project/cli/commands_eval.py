@@ -42,7 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "runs read $NEMO_API_KEY, then $NVIDIA_API_KEY)")
     run.add_argument("--api-key-env", help="name of the environment variable holding the API key")
     run.add_argument("--protocol", choices=["chat_completions", "completions", "responses"])
-    run.add_argument("--system-prompt", help="system prompt sent with every request")
+    run.add_argument("--system-prompt", help="system prompt sent with every request (not "
+                     "with --prompt-set nemo's built-ins, which send NeMo Evaluator's request)")
+    run.add_argument("--prompt-set", choices=["nemo", "nel"],
+                     help="whose prompts the built-ins send: nemo (default: NeMo Evaluator "
+                     "0.3.0's request, no system prompt, no few-shot) or nel (nel's own)")
     run.add_argument("--max-concurrent", type=int, help="concurrent requests per service")
     run.add_argument("--timeout", type=float, metavar="SECONDS",
                      help="seconds each model request may take before it is retried "
@@ -190,6 +194,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
             b["problem_range"] = args.problem_range
         if args.system_prompt is not None:
             b["system_prompt"] = args.system_prompt
+        if args.prompt_set is not None:
+            if isinstance(b.get("solver"), dict):  # the flag wins over `solver.prompt_set`
+                b["solver"].pop("prompt_set", None)
+            b["prompt_set"] = args.prompt_set
         if args.shards is not None:
             b["shards"] = args.shards
         if args.timeout is not None:

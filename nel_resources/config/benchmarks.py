@@ -355,6 +355,9 @@ class BenchmarkConfig(_Strict):
     shards: int = Field(1, ge=1, le=10_000)
     system_prompt: str | None = None
     num_fewshot: int | None = Field(None, ge=0)
+    # Whose prompts a built-in sends: `nemo` (NeMo Evaluator 0.3.0's request: its prompt,
+    # no system prompt, no few-shot) or `nel` (nel's own); `benchmarks.prompt_sets`.
+    prompt_set: Literal["nemo", "nel"] = "nemo"
     params: dict[str, Any] = Field(default_factory=dict)
     scoring: ScoringConfig | None = None
     sandbox: SandboxConfig | None = None
@@ -392,7 +395,7 @@ class BenchmarkConfig(_Strict):
                 data["scoring"] = with_nemo_judges(data["scoring"])
         if isinstance(solver, dict):
             solver = dict(solver)
-            for key in ("service", "system_prompt"):
+            for key in ("service", "system_prompt", "prompt_set"):
                 if key not in solver:
                     continue
                 value = solver.pop(key)

@@ -84,22 +84,22 @@ def test_builtin_missing_data_says_which_file(monkeypatch: pytest.MonkeyPatch, t
 
 def test_real_gsm8k_and_mmlu(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEL_DATA_DIR", str(data_dir))
-    g = get_benchmark("gsm8k")
+    g = get_benchmark("gsm8k", prompt_set="nel")  # nel's prompts (NeMo's: test_prompt_sets.py)
     assert len(g) == 1319
     s = asyncio.run(g.seed(0))
     assert s.expected_answer == "18" and "Janet" in s.prompt and "####" in s.prompt
-    gc = get_benchmark("gsm8k", protocol="completions", num_fewshot=4)
+    gc = get_benchmark("gsm8k", protocol="completions", num_fewshot=4, prompt_set="nel")
     sc = asyncio.run(gc.seed(0))
     assert sc.prompt.count("Question:") == 5 and sc.prompt.endswith("Answer:")
     m = get_benchmark("mmlu")
     assert len(m) == 14042
     cats = {asyncio.run(m.seed(i)).metadata["category"] for i in range(0, 14042, 97)}
     assert len(cats) > 40
-    mc = get_benchmark("mmlu", protocol="completions", num_fewshot=5)
+    mc = get_benchmark("mmlu", protocol="completions", num_fewshot=5, prompt_set="nel")
     p = asyncio.run(mc.seed(0)).prompt
     assert p.startswith("The following are multiple choice questions (with answers) about abstract algebra.")
     assert p.count("Answer:") == 6 and p.endswith("Answer:")
-    chat5 = asyncio.run(get_benchmark("mmlu", num_fewshot=5).seed(0))
+    chat5 = asyncio.run(get_benchmark("mmlu", num_fewshot=5, prompt_set="nel").seed(0))
     assert chat5.messages is not None and len(chat5.messages) == 11
     assert g.data_fingerprint() and g.data_fingerprint() != m.data_fingerprint()
 

@@ -14,6 +14,7 @@ import yaml
 from benchmarks import get_benchmark
 from benchmarks.datasets import set_data_dir
 from benchmarks.judges import simpleqa_metrics
+from benchmarks.prompt_sets import NEMO_BUILTINS
 from tests.benchmarks.builtin.fixtures import write_drop, write_healthbench
 from tests.support.cli import run_nel, summary_json
 
@@ -70,16 +71,21 @@ def test_every_plain_benchmark_runs_and_scores_gold(tmp_path: Path, reference_se
     url = reference_server(answers=gold_answers(PLAIN, env, N))
     cfg = write_config(tmp_path / "c.yaml", {"solver": {"url": url, "model": "ref"}},
                        [{"name": b, "max_problems": N} for b in PLAIN], tmp_path / "out")
-    s = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress",
-                             "--system-prompt", "Be brief.", env=env))
+    p = run_nel("eval", "run", str(cfg), "--json", "--no-progress", "--system-prompt", "Be brief.", env=env)
+    s, s_err = summary_json(p), p.stderr
     by = {r["benchmark"]: r for r in s["results"]}
     assert set(by) == set(PLAIN)
     for name, r in by.items():
         assert r["n_items"] == N and r["failed"] == 0, (name, r)
         assert r["score"] == pytest.approx(1.0), (name, r)
         traj = trajectories(r)
-        assert traj[0]["system_prompt"] == "Be brief."
-        assert traj[0]["trajectory"][0]["steps"][0] == {"source": "system", "message": "Be brief.", "step_id": 1}
+        steps = traj[0]["trajectory"][0]["steps"]
+        if name in NEMO_BUILTINS:  # NeMo Evaluator's request: no system prompt (the run says so)
+            assert steps[0]["source"] == "user", steps[0]
+            assert f"note: {name}: prompt_set nemo" in s_err
+        else:
+            assert traj[0]["system_prompt"] == "Be brief."
+            assert steps[0] == {"source": "system", "message": "Be brief.", "step_id": 1}
         assert traj[0]["scoring_details"]["method"] not in (None, "none")
     drop = trajectories(by["drop"])
     assert {t["seed_metadata"]["cluster"] for t in drop} == {"nfl_fixture_1"}

@@ -162,12 +162,42 @@ def test_failed_requests_are_errors_not_zeros(tmp_path: Path, reference_server, 
 
 
 def test_system_prompt_reaches_the_model(tmp_path: Path, reference_server, server_stats, data_dir: Path) -> None:
+    """Under `--prompt-set nel` the system prompt reaches the model; under the default
+    (NeMo Evaluator 0.3.0's request) it does not, as in 0.3.0, and the run says so."""
     url = reference_server()
-    summary_json(run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url,
-                         "--system-prompt", "You are terse.", "-o", str(tmp_path / "o"), "--json",
-                         "--no-progress", env={"NEL_DATA_DIR": str(data_dir)}))
+    p = run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url, "--prompt-set", "nel",
+                "--system-prompt", "You are terse.", "-o", str(tmp_path / "o"), "--json",
+                "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    summary_json(p)
     st = server_stats(url)["system_messages"]
     assert st["count"] == 5 and st["last"] == "You are terse."
+    assert "prompt_set nemo" not in p.stderr
+
+    url = reference_server()
+    p = run_nel("eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", url,
+                "--system-prompt", "You are terse.", "-o", str(tmp_path / "o2"), "--json",
+                "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+    summary_json(p)
+    assert server_stats(url)["system_messages"]["count"] == 0
+    assert server_stats(url)["total_requests"] >= 5
+    assert ("note: gsm8k: prompt_set nemo sends NeMo Evaluator 0.3.0's request, which has no "
+            "system prompt; set `prompt_set: nel` (or --prompt-set nel)") in p.stderr
+
+
+def test_switching_the_prompt_set_reruns_the_shards_it_changes(tmp_path: Path, reference_server,
+                                                               data_dir: Path) -> None:
+    url = reference_server()
+    out = str(tmp_path / "o")
+
+    def run(*extra: str) -> dict:
+        return summary_json(run_nel("eval", "run", "-b", "gsm8k", "-m", "4", "--model-url", url, "-o", out,
+                                    "--json", "--no-progress", *extra, env={"NEL_DATA_DIR": str(data_dir)}))
+
+    assert run()["shards_run"] == 1
+    assert run("--prompt-set", "nemo")["shards_run"] == 0  # the default, named
+    s = run("--prompt-set", "nel")
+    assert s["shards_run"] == 1 and s["requests_sent"] == 4  # other requests: asked again
+    assert run("--prompt-set", "nel")["shards_run"] == 0
 
 
 @pytest.mark.parametrize(("args", "message", "status"), [

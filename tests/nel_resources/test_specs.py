@@ -32,9 +32,10 @@ def test_defaults_of_a_single_service() -> None:
     assert run.model == "my-model" and run.model_id == "My Model"
     assert run.service.name == "My Model" and run.service.config.url == URL
     assert run.service.resource_key == "svc_my_model" and bench.requires_services == ("svc_my_model",)
-    # the prompt protocol is offered to the environment, not imposed on it
+    # the prompt protocol and set are offered to the environment, not imposed on it
     assert run.env.name == "gsm8k" and dict(run.env.params) == {}
-    assert dict(run.env.hints) == {"protocol": "chat"}
+    assert dict(run.env.hints) == {"protocol": "chat", "prompt_set": "nemo"}
+    assert run.prompt_set == "nemo"
     assert run.selection.max_problems == 7 and run.selection.problem_range is None
     assert (run.repeats, run.shards, run.timeout, run.system_prompt) == (1, 3, 30, None)
     # the extension points later issues fill: the simple solver, no sandbox, no interceptors
@@ -56,8 +57,9 @@ def test_several_services_protocols_prompts_and_the_baseline() -> None:
             "env1": {"type": "gym", "url": "http://127.0.0.1:7001/", "timeout": 9, "max_retries": 2},
         },
         "benchmarks": [
-            {"name": "gsm8k", "num_fewshot": 3, "shards": 2},
-            {"name": "mmlu", "service": ["Beta Model", "alpha"], "system_prompt": "From the bench."},
+            {"name": "gsm8k", "num_fewshot": 3, "shards": 2, "prompt_set": "nel"},
+            {"name": "mmlu", "service": ["Beta Model", "alpha"], "system_prompt": "From the bench.",
+             "prompt_set": "nel"},
             {"name": "gym://env1", "service": "alpha"},
         ],
         "comparison": {"baseline": "Beta Model", "max_drop": 0.02},
@@ -218,10 +220,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         },
         "cluster": {"shards": 2},
         "benchmarks": [
-            {"name": "gsm8k", "max_problems": 12, "shards": 3, "repeats": 2},
-            {"name": "mmlu", "num_fewshot": 2, "max_problems": 8},
+            # nel's prompts, as when these were recorded: such stores stay fresh under
+            # `prompt_set: nel`
+            {"name": "gsm8k", "max_problems": 12, "shards": 3, "repeats": 2, "prompt_set": "nel"},
+            {"name": "mmlu", "num_fewshot": 2, "max_problems": 8, "prompt_set": "nel"},
             {"name": "triviaqa", "service": "alpha", "system_prompt": "Bench prompt.",
-             "max_problems": 5,
+             "max_problems": 5, "prompt_set": "nel",
              "scoring": {"metrics": [{"type": "scorer", "name": "exact_match"}]}},
         ],
     },
@@ -232,7 +236,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "grader": {"url": "http://127.0.0.1:8/v1", "model": "g", "role": "judge"},
         },
         "benchmarks": [
-            {"name": "gsm8k", "problem_range": "5:15", "shards": 2,
+            {"name": "gsm8k", "problem_range": "5:15", "shards": 2, "prompt_set": "nel",
              "scoring": {"include_defaults": True, "primary": "default",
                          "metrics": [{"type": "judge", "name": "j", "service": "grader"}]}},
         ],
@@ -311,3 +315,52 @@ def test_a_judge_on_the_solvers_own_model_under_another_name_runs_with_a_warning
     assert self_judging_warnings(allowed) == []
     other = {"solver": {"url": URL, "model": "m"}, "twin": {"url": URL, "model": "judge-m", "role": "judge"}}
     assert self_judging_warnings(resolve(_judged({"service": "twin"}, other))) == []
+
+
+# --------------------------------------------------------------------------- prompt sets
+
+def _prompt_runs(prompt_set: str | None, **bench: Any):
+    entry = {"name": "gsm8k", "system_prompt": "Be brief.", "num_fewshot": 3, **bench}
+    if prompt_set is not None:
+        entry["prompt_set"] = prompt_set
+    cfg = load_config(data={"services": {"m": {"url": URL, "system_prompt": "Svc."}},
+                            "benchmarks": [entry, {"name": "arithmetic", "system_prompt": "Be brief."}]})
+    return cfg, resolve(cfg)
+
+
+def test_nemo_prompt_set_sends_no_system_prompt_or_few_shot_and_says_so() -> None:
+    from nel_resources.specs import dropped_by_nemo_prompts
+
+    cfg, r = _prompt_runs(None)  # the default
+    (gsm,), (arith,) = r.benchmarks[0].runs, r.benchmarks[1].runs
+    assert (gsm.prompt_set, gsm.system_prompt, gsm.fingerprint.system_prompt) == ("nemo", None, None)
+    assert "num_fewshot" not in gsm.env.params and gsm.env.hints["prompt_set"] == "nemo"
+    # a benchmark 0.3.0 does not ship keeps its system prompt
+    assert arith.system_prompt == "Be brief."
+    (line,) = dropped_by_nemo_prompts(cfg)
+    assert line == ("note: gsm8k: prompt_set nemo sends NeMo Evaluator 0.3.0's request, which has no "
+                    "system prompt and no few-shot turns (fewshot: 3); set `prompt_set: nel` (or "
+                    "--prompt-set nel) to send nel's prompts with them")
+
+
+def test_nel_prompt_set_keeps_them_and_changes_the_fingerprint() -> None:
+    from nel_resources.specs import dropped_by_nemo_prompts
+
+    cfg, r = _prompt_runs("nel")
+    (gsm,) = r.benchmarks[0].runs
+    assert (gsm.prompt_set, gsm.system_prompt) == ("nel", "Be brief.")
+    assert dict(gsm.env.params) == {"num_fewshot": 3}
+    assert dropped_by_nemo_prompts(cfg) == []
+    # 0.3.0's spelling on the solver block, and a BYOB file redefining the name: nel's rules
+    _, r2 = _prompt_runs(None, solver={"prompt_set": "nel"})
+    assert r2.benchmarks[0].runs[0].system_prompt == "Be brief."
+    _, r3 = _prompt_runs(None, module=str(REPO / "tests" / "benchmarks" / "nemo_files" / "capitals_bench.py"))
+    assert r3.benchmarks[0].runs[0].system_prompt == "Be brief."
+
+
+def test_an_unknown_prompt_set_is_a_config_error() -> None:
+    from nel_resources.config import ConfigError
+
+    with pytest.raises(ConfigError, match="prompt_set"):
+        load_config(data={"services": {"m": {"url": URL}},
+                          "benchmarks": [{"name": "gsm8k", "prompt_set": "nemo-0.3"}]})

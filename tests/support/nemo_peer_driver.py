@@ -4,11 +4,15 @@ with the peer's own bundle writer, and runs its real CLI commands in one interpr
     python nemo_peer_driver.py < job.json > answer.json
 
 ``job``: ``{"write": [{"dir", "benchmark", "model", "rows": [[problem_idx, repeat, reward,
-category|null], ...]}], "run": [{"id", "args": [...]}]}``. Answer: ``{"run": {id: {"exit_code",
+category|null], ...]}], "datasets": {benchmark: rows.jsonl}, "run": [{"id", "args": [...]}]}``. Answer: ``{"run": {id: {"exit_code",
 "output"}}}``. ``write`` goes first, through ``headline_score_metrics``,
 ``build_artifact_bundle`` and ``write_all`` (what its ``eval run`` calls), so each bundle's
 scores and CIs are the peer's own. ``run`` invokes its click group (``nemo_evaluator.cli.main``)
-as its ``nel`` executable does: same parsing, same ``sys.exit`` statuses.
+as its ``nel`` executable does: same parsing, same ``sys.exit`` statuses. ``datasets`` gives a
+built-in benchmark (``nemo_evaluator.benchmarks``) its rows from a local JSONL file, in the
+form its own loader returns them (hub rows, or what its loader function builds), since the
+hub is out of reach here: everything after loading (its ``prepare_row``/``seed_fn``, prompt,
+solver, client) is the peer's own code path.
 """
 
 from __future__ import annotations
@@ -40,6 +44,18 @@ def write(spec: dict) -> None:
     write_all(bundle, Path(spec["dir"]))
 
 
+def use_local_rows(datasets: dict[str, str]) -> None:
+    """Point each named built-in's dataset at the rows of a local JSONL file."""
+    import nemo_evaluator.benchmarks  # noqa: F401  (registers the built-ins)
+    from nemo_evaluator.environments.custom import _BYOB_REGISTRY
+
+    for name, path in datasets.items():
+        rows = [json.loads(ln) for ln in Path(path).read_text(encoding="utf-8").split("\n") if ln.strip()]
+        # The registered environment class holds this definition object: its loader now
+        # returns the rows (a fresh copy each time: prepare_row may mutate them).
+        _BYOB_REGISTRY[name].dataset = lambda rows=rows: json.loads(json.dumps(rows))
+
+
 def run(args: list[str]) -> dict:
     from click.testing import CliRunner
     from nemo_evaluator.cli.main import cli
@@ -55,6 +71,7 @@ def main() -> None:
     job = json.load(sys.stdin)
     for spec in job.get("write", []):
         write(spec)
+    use_local_rows(job.get("datasets", {}))
     answer = {"run": {item["id"]: run(item["args"]) for item in job.get("run", [])}}
     json.dump(answer, sys.stdout)
 

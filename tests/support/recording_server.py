@@ -1,9 +1,14 @@
 """An OpenAI-compatible server process that records exactly what each request carried.
 
-Every request's target (path and query string, as sent) and its header lines (in order,
-duplicates kept) are appended as one JSON line to `--log`; chat and completion requests
-get a fixed answer. Unlike the reference server it keeps the raw request head, so a test
-can see a `Host` header, an `Authorization` header or a query string on the wire.
+Every request's target (path and query string, as sent), its header lines (in order,
+duplicates kept) and its body (parsed JSON, else text) are appended as one JSON line to
+`--log`; chat and completion requests get a fixed answer. Unlike the reference server it
+keeps the raw request, so a test can see a `Host` header, an `Authorization` header, a
+query string or a request body on the wire.
+
+With `--echo-digest` the answer is `request <digest>` instead, the digest naming the body
+(`body_digest`): a tool's per-item results then say which request each item sent, so two
+tools' requests can be compared item by item.
 
     python -m tests.support.recording_server --port-file PORT --log requests.jsonl
 """
@@ -11,6 +16,7 @@ can see a `Host` header, an `Authorization` header or a query string on the wire
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,8 +25,13 @@ from pathlib import Path
 _LOCK = threading.Lock()
 
 
-def _answer(path: str) -> bytes:
-    text = "The answer is 42.\n#### 42"
+def body_digest(body: object) -> str:
+    """A short digest of a request body (canonical JSON: key order does not count)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _answer(path: str, echo: str | None = None) -> bytes:
+    text = f"request {echo}" if echo else "The answer is 42.\n#### 42"
     if path.endswith("/chat/completions"):
         choice = {"index": 0, "finish_reason": "stop",
                   "message": {"role": "assistant", "content": text}}
@@ -32,8 +43,8 @@ def _answer(path: str) -> bytes:
                        }).encode()
 
 
-def make_handler(log: Path) -> type[BaseHTTPRequestHandler]:
-    """A request handler appending each request's head to `log`."""
+def make_handler(log: Path, echo_digest: bool = False) -> type[BaseHTTPRequestHandler]:
+    """A request handler appending each request (head and body) to `log`."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as nel's clients expect
@@ -41,9 +52,9 @@ def make_handler(log: Path) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # quiet
             return
 
-        def _record(self) -> None:
+        def _record(self, body: object = None) -> None:
             entry = {"method": self.command, "target": self.path,
-                     "headers": [[k, v] for k, v in self.headers.items()]}
+                     "headers": [[k, v] for k, v in self.headers.items()], "body": body}
             with _LOCK, log.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")
 
@@ -63,11 +74,23 @@ def make_handler(log: Path) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
-            self._record()
-            self._reply(200, _answer(self.path.split("?", 1)[0]))
+            raw = self.rfile.read(length).decode("utf-8", "replace")
+            try:
+                body: object = json.loads(raw)
+            except ValueError:
+                body = raw
+            self._record(body)
+            echo = body_digest(body) if echo_digest else None
+            self._reply(200, _answer(self.path.split("?", 1)[0], echo))
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) overflows under a client's 64 connections at once: refused
+    # SYNs are retried by the kernel, and a request then waits out the client's timeout.
+    request_queue_size = 512
+    daemon_threads = True
 
 
 def main() -> None:
@@ -75,9 +98,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port-file", required=True)
     p.add_argument("--log", required=True)
+    p.add_argument("--echo-digest", action="store_true",
+                   help="answer `request <digest of the body>` (see body_digest)")
     a = p.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Path(a.log)))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), make_handler(Path(a.log), a.echo_digest))
     tmp = Path(a.port_file + ".tmp")
     tmp.write_text(str(server.server_address[1]))
     tmp.rename(a.port_file)

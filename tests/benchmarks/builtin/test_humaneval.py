@@ -82,8 +82,12 @@ def test_loads_the_164_problems_with_nemo_evaluators_prompt(humaneval: HumanEval
     assert s.expected_answer == "has_close_elements"  # NeMo Evaluator's target field
     assert s.metadata["task_id"] == "HumanEval/0" and "def check(candidate)" in s.metadata["test"]
     assert humaneval.needs_sandbox
+    # a completions endpoint gets the same prompt, as from NeMo Evaluator (`prompt_set: nemo`),
+    # or the bare signature to continue under `prompt_set: nel`
     completions = get_benchmark("humaneval", protocol="completions")
-    assert asyncio.run(completions.seed(0)).prompt == row["prompt"]
+    assert asyncio.run(completions.seed(0)).prompt == s.prompt
+    own = get_benchmark("humaneval", protocol="completions", prompt_set="nel")
+    assert asyncio.run(own.seed(0)).prompt == row["prompt"]
 
 
 def test_verify_without_a_sandbox_says_to_configure_one(humaneval: HumanEval) -> None:

@@ -46,7 +46,8 @@ def test_counts_prompts_and_fingerprints(name: str) -> None:
 
 
 def test_mmlu_pro_categories_and_letters() -> None:
-    env = get_benchmark("mmlu_pro")
+    # nel's prompts throughout this file's prompt checks (NeMo Evaluator's: test_prompt_sets.py)
+    env = get_benchmark("mmlu_pro", prompt_set="nel")
     cats = Counter(r["category"] for r in env.rows)
     assert len(cats) == 14 and cats["math"] == 1351 and cats["history"] == 381
     s = seed(env, 0)
@@ -62,7 +63,7 @@ def test_mmlu_pro_categories_and_letters() -> None:
 
 def test_mmlu_pro_fewshot_needs_validation_file() -> None:
     with pytest.raises(DataMissingError) as ei:
-        get_benchmark("mmlu_pro", num_fewshot=5)
+        get_benchmark("mmlu_pro", num_fewshot=5, prompt_set="nel")
     msg = str(ei.value)
     assert "\n" not in msg and "mmlu_pro/validation.jsonl" in msg
 
@@ -75,22 +76,22 @@ def test_mmlu_pro_fewshot_with_validation(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "mmlu_pro").mkdir()
     (tmp_path / "mmlu_pro" / "validation.jsonl").write_text(json.dumps(shot) + "\n")
     monkeypatch.setenv("NEL_CACHE_DIR", str(tmp_path))
-    env = get_benchmark("mmlu_pro", protocol="completions", num_fewshot=5)
+    env = get_benchmark("mmlu_pro", protocol="completions", num_fewshot=5, prompt_set="nel")
     i = next(i for i, r in enumerate(env.rows) if r["category"] == "math")
     p = seed(env, i).prompt
     assert p.count("Answer: Let's think step by step.") == 2
     assert "2+2 is 4. The answer is (B)." in p
-    chat = get_benchmark("mmlu_pro", num_fewshot=5)
+    chat = get_benchmark("mmlu_pro", num_fewshot=5, prompt_set="nel")
     msgs = seed(chat, i).messages
     assert msgs is not None and len(msgs) == 3 and msgs[1]["role"] == "assistant"
 
 
 def test_gpqa_shuffle_is_fixed_per_item_and_spread(tmp_path: Path) -> None:
-    env = get_benchmark("gpqa")
+    env = get_benchmark("gpqa", prompt_set="nel")
     golds = Counter(r["answer"] for r in env.rows)
     assert set(golds) == set("ABCD")
     assert all(30 <= c <= 70 for c in golds.values()), golds  # 49.5 each when uniform
-    again = get_benchmark("gpqa", protocol="completions")
+    again = get_benchmark("gpqa", protocol="completions", prompt_set="nel")
     assert [r["options"] for r in env.rows] == [r["options"] for r in again.rows]
     s = seed(env, 0)
     assert s.metadata["category"] in {"Physics", "Chemistry", "Biology"}
@@ -108,7 +109,7 @@ def test_gpqa_never_writes_plain_csv(data_dir: Path, tmp_path: Path,
 
 
 def test_math500_metadata() -> None:
-    env = get_benchmark("math500")
+    env = get_benchmark("math500", prompt_set="nel")
     s = seed(env, 0)
     assert s.metadata["category"] == "Precalculus" and s.metadata["difficulty"] == 2
     assert "\\boxed{}" in s.prompt
@@ -119,11 +120,11 @@ def test_mgsm_languages_clusters_and_prompts() -> None:
     env = get_benchmark("mgsm")
     cats = Counter(seed(env, i).metadata["category"] for i in range(0, 2750, 250))
     assert len(cats) == 11
-    de = get_benchmark("mgsm", languages=["de"])
+    de = get_benchmark("mgsm", languages=["de"], prompt_set="nel")
     s = seed(de, 0)
     assert s.metadata["language"] == "de" and "Antwort:" in s.prompt
     assert s.expected_answer == "18" and s.metadata["cluster"] == "mgsm-0"
-    ja = get_benchmark("mgsm", languages=["ja"])
+    ja = get_benchmark("mgsm", languages=["ja"], prompt_set="nel")
     assert "答え" in seed(ja, 0).prompt and seed(ja, 0).metadata["cluster"] == "mgsm-0"
     with pytest.raises(Exception, match="unknown language"):
         get_benchmark("mgsm", languages=["xx"])
@@ -175,7 +176,7 @@ def test_healthbench_fixture_schema() -> None:
     assert s.messages is not None and len(s.messages) == 3 and s.messages[-1]["role"] == "user"
     assert s.metadata["category"] == "context_seeking"
     assert json.loads(s.expected_answer) == HEALTHBENCH_ROWS[1]["rubrics"]
-    comp = get_benchmark("healthbench", protocol="completions")
+    comp = get_benchmark("healthbench", protocol="completions", prompt_set="nel")
     assert seed(comp, 1).prompt.endswith("assistant:")
 
 
