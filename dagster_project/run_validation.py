@@ -17,43 +17,27 @@ from nel_resources.config import ConfigError, NelConfig
 from nel_resources.specs import ResolvedConfig, resolve
 
 
-def preflight_sandboxes(resolved: ResolvedConfig) -> ResolvedConfig:
+def preflight_sandboxes(resolved: ResolvedConfig) -> None:
     """Each benchmark's sandbox can start here (a docker image in the engine, ...), checked
-    before the first model request of the run, not when its first sample is scored.
-
-    Returns `resolved`, with a suite's benchmarks whose sandbox cannot start marked
-    `unrunnable` (they fail alone, the others run).
-
-    Raises:
-        ConfigError: a sandbox cannot start and no other benchmark would run.
-    """
+    before the first model request of the run, not when its first sample is scored. A
+    sandbox that cannot start refuses the run (a setup mistake to fix before anything is
+    sent), in a suite too."""
     from nel_resources.sandboxes.base import SandboxError
     from nel_resources.sandboxes.factory import preflight as sandbox_preflight
 
-    failed: dict[str, str] = {}  # sandbox block -> why it cannot start
-    unrunnable = dict(resolved.unrunnable)
+    seen: set[str] = set()
     for bench in resolved.benchmarks:
         sb = bench.sandbox
-        if sb is None or bench.name in unrunnable:
+        if sb is None or bench.name in resolved.unrunnable:
             continue
         key = sb.model_dump_json()
-        if key not in failed:
-            try:
-                sandbox_preflight(sb)
-                failed[key] = ""
-            except SandboxError as exc:
-                failed[key] = str(exc)
-        if failed[key]:
-            unrunnable[bench.name] = f"benchmark {bench.name}: {failed[key]}"
-    if unrunnable == dict(resolved.unrunnable):
-        return resolved
-    new = {k: v for k, v in unrunnable.items() if k not in resolved.unrunnable}
-    if len(unrunnable) == len(resolved.benchmarks):
-        raise ConfigError(next(iter(new.values())))  # nothing would run: refused, as before
-    for name, why in new.items():
-        print(f"warning: {name} cannot run here and fails alone (the other benchmarks "
-              f"run): {why}", file=sys.stderr)
-    return dataclasses.replace(resolved, unrunnable=unrunnable)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            sandbox_preflight(sb)
+        except SandboxError as exc:
+            raise ConfigError(f"benchmark {bench.name}: {exc}") from None
 
 
 def _check_solver_types(cfg: NelConfig) -> None:
@@ -109,7 +93,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     # Scoring configs that cannot run (a judge-graded benchmark without a judge, a judge on
     # the solver's own service) make the config invalid: one line, before any Dagster run.
     # Resolving checks every name (services, judges) the same way.
-    from nel_assets.engine.evaluation.judging import check_scoring
+    from nel_assets.engine.evaluation.judging import MissingJudgeError, check_scoring
     from nel_assets.engine.evaluation.sandboxing import check_sandbox
 
     resolved = resolve(cfg)
@@ -124,12 +108,14 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
         for run in bench_spec.runs:
             try:
                 check_scoring(run)
-                check_sandbox(run)  # a benchmark that runs model code has a sandbox
-            except NelError as exc:
+            except MissingJudgeError as exc:
                 if len(resolved.benchmarks) == 1:
                     raise  # nothing else would run: the config is refused, nothing is sent
-                # A suite isolates it (NeMo Evaluator's walkthrough): it fails alone.
+                # A suite isolates a benchmark that cannot run as written (NeMo Evaluator's
+                # walkthrough): it fails alone. A mistake in the config (an unknown scorer
+                # option) is still refused whole.
                 unrunnable.setdefault(bench_spec.name, str(exc))
+            check_sandbox(run)  # a benchmark that runs model code has a sandbox
             # A key variable that is not set is a config error too (not one pair's failure).
             run.service.config.resolved_api_key()
     if unrunnable:

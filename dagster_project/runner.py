@@ -108,7 +108,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
     resolved = validate_before_run(cfg)
     if launches(resolved, shard_only):
         preflight(resolved)  # cluster.type docker|ray: reachable, image built; one line if not
-    resolved = preflight_sandboxes(resolved)
+    preflight_sandboxes(resolved)
     started = time.time()
     t0 = time.perf_counter()
     # One run per output directory (output_lock.py): two at once each sent every request.

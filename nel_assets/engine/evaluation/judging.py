@@ -61,6 +61,11 @@ SCORER_NAMES = tuple(SCORERS.names(aliases=True))
 NEMO_KIND = "nemo"
 
 
+class MissingJudgeError(NelError):
+    """A judge-graded benchmark configured without a judge: it cannot run as written (a
+    suite runs its other benchmarks; alone, the config is refused)."""
+
+
 def _scorer(name: str) -> Callable[..., VerifyResult]:
     if name not in SCORERS:
         raise NelError(f"unknown scorer metric {name!r}; choose from {', '.join(SCORER_NAMES)}")
@@ -114,7 +119,7 @@ def check_scoring(run: RunSpec) -> None:
     """
     cls = _env_class(run.benchmark)
     if cls is not None and getattr(cls, "requires_judge", False) and not run.judges:
-        raise NelError(
+        raise MissingJudgeError(
             f"{run.benchmark} is graded by an LLM judge: add `scoring: {{metrics: [{{type: judge, "
             f"name: {run.benchmark}_judge, service: <judge service>}}]}}` to the benchmark "
             "(and a service with `role: judge`)")
