@@ -22,15 +22,11 @@ from typing import Any
 
 import dagster as dg
 
+from nel_assets.engine.results.trend_store import trends_dir
 from nel_resources.resources import ResultStoreResource
 from nel_resources.specs import ResolvedConfig
 
 TRENDS_KEY = dg.AssetKey(["checkpoint_trends"])
-
-
-def trends_dir(root: Path) -> Path:
-    """Where the trend table and plots live."""
-    return Path(root) / "checkpoint_trends" / "checkpoint_trends"
 
 
 def wants_trends(resolved: ResolvedConfig) -> bool:

@@ -9,8 +9,8 @@ import dagster as dg
 import pytest
 
 from nel_assets.engine.reports.html import render_html
-from nel_assets.engine.results.trends import read_trend_rows
-from nel_assets.trend_assets import TRENDS_KEY, build_trend_assets, trends_dir
+from nel_assets.engine.results.trend_store import read_trend_rows, trends_dir
+from nel_assets.trend_assets import TRENDS_KEY, build_trend_assets
 from nel_resources.config import NelConfig
 from nel_resources.resources import ResultStoreResource
 from nel_resources.specs import resolve

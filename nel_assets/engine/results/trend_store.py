@@ -7,14 +7,18 @@ rerun stays free of numpy and pyarrow.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+
+def trends_dir(root: Any) -> Path:
+    """Where the `checkpoint_trends` asset writes its table and plots under an output dir."""
+    return Path(root) / "checkpoint_trends" / "checkpoint_trends"
 
 
 def read_trend_rows(root: Any) -> list[dict[str, Any]] | None:
     """The `checkpoint_trends` rows an output directory holds, or None before the asset ran."""
-    from pathlib import Path
-
-    path = Path(root) / "checkpoint_trends" / "checkpoint_trends" / "trends.parquet"
+    path = trends_dir(root) / "trends.parquet"
     if not path.is_file():
         return None
     import pyarrow.parquet as pq

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.errors import NelError
-from nel_assets.engine.results.trend_store import read_trend_rows  # noqa: F401 (re-exported)
 from nel_assets.engine.stats.checkpoint_alarm import (
     DEFAULT_ALPHA,
     DEFAULT_HORIZON,
