@@ -77,6 +77,18 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
         cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
     except NelError as exc:
         return f"(cannot be built here: {exc})"
+    from nel_resources.services.launch import in_container
+
+    if in_container(svc, cfg.cluster.type):
+        from nel_resources.services.container_server import docker_run_command, server_image
+
+        try:
+            run = docker_run_command("docker", f"nel-{name}-<run>", server_image(name, svc), svc,
+                                     service_command(name, svc, svc.port or 8000),
+                                     cfg.cluster.shm_size)
+        except NelError as exc:
+            return f"(cannot be built here: {exc})"
+        return " ".join(shlex.quote(a) for a in run) + "  (a container on the Docker engine)"
     pool = cfg.cluster.node_pools.get(svc.node_pool or "") if cfg.cluster.type == "slurm" else None
     if pool is None:
         return cmd

@@ -68,6 +68,19 @@ def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:
                               f"({UNBUILT[ic.name]})", "remove this interceptor")
 
 
+#: Service keys of a launched server's container, honoured where nel starts the server as
+#: a container or a pod (`cluster.type` docker / k8s: nel_resources/services/container_server,
+#: nel_resources/launchers/k8s_servers).
+_CONTAINER_SERVICE_KEYS = frozenset({"image", "gpus", "container_mounts"})
+
+
+def _container_key_honoured(cfg: NelConfig, svc: Any, key: str) -> bool:
+    if key not in _CONTAINER_SERVICE_KEYS or svc.type not in LAUNCHED_TYPES:
+        return False
+    # A mount is a host path: a pod has no host directory to mount (use a volume).
+    return cfg.cluster.type == "docker" or (cfg.cluster.type == "k8s" and key != "container_mounts")
+
+
 def _check_services(cfg: NelConfig) -> None:
     for name, svc in cfg.services.items():
         at = ("services", name)
@@ -82,7 +95,7 @@ def _check_services(cfg: NelConfig) -> None:
             raise Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
                           "remove `node_pool`")
         for key, what in SERVICE_UNBUILT.items():
-            if changed(svc, key, _SERVICE_DEFAULTS):
+            if changed(svc, key, _SERVICE_DEFAULTS) and not _container_key_honoured(cfg, svc, key):
                 raise Refusal((*at, key), what, f"remove `{key}`")
         if svc.served_model_name is not None and svc.type not in LAUNCHED_TYPES:
             raise Refusal((*at, "served_model_name"), "naming the model of a server nel does "

@@ -178,10 +178,31 @@ class LaunchedService:
             self.process.stop()
 
 
+def in_container(svc: ServiceConfig, cluster_type: str) -> bool:
+    """Whether the server of `svc` runs as a container: on `cluster.type: docker`, for a
+    service with an `image` or a type with a default image (vLLM, SGLang, TRT-LLM); a
+    llama.cpp service without `image` stays a process on the host."""
+    from nel_resources.services.container_server import DEFAULT_IMAGES
+
+    return cluster_type == "docker" and (
+        bool(svc.image) or (svc.command is None and svc.type in DEFAULT_IMAGES))
+
+
+def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
+                shm_size: str | None = None) -> Any:
+    """A `LaunchedService`, or a `ContainerService` (same face) when `container`."""
+    if container:
+        from nel_resources.services.container_server import ContainerService
+
+        return ContainerService(name, svc, log_dir, shm_size=shm_size)
+    return LaunchedService(name, svc, log_dir)
+
+
 @contextmanager
-def launched_service(name: str, svc: ServiceConfig, log_dir: Path) -> Iterator[str]:
+def launched_service(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
+                     shm_size: str | None = None) -> Iterator[str]:
     """Start one service, wait until it answers, yield its base URL, then stop it."""
-    server = LaunchedService(name, svc, log_dir)
+    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size)
     try:
         yield server.start()
     finally:
@@ -196,12 +217,15 @@ class _OnDemandService:
     only talks to the one serving its model partition.
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log: Any = None) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log: Any = None, *,
+                 container: bool = False, shm_size: str | None = None) -> None:
         self.name = name
         self._svc = svc
         self._log_dir = log_dir
         self._log = log
-        self._server: LaunchedService | None = None
+        self._container = container
+        self._shm_size = shm_size
+        self._server: Any = None
         self._lock = threading.Lock()
 
     def service(self) -> ServiceConfig:
@@ -213,7 +237,8 @@ class _OnDemandService:
         """Base URL of the running server (started now if it is not yet)."""
         with self._lock:
             if self._server is None:
-                server = LaunchedService(self.name, self._svc, self._log_dir)
+                server = make_server(self.name, self._svc, self._log_dir,
+                                     container=self._container, shm_size=self._shm_size)
                 if self._log is not None:
                     self._log.info(f"starting {self._svc.type} service {self.name!r}: "
                                    f"{' '.join(server.argv)} (log {server.log_path})")
@@ -252,20 +277,25 @@ class LaunchedModelService(dg.ConfigurableResource):
     name: str
     service_json: str
     log_dir: str
+    #: run the server as a container (`cluster.type: docker`), with this `--shm-size`
+    container: bool = False
+    shm_size: str | None = None
 
     @classmethod
-    def from_config(cls, name: str, svc: ServiceConfig, log_dir: str | Path) -> LaunchedModelService:
+    def from_config(cls, name: str, svc: ServiceConfig, log_dir: str | Path, *,
+                    container: bool = False, shm_size: str | None = None) -> LaunchedModelService:
         """Build the resource (API keys never enter Dagster config)."""
         data = svc.model_dump(mode="json")
         data["api_key"] = None
         return cls(name=name, service_json=ServiceConfig.model_validate(data).model_dump_json(),
-                   log_dir=str(log_dir))
+                   log_dir=str(log_dir), container=container, shm_size=shm_size)
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[_OnDemandService]:  # type: ignore[override]
         """Yield an on-demand handle; stop its server when the run ends."""
         handle = _OnDemandService(self.name, ServiceConfig.model_validate_json(self.service_json),
-                                  Path(self.log_dir), context.log)
+                                  Path(self.log_dir), context.log, container=self.container,
+                                  shm_size=self.shm_size)
         try:
             yield handle
         finally:
@@ -279,7 +309,10 @@ def launched_resources(resolved: ResolvedConfig, resources: dict[str, Any],
     out = dict(resources)
     for spec in resolved.services.values():
         if spec.config.type in LAUNCHED_TYPES:
-            out[spec.resource_key] = LaunchedModelService.from_config(spec.name, spec.config, log_dir)
+            out[spec.resource_key] = LaunchedModelService.from_config(
+                spec.name, spec.config, log_dir,
+                container=in_container(spec.config, resolved.cluster.type),
+                shm_size=resolved.cluster.shm_size)
     return out
 
 
@@ -305,7 +338,10 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                     continue
                 url = str(away[name])
             else:
-                url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
+                url = stack.enter_context(launched_service(
+                    name, spec.config, Path(resolved.output_dir) / "logs",
+                    container=in_container(spec.config, resolved.cluster.type),
+                    shm_size=resolved.cluster.shm_size))
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]
