@@ -165,6 +165,17 @@ class ResultStore:
         write_json_atomic(d / "_fingerprint.json", fingerprint)
         return path
 
+    def commit_shard_file(self, bench: str, model: str, shard: int, written: Path,
+                          fingerprint: dict[str, Any]) -> Path:
+        """Commit a shard whose Parquet file is already written (at `written`, in the shard's
+        folder): the file renamed into place, then its fingerprint (the commit marker)."""
+        d = self.shard_dir(bench, model, shard)
+        (d / "_fingerprint.json").unlink(missing_ok=True)
+        path = self.shard_path(bench, model, shard)
+        os.replace(written, path)
+        write_json_atomic(d / "_fingerprint.json", fingerprint)
+        return path
+
     def _committed_shard_files(self, bench: str, model: str,
                                shards: Iterable[int] | None = None) -> list[Path]:
         """The Parquet files of the committed shards of (benchmark, model), in shard order
