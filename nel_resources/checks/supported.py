@@ -100,9 +100,22 @@ def _check_services(cfg: NelConfig) -> None:
                           "remove `depends_on` (nel starts each launched service on its own)")
     for name, sb in cfg.sandboxes.items():
         if sb.node_pool is not None:
-            raise Refusal(("sandboxes", name, "node_pool"), "node pools", "remove `node_pool`")
+            _check_sandbox_pool(cfg, sb.type, ("sandboxes", name, "node_pool"))
         if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
             check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
+
+
+def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) -> None:
+    """A sandbox `node_pool` puts the block's allocations on a SLURM node pool: only with a
+    slurm cluster, and only for a type that can be placed there (its `build_on_pool`)."""
+    from nel_resources.sandboxes.factory import placeable_on_pool
+
+    if cfg.cluster.type != "slurm":
+        raise Refusal(at, "a sandbox node pool without a slurm cluster",
+                      "remove `node_pool`, or use `cluster: {type: slurm, node_pools: ...}`")
+    if placeable_on_pool(sandbox_type) is None:
+        raise Refusal(at, f"placing a `{sandbox_type}` sandbox on a node pool (nel runs it "
+                      "where the eval client runs)", "use `type: slurm` or remove `node_pool`")
 
 
 def _check_exporter_settings(cfg: NelConfig) -> None:
