@@ -18,7 +18,11 @@ from nel_resources.checks.refusal import Refusal, as_config_error, at_key, chang
 from nel_resources.config import ConfigError, NelConfig, ServiceConfig
 from nel_resources.config._base import field_defaults
 from nel_resources.config.services import LAUNCHED_TYPES
-from nel_resources.config.unbuilt import SERVICE_UNBUILT, UNSTARTED_SERVICE_TYPES
+from nel_resources.config.unbuilt import (
+    PYXIS_SERVICE_KEYS,
+    SERVICE_UNBUILT,
+    UNSTARTED_SERVICE_TYPES,
+)
 from nel_resources.exporters import check_settings, is_built
 
 _SERVICE_DEFAULTS = field_defaults(ServiceConfig)
@@ -81,8 +85,10 @@ def _check_services(cfg: NelConfig) -> None:
         if svc.node_pool is not None and cfg.cluster.type != "slurm":
             raise Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
                           "remove `node_pool`")
+        # a server nel launches in a SLURM job runs in its image through Pyxis
+        pyxis = cfg.cluster.type == "slurm" and svc.type in LAUNCHED_TYPES
         for key, what in SERVICE_UNBUILT.items():
-            if changed(svc, key, _SERVICE_DEFAULTS):
+            if changed(svc, key, _SERVICE_DEFAULTS) and not (pyxis and key in PYXIS_SERVICE_KEYS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
         if svc.served_model_name is not None and svc.type not in LAUNCHED_TYPES:
             raise Refusal((*at, "served_model_name"), "naming the model of a server nel does "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import dagster as dg
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.launchers.pyxis import service_prefix
 from nel_resources.runtime.processes import (
     HealthCheckError,
     ManagedProcess,
@@ -128,14 +129,17 @@ class LaunchedService:
         svc: the service config (`type` one of LAUNCHED_TYPES, or a `command`).
         log_dir: where the log is kept after the server stops.
         log_name: its file name (default `server_log_name`: `<name>.log`, or per SLURM task).
+        prefix: what runs the server (`srun ... --container-image=...` for a service with an
+            `image` inside a SLURM job: nel_resources.launchers.pyxis); empty: nel's child.
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None,
+                 prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.svc = svc
         self.log_dir = Path(log_dir)
         self.port = svc.port or free_port(svc.host)
-        self.argv = service_command(name, svc, self.port)
+        self.argv = [*prefix, *service_command(name, svc, self.port)]
         self.log_path = self.log_dir / (log_name or server_log_name(name))
         self.url = f"http://{svc.host}:{self.port}/v1"
         self.health_url = f"http://{svc.host}:{self.port}{health_path(svc)}"
@@ -179,9 +183,11 @@ class LaunchedService:
 
 
 @contextmanager
-def launched_service(name: str, svc: ServiceConfig, log_dir: Path) -> Iterator[str]:
-    """Start one service, wait until it answers, yield its base URL, then stop it."""
-    server = LaunchedService(name, svc, log_dir)
+def launched_service(name: str, svc: ServiceConfig, log_dir: Path,
+                     prefix: Sequence[str] = ()) -> Iterator[str]:
+    """Start one service (behind `prefix`, see LaunchedService), wait until it answers,
+    yield its base URL, then stop it."""
+    server = LaunchedService(name, svc, log_dir, prefix=prefix)
     try:
         yield server.start()
     finally:
@@ -305,7 +311,9 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                     continue
                 url = str(away[name])
             else:
-                url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
+                prefix = service_prefix(resolved.cluster, spec.config)  # in its image, on SLURM
+                url = stack.enter_context(launched_service(name, spec.config,
+                                                           Path(resolved.output_dir) / "logs", prefix))
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]
