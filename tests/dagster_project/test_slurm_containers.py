@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.dagster_project.test_slurm_gpu_servers import N_PROBLEMS, example_config, our_jobs, records, rows
+from tests.dagster_project.test_slurm_gpu_servers import (
+    N_PROBLEMS,
+    example_config,
+    our_jobs,
+    records,
+    rows,
+)
 from tests.support.cli import nel_env, run_nel
 from tests.support.gpu_servers import stand_in_env
 from tests.support.pyxis import SQUASHFS_MAGIC, pyxis_env
