@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nel_resources.runtime.processes import pid_alive
 from tests.dagster_project.test_slurm_gpu_servers import (
     N_PROBLEMS,
     example_config,
@@ -95,6 +96,8 @@ def test_cache_sqsh_imports_the_image_once_and_the_server_runs_in_it_on_slurm(
     started = records(record)
     assert len(started) == 2 and all(s["cuda_visible_devices"] == "0,1,2,3" for s in started), started
     assert len(rows(out)) == N_PROBLEMS
+    # stopping the step stopped the server in it; no job is left
+    assert not any(pid_alive(s["pid"]) for s in started) and our_jobs(gpu_slurm, out) == []
 
 
 def test_the_eval_client_runs_in_eval_image_and_equals_a_local_run(
