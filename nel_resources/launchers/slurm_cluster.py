@@ -127,8 +127,7 @@ def _container_refusal(cfg: NelConfig) -> Refusal | None:
         if svc.image and svc.type in LAUNCHED_TYPES and (plan is None or name not in plan.pool_of):
             return Refusal(("services", name, "image"), f"services.{name} would start from inside "
                            "the eval_image container, which has no `srun` to run its own image: "
-                           "put it on a node pool of its own (a heterogeneous job starts it on the "
-                           "host), or remove `image` (the server then runs in eval_image)")
+                           "remove `image` (the server then runs inside eval_image) or `eval_image`")
     return None
 
 
