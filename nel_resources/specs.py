@@ -35,6 +35,7 @@ from nel_resources.config import (
     ServiceConfig,
     SolverConfig,
 )
+from nel_resources.config.deployment import NodePool
 from nel_resources.storage.store import asset_name, slugify
 
 #: The solver a benchmark uses unless it names another (`solver.type`).
@@ -198,6 +199,9 @@ class RunSpec:
     fingerprint: FingerprintInputs
     solver: SolverConfig = field(default_factory=SolverConfig)
     sandbox: SandboxConfig | None = None
+    # The node pool the sandbox's allocations go to (`sandboxes.<n>.node_pool`), resolved
+    # from `cluster.node_pools` here so the factory never reads the config again.
+    sandbox_pool: NodePool | None = None
     interceptors: tuple[InterceptorConfig, ...] = ()
     # Services an agentic solver's tools come from (`solver.resource_service`), by name.
     tool_services: Mapping[str, ServiceConfig] = field(default_factory=dict)
@@ -250,6 +254,11 @@ class BenchmarkSpec:
         """The benchmark's sandbox block (the same for every model), if it has a real one."""
         sb = self.runs[0].sandbox if self.runs else None
         return sb if sb is not None and sb.type != "none" else None
+
+    @property
+    def sandbox_pool(self) -> NodePool | None:
+        """The node pool of the benchmark's sandbox block (`node_pool`), if it names one."""
+        return self.runs[0].sandbox_pool if self.runs and self.sandbox is not None else None
 
     def run_for(self, model: str) -> RunSpec | None:
         """The run of model partition `model`, or None when this benchmark does not run it."""
@@ -494,6 +503,8 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
                                       sandbox_fingerprint(bench.sandbox),
                                       solver_fingerprint(bench.solver)),
         solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
+        sandbox_pool=(cfg.cluster.node_pools.get(bench.sandbox.node_pool)
+                      if bench.sandbox is not None and bench.sandbox.node_pool else None),
         tool_services=_tool_services(cfg, bench), prompt_set=bench.prompt_set,
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import dagster as dg
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.launchers.pyxis import service_prefix
 from nel_resources.runtime.processes import (
     HealthCheckError,
     ManagedProcess,
@@ -128,14 +129,17 @@ class LaunchedService:
         svc: the service config (`type` one of LAUNCHED_TYPES, or a `command`).
         log_dir: where the log is kept after the server stops.
         log_name: its file name (default `server_log_name`: `<name>.log`, or per SLURM task).
+        prefix: what runs the server (`srun ... --container-image=...` for a service with an
+            `image` inside a SLURM job: nel_resources.launchers.pyxis); empty: nel's child.
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None,
+                 prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.svc = svc
         self.log_dir = Path(log_dir)
         self.port = svc.port or free_port(svc.host)
-        self.argv = service_command(name, svc, self.port)
+        self.argv = [*prefix, *service_command(name, svc, self.port)]
         self.log_path = self.log_dir / (log_name or server_log_name(name))
         self.url = f"http://{svc.host}:{self.port}/v1"
         self.health_url = f"http://{svc.host}:{self.port}{health_path(svc)}"
@@ -189,20 +193,22 @@ def in_container(svc: ServiceConfig, cluster_type: str) -> bool:
 
 
 def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                shm_size: str | None = None) -> Any:
-    """A `LaunchedService`, or a `ContainerService` (same face) when `container`."""
+                shm_size: str | None = None, prefix: Sequence[str] = ()) -> Any:
+    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), or a `ContainerService` (same
+    face) when `container` (`cluster.type: docker`)."""
     if container:
         from nel_resources.services.container_server import ContainerService
 
         return ContainerService(name, svc, log_dir, shm_size=shm_size)
-    return LaunchedService(name, svc, log_dir)
+    return LaunchedService(name, svc, log_dir, prefix=prefix)
 
 
 @contextmanager
 def launched_service(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                     shm_size: str | None = None) -> Iterator[str]:
-    """Start one service, wait until it answers, yield its base URL, then stop it."""
-    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size)
+                     shm_size: str | None = None, prefix: Sequence[str] = ()) -> Iterator[str]:
+    """Start one service (a container on Docker, behind `prefix` on SLURM: see make_server),
+    wait until it answers, yield its base URL, then stop it."""
+    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix)
     try:
         yield server.start()
     finally:
@@ -341,7 +347,8 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                 url = stack.enter_context(launched_service(
                     name, spec.config, Path(resolved.output_dir) / "logs",
                     container=in_container(spec.config, resolved.cluster.type),
-                    shm_size=resolved.cluster.shm_size))
+                    shm_size=resolved.cluster.shm_size,
+                    prefix=service_prefix(resolved.cluster, spec.config)))  # in its image, on SLURM
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]

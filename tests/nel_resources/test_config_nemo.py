@@ -46,15 +46,16 @@ REFUSED_KEY = {
                                "benchmarks.0.solver.web_search_provider"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
-    # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below); the others place
-    # their sandbox on a node pool
+    # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
+    # run through Pyxis (test_slurm_containers.py): the dynamo ones stop on the server type.
+    # A slurm sandbox goes on its node pool; nel's apptainer sandbox cannot be placed on one.
     "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
-    "15c_slurm_gsm8k_dynamo": "cluster.container_mounts",
-    "15d_slurm_gsm8k_dynamo_disagg": "cluster.container_mounts",
-    "16_slurm_swebench_harbor": "sandboxes.swebench.node_pool",
+    "15c_slurm_gsm8k_dynamo": "services.glm5-dynamo.type",
+    "15d_slurm_gsm8k_dynamo_disagg": "services.glm5-dynamo-disagg.type",
+    "16_slurm_swebench_harbor": None,
     "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.node_pool",
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
-    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": "sandboxes.verify.node_pool",
+    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": None,
     "20a_slurm_gym_runtime_apptainer": "sandboxes.verify.node_pool",
     "21_tool_calling_gym": None,
     "22_tool_calling_sandbox": None,
@@ -67,7 +68,7 @@ REFUSED_KEY = {
     "wt09_tool_calling_sandbox": None,
     "wt10_tool_calling_combined": None,
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
-    "wt13_slurm_vllm": None, "wt14_slurm_sandbox_harbor": "sandboxes.swebench.node_pool",
+    "wt13_slurm_vllm": None, "wt14_slurm_sandbox_harbor": None,
     "wt15_slurm_shards": None, "wt16_container_uri": "benchmarks.0.name",
     # mlflow is built: #17 asks for per-sample traces (not built), #18 runs (its export to a
     # tracking server that does not answer fails in one line; the results stay)
@@ -91,6 +92,11 @@ RUN_REFUSED = {
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
     # a Gym resources server's native protocol serves no problems of its own
     "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
+    # the slurm sandbox is placed on its node pool; Harbor tasks and these agents do not
+    # run in a slurm sandbox yet
+    "16_slurm_swebench_harbor": "a slurm sandbox is not supported yet in nel for them",
+    "wt14_slurm_sandbox_harbor": "a slurm sandbox is not supported yet in nel for them",
+    "20_slurm_gym_runtime": "'swebench-multilingual' is an agent benchmark",
 }
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).
