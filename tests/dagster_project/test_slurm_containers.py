@@ -150,11 +150,11 @@ def test_what_pyxis_cannot_do_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "key cluster.shm_size: Pyxis and enroot take no shared-memory size" in err
     err = _refusal(tmp_path, {"eval_image": "nel:local"}, {"image": "vllm/vllm-openai:v0.8.5"})
     assert "key services.model.image: services.model would start from inside the eval_image container" in err
-    # a service image is a SLURM (Pyxis) feature: a local run refuses it, as before
+    # a service image runs through Pyxis on SLURM, as a container on Docker: a local run refuses it
     cfg = example_config(tmp_path / "l.yaml", tmp_path / "o", local=True, image="vllm/vllm-openai:v0.8.5")
     r = run_nel("eval", "run", str(cfg), "--dry-run")
     assert r.returncode == 2 and "key services.model.image: running a service in a container image " \
-        "outside SLURM (Pyxis) is not supported yet in nel" in r.stderr, r.stderr
+        "on a local cluster is not supported yet in nel" in r.stderr, r.stderr
 
 
 def test_dry_run_and_submit_false_show_the_pyxis_lines(tmp_path: Path, data_dir: Path) -> None:
