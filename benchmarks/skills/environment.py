@@ -26,6 +26,7 @@ EVAL_TYPES: tuple[str, ...] = ("math", "multichoice", "evalplus")
 # What NeMo Evaluator 0.3.0 sends without a prompt template: the first of these fields.
 _RAW_FIELDS = ("problem", "question", "prompt", "input", "text")
 # Row fields carried into the results for per-category breakdowns, in order of preference.
+_LETTERS = "ABCDEFGHIJ"
 _CATEGORY_FIELDS = ("subset_for_metrics", "subject", "category", "domain", "type")
 
 
@@ -99,6 +100,8 @@ class SkillsEnvironment(DatasetEnvironment):
             meta["category"] = cat
         if self.eval_type == "evalplus":
             meta.update(task_id=row.get("task_id"), entry_point=row.get("entry_point"))
+        if self.eval_type == "multichoice":  # Skills writes each option as a letter field
+            meta["n_options"] = max(2, sum(1 for k in _LETTERS if k in row))
         if self.template is None:
             text = next((str(row[k]) for k in _RAW_FIELDS if k in row), None)
             if text is None:

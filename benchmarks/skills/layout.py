@@ -112,7 +112,8 @@ def missing_data_message(uri: str, path: Path) -> str:
     """The one line that refuses a benchmark whose prepared file is absent."""
     name = benchmark_of(uri)
     root = path.parent.parent
-    return (f"benchmark {uri!r}: NeMo Skills' prepared data is not here: put {path} in place "
+    return (f"benchmark {uri!r} cannot run here without NeMo Skills' prepared data: put {path} "
+            f"in place "
             f"(Skills makes it with `ns prepare_data {name} --data_dir={root}`; nel downloads "
             f"nothing), or point {ENV_VAR} (or the benchmark's `params: {{data_dir: ...}}`) at "
             f"the folder that holds `{name}/`"
