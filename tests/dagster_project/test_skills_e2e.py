@@ -18,7 +18,7 @@ import yaml
 from nel_resources.reference_server import start_reference_server
 from tests.support.cli import run_nel, summary_json
 from tests.support.reference import server_stats
-from tests.support.skills_data import write_math500, write_mmlu_pro
+from tests.support.skills_data import write_human_eval, write_math500, write_mmlu_pro
 
 CONFIG_04 = (Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs" / "examples"
              / "04_mmlu_pro_skills.yaml")
@@ -40,6 +40,7 @@ def skills_root(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     root = tmp_path_factory.mktemp("skills")
     write_mmlu_pro(data_dir, root, 20)
     write_math500(data_dir, root, 4)
+    write_human_eval(data_dir, root, 3)
     return root
 
 
@@ -60,6 +61,14 @@ def _answers(root: Path) -> list[dict[str, str]]:
              "\\boxed{12345}", f"The answer is {math[3]['expected_answer']}."]
     for r, content in zip(math, forms, strict=True):
         out.append({"match": r["problem"], "content": content})
+    # human-eval: 0 the whole function fenced (passes), 1 a wrong function, 2 a `<think>` never
+    # closed (Skills takes no code from it)
+    code = _rows(root / "human-eval" / "test.jsonl")
+    forms = [f"```python\n{code[0]['prompt']}{code[0]['canonical_solution']}```",
+             f"```python\ndef {code[1]['entry_point']}(*args):\n    return None\n```",
+             f"<think>\n```python\n{code[2]['prompt']}{code[2]['canonical_solution']}```"]
+    for r, content in zip(code, forms, strict=True):
+        out.append({"match": r["question"], "content": content})
     return out
 
 
@@ -131,3 +140,27 @@ def test_math_500_and_the_local_list(tmp_path: Path, skills_root: Path, model_ur
     assert listed.returncode == 0, listed.stderr
     assert "skills://math-500" in listed.stdout and "skills://mmlu-pro" in listed.stdout
     assert "multichoice" in listed.stdout
+
+
+def test_human_eval_runs_in_a_local_sandbox(tmp_path: Path, skills_root: Path, model_url: str,
+                                            bwrap: None) -> None:
+    cfg = {"services": {"ref": {"type": "api", "url": f"{model_url}/chat/completions",
+                                "protocol": "chat_completions", "model": "ref"}},
+           "benchmarks": [{"name": "skills://human-eval", "solver": {"type": "simple", "service": "ref"},
+                           "sandbox": {"type": "local"}, "params": {"exec_timeout": 20}}],
+           "output": {"dir": str(tmp_path / "out")}}
+    path = tmp_path / "nel.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {"NEL_SKILLS_DIR": str(skills_root)}
+    (res,) = summary_json(run_nel("eval", "run", str(path), "--json", "--no-progress", env=env))["results"]
+    rows = {r["problem_idx"]: r for r in map(json.loads, (Path(res["exports"]) / "results.jsonl")
+                                             .read_text().splitlines())}
+    assert [rows[i]["reward"] for i in range(3)] == [1.0, 0.0, 0.0]
+    assert [rows[i]["scoring_details"]["reason"] for i in range(3)] == ["passed", "assertion", "no_code"]
+    # without a sandbox the run is refused before any request
+    del cfg["benchmarks"][0]["sandbox"]
+    path.write_text(yaml.safe_dump(cfg))
+    before = _sent(model_url)
+    proc = run_nel("eval", "run", str(path), env=env)
+    assert proc.returncode != 0 and "needs a sandbox" in proc.stderr, proc.stderr
+    assert _sent(model_url) == before
