@@ -136,6 +136,12 @@ def test_math_500_and_the_local_list(tmp_path: Path, skills_root: Path, model_ur
     assert rows[3]["scoring_details"]["method"] == "none"
     sent = [b["messages"][-1]["content"] for b in server_stats(model_url)["bodies"]]
     assert any(s.startswith(MATH_HEAD) for s in sent)
+    # the bundle is a bundle like any other: `nel compare` pairs its items
+    cmp = run_nel("compare", str(tmp_path / "out"), str(tmp_path / "out"), "--format", "json",
+                  "--no-report")
+    assert cmp.returncode == 0, cmp.stderr
+    paired = json.loads(cmp.stdout)["benchmarks"]["skills://math-500"]
+    assert paired["n_paired"] == 4 and paired["outcome"] == "PASS", paired
     listed = run_nel("list", "-s", "skills", env={"NEL_SKILLS_DIR": str(skills_root)})
     assert listed.returncode == 0, listed.stderr
     assert "skills://math-500" in listed.stdout and "skills://mmlu-pro" in listed.stdout
