@@ -121,10 +121,10 @@ def get_factory(name: str) -> Factory:
 
     `name` may also be a benchmark file (`file.py` or `file.py:bench`, as NeMo Evaluator's
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
-    whose entry makes factories (`harbor://name@version`).
+    whose entry makes factories (`harbor://name@version`, `skills://name`).
     """
-    if scheme_of(name) == "harbor":  # a Harbor dataset from its local cache
-        return SCHEMES.load("harbor")(name)  # type: ignore[no-any-return]
+    if scheme_of(name) in ("harbor", "skills"):  # a local Harbor cache / Skills data dir
+        return SCHEMES.load(scheme_of(name))(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

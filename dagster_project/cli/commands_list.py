@@ -1,9 +1,10 @@
 """`nel list`: the benchmarks nel can run, with their type and source, by source section.
 
 Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|builtin|
-skills|lm-eval`, `--data-dir`). NeMo Skills and lm-eval-harness benchmarks are not built in
-nel yet: their sections say so in one line (the peer, without those packages installed,
-also lists none and exits 0). nel's extra: `--import FILE` lists the benchmarks a BYOB
+skills|lm-eval`, `--data-dir`). The skills section lists the NeMo Skills benchmarks prepared
+in the Skills data directory (`--data-dir`, else NEL_SKILLS_DIR; benchmarks.skills.layout).
+lm-eval-harness tasks are not built in nel yet: their section says so in one line (the peer,
+without that package installed, also lists none and exits 0). nel's extra: `--import FILE` lists the benchmarks a BYOB
 module registers, with the file as their source.
 """
 
@@ -15,7 +16,6 @@ import sys
 _SOURCES = ["all", "builtin", "skills", "lm-eval"]
 
 _NOT_YET = {
-    "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",
     "lm-eval": "(not supported yet in nel: lm-eval-harness tasks, lm-eval://TASK)",
 }
 
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("-s", "--source", choices=_SOURCES, default="all",
                     help="which source to list (default all)")
     ls.add_argument("--data-dir", metavar="DIR",
-                    help="NeMo Skills data directory (for --source skills; not supported yet in nel)")
+                    help="NeMo Skills data directory (for --source skills; default NEL_SKILLS_DIR)")
     ls.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
                     help="import a BYOB module or .py file first and list its benchmarks; repeatable")
     ls.set_defaults(func=_cmd_list)
@@ -78,6 +78,18 @@ def _builtin_rows() -> list[str]:
     return rows
 
 
+def _skills_rows(data_dir: str | None) -> list[str]:
+    """One row per Skills benchmark prepared in the data directory, or how to prepare one."""
+    from benchmarks.skills import local_benchmarks, skills_dir
+
+    found = local_benchmarks(data_dir)
+    if not found:
+        return [f"(none in {skills_dir(data_dir)} — run: ns prepare_data <benchmark> "
+                f"--data_dir={skills_dir(data_dir)})"]
+    return [f"skills://{name:<23} type={kind:<17} splits=[{', '.join(splits)}]  "
+            f"nel eval run --bench skills://{name}" for name, kind, splits in found]
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.imports:  # benchmarks.serve (the HTTP app, asyncio) only when there is a module
         from benchmarks.serve import import_plugins
@@ -90,8 +102,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.source in ("all", "builtin"):
         sections.append(("Built-in benchmarks", _builtin_rows()))
     if args.source in ("all", "skills"):
-        note = _NOT_YET["skills"] + (f"; --data-dir {args.data_dir} not read" if args.data_dir else "")
-        sections.append(("NeMo Skills benchmarks", [note]))
+        sections.append(("NeMo Skills benchmarks", _skills_rows(args.data_dir)))
     if args.source in ("all", "lm-eval"):
         sections.append(("lm-eval-harness tasks", [_NOT_YET["lm-eval"]]))
     for title, rows in sections:

@@ -30,7 +30,7 @@ def check_benchmarks(cfg: NelConfig) -> None:
         if is_uri(b.name, "container") or b.solver.type == "container":
             _check_container(cfg, b, at)
         else:
-            _check_name(b.name, (*at, "name"))
+            _check_name(b.name, (*at, "name"), b.params)
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
         if b.solver.type in SOLVER_TYPES_UNBUILT:
@@ -171,12 +171,28 @@ def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:
                           "to the folder holding it)")
 
 
-def _check_name(name: str, at: tuple[Any, ...]) -> None:
+def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -> None:
+    """`skills://NAME` runs from Skills' prepared data in a local directory; without the
+    file it is refused in the one line that says which file to put where."""
+    from benchmarks.errors import NelError
+    from benchmarks.skills import require_data
+
+    try:
+        require_data(name, params.get("data_dir"), params.get("split"))
+    except NelError as exc:
+        what, _, fix = str(exc).partition(": put ")
+        raise Unavailable(at, what, f"put {fix}" if fix else str(exc)) from None
+
+
+def _check_name(name: str, at: tuple[Any, ...], params: dict[str, Any] | None = None) -> None:
     scheme = name.split("://", 1)[0] if "://" in name else None
     if scheme is None or scheme == "gym":
         return
     if scheme == "harbor":
         _check_harbor_name(name, at)
+        return
+    if scheme == "skills":
+        _check_skills_name(name, params or {}, at)
         return
     same = NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 #: Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
 HARNESS_SCHEMES: dict[str, str] = {
-    "lm-eval": "lm-evaluation-harness tasks", "skills": "NeMo Skills benchmarks",
+    "lm-eval": "lm-evaluation-harness tasks",
     "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
     "vlmevalkit": "VLMEvalKit benchmarks",
 }
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
 NEL_EQUIVALENT: dict[str, str] = {
     "lm-eval://mmlu_generative": "mmlu", "lm-eval://mmlu": "mmlu", "lm-eval://gsm8k": "gsm8k",
-    "skills://mmlu-pro": "mmlu_pro", "skills://gsm8k": "gsm8k", "skills://math-500": "math500",
-    "skills://gpqa": "gpqa", "skills://simpleqa": "simpleqa",
 }
 #: Service types nel does not start (the user starts the server and gives its url).
 UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")

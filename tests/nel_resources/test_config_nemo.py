@@ -459,10 +459,18 @@ def test_other_solvers_are_refused_and_checked(tmp_path: Path) -> None:
     assert "benchmarks.0.solver.agent: a `harbor` solver needs `agent`" in err
 
 
-def test_harness_uris_name_what_nel_has(tmp_path: Path) -> None:
-    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: skills://mmlu-pro"))
-    assert "benchmark 'skills://mmlu-pro' (NeMo Skills benchmarks)" in msg
-    assert msg.endswith("nel has the same benchmark built in: write `name: mmlu_pro`")
+def test_harness_uris_name_what_nel_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_SKILLS_DIR", str(tmp_path / "skills"))  # Skills' data is not there
+    _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: skills://mmlu-pro"))
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)  # skills:// runs from a local Skills data directory: not there
+    msg = str(err.value)
+    assert "\n" not in msg and "key benchmarks.0.name: " in msg
+    assert "benchmark 'skills://mmlu-pro' cannot run here without NeMo Skills' prepared data" in msg
+    assert f"put {tmp_path / 'skills'}/mmlu-pro/test.jsonl in place" in msg
+    assert msg.endswith("nel's own `mmlu_pro` needs none of this")
+    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: lm-eval://gsm8k"))
+    assert msg.endswith("nel has the same benchmark built in: write `name: gsm8k`")
     _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: gym://127.0.0.1:7"))
     check_supported(cfg)  # gym:// environments are built
 

@@ -72,6 +72,30 @@ def _scorer(name: str) -> Callable[..., VerifyResult]:
     return SCORERS.load(name)  # type: ignore[no-any-return]
 
 
+def _item_options(m: ScoringMetric, seed: SeedResult) -> dict[str, Any]:
+    """A scorer metric's params, plus the item's option count (`n_options` in its metadata)
+    when the scorer takes one and the config sets neither it nor `letters`: an `mcq_extract`
+    metric on a 10-option item must read the letters A-J, not the default A-D."""
+    n = seed.metadata.get("n_options")
+    if not isinstance(n, int) or "n_options" in m.params or "letters" in m.params:
+        return m.params
+    if "n_options" not in _scorer_options(m.name):
+        return m.params
+    return {**m.params, "n_options": n}
+
+
+_OPTIONS: dict[str, frozenset[str]] = {}
+
+
+def _scorer_options(name: str) -> frozenset[str]:
+    """The keyword options a scorer declares (looked up once per name)."""
+    if name not in _OPTIONS:
+        import inspect
+
+        _OPTIONS[name] = frozenset(inspect.signature(_scorer(name)).parameters)
+    return _OPTIONS[name]
+
+
 def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> None:
     """A scorer's `params` must be options it takes, of its options' types: the scorers
     swallow unknown keywords (`**_opts`), so a typo would silently score with defaults."""
@@ -313,7 +337,8 @@ class Grader:
             metrics["default"] = float(verdict.reward)
         extracted = {"default": verdict.extracted_answer}
         for m in self.scorers:
-            v = _scorer(m.name)(response, seed.expected_answer, reasoning=reasoning, **m.params)
+            v = _scorer(m.name)(response, seed.expected_answer, reasoning=reasoning,
+                                **_item_options(m, seed))
             metrics[m.name] = float(v.reward)
             extracted[m.name] = v.extracted_answer
             details.setdefault("scorers", {})[m.name] = v.scoring_details
