@@ -19,8 +19,6 @@ from benchmarks.scoring.loglik import count_words, mcq_metrics
 from tests.support import http_json, server_stats
 from tests.support.cli import run_nel, summary_json
 
-pytestmark = pytest.mark.llama
-
 CONFIG = """\
 services:
   llama: {{type: api, url: "{url}", model: stories260K, protocol: completions}}
@@ -73,6 +71,7 @@ def run(llama_server: str, data_dir: Path, tmp_path_factory: pytest.TempPathFact
     return cfg, tmp / "out", summary
 
 
+@pytest.mark.llama
 def test_mcq_rewards_are_the_option_loglikelihoods_argmax(run, llama_server: str,
                                                           data_dir: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,6 +103,7 @@ def test_mcq_rewards_are_the_option_loglikelihoods_argmax(run, llama_server: str
     assert mmlu["score"] == pytest.approx(scoring["metrics"]["acc_norm"]["mean"])
 
 
+@pytest.mark.llama
 def test_perplexity_equals_the_direct_computation(run, llama_server: str) -> None:
     _, out, _ = run
     # each document's tokens after the first (which has no context), read off the server
@@ -118,6 +118,7 @@ def test_perplexity_equals_the_direct_computation(run, llama_server: str) -> Non
         assert row["reward"] == pytest.approx(2 ** -row["scoring_details"]["bits_per_byte"])
 
 
+@pytest.mark.llama
 def test_a_rerun_sends_nothing(run, data_dir: Path) -> None:
     cfg, _, _ = run
     again = summary_json(run_nel("eval", "run", str(cfg), "--json", "--no-progress",
