@@ -22,6 +22,7 @@ from nel_resources.reference_server.answers import (
     script_calls,
 )
 from nel_resources.reference_server.config import ServerConfig
+from nel_resources.reference_server.logprobs import logprobs_block, requested_top_n
 from nel_resources.reference_server.replies import (
     BadRequest,
     Later,
@@ -316,16 +317,19 @@ class Completions:
         n = self._n_choices(req)
         choices = []
         p_tokens = c_total = r_total = 0
+        top_n = requested_top_n(req) if not self.config.no_logprobs else None
         for i, prompt in enumerate(prompts):
-            text, _, finish, c_tokens, r_tokens = self._generate(prompt, req, True)
-            if req.get("echo"):
-                text = prompt + text
+            generated, _, finish, c_tokens, r_tokens = self._generate(prompt, req, True)
+            text = prompt + generated if req.get("echo") else generated
+            logprobs = None if top_n is None else logprobs_block(
+                prompt, generated, top_n, bool(req.get("echo")))
             p_tokens += len(prompt.split())
             c_total += c_tokens * n
             r_total += r_tokens * n
             for j in range(n):
                 choices.append(
-                    {"index": i * n + j, "text": text, "logprobs": None, "finish_reason": finish}
+                    {"index": i * n + j, "text": text, "logprobs": logprobs,
+                     "finish_reason": finish}
                 )
         usage = usage_of(p_tokens, c_total, r_total)
         rid, created = self._next_id("cmpl"), int(time.time())

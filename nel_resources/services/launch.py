@@ -53,6 +53,11 @@ def service_command(name: str, svc: ServiceConfig, port: int) -> list[str]:
         if "--n_threads" not in extra:
             # One thread: two starve the server's HTTP loop on these 2-core machines.
             cmd += ["--n_threads", "1"]
+        if "--logits_all" not in extra:
+            # Prompt log-probabilities (echo + logprobs, log-likelihood scoring) need the logits
+            # of every prompt token. Said explicitly: it is llama-cpp-python's server default
+            # today (so it costs nothing more), but without it logprobs requests fail.
+            cmd += ["--logits_all", "true"]
         return cmd + extra
     tp, pp, dp = svc.tensor_parallel_size, svc.pipeline_parallel_size, svc.data_parallel_size
     # Each server's documented launcher and flag spellings; pipeline/data parallel sizes only

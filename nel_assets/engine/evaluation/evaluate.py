@@ -289,7 +289,7 @@ def evaluate_shard(
                                      services=run.tool_services, sandbox=run.sandbox,
                                      timeout=run.timeout, model_id=run.model_id,
                                      service=svc.model_copy(update={"url": base_url})
-                                     if base_url else svc)
+                                     if base_url else svc, env=env)
             try:
                 prepare = getattr(spec.solver, "prepare", None)
                 if idx and prepare is not None:
