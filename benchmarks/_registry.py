@@ -32,6 +32,7 @@ BUILTINS: dict[str, str] = {
     "simpleqa": "benchmarks.builtin.simpleqa:SimpleQA",
     "triviaqa": "benchmarks.builtin.triviaqa:TriviaQA",
     "xstest": "benchmarks.builtin.xstest:XSTest",
+    "vlm_shapes": "benchmarks.builtin.vlm_shapes:VLMShapes",  # images drawn locally
     # agent benchmarks read from local task files (benchmarks/agentic/builtins.py)
     "nmp_harbor": "benchmarks.agentic.builtins:nmp_harbor",
     "pinchbench": "benchmarks.agentic.builtins:pinchbench",
@@ -123,8 +124,9 @@ def get_factory(name: str) -> Factory:
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
     whose entry makes factories (`harbor://name@version`).
     """
-    if scheme_of(name) == "harbor":  # a Harbor dataset from its local cache
-        return SCHEMES.load("harbor")(name)  # type: ignore[no-any-return]
+    # a Harbor dataset from its local cache, a VLMEvalKit dataset from its local TSV
+    if (scheme := scheme_of(name)) in ("harbor", "vlmevalkit"):
+        return SCHEMES.load(scheme)(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

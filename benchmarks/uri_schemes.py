@@ -21,6 +21,8 @@ SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
     "harbor": "benchmarks.agentic.builtins:harbor_uri_factory",  # a local Harbor cache
     # a harness image run by the engine's `container` solver: (image, task) from the name
     "container": "benchmarks.uri_schemes:parse_container",
+    # a VLMEvalKit dataset from its local TSV file (`NEL_VLMEVALKIT_DIR` / `LMUData`)
+    "vlmevalkit": "benchmarks.vlmevalkit:vlmevalkit_factory",
 })
 
 

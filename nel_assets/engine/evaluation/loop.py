@@ -76,6 +76,11 @@ class ShardSpec:
     # The shard's sandboxes (`nel_assets.engine.evaluation.sandboxing.SandboxPool`) when the benchmark
     # has a sandbox block: verify then gets a started sandbox as `sandbox=`.
     sandboxes: Any = None
+    # `detail` of the image parts sent with a seed's images (`solver.image_detail`).
+    image_detail: str = "auto"
+    # The dataset's content-addressed image folder: a seed's images are written there once
+    # and rows name them by hash (None: not written, e.g. a solver called directly).
+    image_dir: Any = None
     # An agentic solver (`nel_assets.engine.solvers.Solver`, e.g. tool_calling); None runs
     # the single request of the `simple` solver, on the loop's own fast path.
     solver: Any = None
@@ -83,10 +88,19 @@ class ShardSpec:
     budget: Any = None
 
 
-def build_request(seed: SeedResult, protocol: str,
-                  system_prompt: str | None) -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
-    """(messages, prompt, system) for one seed; the user's system prompt always goes first."""
+def build_request(seed: SeedResult, protocol: str, system_prompt: str | None,
+                  image_detail: str = "auto") -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
+    """(messages, prompt, system) for one seed; the user's system prompt always goes first.
+
+    A seed's images go into the last user message as content parts with `image_detail`
+    (`image_parts.attach_images`); a completions endpoint is refused for them.
+    """
     system_parts = [s for s in (system_prompt, seed.system) if s]
+    if seed.images:
+        from nel_assets.engine.evaluation.image_parts import attach_images, seed_images
+
+        if protocol == "completions":
+            attach_images([], seed_images(seed.images), protocol, image_detail)  # raises
     if protocol == "completions":
         prompt = seed.prompt
         system = "\n\n".join(system_parts) or None
@@ -102,6 +116,8 @@ def build_request(seed: SeedResult, protocol: str,
     system = "\n\n".join(p for p in system_parts if p) or None
     if system:
         messages.insert(0, {"role": "system", "content": system})
+    if seed.images:
+        messages = attach_images(messages, seed_images(seed.images), protocol, image_detail)
     return messages, None, system
 
 
@@ -175,9 +191,21 @@ async def run_shard(
         t0 = time.perf_counter()
         try:
             seed = await env.seed(idx)
-            messages, prompt, system = build_request(seed, spec.protocol, spec.system_prompt)
+            messages, prompt, system = build_request(seed, spec.protocol, spec.system_prompt,
+                                                     spec.image_detail)
+            kept = messages
+            if seed.images:  # stored once per dataset; rows name the images by hash
+                from nel_assets.engine.evaluation.image_parts import (
+                    save_images,
+                    seed_images,
+                    stored_messages,
+                )
+
+                if spec.image_dir is not None:
+                    save_images(spec.image_dir, seed_images(seed.images))
+                kept = stored_messages(messages or [])
             entry = (seed, (time.perf_counter() - t0) * 1000.0, prompt, system,
-                     orjson.dumps(messages).decode() if messages is not None else orjson.dumps(
+                     orjson.dumps(kept).decode() if kept is not None else orjson.dumps(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode(),
                      _category(seed.metadata), _cluster(seed.metadata))

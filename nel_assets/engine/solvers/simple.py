@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
+from nel_assets.engine.evaluation.image_parts import stored_messages
 from nel_assets.engine.evaluation.loop import build_request
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
 from nel_resources.model_client import ModelClient
@@ -17,7 +18,8 @@ from nel_resources.model_client import ModelClient
 class _SimpleSolver:
     protocols: tuple[str, ...] = ()
 
-    def __init__(self, client: ModelClient, system_prompt: str | None = None) -> None:
+    def __init__(self, client: ModelClient, system_prompt: str | None = None,
+                 image_detail: str = "auto") -> None:
         if not isinstance(client, ModelClient):
             raise NelError(f"{type(self).__name__} needs nel's ModelClient, not "
                            f"{type(client).__name__}")
@@ -26,12 +28,16 @@ class _SimpleSolver:
                            f"{' or '.join(self.protocols)}, not {client.protocol}")
         self.client = client
         self.system_prompt = system_prompt
+        self.image_detail = image_detail  # `detail` of a seed's image parts
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
         """One request for `task`, built the way the evaluation loop builds it."""
-        messages, prompt, _ = build_request(task, self.client.protocol, self.system_prompt)
+        messages, prompt, _ = build_request(task, self.client.protocol, self.system_prompt,
+                                            self.image_detail)
         resp = await self.client.generate(messages, prompt)
-        sent = messages if messages is not None else [{"role": "user", "content": prompt}]
+        # the trajectory names images by hash (`nel-image:<sha256>`), never carries their bytes
+        sent = (stored_messages(messages) if messages is not None
+                else [{"role": "user", "content": prompt}])
         return SolveResult(response=resp.content, model_response=resp,
                            trajectory=[*sent, {"role": "assistant", "content": resp.content}])
 
