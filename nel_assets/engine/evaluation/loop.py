@@ -121,7 +121,8 @@ def build_request(seed: SeedResult, protocol: str, system_prompt: str | None,
     return messages, None, system
 
 
-_SeedEntry = tuple[SeedResult, float, str | None, str | None, str, str, str | None, str | None]
+_SeedEntry = tuple[SeedResult, float, str | None, str | None, str, str, str | None, str | None,
+                   str | None]
 
 
 def _category(meta: dict[str, Any]) -> str | None:
@@ -193,7 +194,7 @@ async def run_shard(
             seed = await env.seed(idx)
             messages, prompt, system = build_request(seed, spec.protocol, spec.system_prompt,
                                                      spec.image_detail)
-            kept = messages
+            kept, images_json = messages, None
             if seed.images:  # stored once per dataset; rows name the images by hash
                 from nel_assets.engine.evaluation.image_parts import (
                     save_images,
@@ -201,14 +202,16 @@ async def run_shard(
                     stored_messages,
                 )
 
+                images = seed_images(seed.images)
                 if spec.image_dir is not None:
-                    save_images(spec.image_dir, seed_images(seed.images))
+                    save_images(spec.image_dir, images)
                 kept = stored_messages(messages or [])
+                images_json = orjson.dumps([i.ref for i in images]).decode()
             entry = (seed, (time.perf_counter() - t0) * 1000.0, prompt, system,
                      orjson.dumps(kept).decode() if kept is not None else orjson.dumps(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode(),
-                     _category(seed.metadata), _cluster(seed.metadata))
+                     _category(seed.metadata), _cluster(seed.metadata), images_json)
             seeds[idx] = entry
             if spec.solver is None:  # a solver builds its own requests (and may have no client)
                 bodies[idx] = client.encode(messages, prompt)
@@ -232,7 +235,7 @@ async def run_shard(
     async def one(idx: int, rep: int) -> dict[str, Any]:
         t_start = time.perf_counter()
         # A problem's later repeats find their seed cached: no coroutine for the lookup.
-        seed, seed_ms, _prompt, system, messages_json, meta_json, category, cluster = (
+        seed, seed_ms, _prompt, system, messages_json, meta_json, category, cluster, images_json = (
             seeds.get(idx) or await get_seed(idx))
         sample_id = f"{idx}:{rep}"
         row: dict[str, Any] = {
@@ -241,7 +244,7 @@ async def run_shard(
             "sample_id": sample_id, "category": category,
             "cluster": cluster, "prompt": seed.prompt, "system": system,
             "messages": messages_json, "expected": seed.expected_answer, "metadata": meta_json,
-            "seed_ms": seed_ms,
+            "seed_ms": seed_ms, "images": images_json,
         }
         if spec.solver is not None:
             return await solved(seed, row, t_start)

@@ -21,7 +21,7 @@ FORMATS = ("markdown", "html", "csv", "json", "latex")
 EXTENSIONS = {"markdown": "md", "html": "html", "csv": "csv", "json": "json", "latex": "tex"}
 
 _SAMPLE_COLUMNS = ("sample_id", "prompt", "response", "expected", "extracted", "reward",
-                   "failure_category", "model_ms", "error", "messages")
+                   "failure_category", "model_ms", "error", "images")
 
 
 def render_json(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[str, Any] | None = None) -> str:
