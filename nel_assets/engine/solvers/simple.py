@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
+from benchmarks.images import DETAILS
 from nel_assets.engine.evaluation.image_parts import stored_messages
 from nel_assets.engine.evaluation.loop import build_request
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
@@ -56,3 +57,18 @@ class CompletionSolver(_SimpleSolver):
     """One completions request per problem (system prompt, then the prompt text)."""
 
     protocols = ("completions",)
+
+
+class VLMSolver(ChatSolver):
+    """NeMo Evaluator's vision-language solver: one chat request per problem, the seed's
+    images sent as `image_url` parts with `image_detail` (auto, low or high) before the text.
+
+    nel's `ChatSolver` already sends a seed's images; this is the same solver under NeMo
+    Evaluator's name and signature (`VLMSolver(client, system_prompt=None, image_detail="auto")`).
+    """
+
+    def __init__(self, client: ModelClient, system_prompt: str | None = None,
+                 image_detail: str = "auto") -> None:
+        if image_detail not in DETAILS:
+            raise NelError(f"VLMSolver: image_detail {image_detail!r}: write one of {', '.join(DETAILS)}")
+        super().__init__(client, system_prompt, image_detail)
