@@ -1,7 +1,8 @@
 """`nel list`: the benchmarks nel can run, with their type and source, by source section.
 
 Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|builtin|
-skills|lm-eval`, `--data-dir`), plus `vlmevalkit` (the VLMEvalKit TSV files found locally). NeMo Skills and lm-eval-harness benchmarks are not built in
+skills|lm-eval`, `--data-dir`), plus `-s vlmevalkit` (the VLMEvalKit TSV files found locally;
+not part of `all`, whose sections stay NeMo Evaluator's). NeMo Skills and lm-eval-harness benchmarks are not built in
 nel yet: their sections say so in one line (the peer, without those packages installed,
 also lists none and exits 0). nel's extra: `--import FILE` lists the benchmarks a BYOB
 module registers, with the file as their source.
@@ -109,9 +110,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         sections.append(("NeMo Skills benchmarks", [note]))
     if args.source in ("all", "lm-eval"):
         sections.append(("lm-eval-harness tasks", [_NOT_YET["lm-eval"]]))
-    if args.source in ("all", "vlmevalkit"):
-        sections.append(("VLMEvalKit datasets", _vlmevalkit_rows(
-            args.data_dir if args.source == "vlmevalkit" else None)))
+    if args.source == "vlmevalkit":  # only when asked: `all` keeps NeMo Evaluator's sections
+        sections.append(("VLMEvalKit datasets", _vlmevalkit_rows(args.data_dir)))
     for title, rows in sections:
         print(f"\n{title}:")
         for row in rows or ["(none available)"]:

@@ -130,3 +130,6 @@ def test_nel_list_shows_the_local_vlmevalkit_datasets(lmu: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "vlmevalkit://MMBench_DEV_EN" in p.stdout and "vlmevalkit://MME " in p.stdout
     assert "nel eval run --bench vlmevalkit://MME" in p.stdout
+    # `--data-dir` names the folder instead; an empty one says what to put there
+    p = run_nel("list", "-s", "vlmevalkit", "--data-dir", str(lmu / "nothing"))
+    assert p.returncode == 0 and f"(none in {lmu / 'nothing'}: put VLMEvalKit's <NAME>.tsv" in p.stdout
