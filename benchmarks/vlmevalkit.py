@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
-from benchmarks.errors import NelError
+from benchmarks.errors import BenchmarkConfigError, NelError
 from benchmarks.vlm_scoring import verify_mcq, verify_yes_no
 
 SCHEME = "vlmevalkit://"
@@ -205,7 +205,10 @@ def vlmevalkit_factory(uri: str) -> Any:
         raise NelError("write `vlmevalkit://<dataset>` (a VLMEvalKit dataset name, e.g. "
                        "vlmevalkit://MMBench_DEV_EN)")
 
-    def make(*, num_examples: int | None = None) -> EvalEnvironment:
+    def make(*, num_examples: int | None = None, protocol: str = "chat") -> EvalEnvironment:
+        if protocol in ("completions", "completion"):  # refused before any request
+            raise BenchmarkConfigError(f"benchmark {uri!r} sends images: use a service with "
+                                       "protocol chat_completions or responses")
         return VLMEvalKitEnvironment(name, limit=num_examples)
 
     return make

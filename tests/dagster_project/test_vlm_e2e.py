@@ -18,6 +18,7 @@ from tests.support.cli import run_nel, summary_json
 from tests.support.vlmevalkit_tsv import write_mcq, write_yes_no
 
 NEMO = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs"
+_PATHS = {"responses": "responses", "chat_completions": "chat/completions", "completions": "completions"}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def _trajectories(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _config(path: Path, url: str, protocol: str, bench: dict[str, Any], out: Path) -> Path:
     path.write_text(yaml.safe_dump({
-        "services": {"vlm": {"type": "api", "url": f"{url}/{'responses' if protocol == 'responses' else 'chat/completions'}",
+        "services": {"vlm": {"type": "api", "url": f"{url}/{_PATHS[protocol]}",
                              "protocol": protocol, "model": "ref"}},
         "benchmarks": [{**bench, "solver": {"type": "simple", "service": "vlm", "image_detail": "low"}}],
         "output": {"dir": str(out)}}))
@@ -133,3 +134,16 @@ def test_nel_list_shows_the_local_vlmevalkit_datasets(lmu: Path) -> None:
     # `--data-dir` names the folder instead; an empty one says what to put there
     p = run_nel("list", "-s", "vlmevalkit", "--data-dir", str(lmu / "nothing"))
     assert p.returncode == 0 and f"(none in {lmu / 'nothing'}: put VLMEvalKit's <NAME>.tsv" in p.stdout
+
+
+def test_a_completions_service_is_refused_before_any_request(tmp_path: Path, lmu: Path,
+                                                             ref_url: str, server_stats: Any) -> None:
+    from tests.support import reset_server_stats
+
+    reset_server_stats(ref_url)
+    for name in ("vlm_shapes", "vlmevalkit://MME"):
+        cfg = _config(tmp_path / "c.yaml", ref_url, "completions", {"name": name}, tmp_path / "out")
+        p = run_nel("eval", "run", str(cfg), "--no-progress", env={"NEL_VLMEVALKIT_DIR": str(lmu)})
+        assert p.returncode == 2 and "protocol chat_completions or responses" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr
+    assert server_stats(ref_url)["total_requests"] == 0
