@@ -24,6 +24,8 @@ SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
     "skills": "benchmarks.skills.environment:skills_uri_factory",
     # a harness image run by the engine's `container` solver: (image, task) from the name
     "container": "benchmarks.uri_schemes:parse_container",
+    # a VLMEvalKit dataset from its local TSV file (`NEL_VLMEVALKIT_DIR` / `LMUData`)
+    "vlmevalkit": "benchmarks.vlmevalkit:vlmevalkit_factory",
 })
 
 

@@ -439,7 +439,8 @@ _SANDBOX_VERDICT_KEYS = ("type", "image", "image_template", "memory", "cpus", "c
 def solver_fingerprint(solver: SolverConfig) -> Mapping[str, Any] | None:
     """What of an agentic solver block goes into the shard fingerprint (None for simple)."""
     if solver.type == "simple":
-        return None
+        # only a non-default image detail: stores written before images existed stay fresh
+        return None if solver.image_detail == "auto" else _frozen({"image_detail": solver.image_detail})
     return _frozen(solver.model_dump(mode="json", exclude_defaults=True))
 
 

@@ -42,9 +42,6 @@ def check_benchmarks(cfg: NelConfig) -> None:
         if b.solver.generation is not None:
             raise Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
                           "set them on the service (`services.<name>.generation`)")
-        if b.solver.image_detail != "auto":
-            raise Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
-                          "remove `image_detail`")
         if b.sandbox is not None and b.sandbox not in cfg.sandboxes.values():  # inline block
             check_sandbox_runs_here(cfg, b.sandbox, (*at, "sandbox"))
         for key, what in BENCH_UNBUILT.items():
@@ -193,6 +190,13 @@ def _check_name(name: str, at: tuple[Any, ...], params: dict[str, Any] | None = 
         return
     if scheme == "skills":
         _check_skills_name(name, params or {}, at)
+        return
+    if scheme == "vlmevalkit":  # runs from VLMEvalKit's TSV in a local folder
+        from benchmarks.vlmevalkit import missing_file
+
+        missing = missing_file(name.removeprefix("vlmevalkit://"))
+        if missing is not None:
+            raise Unavailable(at, *missing)
         return
     same = NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else

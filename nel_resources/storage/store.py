@@ -86,6 +86,11 @@ class ResultStore:
         """The problems of one shard: the dataset asset's partition `shard`."""
         return self.bench_dir(bench) / "dataset" / f"shard={shard}" / "part-0.parquet"
 
+    def images_dir(self, bench: str) -> Path:
+        """The dataset's images, once each, named by content hash (`<sha256>.<ext>`);
+        stored rows name them `nel-image:<sha256>`."""
+        return self.bench_dir(bench) / "dataset" / "images"
+
     def dataset_selection_path(self, bench: str) -> Path:
         """Every selected problem index, in selection order (what the shards split)."""
         return self.bench_dir(bench) / "dataset" / "selection.json"

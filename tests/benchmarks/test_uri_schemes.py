@@ -6,7 +6,8 @@ from benchmarks.uri_schemes import SCHEMES, is_uri, scheme_of
 
 
 def test_schemes_are_registry_entries() -> None:
-    assert SCHEMES.names() == ["container", "gym", "harbor", "skills"]
+    assert SCHEMES.names() == ["container", "gym", "harbor", "skills", "vlmevalkit"]
+    assert scheme_of("vlmevalkit://MMBench_DEV_EN") == "vlmevalkit"
     assert scheme_of("gym://127.0.0.1:8000") == "gym"
     assert scheme_of("harbor://terminal-bench@2.0") == "harbor"
     assert scheme_of("container://img:1#task") == "container"

@@ -280,7 +280,8 @@ def evaluate_shard(
         spec = ShardSpec(benchmark=bench_name, model=model, model_id=run.model_id,
                          shard=shard, indices=idx, repeats=run.repeats, run_id=run_id,
                          system_prompt=run.system_prompt, protocol=svc.protocol,
-                         budget=budget_for(run.service.name, svc.pricing))
+                         budget=budget_for(run.service.name, svc.pricing), image_detail=run.solver.image_detail,
+                         image_dir=store.images_dir(bench_name))
         async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge, \
                 sandbox_pool(run, env, sandboxes) as pool:
             spec.judge = judge
