@@ -72,17 +72,21 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                "`{type: gym_delegation, ...}` or `{type: harbor, agent: "
                                f"terminus-2}}`; the {solver.type} solver is not supported yet in "
                                "nel for these tasks")
+    from nel_resources.agent_sandbox import effective_sandbox
+
     trusted = solver.type == "gym_delegation" and solver.trust_reward
-    sandbox = bench.sandbox
+    sandbox = effective_sandbox(bench)  # none named: nel provides a docker one (agent_sandbox)
     if sandbox is None or sandbox.type == "none":
+        if trusted:  # Gym's reward needs no sandbox; the task files must still be here
+            get_benchmark(bench.name, **bench.params)
         if trusted or in_sandbox:
-            return  # Gym's reward needs no sandbox; in_sandbox: the sandbox check refuses
-        # NeMo Evaluator 0.3.0 scores every such task 0 without a sandbox (its Harbor verify
-        # has nowhere to run the tests); nel refuses it instead.
-        raise refuse("solver", f"{bench.name!r}: the task's tests run in a sandbox nel provides "
-                               "(the agent's patch is applied there): add `sandbox: {type: "
-                               "docker}` (each task brings its image) or set `trust_reward: "
-                               "true` on a gym_delegation solver")
+            return  # in_sandbox: the sandbox check refuses it, with its own line
+        # `type: none` written out: NeMo Evaluator 0.3.0 scores every such task 0 (its Harbor
+        # verify has nowhere to run the tests); nel refuses it instead.
+        raise refuse("sandbox", f"{bench.name!r}: the task's tests run in a sandbox (the "
+                                "agent's patch is applied there): use `sandbox: {type: docker}` "
+                                "(each task brings its image), or set `trust_reward: true` on a "
+                                "gym_delegation solver")
     if sandbox.type not in HARBOR_SANDBOXES:
         raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "

@@ -11,9 +11,9 @@ sandbox the evaluator provides. Here one `nel eval run`, on the suite's real Gym
   task's tests/test.sh decides (1 where the diff is right, 0 where it is wrong or missing);
 - `gym_delegation` with `trust_reward: true` and `sandbox: {type: none}` (example 10): Gym's
   counter reward is the sample's (it differs from the tests' verdict on every task);
-- `tool_calling` with only `resource_service:` (walkthrough 08): nel drives a scripted
-  model, Gym's counter server provides the tools, the model's final diff is applied and the
-  tests decide.
+- `tool_calling` with only `resource_service:` and no `sandbox:` (walkthrough 08): nel
+  drives a scripted model, Gym's counter server provides the tools, nel provides a docker
+  sandbox (the task's image), the model's final diff is applied there and the tests decide.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_gym: SharedGym, tool_mo
             {"name": "terminal-bench-v1", "params": params, "timeout": 120,
              "solver": {**delegation, "trust_reward": True}, "sandbox": {"type": "none"}},
             {"name": "swebench-verified", "params": params,
+             # no `sandbox:` (walkthrough 08): nel provides a docker one, each task's image
              "solver": {"type": "tool_calling", "service": "ref", "resource_service": "counter",
-                        "max_turns": 5},
-             "sandbox": {"type": "docker", "concurrency": 3}},
+                        "max_turns": 5}},
         ],
         "output": {"dir": str(root / "out")},
     }
@@ -143,7 +143,9 @@ def test_trust_reward_takes_gyms_reward_without_a_sandbox(run: Run) -> None:
 
 
 def test_the_tools_came_from_gym(run: Run) -> None:
-    for r in _rows(run, "swebench-verified").values():
+    rows = _rows(run, "swebench-verified")
+    assert set(rows) == set(TASKS)
+    for r in rows.values():
         steps = json.loads(r["steps"])
         results = [o["content"] for st in steps
                    for o in (st.get("observation") or {}).get("results", [])]

@@ -80,15 +80,15 @@ RUN_REFUSED = {
     # their tests/test.sh in the agent's sandbox) from local task files, which are not here
     "22_tool_calling_sandbox": "swebench-verified: no local task files in ",
     "wt09_tool_calling_sandbox": "swebench-verified: no local task files in ",
-    # tool_calling on Gym tools and gym_delegation run; their agents do not work in the
-    # sandbox a Harbor task's tests run in, so nel refuses them for these agent benchmarks
-    # (and research-bench is not here)
-    "09_gym_runtime": "'swebench-multilingual' is an agent benchmark",
-    "10_gym_full": "'swebench-multilingual' is an agent benchmark",
-    "21_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    # gym_delegation and tool_calling on Gym tools run these agent benchmarks (their patch is
+    # verified by the task's tests in nel's docker sandbox: test_gym_harbor_e2e.py); the
+    # SWE-bench task files are not here
+    "09_gym_runtime": "swebench-multilingual: no local task files in ",
+    "10_gym_full": "swebench-multilingual: no local task files in ",
+    "21_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "23_tool_calling_combined": "unknown benchmark 'research-bench'",
-    "wt07_gym_delegation": "'swebench-multilingual' is an agent benchmark",
-    "wt08_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    "wt07_gym_delegation": "swebench-multilingual: no local task files in ",
+    "wt08_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
     # a Gym resources server's native protocol serves no problems of its own
     "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
