@@ -10,8 +10,9 @@ machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward 
 sandbox. Everything else is refused in one line naming the key:
 another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
 type (nel mounts the verifier's /tests and /logs only in these two), a task image the local
-Docker engine does not have (nothing is pulled), and PinchBench, whose grading (an LLM judge
-and automated checks of the agent's workspace) is not built.
+Docker engine does not have (nothing is pulled). PinchBench (graded by its automated checks
+and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
+`sandbox_tools: true`, whose sandbox workdir is the workspace.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         line = cfg.line_of("benchmarks", i, *key.split("."))
         return ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.{key}: {why}")
 
-    if getattr(get_factory(bench.name), "task_format", None) != "harbor":
-        raise refuse("name", f"{bench.name!r} is an agent benchmark whose grading (an LLM judge "
-                             "and automated checks of the agent's workspace) is not supported yet "
-                             "in nel; remove it from this run")
     solver = bench.solver
+    if getattr(get_factory(bench.name), "task_format", None) == "pinchbench":
+        _check_pinchbench(bench, refuse)
+        get_benchmark(bench.name, **bench.params)  # its task files (and judge prompt) are here
+        return
     in_sandbox = solver.type == "harbor" or (solver.type == "tool_calling" and solver.sandbox_tools)
     # The agent works elsewhere (Gym's agent, Gym's tools); its patch comes back to the task's
     # sandbox (nel_assets.engine.solvers.agent_patch), or Gym's own reward is taken.
@@ -114,3 +115,17 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         why = missing_image_reason(image)
         if why is not None:
             raise refuse("sandbox", f"{bench.name!r} (task {first}): {why}")
+
+
+def _check_pinchbench(bench: Any, refuse: Any) -> None:
+    """PinchBench is graded on the workspace the agent leaves (benchmarks.agentic.
+    pinchbench_grading): the agent must work in the sample's sandbox, whose workdir is it."""
+    solver, sandbox = bench.solver, bench.sandbox
+    if solver.type != "tool_calling" or not solver.sandbox_tools:
+        raise refuse("solver", f"{bench.name!r} is graded on the agent's workspace in the sample's "
+                               f"sandbox; the {solver.type} solver works in a workspace of its "
+                               "own, which is not supported yet in nel for these tasks: use "
+                               "`solver: {type: tool_calling, sandbox_tools: true}`")
+    if sandbox is not None and sandbox.type not in ("none", *HARBOR_SANDBOXES):
+        raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
+                                f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")
