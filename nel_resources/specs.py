@@ -491,6 +491,9 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
     capped = svc if bench.max_concurrent is None else svc.model_copy(
         update={"max_concurrent": min(svc.max_concurrent, bench.max_concurrent)})
     interceptors = (*svc.interceptors, *(svc.proxy.interceptors if svc.proxy else ()))
+    from nel_resources.agent_sandbox import effective_sandbox
+
+    sandbox = effective_sandbox(bench)  # a Harbor task of a Gym agent gets nel's docker box
     return RunSpec(
         benchmark=bench.name, model=slugify(svc_name), model_id=svc.model or svc_name,
         service=ServiceSpec(svc_name, capped, service_resource_key(svc_name)),
@@ -501,11 +504,11 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         fingerprint=FingerprintInputs(bench.repeats, service_fingerprint(svc), system_prompt,
                                       scoring_dump,
                                       bench.shuffle_seed if bench.problem_range is None else None,
-                                      sandbox_fingerprint(bench.sandbox),
+                                      sandbox_fingerprint(sandbox),
                                       solver_fingerprint(bench.solver)),
-        solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
-        sandbox_pool=(cfg.cluster.node_pools.get(bench.sandbox.node_pool)
-                      if bench.sandbox is not None and bench.sandbox.node_pool else None),
+        solver=bench.solver, sandbox=sandbox, interceptors=tuple(interceptors),
+        sandbox_pool=(cfg.cluster.node_pools.get(sandbox.node_pool)
+                      if sandbox is not None and sandbox.node_pool else None),
         tool_services=_tool_services(cfg, bench), prompt_set=bench.prompt_set,
     )
 

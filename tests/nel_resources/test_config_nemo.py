@@ -80,15 +80,15 @@ RUN_REFUSED = {
     # their tests/test.sh in the agent's sandbox) from local task files, which are not here
     "22_tool_calling_sandbox": "swebench-verified: no local task files in ",
     "wt09_tool_calling_sandbox": "swebench-verified: no local task files in ",
-    # tool_calling on Gym tools and gym_delegation run; their agents do not work in the
-    # sandbox a Harbor task's tests run in, so nel refuses them for these agent benchmarks
-    # (and research-bench is not here)
-    "09_gym_runtime": "'swebench-multilingual' is an agent benchmark",
-    "10_gym_full": "'swebench-multilingual' is an agent benchmark",
-    "21_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    # gym_delegation and tool_calling on Gym tools run these agent benchmarks (their patch is
+    # verified by the task's tests in nel's docker sandbox: test_gym_harbor_e2e.py); the
+    # SWE-bench task files are not here
+    "09_gym_runtime": "swebench-multilingual: no local task files in ",
+    "10_gym_full": "swebench-multilingual: no local task files in ",
+    "21_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "23_tool_calling_combined": "unknown benchmark 'research-bench'",
-    "wt07_gym_delegation": "'swebench-multilingual' is an agent benchmark",
-    "wt08_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    "wt07_gym_delegation": "swebench-multilingual: no local task files in ",
+    "wt08_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
     # a Gym resources server's native protocol serves no problems of its own
     "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
@@ -96,7 +96,8 @@ RUN_REFUSED = {
     # run in a slurm sandbox yet
     "16_slurm_swebench_harbor": "a slurm sandbox is not supported yet in nel for them",
     "wt14_slurm_sandbox_harbor": "a slurm sandbox is not supported yet in nel for them",
-    "20_slurm_gym_runtime": "'swebench-multilingual' is an agent benchmark",
+    # gym_delegation runs it; its verifier's slurm sandbox does not (yet) for Harbor tasks
+    "20_slurm_gym_runtime": "a slurm sandbox is not supported yet in nel for them",
 }
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).

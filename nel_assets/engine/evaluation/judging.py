@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a con
     from nel_resources.model_client import ModelClient
 
 # Benchmarks 0.3.0 grades with a judge of their own (not its rubric): nel's kind stands in.
-_OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest"})
+_OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest", "pinchbench"})
 
 # Judge options only the rubric kind reads (`system_prompt`, `temperature`, `timeout` and
 # `max_retries` apply to every kind).
@@ -295,13 +295,16 @@ class Grader:
                 "attempts": resp.attempts}
         return resp.content or "", call
 
-    async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult,
-                         response: str) -> tuple[float, dict[str, Any]]:
+    async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult, response: str,
+                         verdict: VerifyResult) -> tuple[float, dict[str, Any]]:
         from benchmarks.judges import JudgeParseError
         from nel_assets.engine.evaluation.loop import JudgeError
 
         kind = self._kind(jm)
-        requests = kind.requests(seed, response)
+        # A kind that reads the verdict (PinchBench: the prompt its grader built in the
+        # sandbox, the automated score it combines with) gets it.
+        reads = getattr(kind, "reads_verdict", False)
+        requests = kind.requests(seed, response, verdict) if reads else kind.requests(seed, response)
         system = getattr(kind, "system_prompt", None)
         overrides = judge_overrides(jm.metric, kind)
         answers = await asyncio.gather(*(self._ask(jm, r.prompt, system, overrides) for r in requests))
@@ -313,7 +316,7 @@ class Grader:
                 raise JudgeError(f"judge {jm.service_name!r} reply unparseable for "
                                  f"{req.key}: {exc}") from None
             calls.append({"key": req.key, **call, "parsed": grades[req.key]})
-        reward, details = kind.score(seed, grades)
+        reward, details = kind.score(seed, grades, verdict) if reads else kind.score(seed, grades)
         info: dict[str, Any] = {
             "metric": jm.metric.name, "kind": kind.name, "service": jm.service_name,
             "model": jm.service.model, "reward": reward, **details,
@@ -342,13 +345,14 @@ class Grader:
             metrics[m.name] = float(v.reward)
             extracted[m.name] = v.extracted_answer
             details.setdefault("scorers", {})[m.name] = v.scoring_details
-        if self.judges and not (response or "").strip():
+        if self.judges and not (response or "").strip() and not any(
+                getattr(self._kind(jm), "reads_verdict", False) for jm in self.judges):
             # Nothing to grade: the loop scores an empty reply 0 without asking anyone.
             details["judge"] = {"skipped": "empty response"}
             for jm in self.judges:
                 metrics[jm.metric.name] = 0.0
         else:
-            infos = await asyncio.gather(*(self._run_judge(jm, seed, response)
+            infos = await asyncio.gather(*(self._run_judge(jm, seed, response, verdict)
                                            for jm in self.judges))
             for jm, (reward, info) in zip(self.judges, infos, strict=True):
                 metrics[jm.metric.name] = float(reward)

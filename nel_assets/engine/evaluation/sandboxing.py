@@ -61,6 +61,14 @@ def has_sandbox(cfg: SandboxConfig | None) -> bool:
     return cfg is not None and cfg.type != "none"
 
 
+def trusts_solver(run: RunSpec) -> bool:
+    """Whether the run's solver brings its own reward (`gym_delegation` with `trust_reward:
+    true`: Gym's verdict), so `verify` and its sandbox never run."""
+    solver = getattr(run, "solver", None)
+    return getattr(solver, "type", None) == "gym_delegation" and bool(
+        getattr(solver, "trust_reward", False))
+
+
 def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
     """Refuse a benchmark that runs model code without a sandbox (one line, before any request).
 
@@ -75,7 +83,7 @@ def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
             env_class = get_factory(run.env.name)
         except NelError:
             return  # unknown names are refused elsewhere, with suggestions
-    if needs_sandbox(env_class) and not has_sandbox(run.sandbox):
+    if needs_sandbox(env_class) and not has_sandbox(run.sandbox) and not trusts_solver(run):
         raise NelError(f"benchmark {run.benchmark!r} runs model-written code and needs a sandbox: "
                        "add `sandbox: {type: local}` (or `{type: docker, image: ...}`) to it")
 

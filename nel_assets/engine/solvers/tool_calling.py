@@ -29,6 +29,7 @@ from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
 from nel_assets.engine.evaluation.image_parts import stored_messages
 from nel_assets.engine.evaluation.loop import build_request
+from nel_assets.engine.solvers.agent_patch import patch_task_sandbox
 from nel_assets.engine.solvers.base import SolveContext, SolveResult, ToolOutcome, ToolSource
 from nel_assets.engine.solvers.output_cap import cap_text
 from nel_resources.model_client import ModelClient, ModelError, ModelResponse
@@ -253,6 +254,13 @@ class ToolCallingSolver:
             result.response = await self._artifact(ctx, steps)
         elif resp is not None:
             result.response = resp.content or _last_said(steps)
+        if result.error is None and not any(_source_name(s) == "sandbox_tools" for s in self.sources):
+            # Tools outside the task's sandbox (a Gym resources server): the agent's work
+            # reaches a Harbor task's sandbox as the patch in its answer (`agent_patch`).
+            patched = await patch_task_sandbox(task.metadata, ctx.sandbox, result.response)
+            if patched is not None:
+                result.scoring_details["agent_patch"] = patched[0]
+                steps.append(patched[1])
         result.trajectory = conversation
         for i, s in enumerate(steps, start=1):
             s["step_id"] = i
