@@ -74,7 +74,14 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
-    env = get_benchmark(bench.name, **bench.params)
+    from benchmarks.errors import DataMissingError
+    from nel_resources.checks.deferred import external
+
+    try:
+        env = get_benchmark(bench.name, **bench.params)
+    except DataMissingError as exc:  # a dry run plans without the task files and says so
+        external("data", exc)
+        return
     if sandbox.type != "docker":
         return
     from nel_resources.images.harness_image import missing_image_reason
@@ -93,6 +100,13 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                     "[environment] docker_image, or environment/Dockerfile's FROM) "
                                     "and the sandbox sets no `image:`")
         images.setdefault(image, task.name)
+    from nel_resources.checks.deferred import defer
+
+    names = sorted(images)
+    shown = ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+    if defer("docker", f"{bench.name!r}: its task images ({shown}) are in the local Docker "
+                       "engine (nel never pulls)"):
+        return  # the engine is asked by the run only
     for image, first in images.items():
         why = missing_image_reason(image)
         if why is not None:

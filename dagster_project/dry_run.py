@@ -37,6 +37,8 @@ class DryRunPlan:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     shards: list[PlannedShard] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: checks only the run can make (data, Docker, AWS, agent programs): listed, not made
+    deferred: list[str] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -49,7 +51,8 @@ class DryRunPlan:
                 "benchmarks": self.benchmarks, "shards": [asdict(s) for s in self.shards],
                 "would_run": sum(s.action == "run" for s in self.shards),
                 "up_to_date": sum(s.action == "skip" for s in self.shards),
-                "errors": self.errors, "exit_status": self.exit_status}
+                "deferred_checks": self.deferred, "errors": self.errors,
+                "exit_status": self.exit_status}
 
 
 def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
@@ -94,8 +97,19 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
     """
+    from nel_resources.checks.deferred import deferring_external_checks
+
+    with deferring_external_checks() as deferred:
+        plan = _plan(cfg, resume=resume, shard_only=shard_only)
+    plan.deferred = [d.line() for d in deferred]
+    return plan
+
+
+def _plan(cfg: NelConfig, *, resume: bool, shard_only: tuple[int, int] | None) -> DryRunPlan:
+    from benchmarks.errors import DataMissingError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
+    from nel_resources.checks.deferred import external
     from nel_resources.storage.store import ResultStore
 
     resolved = validate_before_run(cfg)
@@ -109,6 +123,19 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
             continue
         try:
             tasks = ev.plan(store, spec)
+        except DataMissingError as exc:  # the run needs the data; the plan says where to put it
+            external("data", exc)
+            plan.benchmarks.append({
+                "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
+                "repeats": bench.repeats, "max_problems": bench.max_problems,
+                "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
+            for model in sorted(spec.models):
+                for s in range(spec.shards):
+                    if shard_only is None or s == shard_only[0]:
+                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, 0, "run",
+                                                        "missing (problems counted once the data "
+                                                        "is here)"))
+            continue
         except Exception as exc:  # the run fails this benchmark alone; say why
             if is_config_error(bench.name, exc):
                 raise  # the run refuses the whole config for it: so does the plan
@@ -144,6 +171,11 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
         if s.get("command"):
             print(f"  command: {s['command']}")
     for b in plan.benchmarks:
+        if b["problems"] is None:
+            print(f"benchmark {b['name']}: problems unknown until its data is here (see the "
+                  f"checks below) x {b['repeats']} repeat(s), {b['shards']} shard(s), models "
+                  f"{', '.join(b['models']) or '-'}")
+            continue
         if b["problem_range"] is not None:
             pick = f"problems {b['problem_range'][0]}:{b['problem_range'][1]}"
         elif b["shuffle_seed"] is not None:
@@ -158,5 +190,7 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
               f"({s.n_problems} problems): {s.reason}")
     d = plan.to_dict()
     print(f"{d['would_run']} partition(s) would run, {d['up_to_date']} up to date")
+    for line in plan.deferred:
+        print(f"  {line}")
     for e in plan.errors:
         print(f"error: {e}")

@@ -133,7 +133,7 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
         return Refusal("type", "the ecs_fargate sandbox needs boto3 (pip install 'nel[aws]')")
     if not has_aws_credentials():
         return Refusal("type", "no AWS credentials here (set AWS_ACCESS_KEY_ID and "
-                       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)")
+                       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)", needs="aws")
     return None
 
 
