@@ -1,5 +1,7 @@
 """`nel eval run --dry-run`: the plan of a run, from the same checks and the same planner
-as a real run, without sending a request, starting a model server or writing anything.
+as a real run, without sending a request, starting a model server or writing anything (but
+the sbatch scripts of a `cluster.type: slurm` config, as NeMo Evaluator's dry run writes them).
+Checks that need what only the run has are listed, not made (nel_resources.checks.deferred).
 
 No Dagster import: the planner reads the stored shard fingerprints directly.
 """
@@ -39,6 +41,8 @@ class DryRunPlan:
     errors: list[str] = field(default_factory=list)
     #: checks only the run can make (data, Docker, AWS, agent programs): listed, not made
     deferred: list[str] = field(default_factory=list)
+    #: `cluster.type: slurm`: what the dry run wrote (the sbatch scripts) and how to submit it
+    written: list[str] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -51,7 +55,7 @@ class DryRunPlan:
                 "benchmarks": self.benchmarks, "shards": [asdict(s) for s in self.shards],
                 "would_run": sum(s.action == "run" for s in self.shards),
                 "up_to_date": sum(s.action == "skip" for s in self.shards),
-                "deferred_checks": self.deferred, "errors": self.errors,
+                "deferred_checks": self.deferred, "written": self.written, "errors": self.errors,
                 "exit_status": self.exit_status}
 
 
@@ -89,10 +93,13 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
     return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"
 
 
-def plan_run(cfg: NelConfig, *, resume: bool = True,
-             shard_only: tuple[int, int] | None = None) -> DryRunPlan:
+def plan_run(cfg: NelConfig, *, resume: bool = True, shard_only: tuple[int, int] | None = None,
+             argv: list[str] | None = None) -> DryRunPlan:
     """Validate `cfg` as a run does, then plan every (benchmark, model, shard) (only shard
     `shard_only[0]` when this process is one shard of a distributed run, as the run would).
+    A `cluster.type: slurm` config also gets the sbatch scripts of that plan written (the jobs
+    run `argv` without `--dry-run`), as NeMo Evaluator's dry run writes them; nothing is
+    submitted.
 
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
@@ -100,12 +107,27 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     from nel_resources.checks.deferred import deferring_external_checks
 
     with deferring_external_checks() as deferred:
-        plan = _plan(cfg, resume=resume, shard_only=shard_only)
+        plan, resolved = _plan(cfg, resume=resume, shard_only=shard_only)
     plan.deferred = [d.line() for d in deferred]
+    if cfg.cluster.type == "slurm" and argv is not None:
+        plan.written = _write_slurm_scripts(cfg, resolved, plan, argv)
     return plan
 
 
-def _plan(cfg: NelConfig, *, resume: bool, shard_only: tuple[int, int] | None) -> DryRunPlan:
+def _write_slurm_scripts(cfg: NelConfig, resolved: Any, plan: DryRunPlan,
+                         argv: list[str]) -> list[str]:
+    """The sbatch scripts of the planned partitions (those that would run)."""
+    from nel_resources.launchers.slurm_scripts import Partition
+    from nel_resources.launchers.slurm_submit import write_for_dry_run
+
+    asset = {b.name: b.asset_name for b in resolved.benchmarks}
+    parts = [Partition(s.benchmark, asset[s.benchmark], s.model, s.shard, s.total, s.reason)
+             for s in plan.shards if s.action == "run"]
+    return write_for_dry_run(cfg, resolved, parts, argv)
+
+
+def _plan(cfg: NelConfig, *, resume: bool,
+          shard_only: tuple[int, int] | None) -> tuple[DryRunPlan, Any]:
     from benchmarks.errors import DataMissingError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
@@ -157,13 +179,14 @@ def _plan(cfg: NelConfig, *, resume: bool, shard_only: tuple[int, int] | None) -
             why = t.reason if resume else "--fresh"
             plan.shards.append(PlannedShard(bench.name, t.model, t.shard, t.total, len(t.indices),
                                             "run" if why else "skip", why or "up to date"))
-    return plan
+    return plan, resolved
 
 
 def print_plan(plan: DryRunPlan, *, where: str) -> None:
     """The plan as plain lines on stdout."""
+    written = "only the SLURM scripts below are written" if plan.written else "nothing is written"
     print(f"dry run of {where}: the config is valid; no request is sent, no model server "
-          "is started, nothing is written")
+          f"is started, {written}")
     print(f"output: {plan.output_dir}")
     for name, s in plan.services.items():
         target = s["url"] or s["launch"]
@@ -192,5 +215,7 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
     print(f"{d['would_run']} partition(s) would run, {d['up_to_date']} up to date")
     for line in plan.deferred:
         print(f"  {line}")
+    for line in plan.written:
+        print(line)
     for e in plan.errors:
         print(f"error: {e}")
