@@ -149,8 +149,10 @@ def _check_harbor(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> No
                           "sample's sandbox and this benchmark has none",
                           "add `sandbox: {type: docker}` (the task's image) or `{type: local}`")
     if b.solver.skill_dir and not Path(b.solver.skill_dir).expanduser().is_dir():
-        raise Unavailable((*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} "
-                          "is not a directory", "give the skill's local directory")
+        # the skill's files are the run's data: a dry run (elsewhere) lists the check
+        external("data", as_config_error(cfg, Unavailable(
+            (*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} is not a directory",
+            "give the skill's local directory")))
 
 
 def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
