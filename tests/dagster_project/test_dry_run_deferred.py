@@ -31,15 +31,16 @@ def _refusal(err: str) -> str:
     return lines[0].removeprefix("error: ")
 
 
-def _plan_then_run(config: Path, out: Path, capsys: pytest.CaptureFixture[str]
-                   ) -> tuple[dict, str, str]:
+def _plan_then_run(config: Path, out: Path, capsys: pytest.CaptureFixture[str],
+                   *extra: str) -> tuple[dict, str, str]:
     """(the --json plan, its text form, the one line the run refuses with)."""
-    code, text, err = _nel(capsys, "eval", "run", str(config), "--dry-run", "-o", str(out))
+    code, text, err = _nel(capsys, "eval", "run", str(config), "--dry-run", "-o", str(out), *extra)
     assert code == 0, err
-    code, js, err = _nel(capsys, "eval", "run", str(config), "--dry-run", "--json", "-o", str(out))
+    code, js, err = _nel(capsys, "eval", "run", str(config), "--dry-run", "--json", "-o", str(out),
+                         *extra)
     assert code == 0, err
     plan = json.loads(js)
-    code, _, err = _nel(capsys, "eval", "run", str(config), "-o", str(out))
+    code, _, err = _nel(capsys, "eval", "run", str(config), "-o", str(out), *extra)
     assert code == 2, err  # nothing ran, no request was sent
     assert "Traceback" not in err
     return plan, text, _refusal(err)
@@ -47,13 +48,14 @@ def _plan_then_run(config: Path, out: Path, capsys: pytest.CaptureFixture[str]
 
 def test_a_harbor_dataset_not_here_is_planned_and_the_run_refuses_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """(and the Harbor CLI the solver names is not here either)"""
     monkeypatch.setenv("HARBOR_DATASETS_DIR", str(tmp_path / "no-cache"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no `harbor` CLI either
     plan, text, refused = _plan_then_run(NEMO / "examples" / "08a_terminalbench_harbor_docker.yaml",
-                                         tmp_path / "o", capsys)
+                                         tmp_path / "o", capsys,  # no Harbor CLI there either
+                                         "-O", f"benchmarks.0.solver.harbor_bin={tmp_path}/harbor")
     checks = plan["deferred_checks"]
     assert any("needs the data here" in c and "no-cache/terminal-bench@2.0" in c for c in checks)
-    assert any("needs the program installed" in c and "`harbor`" in c for c in checks)
+    assert any("needs the program installed" in c and f"`{tmp_path}/harbor`" in c for c in checks)
     # The run refuses with the first of the checks the plan listed, word for word.
     assert any(c.endswith(refused) for c in checks), (refused, checks)
     assert plan["benchmarks"][0]["problems"] is None and plan["would_run"] == 1
