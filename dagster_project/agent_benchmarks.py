@@ -75,12 +75,13 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
     from benchmarks.errors import DataMissingError
-    from nel_resources.checks.deferred import external
+    from nel_resources.checks.deferred import external, has_deferred
 
     try:
         env = get_benchmark(bench.name, **bench.params)
     except DataMissingError as exc:  # a dry run plans without the task files and says so
-        external("data", exc)
+        if not has_deferred("data", repr(bench.name)):  # (once: the name's own check said it)
+            external("data", exc)
         return
     if sandbox.type != "docker":
         return

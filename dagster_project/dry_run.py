@@ -25,7 +25,7 @@ class PlannedShard:
     model: str
     shard: int
     total: int
-    n_problems: int
+    n_problems: int | None  # None: not known until the data is here
     action: str  # "run" or "skip"
     reason: str  # why it runs (missing / stale / failed samples) or "up to date"
 
@@ -131,7 +131,7 @@ def _plan(cfg: NelConfig, *, resume: bool,
     from benchmarks.errors import DataMissingError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
-    from nel_resources.checks.deferred import external
+    from nel_resources.checks.deferred import external, has_deferred
     from nel_resources.storage.store import ResultStore
 
     resolved = validate_before_run(cfg)
@@ -146,7 +146,8 @@ def _plan(cfg: NelConfig, *, resume: bool,
         try:
             tasks = ev.plan(store, spec)
         except DataMissingError as exc:  # the run needs the data; the plan says where to put it
-            external("data", exc)
+            if not has_deferred("data", repr(bench.name)):  # once per benchmark
+                external("data", exc)
             plan.benchmarks.append({
                 "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
                 "repeats": bench.repeats, "max_problems": bench.max_problems,
@@ -154,9 +155,9 @@ def _plan(cfg: NelConfig, *, resume: bool,
             for model in sorted(spec.models):
                 for s in range(spec.shards):
                     if shard_only is None or s == shard_only[0]:
-                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, 0, "run",
-                                                        "missing (problems counted once the data "
-                                                        "is here)"))
+                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None,
+                                                        "run", "missing (problems counted once "
+                                                        "the data is here)"))
             continue
         except Exception as exc:  # the run fails this benchmark alone; say why
             if is_config_error(bench.name, exc):
@@ -209,8 +210,9 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
               f"repeat(s), {b['shards']} shard(s), models {', '.join(b['models']) or '-'}")
     for s in plan.shards:
         verb = "would run" if s.action == "run" else "skip"
+        n = "?" if s.n_problems is None else s.n_problems
         print(f"  {verb}: {s.benchmark} model={s.model} shard={s.shard}/{s.total} "
-              f"({s.n_problems} problems): {s.reason}")
+              f"({n} problems): {s.reason}")
     d = plan.to_dict()
     print(f"{d['would_run']} partition(s) would run, {d['up_to_date']} up to date")
     for line in plan.deferred:

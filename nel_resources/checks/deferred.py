@@ -65,6 +65,12 @@ def external(needs: str, err: Exception) -> None:
         found.append(check)
 
 
+def has_deferred(needs: str, mentioning: str) -> bool:
+    """Whether a dry run already listed a `needs` check whose line names `mentioning` (a
+    benchmark): its later symptoms add no line."""
+    return any(c.needs == needs and mentioning in c.message for c in _COLLECTING.get() or [])
+
+
 def defer(needs: str, message: str) -> bool:
     """In a dry run, record a check that would need an external resource without asking it
     (AWS, a registry) and return True; in a run return False (the caller asks)."""
