@@ -29,9 +29,11 @@ BUILTINS: dict[str, str] = {
     "mgsm": "benchmarks.builtin.mgsm:MGSM",
     "mmlu": "benchmarks.builtin.mmlu:MMLU",
     "mmlu_pro": "benchmarks.builtin.mmlu_pro:MMLUPro",
+    "perplexity": "benchmarks.builtin.perplexity:Perplexity",
     "simpleqa": "benchmarks.builtin.simpleqa:SimpleQA",
     "triviaqa": "benchmarks.builtin.triviaqa:TriviaQA",
     "xstest": "benchmarks.builtin.xstest:XSTest",
+    "vlm_shapes": "benchmarks.builtin.vlm_shapes:VLMShapes",  # images drawn locally
     # agent benchmarks read from local task files (benchmarks/agentic/builtins.py)
     "nmp_harbor": "benchmarks.agentic.builtins:nmp_harbor",
     "pinchbench": "benchmarks.agentic.builtins:pinchbench",
@@ -121,10 +123,11 @@ def get_factory(name: str) -> Factory:
 
     `name` may also be a benchmark file (`file.py` or `file.py:bench`, as NeMo Evaluator's
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
-    whose entry makes factories (`harbor://name@version`).
+    whose entry makes factories (`harbor://name@version`, `skills://name`).
     """
-    if scheme_of(name) == "harbor":  # a Harbor dataset from its local cache
-        return SCHEMES.load("harbor")(name)  # type: ignore[no-any-return]
+    # a Harbor dataset from its local cache, Skills' prepared data, a VLMEvalKit local TSV
+    if (scheme := scheme_of(name)) in ("harbor", "skills", "vlmevalkit"):
+        return SCHEMES.load(scheme)(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

@@ -82,6 +82,9 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
                    "of a chat (agents that add context messages after the task)")
     p.add_argument("--ignore-stream", action="store_true",
                    help='answer "stream": true with a whole JSON answer (a server that cannot stream)')
+    p.add_argument("--no-logprobs", action="store_true",
+                   help="answer logprobs: null on /v1/completions (a server without "
+                   "echoed prompt log-probabilities)")
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of `python -m nel_resources.reference_server`."""

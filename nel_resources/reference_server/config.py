@@ -59,6 +59,9 @@ class ServerConfig:
     match_conversation: bool = False
     # Answer `"stream": true` with a whole JSON answer, as servers that cannot stream do.
     ignore_stream: bool = False
+    # Answer `/v1/completions`' `logprobs` (with `echo`, the prompt's too; see logprobs.py);
+    # `no_logprobs` answers `logprobs: null`, as a server without prompt log-probabilities does.
+    no_logprobs: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning_mode not in REASONING_MODES:

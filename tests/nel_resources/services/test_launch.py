@@ -88,6 +88,10 @@ def test_command_lines_for_each_type(tmp_path: Path) -> None:
     ll = service_command("l", ServiceConfig(type="llama_cpp", model_path=str(gguf)), 9004)
     assert ll[1:3] == ["-m", "llama_cpp.server"] and ll[ll.index("--port") + 1] == "9004"
     assert ll[ll.index("--n_threads") + 1] == "1"
+    assert ll[ll.index("--logits_all") + 1] == "true"  # echo + logprobs need every logit
+    own = service_command("l", ServiceConfig(type="llama_cpp", model_path=str(gguf),
+                                             extra_args=["--logits_all", "false"]), 1)
+    assert own.count("--logits_all") == 1 and own[-1] == "false"
     with pytest.raises(NelError, match="GGUF file not found"):
         service_command("l", ServiceConfig(type="llama_cpp", model_path=str(tmp_path / "nope.gguf")), 1)
     with pytest.raises(NelError, match="needs `model_path`"):
