@@ -47,7 +47,7 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         ConfigError: the benchmark, its solver, its sandbox or a task's image cannot run.
         DataMissingError: its task files are not here (one line naming where nel looked).
     """
-    from benchmarks import get_benchmark, get_factory
+    from benchmarks import get_factory
     from nel_resources.config import ConfigError
 
     i = cfg.benchmarks.index(bench)
@@ -59,7 +59,7 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
     solver = bench.solver
     if getattr(get_factory(bench.name), "task_format", None) == "pinchbench":
         _check_pinchbench(bench, refuse)
-        get_benchmark(bench.name, **bench.params)  # its task files (and judge prompt) are here
+        _load_tasks(bench)  # its task files (and judge prompt) are here
         return
     in_sandbox = solver.type == "harbor" or (solver.type == "tool_calling" and solver.sandbox_tools)
     # The agent works elsewhere (Gym's agent, Gym's tools); its patch comes back to the task's
@@ -79,7 +79,7 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
     sandbox = effective_sandbox(bench)  # none named: nel provides a docker one (agent_sandbox)
     if sandbox is None or sandbox.type == "none":
         if trusted:  # Gym's reward needs no sandbox; the task files must still be here
-            get_benchmark(bench.name, **bench.params)
+            _load_tasks(bench)
         if trusted or in_sandbox:
             return  # in_sandbox: the sandbox check refuses it, with its own line
         # `type: none` written out: NeMo Evaluator 0.3.0 scores every such task 0 (its Harbor
@@ -92,7 +92,9 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
-    env = get_benchmark(bench.name, **bench.params)
+    env = _load_tasks(bench)
+    if env is None:
+        return
     if sandbox.type != "docker":
         return
     from nel_resources.images.harness_image import missing_image_reason
@@ -111,6 +113,13 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                     "[environment] docker_image, or environment/Dockerfile's FROM) "
                                     "and the sandbox sets no `image:`")
         images.setdefault(image, task.name)
+    from nel_resources.checks.deferred import defer
+
+    names = sorted(images)
+    shown = ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+    if defer("docker", f"{bench.name!r}: its task images ({shown}) are in the local Docker "
+                       "engine (nel never pulls)"):
+        return  # the engine is asked by the run only
     for image, first in images.items():
         why = missing_image_reason(image)
         if why is not None:
@@ -129,3 +138,18 @@ def _check_pinchbench(bench: Any, refuse: Any) -> None:
     if sandbox is not None and sandbox.type not in ("none", *HARBOR_SANDBOXES):
         raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
                                 f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")
+
+
+def _load_tasks(bench: Any) -> Any | None:
+    """The benchmark's environment (its task files read); None when they are not here and a
+    dry run lists that as a check the run makes (the run refuses with DataMissingError)."""
+    from benchmarks import get_benchmark
+    from benchmarks.errors import DataMissingError
+    from nel_resources.checks.deferred import external, has_deferred
+
+    try:
+        return get_benchmark(bench.name, **bench.params)
+    except DataMissingError as exc:
+        if not has_deferred("data", repr(bench.name)):  # once: the name's own check said it
+            external("data", exc)
+        return None

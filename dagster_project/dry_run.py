@@ -1,5 +1,7 @@
 """`nel eval run --dry-run`: the plan of a run, from the same checks and the same planner
-as a real run, without sending a request, starting a model server or writing anything.
+as a real run, without sending a request, starting a model server or writing anything (but
+the sbatch scripts of a `cluster.type: slurm` config, as NeMo Evaluator's dry run writes them).
+Checks that need what only the run has are listed, not made (nel_resources.checks.deferred).
 
 No Dagster import: the planner reads the stored shard fingerprints directly.
 """
@@ -23,7 +25,7 @@ class PlannedShard:
     model: str
     shard: int
     total: int
-    n_problems: int
+    n_problems: int | None  # None: not known until the data is here
     action: str  # "run" or "skip"
     reason: str  # why it runs (missing / stale / failed samples) or "up to date"
 
@@ -37,6 +39,10 @@ class DryRunPlan:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     shards: list[PlannedShard] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: checks only the run can make (data, Docker, AWS, agent programs): listed, not made
+    deferred: list[str] = field(default_factory=list)
+    #: `cluster.type: slurm`: what the dry run wrote (the sbatch scripts) and how to submit it
+    written: list[str] = field(default_factory=list)
     # the eval client's Pyxis container step (`cluster.eval_image` on SLURM), if any
     eval_container: str | None = None
 
@@ -51,8 +57,8 @@ class DryRunPlan:
                 "benchmarks": self.benchmarks, "shards": [asdict(s) for s in self.shards],
                 "would_run": sum(s.action == "run" for s in self.shards),
                 "up_to_date": sum(s.action == "skip" for s in self.shards),
-                "errors": self.errors, "exit_status": self.exit_status,
-                "eval_container": self.eval_container}
+                "deferred_checks": self.deferred, "written": self.written, "errors": self.errors,
+                "exit_status": self.exit_status, "eval_container": self.eval_container}
 
 
 def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
@@ -104,16 +110,45 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
     return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"
 
 
-def plan_run(cfg: NelConfig, *, resume: bool = True,
-             shard_only: tuple[int, int] | None = None) -> DryRunPlan:
+def plan_run(cfg: NelConfig, *, resume: bool = True, shard_only: tuple[int, int] | None = None,
+             argv: list[str] | None = None) -> DryRunPlan:
     """Validate `cfg` as a run does, then plan every (benchmark, model, shard) (only shard
     `shard_only[0]` when this process is one shard of a distributed run, as the run would).
+    A `cluster.type: slurm` config also gets the sbatch scripts of that plan written (the jobs
+    run `argv` without `--dry-run`), as NeMo Evaluator's dry run writes them; nothing is
+    submitted.
 
     Raises:
         NelError: a config error (the same ones a run raises before doing anything).
     """
+    from nel_resources.checks.deferred import deferring_external_checks
+
+    with deferring_external_checks() as deferred:
+        plan, resolved = _plan(cfg, resume=resume, shard_only=shard_only)
+    plan.deferred = [d.line() for d in deferred]
+    if cfg.cluster.type == "slurm" and argv is not None:
+        plan.written = _write_slurm_scripts(cfg, resolved, plan, argv)
+    return plan
+
+
+def _write_slurm_scripts(cfg: NelConfig, resolved: Any, plan: DryRunPlan,
+                         argv: list[str]) -> list[str]:
+    """The sbatch scripts of the planned partitions (those that would run)."""
+    from nel_resources.launchers.slurm_scripts import Partition
+    from nel_resources.launchers.slurm_submit import write_for_dry_run
+
+    asset = {b.name: b.asset_name for b in resolved.benchmarks}
+    parts = [Partition(s.benchmark, asset[s.benchmark], s.model, s.shard, s.total, s.reason)
+             for s in plan.shards if s.action == "run"]
+    return write_for_dry_run(cfg, resolved, parts, argv)
+
+
+def _plan(cfg: NelConfig, *, resume: bool,
+          shard_only: tuple[int, int] | None) -> tuple[DryRunPlan, Any]:
+    from benchmarks.errors import DataMissingError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
+    from nel_resources.checks.deferred import external, has_deferred
     from nel_resources.storage.store import ResultStore
 
     resolved = validate_before_run(cfg)
@@ -133,6 +168,20 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
             continue
         try:
             tasks = ev.plan(store, spec)
+        except DataMissingError as exc:  # the run needs the data; the plan says where to put it
+            if not has_deferred("data", repr(bench.name)):  # once per benchmark
+                external("data", exc)
+            plan.benchmarks.append({
+                "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
+                "repeats": bench.repeats, "max_problems": bench.max_problems,
+                "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
+            for model in sorted(spec.models):
+                for s in range(spec.shards):
+                    if shard_only is None or s == shard_only[0]:
+                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None,
+                                                        "run", "missing (problems counted once "
+                                                        "the data is here)"))
+            continue
         except Exception as exc:  # the run fails this benchmark alone; say why
             if is_config_error(bench.name, exc):
                 raise  # the run refuses the whole config for it: so does the plan
@@ -154,13 +203,14 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
             why = t.reason if resume else "--fresh"
             plan.shards.append(PlannedShard(bench.name, t.model, t.shard, t.total, len(t.indices),
                                             "run" if why else "skip", why or "up to date"))
-    return plan
+    return plan, resolved
 
 
 def print_plan(plan: DryRunPlan, *, where: str) -> None:
     """The plan as plain lines on stdout."""
+    written = "only the SLURM scripts below are written" if plan.written else "nothing is written"
     print(f"dry run of {where}: the config is valid; no request is sent, no model server "
-          "is started, nothing is written")
+          f"is started, {written}")
     print(f"output: {plan.output_dir}")
     for name, s in plan.services.items():
         target = s["url"] or s["launch"]
@@ -170,6 +220,11 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
     if plan.eval_container:
         print(f"eval client: nel eval run in each SLURM task as: {plan.eval_container} nel ...")
     for b in plan.benchmarks:
+        if b["problems"] is None:
+            print(f"benchmark {b['name']}: problems unknown until its data is here (see the "
+                  f"checks below) x {b['repeats']} repeat(s), {b['shards']} shard(s), models "
+                  f"{', '.join(b['models']) or '-'}")
+            continue
         if b["problem_range"] is not None:
             pick = f"problems {b['problem_range'][0]}:{b['problem_range'][1]}"
         elif b["shuffle_seed"] is not None:
@@ -180,9 +235,14 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
               f"repeat(s), {b['shards']} shard(s), models {', '.join(b['models']) or '-'}")
     for s in plan.shards:
         verb = "would run" if s.action == "run" else "skip"
+        n = "?" if s.n_problems is None else s.n_problems
         print(f"  {verb}: {s.benchmark} model={s.model} shard={s.shard}/{s.total} "
-              f"({s.n_problems} problems): {s.reason}")
+              f"({n} problems): {s.reason}")
     d = plan.to_dict()
     print(f"{d['would_run']} partition(s) would run, {d['up_to_date']} up to date")
+    for line in plan.deferred:
+        print(f"  {line}")
+    for line in plan.written:
+        print(line)
     for e in plan.errors:
         print(f"error: {e}")

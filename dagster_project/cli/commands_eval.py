@@ -342,7 +342,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.background:  # as in NeMo Evaluator, the dry run wins
             print("note: --background has no effect with --dry-run (nothing runs)", file=sys.stderr)
 
-        plan = plan_run(cfg, resume=not args.fresh, shard_only=shard_only)
+        plan = plan_run(cfg, resume=not args.fresh, shard_only=shard_only, argv=args.argv)
         if args.json:
             import json
 

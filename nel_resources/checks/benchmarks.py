@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.uri_schemes import is_uri
-from nel_resources.checks.refusal import Refusal, Unavailable, at_key, changed
+from nel_resources.checks.deferred import defer, external
+from nel_resources.checks.refusal import Refusal, Unavailable, as_config_error, at_key, changed
 from nel_resources.config import BenchmarkConfig, NelConfig, SandboxConfig, ScoringMetric
 from nel_resources.config._base import field_defaults
 from nel_resources.config.unbuilt import (
@@ -30,9 +31,9 @@ def check_benchmarks(cfg: NelConfig) -> None:
         if is_uri(b.name, "container") or b.solver.type == "container":
             _check_container(cfg, b, at)
         else:
-            _check_name(b.name, (*at, "name"), b.params)
+            _check_name(cfg, b.name, (*at, "name"), b.params)
         if b.solver.type in ("harbor", "openclaw"):
-            _check_external_agent(b, at)
+            _check_external_agent(cfg, b, at)
         if b.solver.type in SOLVER_TYPES_UNBUILT:
             raise Refusal((*at, "solver", "type"), f"the {b.solver.type!r} solver",
                           "use `type: simple` (one model call per problem), `tool_calling` "
@@ -75,7 +76,10 @@ def check_sandbox_runs_here(cfg: NelConfig, sb: SandboxConfig, at: tuple[Any, ..
         return
     if r.unbuilt:
         raise Refusal((*at, r.key), r.why, r.instead)
-    raise at_key(cfg, (*at, r.key), f"{sb.type} sandbox cannot run here: {r.why}")
+    err = at_key(cfg, (*at, r.key), f"{sb.type} sandbox cannot run here: {r.why}")
+    if r.needs is None:
+        raise err
+    external(r.needs, err)  # AWS credentials...: a dry run lists the check instead
 
 
 def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
@@ -101,45 +105,51 @@ def _check_container(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) ->
     if n_shards(cfg, b) > 1:
         raise Refusal((*at, "name"), "sharding a container:// benchmark (the harness is one run)",
                       "remove the shard count (`shards` / `cluster.shards`) for this benchmark")
+    # The engine is asked by the run only: a dry run plans without one (as NeMo Evaluator's).
+    if defer("docker", f"image {image!r} is in the local Docker engine (nel never pulls)"):
+        return
     why = missing_image_reason(image)
     if why:
         raise at_key(cfg, (*at, "name"), why)
 
 
-def _check_external_agent(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
-    """`harbor` and `openclaw` run an agent program nel does not ship: say what is missing."""
+def _check_external_agent(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """`harbor` and `openclaw` run an agent program nel does not ship: say what is missing
+    (a dry run lists the program as a check the run makes: it runs where the run runs)."""
     import shutil
 
     if b.solver.type == "harbor":
-        _check_harbor(b, at)
+        _check_harbor(cfg, b, at)
         return
     binary = b.solver.openclaw_bin
     if shutil.which(binary) is None:
-        raise Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
+        external("program", as_config_error(cfg, Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install it with "
                           "`make peers` (deploy/agents/install_openclaw.sh) and put "
                           "`.venv-peers/openclaw/bin` on PATH or give its path in `openclaw_bin`, "
-                          "or use `solver.type: tool_calling`")
+                          "or use `solver.type: tool_calling`")))
     _check_openclaw(b, at)
 
 
-def _check_harbor(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+def _check_harbor(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     """A Harbor agent runs in Harbor's own venv (Python >= 3.12), in the sample's sandbox."""
     from nel_resources.runtime.harbor_install import harbor_python
 
     if harbor_python(b.solver.harbor_bin) is None:
-        raise Unavailable((*at, "solver", "harbor_bin"), f"the 'harbor' solver cannot run "
+        external("program", as_config_error(cfg, Unavailable((*at, "solver", "harbor_bin"), f"the 'harbor' solver cannot run "
                           f"here: Harbor's CLI `{b.solver.harbor_bin}` is not on PATH",
                           "install it with `make peers` (Harbor 0.24.0 in a Python 3.12 venv) "
                           "and put `.venv-peers/harbor/bin` on PATH or give its path in "
-                          "`harbor_bin`")
+                          "`harbor_bin`")))
     if b.sandbox is None or b.sandbox.type == "none":
         raise Unavailable((*at, "sandbox"), "the 'harbor' solver runs its agent in the "
                           "sample's sandbox and this benchmark has none",
                           "add `sandbox: {type: docker}` (the task's image) or `{type: local}`")
     if b.solver.skill_dir and not Path(b.solver.skill_dir).expanduser().is_dir():
-        raise Unavailable((*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} "
-                          "is not a directory", "give the skill's local directory")
+        # the skill's files are the run's data: a dry run (elsewhere) lists the check
+        external("data", as_config_error(cfg, Unavailable(
+            (*at, "solver", "skill_dir"), f"skill_dir {b.solver.skill_dir!r} is not a directory",
+            "give the skill's local directory")))
 
 
 def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
@@ -154,18 +164,19 @@ def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
                       "this benchmark")
 
 
-def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:
+def _check_harbor_name(cfg: NelConfig, name: str, at: tuple[Any, ...]) -> None:
     """`harbor://name@version` runs from its local task cache; without one it is refused
-    (the Harbor registry cannot be reached from here)."""
+    (the Harbor registry cannot be reached from here). A dry run plans it and says where the
+    data must be put."""
     from benchmarks.agentic import harbor_cache_dir
 
     d = harbor_cache_dir(name.removeprefix("harbor://"))
     if not d.is_dir():
-        raise Unavailable(at, f"benchmark {name!r} cannot be had here: there is no local "
+        external("data", as_config_error(cfg, Unavailable(at, f"benchmark {name!r} cannot be had here: there is no local "
                           f"Harbor task cache at {d} and nel does not reach the Harbor registry "
                           "(it downloads nothing)",
                           "copy the dataset's task directories there (or set HARBOR_DATASETS_DIR "
-                          "to the folder holding it)")
+                          "to the folder holding it)")))
 
 
 def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -> None:
@@ -181,12 +192,13 @@ def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -
         raise Unavailable(at, what, f"put {fix}" if fix else str(exc)) from None
 
 
-def _check_name(name: str, at: tuple[Any, ...], params: dict[str, Any] | None = None) -> None:
+def _check_name(cfg: NelConfig, name: str, at: tuple[Any, ...],
+                params: dict[str, Any] | None = None) -> None:
     scheme = name.split("://", 1)[0] if "://" in name else None
     if scheme is None or scheme == "gym":
         return
     if scheme == "harbor":
-        _check_harbor_name(name, at)
+        _check_harbor_name(cfg, name, at)
         return
     if scheme == "skills":
         _check_skills_name(name, params or {}, at)

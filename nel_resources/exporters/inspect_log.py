@@ -2,7 +2,8 @@
 
 It reads what a run already wrote for each (benchmark, model): the bundle
 `eval-<ts>-<bench>.json` and the `results.jsonl` beside it, and writes
-`<bench>_<model>.json` in Inspect's JSON log format (version 2), which `inspect view` and
+`<bench>_<model>.json` in Inspect's JSON log format (version 2), or `<bench>_<model>.eval` in
+its zipped `.eval` format (inspect_eval_zip), which `inspect view` and
 `inspect_ai.log.read_eval_log` read: the task (benchmark), the model, one sample per
 (problem, repeat) with its prompt, target, answer and score (nel's reward, the extracted
 answer and the scoring details), and the run's metrics (nel's mean and standard error, the
@@ -11,7 +12,7 @@ confidence interval, pass@k). nel does not import `inspect_ai`: the log is plain
 Settings (`output.export_config.inspect`, or `nel export -o KEY=VALUE`):
     output_dir: where the logs go (default: `<folder of the bundle>/inspect/`, or
         `nel export`'s `--output-dir`).
-    format: `json` (NeMo Evaluator's `eval`, Inspect's zipped log, is not built).
+    format: `json` (the default) or `eval` (Inspect's zipped log, NeMo Evaluator's format).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ SCORER = "nel"  # the score's name in the log: nel's reward, as the benchmark's 
 
 
 SETTINGS = ("output_dir", "format")
+FORMATS = ("json", "eval")
 
 
 def check_settings(settings: dict[str, Any]) -> str | None:
@@ -37,9 +39,9 @@ def check_settings(settings: dict[str, Any]) -> str | None:
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         return f"inspect exporter: unknown setting {unknown[0]!r}; the settings are {', '.join(SETTINGS)}"
-    if settings.get("format", "json") != "json":
-        return (f"inspect exporter: setting 'format': the {settings['format']!r} log format is not "
-                "supported yet in nel; write format: json (Inspect's JSON log, which inspect view reads)")
+    if settings.get("format", "json") not in FORMATS:
+        return (f"inspect exporter: setting 'format': unknown log format {settings['format']!r}; "
+                "write format: json (Inspect's JSON log) or eval (its zipped .eval log)")
     return None
 
 
@@ -59,12 +61,14 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
         raise NelError(problem)
     for path in bundles:
         dest = settings.get("output_dir") or output_dir
-        write_log(path, Path(dest) if dest else path.parent / "inspect")
+        write_log(path, Path(dest) if dest else path.parent / "inspect",
+                  fmt=str(settings.get("format", "json")))
     return 0
 
 
-def write_log(bundle_path: Path, out_dir: Path) -> Path:
-    """The Inspect eval log of one bundle, written into `out_dir`; its path."""
+def write_log(bundle_path: Path, out_dir: Path, *, fmt: str = "json") -> Path:
+    """The Inspect eval log of one bundle, written into `out_dir` as `fmt` (`json` or
+    `eval`); its path."""
     results = bundle_path.parent / "results.jsonl"
     if not results.is_file():
         raise NelError(f"{bundle_path}: no results.jsonl beside it (the samples of the log)")
@@ -72,8 +76,12 @@ def write_log(bundle_path: Path, out_dir: Path) -> Path:
     rows = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines() if line]
     log = eval_log(doc, rows)
     bench, model = str(log["eval"]["task"]), str(log["eval"]["model"])
-    dest = out_dir / f"{_slug(bench)}_{_slug(model)}.json"
+    dest = out_dir / f"{_slug(bench)}_{_slug(model)}.{fmt}"
     out_dir.mkdir(parents=True, exist_ok=True)
+    if fmt == "eval":
+        from nel_resources.exporters.inspect_eval_zip import write_eval_zip
+
+        return write_eval_zip(log, dest)
     write_json_atomic(dest, log)
     return dest
 

@@ -3,7 +3,8 @@
 Each bundle's run holds the evaluation's params (model, benchmark, generation settings, nel
 version, config fingerprint), every score with its CI bounds and standard error as metrics
 (at the checkpoint's training step when the model's name has one, else step 0), and the
-bundle, its results and nel's report as artifacts (`mlflow_content`). Re-exporting the same
+bundle, its results and nel's report as artifacts (`mlflow_content`), and with `emit_traces:
+true` one trace per sample (`mlflow_traces`). Re-exporting the same
 bundle finds its run by the `nel.bundle_key` tag and updates it: never a second run.
 
 The runs go to `tracking_uri`, else MLFLOW_TRACKING_URI, else a SQLite store in
@@ -86,6 +87,13 @@ def export(bundles: list[Path], settings: dict[str, Any], output_dir: str | None
             with _http_defaults(uri):
                 client = clients.get(uri) or clients.setdefault(uri, MlflowClient(tracking_uri=uri))
                 run_id, what = log_run(client, parsed, content, uri)
+                if parsed.emit_traces and what != "skipped":
+                    from nel_resources.exporters.mlflow_traces import log_traces, read_samples
+
+                    traces = log_traces(client, uri, run_id, read_samples(path), benchmark=content.benchmark,
+                                        model=content.model, content_max=parsed.emit_traces_content_max,
+                                        max_samples=parsed.emit_traces_max_samples)
+                    what += f", {traces} trace(s)" if traces else ", its traces kept"
         except Exception as exc:  # any tracker failure: the evaluation stays
             failed += 1
             _say_failed(f"{content.benchmark}/{content.model} to {_shown(uri)}: {_one_line(exc)}",

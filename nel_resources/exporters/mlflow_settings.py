@@ -45,11 +45,15 @@ class MlflowSettings(BaseModel):
                                 "(false: the other 0.3.0 files beside the bundle too)")
     copy_logs: bool = Field(default=False, description="also log the run's logs/ folder")
     exclude_patterns: list[str] = Field(default_factory=list, description="file name patterns not logged")
-    # 0.3.0 emits one MLflow trace per sample by default; nel does not (the samples are in the
-    # results.jsonl artifact). An explicit `emit_traces: true` is refused, not ignored.
-    emit_traces: bool | None = Field(default=None, description="per-sample MLflow traces (not built: only false)")
-    emit_traces_max_samples: int | None = Field(default=None, description="0.3.0's trace cap (no traces in nel)")
-    emit_traces_content_max: int = Field(default=4000, description="0.3.0's trace text cap (no traces in nel)")
+    # 0.3.0 emits one MLflow trace per sample by default; nel only when asked (`true`): a
+    # trace is several tracking-server calls per sample, and the samples are in the
+    # results.jsonl artifact either way (mlflow_traces).
+    emit_traces: bool | None = Field(default=None, description="one MLflow trace per sample, linked "
+                                     "to the run (default: off; 0.3.0's default is on)")
+    emit_traces_max_samples: int | None = Field(default=None, ge=0, description="at most this many "
+                                                "samples get a trace (default: all)")
+    emit_traces_content_max: int = Field(default=4000, ge=1, description="characters kept of each "
+                                         "text in a trace (prompt, answer, details)")
 
 
 def parse_settings(settings: dict[str, Any]) -> MlflowSettings:
@@ -67,10 +71,6 @@ def parse_settings(settings: dict[str, Any]) -> MlflowSettings:
             known = ", ".join(MlflowSettings.model_fields)
             raise NelError(f"mlflow exporter: unknown setting {key!r}; the settings are {known}") from None
         raise NelError(f"mlflow exporter: setting {key!r}: {err.get('msg')}") from None
-    if parsed.emit_traces:
-        raise NelError("mlflow exporter: setting 'emit_traces': per-sample MLflow tracing is not "
-                       "supported yet in nel; remove it or write false (the samples are logged "
-                       "as the results.jsonl artifact)")
     return parsed
 
 

@@ -156,24 +156,21 @@ def run_on_slurm(cfg: NelConfig, hooks: RunHooks, argv: list[str], *, resume: bo
     if not parts:
         _say(f"every shard is up to date ({fresh}); nothing submitted")
         return hooks.finish(cfg, plan_failures, None, None)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    run_dir = out / "slurm" / stamp
+    run_dir = _run_dir(out)
     plan = het_plan(cfg)
+    if not submit:
+        for line in write_unsubmitted(cfg, resolved, parts, run_dir, argv):
+            print(line)
+        return 0, None
     if plan is not None:
         order = list(cfg.cluster.node_pools)
         group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
-        # Partitions of one script next to each other: `submit: false` prints one range each.
         parts = sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
                                              group_of[p]))
         scripts = write_het_scripts(cfg, plan, run_dir, argv, set(group_of.values()))
         merge_script = write_merge_script(cfg, run_dir, argv)
-        if not submit:
-            return _print_het_submission(scripts, group_of, parts, write_partitions(run_dir, 0, parts),
-                                         merge_script)
     else:
         eval_script, merge_script = write_scripts(cfg, run_dir, argv)
-        if not submit:
-            return _write_only(run_dir, eval_script, merge_script, parts)
     if launcher is None:
         from nel_resources.launchers.resource import SlurmLauncherResource
 
@@ -207,16 +204,57 @@ def run_on_slurm(cfg: NelConfig, hooks: RunHooks, argv: list[str], *, resume: bo
             signal.signal(signal.SIGTERM, previous)
 
 
-def _print_het_submission(scripts: dict[tuple[str, ...], Path], group_of: dict[Partition, tuple[str, ...]],
-                          parts: list[Partition], part_file: Path, merge_script: Path) -> tuple[int, Any]:
-    """`submit: false` with services on several pools: what was written, how to submit it."""
+def _run_dir(out: Path) -> Path:
+    """`<output>/slurm/<stamp>`: one directory per submission (or dry run)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    return out / "slurm" / stamp
+
+
+def write_unsubmitted(cfg: NelConfig, resolved: Any, parts: list[Partition], run_dir: Path,
+                      argv: list[str]) -> list[str]:
+    """Write the scripts and partition files a submission of `parts` would submit, submit
+    nothing, and return the lines saying what was written and how to submit it (`submit:
+    false`, and `--dry-run` as NeMo Evaluator's dry run writes its sbatch scripts)."""
+    plan = het_plan(cfg)
+    if plan is None:
+        eval_script, merge_script = write_scripts(cfg, run_dir, argv)
+        return _write_only(run_dir, eval_script, merge_script, parts)
+    order = list(cfg.cluster.node_pools)
+    group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
+    # Partitions of one script next to each other: one range each to submit.
+    parts = sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
+                                         group_of[p]))
+    scripts = write_het_scripts(cfg, plan, run_dir, argv, set(group_of.values()))
+    merge_script = write_merge_script(cfg, run_dir, argv)
+    return _het_submission_lines(scripts, group_of, parts, write_partitions(run_dir, 0, parts),
+                                 merge_script)
+
+
+def write_for_dry_run(cfg: NelConfig, resolved: Any, parts: list[Partition],
+                      argv: list[str]) -> list[str]:
+    """`nel eval run --dry-run` of a slurm config: the scripts of the submission it plans,
+    under `<output>/slurm/<stamp>/` (the jobs run `argv` without `--dry-run`); nothing is
+    submitted (`scontrol` may be asked for the largest array size, as `submit: false` does)."""
+    if not parts:
+        return ["slurm: every shard is up to date; no script written"]
+    out = Path(cfg.output.dir).expanduser().resolve()
+    return write_unsubmitted(cfg, resolved, parts, _run_dir(out),
+                             [a for a in argv if a != "--dry-run"])
+
+
+def _het_submission_lines(scripts: dict[tuple[str, ...], Path],
+                          group_of: dict[Partition, tuple[str, ...]], parts: list[Partition],
+                          part_file: Path, merge_script: Path) -> list[str]:
+    """Services on several pools: what was written, how to submit it."""
+    lines = []
     for group, script in scripts.items():
         idx = [i for i, p in enumerate(parts) if group_of[p] == group]
         comps = "the eval pool only" if not group else f"{len(group) + 1} components: + {', '.join(group)}"
-        print(f"wrote {script} ({comps}; partitions {idx[0]}-{idx[-1]} of {part_file})")
-        print(f"to submit: for i in $(seq {idx[0]} {idx[-1]}); do sbatch {script} {part_file} $i; done")
-    print(f"wrote {merge_script} (run it after those jobs: --dependency=afterok:<id>:<id>...)")
-    return 0, None
+        lines.append(f"wrote {script} ({comps}; partitions {idx[0]}-{idx[-1]} of {part_file})")
+        lines.append(f"to submit: for i in $(seq {idx[0]} {idx[-1]}); do sbatch {script} "
+                     f"{part_file} $i; done")
+    lines.append(f"wrote {merge_script} (run it after those jobs: --dependency=afterok:<id>:<id>...)")
+    return lines
 
 
 def _check_pools(cfg: NelConfig, sl: SlurmLauncher, run_dir: Path, pools: list[str]) -> None:
@@ -240,7 +278,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _write_only(run_dir: Path, eval_script: Path, merge_script: Path, parts: list[Partition]) -> tuple[int, Any]:
+def _write_only(run_dir: Path, eval_script: Path, merge_script: Path,
+                parts: list[Partition]) -> list[str]:
     """`submit: false`: the partition files and the commands that would submit them, split
     by the cluster's MaxArraySize when `scontrol` answers here (else SLURM's default)."""
     per_array = DEFAULT_MAX_ARRAY_SIZE  # no cluster answers from here: SLURM's default limit
@@ -250,13 +289,13 @@ def _write_only(run_dir: Path, eval_script: Path, merge_script: Path, parts: lis
     chunks = split(parts, per_array)
     files = [write_partitions(run_dir, 0, parts) if len(chunks) == 1 else
              write_partitions(run_dir, 0, chunk, j) for j, chunk in enumerate(chunks)]
-    print(f"wrote {eval_script} ({len(parts)} tasks in {len(chunks)} array"
-          f"{'s' if len(chunks) > 1 else ''}: {', '.join(str(f) for f in files)})")
+    lines = [f"wrote {eval_script} ({len(parts)} tasks in {len(chunks)} array"
+             f"{'s' if len(chunks) > 1 else ''}: {', '.join(str(f) for f in files)})"]
     ids = ":".join(f"<array {j} id>" for j in range(len(chunks))) if len(chunks) > 1 else "<array id>"
-    print(f"wrote {merge_script} (run it after the arrays: --dependency=afterok:{ids})")
+    lines.append(f"wrote {merge_script} (run it after the arrays: --dependency=afterok:{ids})")
     for chunk, f in zip(chunks, files, strict=True):
-        print(f"to submit: sbatch --array={array_spec(len(chunk))} {eval_script} {f}")
-    return 0, None
+        lines.append(f"to submit: sbatch --array={array_spec(len(chunk))} {eval_script} {f}")
+    return lines
 
 
 class _Submitter:

@@ -16,8 +16,9 @@ How it runs (the same shape as NeMo Evaluator 0.3.0's, written for nel):
 
 The control plane is tested against moto's server; the data plane's exec server against a
 real local process. What an emulator cannot give is a running container and sshd: the tunnel
-itself needs real AWS. The block is refused before any request without AWS credentials, and
-for the keys nel has not built (S3 transfer, image builds, EFS, SSM discovery).
+itself needs real AWS. A block without `cluster` finds its infrastructure in SSM when it
+starts (ssm_discovery, as 0.3.0). The block is refused before any request without AWS
+credentials, and for the keys nel has not built (S3 transfer, image builds, EFS).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from nel_resources.sandboxes.base import (
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 from nel_resources.sandboxes.slurm import parse_memory_mb
+from nel_resources.sandboxes.ssm_discovery import Discovered
 
 DEFAULT_EXEC_PORT = 19542
 #: keys of NeMo Evaluator's ecs_fargate block whose feature nel has not built, and what it is
@@ -103,24 +105,22 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
     for key, what in UNBUILT_KEYS.items():
         if getattr(cfg, key) is not None:
             return Refusal(key, f"{what} in ecs_fargate sandboxes", f"remove `{key}`", True)
-    if cfg.ssm_project != "harbor":
-        return Refusal("ssm_project", "SSM infrastructure discovery", "remove `ssm_project`",
-                       True)
+    if not cfg.cluster and not cfg.region:
+        return Refusal("cluster", "an ecs_fargate sandbox needs `cluster` (or `region`, to find "
+                       "the cluster, subnets and roles in SSM: ssm_discovery)")
     if not cfg.cluster:
-        return Refusal("region" if cfg.region else "cluster",
-                       "finding the ECS cluster, subnets and roles in SSM parameters (an "
-                       "ecs_fargate sandbox without `cluster`)",
-                       "give `cluster`, `subnets`, `execution_role_arn` and `ssh_sidecar`", True)
-    if not cfg.subnets:
+        pass  # discovered at run time (ssm_discovery): what SSM gives is checked then
+    elif not cfg.subnets:
         return Refusal("subnets", "an ecs_fargate sandbox needs `subnets` for its tasks")
-    if not cfg.execution_role_arn:
+    elif not cfg.execution_role_arn:
         return Refusal("execution_role_arn", "an ecs_fargate sandbox needs `execution_role_arn`")
     sidecar = cfg.ssh_sidecar or {}
     unknown = sorted(set(sidecar) - _SIDECAR_KEYS)
     if unknown:
         return Refusal("ssh_sidecar", f"unknown ssh_sidecar key {unknown[0]!r} "
                        f"(known: {', '.join(sorted(_SIDECAR_KEYS))})")
-    if not (sidecar.get("public_key_secret_arn") and sidecar.get("private_key_secret_arn")):
+    if cfg.cluster and not (sidecar.get("public_key_secret_arn")
+                            and sidecar.get("private_key_secret_arn")):
         return Refusal("ssh_sidecar", "nel runs commands in a Fargate task through its SSH "
                        "sidecar: give ssh_sidecar.public_key_secret_arn and "
                        "private_key_secret_arn")
@@ -133,7 +133,7 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
         return Refusal("type", "the ecs_fargate sandbox needs boto3 (pip install 'nel[aws]')")
     if not has_aws_credentials():
         return Refusal("type", "no AWS credentials here (set AWS_ACCESS_KEY_ID and "
-                       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)")
+                       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)", needs="aws")
     return None
 
 
@@ -169,19 +169,23 @@ class EcsSettings:
         if why:
             tail = " is not supported yet in nel" if why.unbuilt else ""
             raise SandboxError(f"ecs_fargate sandbox, key {why.key}: {why.why}{tail}")
+        from nel_resources.sandboxes.ssm_discovery import discover
+
+        # No `cluster`: the block's other values win over what SSM holds (as in 0.3.0).
+        d = discover(cfg) if not cfg.cluster else Discovered.of_block(cfg)
         sc = cfg.ssh_sidecar or {}
-        return cls(cluster=str(cfg.cluster), subnets=list(cfg.subnets),
-                   execution_role_arn=str(cfg.execution_role_arn),
-                   public_key_secret_arn=sc["public_key_secret_arn"],
-                   private_key_secret_arn=sc["private_key_secret_arn"], region=cfg.region,
-                   security_groups=list(cfg.security_groups),
-                   assign_public_ip=True if cfg.assign_public_ip is None else cfg.assign_public_ip,
+        return cls(cluster=d.cluster, subnets=d.subnets,
+                   execution_role_arn=d.execution_role_arn,
+                   public_key_secret_arn=d.public_key_secret_arn,
+                   private_key_secret_arn=d.private_key_secret_arn, region=cfg.region,
+                   security_groups=d.security_groups,
+                   assign_public_ip=d.assign_public_ip,
                    cpu=str(cfg.cpu or "4096"),
                    memory=str(parse_memory_mb(cfg.memory if cfg.memory is not None else 8192)),
-                   ephemeral_storage_gib=cfg.ephemeral_storage_gib, task_role_arn=cfg.task_role_arn,
-                   log_group=cfg.log_group, log_stream_prefix=cfg.log_stream_prefix or "nel-sandbox",
+                   ephemeral_storage_gib=cfg.ephemeral_storage_gib, task_role_arn=d.task_role_arn,
+                   log_group=d.log_group, log_stream_prefix=cfg.log_stream_prefix or "nel-sandbox",
                    max_task_lifetime_sec=cfg.max_task_lifetime_sec or 14400, image=cfg.image,
-                   env=dict(cfg.container_env), sshd_port=int(sc.get("sshd_port") or 2222),
+                   env=dict(cfg.container_env), sshd_port=d.sshd_port,
                    sidecar_image=sc.get("image") or "alpine:latest",
                    exec_server_port=int(sc.get("exec_server_port") or DEFAULT_EXEC_PORT),
                    ready_timeout_s=float(sc.get("ssh_ready_timeout_sec") or 300.0))

@@ -17,12 +17,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Refusal:
     """Why a block cannot run: `key` to name, and whether nel lacks the feature (`unbuilt`,
-    then `instead` says what to do) or this machine lacks what it needs (`why` says what)."""
+    then `instead` says what to do) or this machine lacks what it needs (`why` says what;
+    `needs` names the external resource when only the run needs it, so a dry run lists the
+    check instead: nel_resources.checks.deferred)."""
 
     key: str
     why: str
     instead: str = ""
     unbuilt: bool = False
+    needs: str | None = None
 
 
 def image_template_refusal(cfg: SandboxConfig) -> Refusal | None:

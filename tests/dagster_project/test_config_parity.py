@@ -17,6 +17,7 @@ from benchmarks.errors import NelError
 from dagster_project.cli.main import main
 from dagster_project.config_loading import load_definitions_config
 from dagster_project.definitions import build_definitions
+from nel_resources.checks.deferred import deferring_external_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*.yaml") if "conf" not in p.parts) \
@@ -24,20 +25,22 @@ CONFIGS = sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*.yaml") if "co
 PER_MODEL = ROOT / "tests" / "fixtures" / "configs" / "nemo_one_entry_per_model.yaml"
 
 
-def _cli(path: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    """'ok' or the CLI's one `error:` line (what `nel eval run --dry-run` prints)."""
+def _cli(path: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, list[str]]:
+    """('ok' or the CLI's one `error:` line, the checks the plan left to the run: what
+    `nel eval run --dry-run` prints)."""
     capsys.readouterr()
     code = main(["eval", "run", str(path), "--dry-run", "--json", "-o", str(out)])
     captured = capsys.readouterr()
     if code == 2:
         lines = [ln for ln in captured.err.splitlines() if ln.startswith("error: ")]
         assert len(lines) == 1, captured.err
-        return lines[0].removeprefix("error: ")
+        return lines[0].removeprefix("error: "), []
     # 1 or 4: planned, and a benchmark cannot be (data missing; a suite's benchmark that
     # cannot run as configured fails alone)
     assert code in (0, 1, 4), captured.err
-    assert json.loads(captured.out)["dry_run"] is True
-    return "ok"
+    plan = json.loads(captured.out)
+    assert plan["dry_run"] is True
+    return "ok", [c.split("): ", 1)[1] for c in plan["deferred_checks"]]
 
 
 def _definitions(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -64,9 +67,18 @@ def test_cli_and_definitions_accept_and_refuse_the_same(
         path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEL_DAEMON", "off")
-    cli = _cli(path, tmp_path / "cli", capsys)
-    dag = _definitions(path, tmp_path / "dag", monkeypatch)
-    assert cli == dag
+    cli, _ = _cli(path, tmp_path / "cli", capsys)
+    with deferring_external_checks() as found:  # what the dry run does, through the definitions
+        planned = _definitions(path, tmp_path / "dag", monkeypatch)
+    assert cli == planned
+    dag = _definitions(path, tmp_path / "dag2", monkeypatch)
+    if dag != cli:
+        # The dry run left to the run the checks that need what only it has (data, Docker,
+        # AWS, an agent CLI): the definitions, as the run, refuse with one of them (word for
+        # word, or about the same image when the dry run did not ask the engine).
+        asked = [c.message for c in found]
+        subjects = [c.message.split("'")[1] for c in found if c.message.count("'") >= 2]
+        assert dag in asked or any(f"'{s}'" in dag for s in subjects), (dag, asked)
 
 
 def test_one_entry_per_model_runs_as_partitions_in_both(
@@ -79,7 +91,7 @@ def test_one_entry_per_model_runs_as_partitions_in_both(
     data.joinpath("test.jsonl").write_text("".join(
         json.dumps({"question": f"{i}+{i}?", "answer": f"so #### {2 * i}"}) + "\n" for i in range(4)))
     monkeypatch.setenv("NEL_DATA_DIR", str(tmp_path / "data"))
-    assert _cli(PER_MODEL, tmp_path / "cli", capsys) == "ok"
+    assert _cli(PER_MODEL, tmp_path / "cli", capsys) == ("ok", [])
     assert _definitions(PER_MODEL, tmp_path / "dag", monkeypatch) == "ok"
     capsys.readouterr()
     code = main(["eval", "run", str(PER_MODEL), "--dry-run", "--json", "-o", str(tmp_path / "j")])
@@ -95,6 +107,6 @@ def test_per_model_entries_with_other_differences_are_refused_alike(
     path = tmp_path / "differ.yaml"
     path.write_text(PER_MODEL.read_text().replace("service: cand, max_problems: 2",
                                                   "service: cand, max_problems: 3"))
-    cli = _cli(path, tmp_path / "cli", capsys)
+    cli, _ = _cli(path, tmp_path / "cli", capsys)
     assert cli == _definitions(path, tmp_path / "dag", monkeypatch)
     assert "appears twice in the config (benchmarks[0] and benchmarks[1]) with different max_problems" in cli

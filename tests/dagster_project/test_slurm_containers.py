@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,8 @@ def test_dry_run_and_submit_false_show_the_pyxis_lines(tmp_path: Path, data_dir:
     cfg.write_text(yaml.safe_dump(data))
     r = run_nel("eval", "run", str(cfg), "-O", "cluster.submit=false", env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    script = next(out.glob("slurm/*/eval.sbatch")).read_text()
+    # the script this run wrote (the dry run above wrote its own, as NeMo Evaluator's does)
+    script = Path(re.search(r"^wrote (\S+/eval\.sbatch) ", r.stdout, re.M).group(1)).read_text()
     assert (f"srun --overlap --nodes=1 --ntasks=1 --container-image=nel:local "
             f"--container-mounts=/lustre:/lustre,{tmp_path}:{tmp_path} --no-container-mount-home "
             f"--container-workdir={tmp_path} nel eval run ") in script, script

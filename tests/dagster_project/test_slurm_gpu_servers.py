@@ -224,4 +224,6 @@ def test_the_dry_run_of_each_copy_shows_the_server_command_and_the_pool(
         "vllm serve nvidia/Llama-3.1-70B-Instruct --host 127.0.0.1 --port 8000 --tensor-parallel-size 4 "
         "--served-model-name nvidia/Llama-3.1-70B-Instruct  (in each SLURM task on node pool compute: "
         "partition batch, nodes 1, gres gpu:4)")
-    assert not (tmp_path / "out").exists()
+    # Only the sbatch scripts are written (as NeMo Evaluator's dry run writes them): no store.
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["slurm"]
+    assert plan["written"][0].startswith(f"wrote {tmp_path / 'out' / 'slurm'}")

@@ -88,3 +88,24 @@ def test_nel_export_dest_inspect(gsm8k_run, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     (log_path,) = dest.glob("*.json")
     _check(_read_with_inspect(log_path), rows)
+
+
+def test_the_eval_format_is_a_zip_inspect_reads_back(gsm8k_run, tmp_path: Path) -> None:
+    """NeMo Evaluator's `output.export_config.inspect: {format: eval}`: Inspect's zipped log,
+    read by the real `read_eval_log`; `nel export` writes it again in place (idempotent)."""
+    import zipfile
+
+    cfg, rows, env = gsm8k_run
+    cfg.write_text(cfg.read_text() + "  export_config:\n    inspect:\n      format: eval\n")
+    p = run_nel("eval", "run", str(cfg), "--no-progress", env=env)
+    assert p.returncode == 0, p.stderr
+    (log_path,) = (tmp_path / "out" / "gsm8k" / "inspect").iterdir()
+    assert log_path.suffix == ".eval" and zipfile.is_zipfile(log_path)
+    assert {"header.json", "summaries.json", "_journal/start.json"} <= set(
+        zipfile.ZipFile(log_path).namelist())
+    _check(_read_with_inspect(log_path), rows)
+    p = run_nel("export", str(tmp_path / "out"), "--dest", "inspect", "-o", "format=eval",
+                "--output-dir", str(log_path.parent), env=env)
+    assert p.returncode == 0, p.stderr
+    assert [q.name for q in log_path.parent.iterdir()] == [log_path.name]
+    _check(_read_with_inspect(log_path), rows)

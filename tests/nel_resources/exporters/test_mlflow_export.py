@@ -180,3 +180,35 @@ def test_bad_settings_are_one_line(gsm8k_config, tmp_path: Path) -> None:
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "key output.export_config.mlflow: mlflow exporter: unknown setting 'tracking_urii'" in p.stderr
     assert not (tmp_path / "out").exists()  # refused before any request
+
+
+def test_emit_traces_logs_one_trace_per_sample_linked_to_the_run(gsm8k_config, tmp_path: Path) -> None:
+    """NeMo Evaluator's `emit_traces: true` (walkthrough wt17): one MLflow trace per sample in
+    the run's experiment, linked to the run, read back with MlflowClient; a re-export adds none."""
+    cfg, env = gsm8k_config
+    out = tmp_path / "out"
+    cfg.write_text(cfg.read_text() + "  export_config:\n    mlflow:\n      emit_traces: true\n"
+                   "      emit_traces_content_max: 40\n")
+    p = run_nel("eval", "run", str(cfg), "--no-progress", env=env, unset=["MLFLOW_TRACKING_URI"])
+    assert p.returncode == 0 and "mlflow export failed" not in p.stderr, p.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("nel").experiment_id])
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, max_results=50)
+    assert len(traces) == N
+    results = [json.loads(line) for line in (_bundle(out)[0].parent / "results.jsonl").read_text().splitlines()]
+    by_idx = {r["problem_idx"]: r for r in results}
+    for t in traces:
+        root = next(s for s in t.data.spans if s.parent_id is None)
+        row = by_idx[root.attributes["nel.problem_idx"]]
+        assert root.name == f"sample_{row['problem_idx']}" and root.span_type == "AGENT"
+        assert root.attributes["nel.benchmark"] == "gsm8k" and root.attributes["nel.model"] == MODEL
+        assert root.attributes["nel.reward"] == row["reward"]
+        assert root.inputs["prompt"].startswith(row["prompt"][:40]) and "more characters]" in root.inputs["prompt"]
+        (llm,) = [s for s in t.data.spans if s.parent_id == root.span_id]
+        assert llm.span_type == "LLM" and llm.outputs["response"].startswith(row["model_response"][:40])
+    assert sorted(by_idx[t.data.spans[0].attributes["nel.problem_idx"]]["reward"] for t in traces) == \
+        sorted(r["reward"] for r in results)
+    p = run_nel("export", str(out), "--dest", "mlflow", "-o", "emit_traces=true", env=env,
+                unset=["MLFLOW_TRACKING_URI"])
+    assert p.returncode == 0 and "(updated, its traces kept, step 3000)" in p.stderr, p.stderr
+    assert len(client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, max_results=50)) == N

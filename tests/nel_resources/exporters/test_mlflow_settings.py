@@ -49,7 +49,7 @@ def test_a_nemo_walkthrough_setting_block_is_accepted() -> None:
 @pytest.mark.parametrize(("settings", "says"), [
     ({"tracking_urii": "x"}, "unknown setting 'tracking_urii'; the settings are tracking_uri, "),
     ({"skip_existing": "maybe"}, "setting 'skip_existing': Input should be a valid boolean"),
-    ({"emit_traces": True}, "per-sample MLflow tracing is not supported yet in nel; remove it or write false"),
+    ({"emit_traces_max_samples": -1}, "setting 'emit_traces_max_samples'"),
     ({"experiment_name": ""}, "setting 'experiment_name'"),
 ])
 def test_bad_settings_are_one_line(settings: dict, says: str) -> None:

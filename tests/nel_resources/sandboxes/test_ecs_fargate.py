@@ -31,6 +31,7 @@ from nel_resources.sandboxes import exec_server
 from nel_resources.sandboxes.base import SandboxError, SandboxSpec
 from nel_resources.sandboxes.ecs_fargate import (
     EcsFargateSandboxFactory,
+    EcsSettings,
     ExecClient,
     has_aws_credentials,
     refusal,
@@ -213,7 +214,8 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
     assert refusal(cfg) is None
     s3 = refusal(_config(aws, s3_bucket="b"))
     assert s3 is not None and (s3.key, s3.unbuilt) == ("s3_bucket", True)
-    assert (refusal(_config(aws, cluster=None)) or s3).key == "region"
+    assert refusal(_config(aws, cluster=None)) is None  # found in SSM when it starts
+    assert (refusal(_config(aws, cluster=None, region=None)) or s3).key == "cluster"
     assert (refusal(_config(aws, ssh_sidecar=None)) or s3).key == "ssh_sidecar"
     # in a config: one line naming the key, before any request
     path = tmp_path / "ecs.yaml"
@@ -337,3 +339,37 @@ def test_exec_server_answers_malformed_requests_with_400(exec_port: int, path: s
     with pytest.raises(urllib.error.HTTPError) as err:
         opener.open(req, timeout=30)
     assert err.value.code == 400
+
+
+def test_a_block_without_cluster_finds_it_in_ssm(aws: dict[str, Any]) -> None:
+    """NeMo Evaluator's SSM discovery (examples 18, 19): `/<ssm_project>/ecs-sandbox/config`,
+    read from moto's SSM when the sandbox starts; the block's own values win."""
+    from nel_resources.sandboxes import ssm_discovery
+
+    ssm = boto3.client("ssm", region_name=REGION)
+    ssm.put_parameter(Name="/evalproj/ecs-sandbox/config", Type="String", Value=json.dumps({
+        "cluster": "nel-sandboxes", "subnets": [aws["subnet"]], "security_groups": [aws["sg"]],
+        "execution_role_arn": "arn:aws:iam::123456789012:role/from-ssm",
+        "log_group": "/ssm/logs", "assign_public_ip": False,
+        "ssh_sidecar": {"public_key_secret_arn": aws["pub"], "private_key_secret_arn": aws["priv"],
+                        "sshd_port": 2200}}))
+    block = SandboxConfig(type="ecs_fargate", image="python:3.12-slim", region=REGION,
+                          ssm_project="evalproj", task_role_arn="arn:aws:iam::123456789012:role/mine")
+    assert refusal(block) is None
+    s = EcsSettings.from_config(block)
+    assert (s.cluster, s.subnets, s.security_groups) == ("nel-sandboxes", [aws["subnet"]], [aws["sg"]])
+    assert s.execution_role_arn.endswith("role/from-ssm") and s.task_role_arn.endswith("role/mine")
+    assert (s.public_key_secret_arn, s.private_key_secret_arn) == (aws["pub"], aws["priv"])
+    assert (s.log_group, s.assign_public_ip, s.sshd_port) == ("/ssm/logs", False, 2200)
+    missing = SandboxConfig(type="ecs_fargate", region=REGION, ssm_project="nothing-here")
+    with pytest.raises(SandboxError) as err:
+        EcsSettings.from_config(missing)
+    assert str(err.value) == (f"ecs_fargate sandbox: SSM parameter '/nothing-here/ecs-sandbox/config' "
+                              f"not found in {REGION}; apply the ecs-sandbox Terraform stack there, "
+                              "or give `cluster`, `subnets`, `execution_role_arn` and `ssh_sidecar`")
+    ssm.put_parameter(Name="/thin/ecs-sandbox/config", Type="String",
+                      Value=json.dumps({"cluster": "c", "subnets": ["s"]}))
+    with pytest.raises(SandboxError, match=r"no `execution_role_arn` in the block or in SSM "
+                                           r"parameter '/thin/ecs-sandbox/config'"):
+        EcsSettings.from_config(SandboxConfig(type="ecs_fargate", region=REGION, ssm_project="thin"))
+    assert (REGION, "/evalproj/ecs-sandbox/config") in ssm_discovery._CACHE  # read once per process
