@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
-from benchmarks.errors import BenchmarkConfigError, NelError
+from benchmarks.errors import BenchmarkConfigError, DataMissingError, NelError
 from benchmarks.vlm_scoring import verify_mcq, verify_yes_no
 
 SCHEME = "vlmevalkit://"
@@ -135,7 +135,7 @@ class VLMEvalKitEnvironment(EvalEnvironment):
         folder = Path(data_dir).expanduser() if data_dir is not None else None
         reason = missing_reason(dataset_name, folder)
         if reason is not None:
-            raise NelError(reason)
+            raise DataMissingError(reason)  # a dry run plans it and lists the check
         path = tsv_path(dataset_name, folder)
         rows = _read_rows(path)
         if limit is not None:

@@ -179,9 +179,10 @@ def _check_harbor_name(cfg: NelConfig, name: str, at: tuple[Any, ...]) -> None:
                           "to the folder holding it)")))
 
 
-def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -> None:
+def _check_skills_name(cfg: NelConfig, name: str, params: dict[str, Any], at: tuple[Any, ...]) -> None:
     """`skills://NAME` runs from Skills' prepared data in a local directory; without the
-    file it is refused in the one line that says which file to put where."""
+    file it is refused in the one line that says which file to put where (a dry run plans it
+    and lists that check)."""
     from benchmarks.errors import NelError
     from benchmarks.skills import require_data
 
@@ -189,7 +190,7 @@ def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -
         require_data(name, params.get("data_dir"), params.get("split"))
     except NelError as exc:
         what, _, fix = str(exc).partition(": put ")
-        raise Unavailable(at, what, f"put {fix}" if fix else str(exc)) from None
+        external("data", as_config_error(cfg, Unavailable(at, what, f"put {fix}" if fix else str(exc))))
 
 
 def _check_name(cfg: NelConfig, name: str, at: tuple[Any, ...],
@@ -201,14 +202,14 @@ def _check_name(cfg: NelConfig, name: str, at: tuple[Any, ...],
         _check_harbor_name(cfg, name, at)
         return
     if scheme == "skills":
-        _check_skills_name(name, params or {}, at)
+        _check_skills_name(cfg, name, params or {}, at)
         return
     if scheme == "vlmevalkit":  # runs from VLMEvalKit's TSV in a local folder
         from benchmarks.vlmevalkit import missing_file
 
         missing = missing_file(name.removeprefix("vlmevalkit://"))
         if missing is not None:
-            raise Unavailable(at, *missing)
+            external("data", as_config_error(cfg, Unavailable(at, *missing)))
         return
     same = NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else
