@@ -123,8 +123,8 @@ def get_factory(name: str) -> Factory:
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
     whose entry makes factories (`harbor://name@version`).
     """
-    if scheme_of(name) == "harbor":  # a Harbor dataset from its local cache
-        return SCHEMES.load("harbor")(name)  # type: ignore[no-any-return]
+    if scheme_of(name) in ("harbor", "lm-eval"):  # a local Harbor cache, an lm-eval task
+        return SCHEMES.load(scheme_of(name))(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

@@ -1,10 +1,11 @@
-"""Benchmark URI schemes nel runs: `gym://host:port`, `harbor://name@version`, `container://image#task`.
+"""Benchmark URI schemes nel runs: `gym://host:port`, `harbor://name@version`, `container://image#task`,
+`lm-eval://task`.
 
 What kind of benchmark a name is gets decided here, once: `scheme_of(name)` asks the
 `SCHEMES` registry instead of each caller testing prefixes. Each entry names what makes
 that kind of benchmark from its URI (a remote environment, a factory over a local task
 cache, the harness image's parser); the schemes of harnesses nel does not run
-(`lm-eval://`, `skills://`, ...) are the config's "not built" table, not entries here.
+(`skills://`, ...) are the config's "not built" table, not entries here.
 
 A new scheme is one line here plus its own module.
 """
@@ -21,6 +22,8 @@ SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
     "harbor": "benchmarks.agentic.builtins:harbor_uri_factory",  # a local Harbor cache
     # a harness image run by the engine's `container` solver: (image, task) from the name
     "container": "benchmarks.uri_schemes:parse_container",
+    # an lm-evaluation-harness task on local data (the optional `lm-eval` package)
+    "lm-eval": "benchmarks.lm_eval:lm_eval_uri_factory",
 })
 
 

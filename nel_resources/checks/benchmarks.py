@@ -7,6 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from benchmarks.errors import NelError
 from benchmarks.uri_schemes import is_uri
 from nel_resources.checks.refusal import Refusal, Unavailable, at_key, changed
 from nel_resources.config import BenchmarkConfig, NelConfig, SandboxConfig, ScoringMetric
@@ -177,6 +178,14 @@ def _check_name(name: str, at: tuple[Any, ...]) -> None:
         return
     if scheme == "harbor":
         _check_harbor_name(name, at)
+        return
+    if scheme == "lm-eval":  # the optional package must be there; the task is checked on load
+        from benchmarks.lm_eval import require_lm_eval
+
+        try:
+            require_lm_eval()
+        except NelError as exc:
+            raise Unavailable(at, str(exc), "pip install 'nel[lm-eval]'") from None
         return
     same = NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else

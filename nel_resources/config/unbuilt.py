@@ -6,15 +6,15 @@ Later issues remove entries as the features land. Tables only: no implementation
 
 from __future__ import annotations
 
-#: Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
+#: Benchmark URI schemes of external harnesses NeMo Evaluator runs that nel does not run
+#: (`lm-eval://` it runs: benchmarks/lm_eval).
 HARNESS_SCHEMES: dict[str, str] = {
-    "lm-eval": "lm-evaluation-harness tasks", "skills": "NeMo Skills benchmarks",
+    "skills": "NeMo Skills benchmarks",
     "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
     "vlmevalkit": "VLMEvalKit benchmarks",
 }
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
 NEL_EQUIVALENT: dict[str, str] = {
-    "lm-eval://mmlu_generative": "mmlu", "lm-eval://mmlu": "mmlu", "lm-eval://gsm8k": "gsm8k",
     "skills://mmlu-pro": "mmlu_pro", "skills://gsm8k": "gsm8k", "skills://math-500": "math500",
     "skills://gpqa": "gpqa", "skills://simpleqa": "simpleqa",
 }
