@@ -86,11 +86,13 @@ def local_tasks(data_dir: Path, include_path: str | None = None) -> list[tuple[s
                 except Exception:
                     continue
         path, dname = cfg.get("dataset_path"), cfg.get("dataset_name")
-        if not isinstance(path, str):
+        if not isinstance(path, str) or not path:
             continue
         kwargs = cfg.get("dataset_kwargs") or {}
-        local = (Path(path).exists() or (path in ("json", "parquet", "csv")
-                                          and isinstance(kwargs, dict) and kwargs.get("data_files")))
+        files = kwargs.get("data_files") if isinstance(kwargs, dict) else None
+        named = list(files.values()) if isinstance(files, dict) else [files] if files else []
+        local = (Path(path).is_dir() or (path in ("json", "parquet", "csv") and bool(named)
+                                         and all(Path(str(f)).is_file() for f in named)))
         if local or split_files(data_dir, path, dname if isinstance(dname, str) else None):
             out.append((name, str(cfg.get("output_type", "generate_until")),
                         f"{path}" + (f"/{dname}" if dname else "")))

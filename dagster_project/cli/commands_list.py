@@ -1,9 +1,9 @@
 """`nel list`: the benchmarks nel can run, with their type and source, by source section.
 
 Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|builtin|
-skills|lm-eval`, `--data-dir`). NeMo Skills and lm-eval-harness benchmarks are not built in
-nel yet: their sections say so in one line (the peer, without those packages installed,
-also lists none and exits 0). nel's extra: `--import FILE` lists the benchmarks a BYOB
+skills|lm-eval`, `--data-dir`). NeMo Skills benchmarks are not built in nel yet: their
+section says so in one line (the peer, without that package installed, also lists none and
+exits 0). `-s lm-eval` lists the lm-eval tasks whose data is here (`lm-eval://TASK`). nel's extra: `--import FILE` lists the benchmarks a BYOB
 module registers, with the file as their source.
 """
 
@@ -16,7 +16,6 @@ _SOURCES = ["all", "builtin", "skills", "lm-eval"]
 
 _NOT_YET = {
     "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",
-    "lm-eval": "(not supported yet in nel: lm-eval-harness tasks, lm-eval://TASK)",
 }
 
 
@@ -78,6 +77,23 @@ def _builtin_rows() -> list[str]:
     return rows
 
 
+def _lm_eval_rows() -> list[str]:
+    """One row per lm-eval task with local data, or one line on what is missing."""
+    from benchmarks.errors import NelError
+    from benchmarks.lm_eval.local_data import default_data_dir
+    from benchmarks.lm_eval.tasks import local_tasks, require_lm_eval
+
+    try:
+        require_lm_eval()
+    except NelError as exc:
+        return [f"({exc})"]
+    data_dir = default_data_dir()
+    rows = [f"lm-eval://{name:<40} type={kind:<22} data={ds}"
+            for name, kind, ds in local_tasks(data_dir)]
+    return rows or [f"(no lm-eval task has local data under {data_dir}: put a dataset at "
+                    "<dir>/<dataset_path>/<dataset_name>/<split>.jsonl, NEL_LM_EVAL_DATA_DIR=<dir>)"]
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.imports:  # benchmarks.serve (the HTTP app, asyncio) only when there is a module
         from benchmarks.serve import import_plugins
@@ -92,8 +108,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.source in ("all", "skills"):
         note = _NOT_YET["skills"] + (f"; --data-dir {args.data_dir} not read" if args.data_dir else "")
         sections.append(("NeMo Skills benchmarks", [note]))
-    if args.source in ("all", "lm-eval"):
-        sections.append(("lm-eval-harness tasks", [_NOT_YET["lm-eval"]]))
+    if args.source == "all":  # scanning lm-eval's ~15k task YAMLs takes seconds: on request
+        sections.append(("lm-eval-harness tasks", [
+            "(lm-eval://TASK; `nel list -s lm-eval` lists the tasks whose data is here)"]))
+    elif args.source == "lm-eval":
+        sections.append(("lm-eval-harness tasks", _lm_eval_rows()))
     for title, rows in sections:
         print(f"\n{title}:")
         for row in rows or ["(none available)"]:
