@@ -8,6 +8,7 @@ process (per `include_path`).
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,45 +56,42 @@ def load_tasks(name: str, data_dir: Path, include_path: str | None = None) -> di
     return dict(sorted(tasks.items()))
 
 
-def _yaml_of(tm: Any, name: str) -> dict[str, Any]:
-    entry = tm.task_index.get(name)
-    path = getattr(entry, "yaml_path", None)
-    if path is None:
-        return {}
-    from lm_eval.tasks._yaml_loader import load_yaml
+_KEYS = re.compile(r"^[\"']?(dataset_path|dataset_name|output_type|include)[\"']?:[ \t]*['\"]?([^'\"#\n]*?)['\"]?[ \t]*$",
+                   re.M)
 
+
+def _top_keys(path: Path, depth: int = 0) -> dict[str, str]:
+    """The few top-level YAML keys `local_tasks` needs, read as text (parsing ~15k YAMLs
+    with their `!function` tags would take a minute), following `include:` once or twice."""
     try:
-        cfg = load_yaml(path, resolve_func=False)
-    except Exception:  # an unreadable YAML is not listed, never a crash of `nel list`
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return {}
-    return cfg if isinstance(cfg, dict) else {}
+    keys = {m.group(1): m.group(2).strip() for m in _KEYS.finditer(text)}
+    inc = keys.pop("include", "")
+    if inc and depth < 2:
+        keys = {**_top_keys(path.parent / inc, depth + 1), **keys}
+    return keys
 
 
 def local_tasks(data_dir: Path, include_path: str | None = None) -> list[tuple[str, str, str]]:
-    """(task, output type, dataset) for each leaf task whose data is here: its
-    `dataset_path` has a local copy under `data_dir` or is a local builder/file."""
+    """(task, output type, dataset) for each leaf task whose data is here: its Hub dataset
+    has a local copy under `data_dir` (see `local_data`), or its `dataset_path` is a local
+    folder. Tasks whose data is given as `data_files` show only through `include_path`."""
+    if not data_dir.is_dir() and include_path is None:
+        return []  # nothing can be local: no need to index lm-eval's tasks
     tm = task_manager(include_path)
     out: list[tuple[str, str, str]] = []
     for name in tm.all_subtasks:
-        cfg = _yaml_of(tm, name)
-        if "include" in cfg:  # the base YAML holds dataset_path / output_type
-            base = Path(tm.task_index[name].yaml_path).parent / str(cfg["include"])
-            if base.is_file():
-                from lm_eval.tasks._yaml_loader import load_yaml
-
-                try:
-                    cfg = {**load_yaml(base, resolve_func=False), **cfg}
-                except Exception:
-                    continue
-        path, dname = cfg.get("dataset_path"), cfg.get("dataset_name")
-        if not isinstance(path, str) or not path:
+        yaml_path = getattr(tm.task_index.get(name), "yaml_path", None)
+        if yaml_path is None:
             continue
-        kwargs = cfg.get("dataset_kwargs") or {}
-        files = kwargs.get("data_files") if isinstance(kwargs, dict) else None
-        named = list(files.values()) if isinstance(files, dict) else [files] if files else []
-        local = (Path(path).is_dir() or (path in ("json", "parquet", "csv") and bool(named)
-                                         and all(Path(str(f)).is_file() for f in named)))
-        if local or split_files(data_dir, path, dname if isinstance(dname, str) else None):
-            out.append((name, str(cfg.get("output_type", "generate_until")),
-                        f"{path}" + (f"/{dname}" if dname else "")))
+        cfg = _top_keys(Path(yaml_path))
+        path, dname = cfg.get("dataset_path", ""), cfg.get("dataset_name") or None
+        if not path:
+            continue
+        in_include = include_path is not None and Path(yaml_path).is_relative_to(include_path)
+        if in_include or Path(path).is_dir() or split_files(data_dir, path, dname):
+            out.append((name, cfg.get("output_type") or "generate_until",
+                        path + (f"/{dname}" if dname else "")))
     return out
