@@ -29,6 +29,7 @@ BUILTINS: dict[str, str] = {
     "mgsm": "benchmarks.builtin.mgsm:MGSM",
     "mmlu": "benchmarks.builtin.mmlu:MMLU",
     "mmlu_pro": "benchmarks.builtin.mmlu_pro:MMLUPro",
+    "perplexity": "benchmarks.builtin.perplexity:Perplexity",
     "simpleqa": "benchmarks.builtin.simpleqa:SimpleQA",
     "triviaqa": "benchmarks.builtin.triviaqa:TriviaQA",
     "xstest": "benchmarks.builtin.xstest:XSTest",

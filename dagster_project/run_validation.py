@@ -95,6 +95,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     # Resolving checks every name (services, judges) the same way.
     from nel_assets.engine.evaluation.judging import MissingJudgeError, check_scoring
     from nel_assets.engine.evaluation.sandboxing import check_sandbox
+    from nel_assets.engine.solvers.loglikelihood import check_loglikelihood
 
     resolved = resolve(cfg)
     seen: set[str] = set()
@@ -116,6 +117,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
                 # option) is still refused whole.
                 unrunnable.setdefault(bench_spec.name, str(exc))
             check_sandbox(run)  # a benchmark that runs model code has a sandbox
+            check_loglikelihood(run)  # log-probability scoring: a completions service
             # A key variable that is not set is a config error too (not one pair's failure).
             run.service.config.resolved_api_key()
     if unrunnable:

@@ -25,6 +25,7 @@ from benchmarks._dataset_env import DatasetEnvironment, lettered_options
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import find_local, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.loglik_items import LoglikChoices
 from benchmarks.sources import Source, SourceFile
 
 PASSWORD = b"deserted-untie-orchid"
@@ -99,7 +100,7 @@ SOURCE = Source(
 )
 
 
-class GPQA(DatasetEnvironment):
+class GPQA(LoglikChoices, DatasetEnvironment):
     """GPQA diamond; category is the high-level domain, subject the subdomain."""
 
     name = "gpqa"

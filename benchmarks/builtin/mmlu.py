@@ -17,6 +17,7 @@ from benchmarks._dataset_env import DatasetEnvironment, lettered_options
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, data_root, find_local, load_file, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.loglik_items import LoglikChoices
 from benchmarks.sources import Source, SourceFile
 
 HUB_TEST = HubFile("cais/mmlu", "all/test-00000-of-00001.parquet")
@@ -117,13 +118,14 @@ SOURCE = Source(
 )
 
 
-class MMLU(DatasetEnvironment):
+class MMLU(LoglikChoices, DatasetEnvironment):
     """MMLU test set; categories are subjects, with the super-category in metadata."""
 
     name = "mmlu"
     scorer_family = "multiple-choice"  # the type `nel list` shows
     source = SOURCE
     version = "1"
+    loglik_options_column = "choices"
 
     def __init__(self, *, protocol: str = "chat", num_fewshot: int | None = None,
                  subjects: list[str] | None = None, prompt_set: str | None = None) -> None:
@@ -143,6 +145,11 @@ class MMLU(DatasetEnvironment):
         if self.nemo_prompts:
             return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_HEADER}"
+
+    def loglik_header(self, row: dict[str, Any]) -> str:
+        """lm-eval's MMLU description: the subject, spelled out."""
+        subject = row["subject"].replace("_", " ")
+        return f"The following are questions (with answers) about {subject}.\n\n"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         subject = row["subject"]

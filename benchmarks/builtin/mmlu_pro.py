@@ -16,6 +16,7 @@ from benchmarks._dataset_env import DatasetEnvironment, lettered_options
 from benchmarks._types import SeedResult, VerifyResult
 from benchmarks.datasets import HubFile, data_root, find_local, load_file, resolve_file
 from benchmarks.errors import DataMissingError
+from benchmarks.loglik_items import LoglikChoices
 from benchmarks.sources import Source, SourceFile
 
 HUB_TEST = HubFile("TIGER-Lab/MMLU-Pro", "data/test-00000-of-00001.parquet")
@@ -83,7 +84,7 @@ SOURCE = Source(
 )
 
 
-class MMLUPro(DatasetEnvironment):
+class MMLUPro(LoglikChoices, DatasetEnvironment):
     """MMLU-Pro test set; category is the MMLU-Pro category, `src` its origin."""
 
     name = "mmlu_pro"
@@ -110,6 +111,10 @@ class MMLUPro(DatasetEnvironment):
         if self.nemo_prompts:
             return f"{super().fingerprint()}:{NEMO_TEMPLATE}"
         return f"{super().fingerprint()}:{CHAT_TEMPLATE}:{COMPLETION_HEADER}:{COT_CUE}"
+
+    def loglik_header(self, row: dict[str, Any]) -> str:
+        """lm-eval's MMLU-Pro description: the category."""
+        return f"The following are questions (with answers) about {row['category']}.\n\n"
 
     def build_seed(self, row: dict[str, Any], idx: int) -> SeedResult:
         cat = row["category"]

@@ -72,6 +72,8 @@ def _builtin_rows() -> list[str]:
         needs = ""
         if getattr(factory, "needs_task_files", False):  # agent benchmarks: nothing downloads
             kind, needs = "agent", " (needs local task files)"
+        elif getattr(factory, "needs_solver", None):  # e.g. perplexity: a config names it
+            needs = f" (needs a config with solver: {{type: {factory.needs_solver}}})"
         rows.append(f"{name:<30} type={kind:<17} source={_origin(name, factory):<40} "
                     f"nel eval run --bench {name}{needs}")
     return rows

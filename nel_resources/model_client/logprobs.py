@@ -137,10 +137,24 @@ def _score(block: dict[str, Any], start: int, end: int, n_bytes: int) -> LoglikR
     return LoglikResult(total, greedy, end - start, n_bytes)
 
 
+def echoed_logprobs(raw: dict[str, Any] | None, prompt: str) -> tuple[str, dict[str, Any]]:
+    """The echoed text and `logprobs` block of a scoring answer for `prompt`.
+
+    Raises:
+        LogprobsResponseError: no logprobs, or a server that ignored `echo` (its text does
+            not start with the prompt; its logprobs would be the generated token's only).
+    """
+    text, block = _logprobs_of(raw)
+    # SentencePiece servers may add or drop a leading space: compare without it.
+    if not text.lstrip().startswith(prompt.lstrip()[:200]):
+        raise LogprobsResponseError("the server did not echo the prompt (no `echo` support)")
+    return text, block
+
+
 async def _echo(client: ModelClient, prompt: str) -> tuple[str, dict[str, Any]]:
     """One scoring request through the client; the echoed text and its logprobs block."""
     resp = await client.generate(prompt=prompt, body=_body(client, prompt))
-    return _logprobs_of(resp.raw)
+    return echoed_logprobs(resp.raw, prompt)
 
 
 async def loglikelihood(client: ModelClient, context: str, continuation: str) -> LoglikResult:

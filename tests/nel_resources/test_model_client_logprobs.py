@@ -89,3 +89,18 @@ def test_server_without_prompt_logprobs_refused_in_one_line(
     assert "returns no prompt log-probabilities" in str(info.value)
     assert "\n" not in str(info.value)
     assert server_stats(base)["total_requests"] == 1  # the one probe
+
+
+def test_a_server_ignoring_echo_is_not_scored() -> None:
+    # OpenAI's legacy answer without echo: logprobs of the generated token only, its offset
+    # past the prompt. Taken for an echo, it would score the generated token.
+    from nel_resources.model_client.logprobs import LogprobsResponseError, echoed_logprobs
+
+    prompt = "Question: 2+2?\nAnswer: 4"
+    raw = {"choices": [{"text": " The", "logprobs": {
+        "tokens": [" The"], "text_offset": [len(prompt)], "token_logprobs": [-0.5],
+        "top_logprobs": [{" The": -0.5}]}}]}
+    with pytest.raises(LogprobsResponseError, match="did not echo the prompt"):
+        echoed_logprobs(raw, prompt)
+    raw["choices"][0]["text"] = prompt + " The"
+    assert echoed_logprobs(raw, prompt)[0] == prompt + " The"

@@ -287,7 +287,7 @@ def evaluate_shard(
                                      services=run.tool_services, sandbox=run.sandbox,
                                      timeout=run.timeout, model_id=run.model_id,
                                      service=svc.model_copy(update={"url": base_url})
-                                     if base_url else svc)
+                                     if base_url else svc, env=env)
             if spec.solver is None and is_uri(run.env.name, "lm-eval"):
                 # lm-eval's requests (generation fields, log-likelihoods): its own solver
                 from nel_assets.engine.solvers.lm_eval import LmEvalSolver

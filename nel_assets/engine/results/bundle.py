@@ -247,8 +247,8 @@ def tool_failures(steps: list[str | None], sample_ids: list[Any], *, examples: i
 def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     """Secondary metrics from per-sample scoring details: each configured metric's mean
     (the default scorer's as `default`), which of them the headline `score` is (`primary`),
-    the configured scorers' names, judge token totals, SimpleQA's aggregates and
-    HealthBench's per-tag scores."""
+    the configured scorers' names, judge token totals, SimpleQA's aggregates,
+    HealthBench's per-tag scores and log-likelihood scoring's corpus perplexities."""
     import numpy as np
     import orjson
 
@@ -307,6 +307,13 @@ def scoring_metrics(table: pa.Table) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if sums:
         out["metrics"] = {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(sums.items())}
+    if {"loglik", "n_bytes", "n_words"} <= sums.keys():
+        # log-likelihood scoring of documents (perplexity): lm-eval's corpus metrics
+        from benchmarks.scoring.loglik import perplexity_metrics
+
+        out["perplexity"] = perplexity_metrics(float(np.sum(sums["loglik"])),
+                                               float(np.sum(sums["n_words"])),
+                                               float(np.sum(sums["n_bytes"])))
     if primaries:
         # the metric the rows' `reward` (and so `score`) is: one per run, by the config
         out["primary"] = primaries.most_common(1)[0][0]

@@ -72,6 +72,7 @@ class SolverInputs:
     timeout: float | None = None
     model_id: str | None = None
     service: ServiceConfig | None = None
+    env: Any = None  # the benchmark environment (`loglikelihood` reads its items' options)
 
 
 SolverBuilder = Callable[[SolverConfig, SolverInputs], Solver | None]
@@ -137,13 +138,14 @@ SOLVERS: Registry[SolverBuilder] = Registry("solver", {
     "openclaw": f"{__name__}:_openclaw",
     "harbor": f"{__name__}:_harbor",
     "majority_vote": "nel_assets.engine.solvers.majority_vote:build",
+    "loglikelihood": "nel_assets.engine.solvers.loglikelihood:build",
 })
 
 
 def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: str | None,
                services: Mapping[str, Any], sandbox: SandboxConfig | None = None,
                timeout: float | None = None, model_id: str | None = None,
-               service: ServiceConfig | None = None) -> Solver | None:
+               service: ServiceConfig | None = None, env: Any = None) -> Solver | None:
     """The solver a shard runs with, or None for `simple` (the loop's single request).
 
     Args:
@@ -159,6 +161,7 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
         model_id: The model under test as trajectories name it.
         service: The model service with its effective URL (`openclaw` puts its capture
             proxy in front of it).
+        env: The benchmark environment (`loglikelihood` scores its items' options).
 
     Raises:
         NelError: a solver type nel cannot run, or a tool source or service that cannot be had.
@@ -167,4 +170,4 @@ def solver_for(solver_cfg: SolverConfig, client: ModelClient, *, system_prompt: 
         raise NelError(f"the {solver_cfg.type!r} solver is not supported yet in nel")
     build = SOLVERS.load(solver_cfg.type)
     return build(solver_cfg, SolverInputs(client, system_prompt, services, sandbox, timeout,
-                                          model_id, service))
+                                          model_id, service, env))
