@@ -288,10 +288,6 @@ def evaluate_shard(
                                      timeout=run.timeout, model_id=run.model_id,
                                      service=svc.model_copy(update={"url": base_url})
                                      if base_url else svc, env=env)
-            if spec.solver is None and is_uri(run.env.name, "lm-eval"):
-                # lm-eval's requests (generation fields, log-likelihoods): its own solver
-                from nel_assets.engine.solvers.lm_eval import LmEvalSolver
-                spec.solver = LmEvalSolver(client, env, run.system_prompt, run.service.name)
             try:
                 prepare = getattr(spec.solver, "prepare", None)
                 if idx and prepare is not None:
