@@ -33,6 +33,7 @@ BUILTINS: dict[str, str] = {
     "simpleqa": "benchmarks.builtin.simpleqa:SimpleQA",
     "triviaqa": "benchmarks.builtin.triviaqa:TriviaQA",
     "xstest": "benchmarks.builtin.xstest:XSTest",
+    "vlm_shapes": "benchmarks.builtin.vlm_shapes:VLMShapes",  # images drawn locally
     # agent benchmarks read from local task files (benchmarks/agentic/builtins.py)
     "nmp_harbor": "benchmarks.agentic.builtins:nmp_harbor",
     "pinchbench": "benchmarks.agentic.builtins:pinchbench",
@@ -122,10 +123,12 @@ def get_factory(name: str) -> Factory:
 
     `name` may also be a benchmark file (`file.py` or `file.py:bench`, as NeMo Evaluator's
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
-    whose entry makes factories (`harbor://name@version`).
+    whose entry makes factories (`harbor://name@version`, `skills://name`).
     """
-    if scheme_of(name) in ("harbor", "lm-eval"):  # a local Harbor cache, an lm-eval task
-        return SCHEMES.load(scheme_of(name))(name)  # type: ignore[no-any-return]
+    # a Harbor dataset from its local cache, Skills' prepared data, a VLMEvalKit local TSV,
+    # an lm-eval task on local data
+    if (scheme := scheme_of(name)) in ("harbor", "skills", "vlmevalkit", "lm-eval"):
+        return SCHEMES.load(scheme)(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref
 

@@ -23,6 +23,8 @@ class SeedResult:
             turns); when given they take precedence over `prompt` for chat endpoints.
         system: A benchmark-specific system prompt (a user system prompt is prepended).
         sandbox_spec: What a code sandbox needs for this item, if any.
+        images: Images shown with the prompt (file paths or `data:` URLs); the chat solvers
+            send them as `image_url` content parts after the prompt text.
     """
 
     prompt: str
@@ -31,6 +33,7 @@ class SeedResult:
     messages: list[dict[str, Any]] | None = None
     system: str | None = None
     sandbox_spec: dict[str, Any] | None = None
+    images: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form used by `nel serve` and the gym client."""
@@ -41,6 +44,8 @@ class SeedResult:
             "messages": self.messages,
             "system": self.system,
             "sandbox_spec": self.sandbox_spec,
+            # only when there are images: seed hashes of text benchmarks stay as they were
+            **({"images": self.images} if self.images else {}),
         }
 
 

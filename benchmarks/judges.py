@@ -450,9 +450,21 @@ JUDGE_KINDS: dict[str, JudgeKind] = {
 }
 
 
+#: Kinds that live with their benchmark, imported on first use (name -> "module:attr").
+LAZY_JUDGE_KINDS: dict[str, str] = {
+    "pinchbench": "benchmarks.agentic.pinchbench_grading:PinchBenchJudge",
+}
+
+
 def get_judge_kind(name: str) -> JudgeKind:
     """The judge kind called `name` (KeyError naming the known kinds otherwise)."""
+    if name not in JUDGE_KINDS and name in LAZY_JUDGE_KINDS:
+        import importlib
+
+        module, attr = LAZY_JUDGE_KINDS[name].split(":")
+        JUDGE_KINDS[name] = getattr(importlib.import_module(module), attr)()
     try:
         return JUDGE_KINDS[name]
     except KeyError:
-        raise KeyError(f"unknown judge kind {name!r}; known: {', '.join(sorted(JUDGE_KINDS))}") from None
+        known = sorted({*JUDGE_KINDS, *LAZY_JUDGE_KINDS})
+        raise KeyError(f"unknown judge kind {name!r}; known: {', '.join(known)}") from None

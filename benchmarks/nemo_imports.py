@@ -17,7 +17,7 @@ one clear line instead of mixing the two. (The real 0.3.0 needs Python 3.12; nel
 3.11, so in practice it is not in nel's environment at all.)
 
 Names for features nel has not built yet (sandbox image builds, judge post-processing
-from a scorer, the NAT, VLM and oracle solvers) are refused at import, before any
+from a scorer, the NAT and oracle solvers) are refused at import, before any
 request, with one line naming them; so are the classes of solvers nel runs from the config
 (`tool_calling`, `gym_delegation`, `openclaw`, `harbor`), with the `solver:` to write instead.
 
@@ -57,7 +57,8 @@ _REGISTRY = {"register": _REG, "get_environment": _REG, "list_environments": _RE
 _SCORING = {**{n: _BYOB for n in ("ScorerInput", "exact_match", "fuzzy_match", "multichoice_regex",
                                    "answer_line", "numeric_match")},
             "code_sandbox": "benchmarks.scoring.code", "code_sandbox_async": "benchmarks.scoring.code"}
-_SOLVER_NAMES = {n: _SOLVERS for n in ("Solver", "SolveResult", "ChatSolver", "CompletionSolver")}
+_SOLVER_NAMES = {n: _SOLVERS for n in ("Solver", "SolveResult", "ChatSolver", "CompletionSolver",
+                                        "VLMSolver")}
 _ENGINE = {"run_evaluation": _API, "write_all": _API, "ModelClient": f"{_CLIENT}:NemoModelClient",
            "compare_runs": _RUNS, "write_regression": _RUNS}
 
@@ -95,6 +96,8 @@ MODULES: dict[str, dict[str, str]] = {
     f"{ROOT}.solvers.base": {"Solver": _SOLVERS, "SolveResult": _SOLVERS},
     f"{ROOT}.solvers.chat": {"ChatSolver": _SOLVERS},
     f"{ROOT}.solvers.completion": {"CompletionSolver": _SOLVERS},
+    f"{ROOT}.solvers.vlm": {"VLMSolver": _SOLVERS},
+    f"{ROOT}.environments.vlmevalkit": {"VLMEvalKitEnvironment": "benchmarks.vlmevalkit"},
 }
 
 _SANDBOX = ("NeMo Evaluator's sandbox classes are not provided by nel (give the benchmark a "
@@ -110,7 +113,6 @@ REFUSED: dict[str, str] = {
                    "supported yet in nel",
     "NatSolver": _SOLVER,
     "OpenClawSolver": _CONFIG_SOLVER.format(kind="openclaw"),
-    "VLMSolver": _SOLVER,
     "HarborSolver": _CONFIG_SOLVER.format(kind="harbor"),
     "ReActSolver": _CONFIG_SOLVER.format(kind="tool_calling"),
     "OracleSolver": _SOLVER,
@@ -126,8 +128,8 @@ REFUSED_MODULES: dict[str, str] = {
     f"{ROOT}.orchestration": "cluster launching (other than local) is not supported yet in nel",
     f"{ROOT}.executors": "cluster launching (other than local) is not supported yet in nel",
     **{f"{ROOT}.environments.{m}": _HARNESS
-       for m in ("harbor", "container", "skills", "lm_eval", "vlmevalkit")},
-    **{f"{ROOT}.solvers.{m}": _SOLVER for m in ("nat", "vlm", "oracle", "byob_agent")},
+       for m in ("harbor", "container", "skills", "lm_eval")},
+    **{f"{ROOT}.solvers.{m}": _SOLVER for m in ("nat", "oracle", "byob_agent")},
     **{f"{ROOT}.solvers.{m}": _CONFIG_SOLVER.format(kind=kind)
        for m, kind in (("openclaw", "openclaw"), ("harbor", "harbor"),
                        ("gym", "gym_delegation"), ("react", "tool_calling"))},

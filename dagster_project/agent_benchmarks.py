@@ -1,15 +1,18 @@
 """What `nel eval run` checks, before any request, of an agent benchmark (terminal-bench,
 SWE-bench, `harbor://`, PinchBench).
 
-A Harbor-format benchmark runs when an agent works in the task's sandbox and the task's own
-verifier then runs there (`benchmarks.agentic.harbor_verifier`): that is nel's
-`tool_calling` solver with `sandbox_tools: true`, or the `harbor` solver (a Harbor agent), in a
-`docker` sandbox (the task's image) or a
-`local` one (this machine's tools). Everything else is refused in one line naming the key:
-another solver (its agent does not work in the sandbox the tests run in), another sandbox
+A Harbor-format benchmark runs when the task's own verifier runs in the task's sandbox
+(`benchmarks.agentic.harbor_verifier`) after the agent's work: an agent that works in it
+(`tool_calling` with `sandbox_tools: true`, the `harbor` solver), or one that works elsewhere
+and hands back a patch nel applies there (`gym_delegation`, `tool_calling` with only a Gym
+`resource_service`), in a `docker` sandbox (the task's image) or a `local` one (this
+machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
+sandbox. Everything else is refused in one line naming the key:
+another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
 type (nel mounts the verifier's /tests and /logs only in these two), a task image the local
-Docker engine does not have (nothing is pulled), and PinchBench, whose grading (an LLM judge
-and automated checks of the agent's workspace) is not built.
+Docker engine does not have (nothing is pulled). PinchBench (graded by its automated checks
+and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
+`sandbox_tools: true`, whose sandbox workdir is the workspace.
 """
 
 from __future__ import annotations
@@ -53,23 +56,38 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         line = cfg.line_of("benchmarks", i, *key.split("."))
         return ConfigError(f"{cfg._where}:{line or '?'}: key benchmarks.{i}.{key}: {why}")
 
-    if getattr(get_factory(bench.name), "task_format", None) != "harbor":
-        raise refuse("name", f"{bench.name!r} is an agent benchmark whose grading (an LLM judge "
-                             "and automated checks of the agent's workspace) is not supported yet "
-                             "in nel; remove it from this run")
     solver = bench.solver
-    if solver.type == "harbor":
-        pass  # a Harbor agent works in the sample's sandbox, as the tests need
-    elif solver.type != "tool_calling" or not solver.sandbox_tools:
+    if getattr(get_factory(bench.name), "task_format", None) == "pinchbench":
+        _check_pinchbench(bench, refuse)
+        get_benchmark(bench.name, **bench.params)  # its task files (and judge prompt) are here
+        return
+    in_sandbox = solver.type == "harbor" or (solver.type == "tool_calling" and solver.sandbox_tools)
+    # The agent works elsewhere (Gym's agent, Gym's tools); its patch comes back to the task's
+    # sandbox (nel_assets.engine.solvers.agent_patch), or Gym's own reward is taken.
+    outside = solver.type == "gym_delegation" or (solver.type == "tool_calling"
+                                                  and bool(solver.resource_service))
+    if not (in_sandbox or outside):
         raise refuse("solver", f"{bench.name!r} is an agent benchmark (Harbor tasks): nel runs it "
-                               "with `solver: {type: tool_calling, sandbox_tools: true}` or "
-                               "`{type: harbor, agent: terminus-2}`, whose agent works in the "
-                               "sandbox the task's tests then run in; "
-                               f"the {solver.type} solver without it is not supported yet in nel "
-                               "for these tasks")
-    sandbox = bench.sandbox
+                               "with `solver: {type: tool_calling, sandbox_tools: true}`, "
+                               "`{type: tool_calling, resource_service: <gym>}`, "
+                               "`{type: gym_delegation, ...}` or `{type: harbor, agent: "
+                               f"terminus-2}}`; the {solver.type} solver is not supported yet in "
+                               "nel for these tasks")
+    from nel_resources.agent_sandbox import effective_sandbox
+
+    trusted = solver.type == "gym_delegation" and solver.trust_reward
+    sandbox = effective_sandbox(bench)  # none named: nel provides a docker one (agent_sandbox)
     if sandbox is None or sandbox.type == "none":
-        return  # refused by the sandbox check, with its own line
+        if trusted:  # Gym's reward needs no sandbox; the task files must still be here
+            get_benchmark(bench.name, **bench.params)
+        if trusted or in_sandbox:
+            return  # in_sandbox: the sandbox check refuses it, with its own line
+        # `type: none` written out: NeMo Evaluator 0.3.0 scores every such task 0 (its Harbor
+        # verify has nowhere to run the tests); nel refuses it instead.
+        raise refuse("sandbox", f"{bench.name!r}: the task's tests run in a sandbox (the "
+                                "agent's patch is applied there): use `sandbox: {type: docker}` "
+                                "(each task brings its image), or set `trust_reward: true` on a "
+                                "gym_delegation solver")
     if sandbox.type not in HARBOR_SANDBOXES:
         raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
@@ -97,3 +115,17 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         why = missing_image_reason(image)
         if why is not None:
             raise refuse("sandbox", f"{bench.name!r} (task {first}): {why}")
+
+
+def _check_pinchbench(bench: Any, refuse: Any) -> None:
+    """PinchBench is graded on the workspace the agent leaves (benchmarks.agentic.
+    pinchbench_grading): the agent must work in the sample's sandbox, whose workdir is it."""
+    solver, sandbox = bench.solver, bench.sandbox
+    if solver.type != "tool_calling" or not solver.sandbox_tools:
+        raise refuse("solver", f"{bench.name!r} is graded on the agent's workspace in the sample's "
+                               f"sandbox; the {solver.type} solver works in a workspace of its "
+                               "own, which is not supported yet in nel for these tasks: use "
+                               "`solver: {type: tool_calling, sandbox_tools: true}`")
+    if sandbox is not None and sandbox.type not in ("none", *HARBOR_SANDBOXES):
+        raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
+                                f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")

@@ -37,6 +37,8 @@ class DryRunPlan:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     shards: list[PlannedShard] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # the eval client's Pyxis container step (`cluster.eval_image` on SLURM), if any
+    eval_container: str | None = None
 
     @property
     def exit_status(self) -> int:
@@ -49,7 +51,8 @@ class DryRunPlan:
                 "benchmarks": self.benchmarks, "shards": [asdict(s) for s in self.shards],
                 "would_run": sum(s.action == "run" for s in self.shards),
                 "up_to_date": sum(s.action == "skip" for s in self.shards),
-                "errors": self.errors, "exit_status": self.exit_status}
+                "errors": self.errors, "exit_status": self.exit_status,
+                "eval_container": self.eval_container}
 
 
 def _service_summary(cfg: NelConfig, name: str) -> dict[str, Any]:
@@ -68,15 +71,30 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
 
     from benchmarks.errors import NelError
     from nel_resources.config.services import LAUNCHED_TYPES
+    from nel_resources.launchers.pyxis import service_prefix
     from nel_resources.services.launch import service_command
 
     svc = cfg.services[name]
     if svc.type not in LAUNCHED_TYPES:
         return None
+    # in its image when it has one (the Pyxis step each SLURM task starts it with)
+    step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
     try:
-        cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
+        cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
     except NelError as exc:
         return f"(cannot be built here: {exc})"
+    from nel_resources.services.launch import in_container
+
+    if in_container(svc, cfg.cluster.type):
+        from nel_resources.services.container_server import docker_run_command, server_image
+
+        try:
+            run = docker_run_command("docker", f"nel-{name}-<run>", server_image(name, svc), svc,
+                                     service_command(name, svc, svc.port or 8000),
+                                     cfg.cluster.shm_size)
+        except NelError as exc:
+            return f"(cannot be built here: {exc})"
+        return " ".join(shlex.quote(a) for a in run) + "  (a container on the Docker engine)"
     pool = cfg.cluster.node_pools.get(svc.node_pool or "") if cfg.cluster.type == "slurm" else None
     if pool is None:
         return cmd
@@ -102,6 +120,12 @@ def plan_run(cfg: NelConfig, *, resume: bool = True,
     out = Path(cfg.output.dir).expanduser().resolve()
     used = sorted({s for b in cfg.benchmarks for s in b.service_names(cfg.services)})
     plan = DryRunPlan(str(out), {n: _service_summary(cfg, n) for n in used if n in cfg.services})
+    if cfg.cluster.type == "slurm" and cfg.cluster.eval_image:
+        import shlex
+
+        from nel_resources.launchers.pyxis import eval_prefix
+
+        plan.eval_container = " ".join(shlex.quote(a) for a in eval_prefix(cfg.cluster, cfg.output.dir))
     store = ResultStore(out)  # read only: nothing is created by planning
     for bench, spec in zip(cfg.benchmarks, resolved.benchmarks, strict=True):
         if spec.name in resolved.unrunnable:  # the run fails it alone, as here
@@ -143,6 +167,8 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
         print(f"service {name}: {s['type']} {s['model'] or '(server default model)'} at {target}")
         if s.get("command"):
             print(f"  command: {s['command']}")
+    if plan.eval_container:
+        print(f"eval client: nel eval run in each SLURM task as: {plan.eval_container} nel ...")
     for b in plan.benchmarks:
         if b["problem_range"] is not None:
             pick = f"problems {b['problem_range'][0]}:{b['problem_range'][1]}"

@@ -230,7 +230,8 @@ def build_resources(resolved: ResolvedConfig, output_dir: str | None = None,
         res[svc.resource_key] = ModelService.from_config(svc.name, svc.config)
     for bench in resolved.benchmarks:
         if bench.sandbox is not None:
-            res[sandbox_resource_key(bench.name)] = SandboxResource.from_config(bench.name, bench.sandbox)
+            res[sandbox_resource_key(bench.name)] = SandboxResource.from_config(
+                bench.name, bench.sandbox, bench.sandbox_pool)
     return res
 
 

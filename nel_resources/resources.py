@@ -16,6 +16,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from nel_resources.config import SandboxConfig, ServiceConfig
+from nel_resources.config.deployment import NodePool
 from nel_resources.model_client import ModelClient
 from nel_resources.proxy.service_client import client_for_service
 from nel_resources.sandboxes.base import SandboxFactory
@@ -84,16 +85,19 @@ class SandboxResource(dg.ConfigurableResource):
 
     benchmark: str
     sandbox_json: str
+    pool_json: str = ""  # the block's node pool (`cluster.node_pools.<node_pool>`), if any
 
     @classmethod
-    def from_config(cls, benchmark: str, cfg: SandboxConfig) -> SandboxResource:
-        """The resource of `benchmark`'s sandbox block."""
+    def from_config(cls, benchmark: str, cfg: SandboxConfig,
+                    pool: NodePool | None = None) -> SandboxResource:
+        """The resource of `benchmark`'s sandbox block (and the node pool it names)."""
         if cfg.container_env:
             _SANDBOX_ENV[benchmark] = dict(cfg.container_env)
         # Only the keys the config wrote, so the block read back has the same set fields
         # (re-validating a full dump would mark every default as written).
         data = cfg.model_dump(mode="json", exclude_unset=True, exclude={"container_env"})
-        return cls(benchmark=benchmark, sandbox_json=json.dumps(data, sort_keys=True))
+        return cls(benchmark=benchmark, sandbox_json=json.dumps(data, sort_keys=True),
+                   pool_json="" if pool is None else pool.model_dump_json())
 
     def sandbox(self) -> SandboxConfig:
         """The sandbox block, with its `container_env` restored from process memory."""
@@ -106,7 +110,8 @@ class SandboxResource(dg.ConfigurableResource):
         """The block's factory, closed whatever happens in the block."""
         from nel_resources.sandboxes.factory import make_factory
 
-        factory = make_factory(self.sandbox())
+        pool = NodePool.model_validate_json(self.pool_json) if self.pool_json else None
+        factory = make_factory(self.sandbox(), pool=pool)
         try:
             yield factory
         finally:

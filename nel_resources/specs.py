@@ -35,6 +35,7 @@ from nel_resources.config import (
     ServiceConfig,
     SolverConfig,
 )
+from nel_resources.config.deployment import NodePool
 from nel_resources.storage.store import asset_name, slugify
 
 #: The solver a benchmark uses unless it names another (`solver.type`).
@@ -198,6 +199,9 @@ class RunSpec:
     fingerprint: FingerprintInputs
     solver: SolverConfig = field(default_factory=SolverConfig)
     sandbox: SandboxConfig | None = None
+    # The node pool the sandbox's allocations go to (`sandboxes.<n>.node_pool`), resolved
+    # from `cluster.node_pools` here so the factory never reads the config again.
+    sandbox_pool: NodePool | None = None
     interceptors: tuple[InterceptorConfig, ...] = ()
     # Services an agentic solver's tools come from (`solver.resource_service`), by name.
     tool_services: Mapping[str, ServiceConfig] = field(default_factory=dict)
@@ -250,6 +254,11 @@ class BenchmarkSpec:
         """The benchmark's sandbox block (the same for every model), if it has a real one."""
         sb = self.runs[0].sandbox if self.runs else None
         return sb if sb is not None and sb.type != "none" else None
+
+    @property
+    def sandbox_pool(self) -> NodePool | None:
+        """The node pool of the benchmark's sandbox block (`node_pool`), if it names one."""
+        return self.runs[0].sandbox_pool if self.runs and self.sandbox is not None else None
 
     def run_for(self, model: str) -> RunSpec | None:
         """The run of model partition `model`, or None when this benchmark does not run it."""
@@ -430,7 +439,8 @@ _SANDBOX_VERDICT_KEYS = ("type", "image", "image_template", "memory", "cpus", "c
 def solver_fingerprint(solver: SolverConfig) -> Mapping[str, Any] | None:
     """What of an agentic solver block goes into the shard fingerprint (None for simple)."""
     if solver.type == "simple":
-        return None
+        # only a non-default image detail: stores written before images existed stay fresh
+        return None if solver.image_detail == "auto" else _frozen({"image_detail": solver.image_detail})
     return _frozen(solver.model_dump(mode="json", exclude_defaults=True))
 
 
@@ -481,6 +491,9 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
     capped = svc if bench.max_concurrent is None else svc.model_copy(
         update={"max_concurrent": min(svc.max_concurrent, bench.max_concurrent)})
     interceptors = (*svc.interceptors, *(svc.proxy.interceptors if svc.proxy else ()))
+    from nel_resources.agent_sandbox import effective_sandbox
+
+    sandbox = effective_sandbox(bench)  # a Harbor task of a Gym agent gets nel's docker box
     return RunSpec(
         benchmark=bench.name, model=slugify(svc_name), model_id=svc.model or svc_name,
         service=ServiceSpec(svc_name, capped, service_resource_key(svc_name)),
@@ -491,9 +504,11 @@ def _run_spec(cfg: NelConfig, bench: BenchmarkConfig, svc_name: str, shards: int
         fingerprint=FingerprintInputs(bench.repeats, service_fingerprint(svc), system_prompt,
                                       scoring_dump,
                                       bench.shuffle_seed if bench.problem_range is None else None,
-                                      sandbox_fingerprint(bench.sandbox),
+                                      sandbox_fingerprint(sandbox),
                                       solver_fingerprint(bench.solver)),
-        solver=bench.solver, sandbox=bench.sandbox, interceptors=tuple(interceptors),
+        solver=bench.solver, sandbox=sandbox, interceptors=tuple(interceptors),
+        sandbox_pool=(cfg.cluster.node_pools.get(sandbox.node_pool)
+                      if sandbox is not None and sandbox.node_pool else None),
         tool_services=_tool_services(cfg, bench), prompt_set=bench.prompt_set,
     )
 

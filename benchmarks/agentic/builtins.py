@@ -111,6 +111,9 @@ def _factory(bench: AgentBenchmark) -> Any:
     make.needs_sandbox = True  # type: ignore[attr-defined]
     make.task_format = bench.format  # type: ignore[attr-defined]  # what `nel eval run` can verify
     make.scorer_family = "agent"  # type: ignore[attr-defined]  # the type `nel list` shows
+    if bench.format == "pinchbench":  # its judge and automated checks: pinchbench_grading
+        make.judge_kind = "pinchbench"  # type: ignore[attr-defined]
+        make.requires_judge = True  # type: ignore[attr-defined]  # 0.3.0's playbook has one
     return make
 
 

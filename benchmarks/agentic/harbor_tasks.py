@@ -145,7 +145,12 @@ class HarborTaskSet(EvalEnvironment):
 
     async def seed(self, idx: int) -> SeedResult:
         t = self.tasks[idx]
+        # task.toml's [metadata] (a SWE task's instance_id, repo, ...) comes first, as NeMo
+        # Evaluator 0.3.0 merges it: a Gym agent's /run and a resources server read it;
+        # nel's own keys win over a name they share.
+        own = t.config.get("metadata")
         meta = {
+            **(own if isinstance(own, dict) else {}),
             "task_id": t.name, "category": (t.config.get("metadata") or {}).get("category"),
             "verifier_command": f"bash {TESTS_DIR}/test.sh", "tests_dir": TESTS_DIR,
             "tests": t.tests, "reward_file": REWARD_FILE, "docker_image": t.docker_image,

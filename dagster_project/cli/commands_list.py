@@ -1,9 +1,12 @@
 """`nel list`: the benchmarks nel can run, with their type and source, by source section.
 
 Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|builtin|
-skills|lm-eval`, `--data-dir`). NeMo Skills benchmarks are not built in nel yet: their
-section says so in one line (the peer, without that package installed, also lists none and
-exits 0). `-s lm-eval` lists the lm-eval tasks whose data is here (`lm-eval://TASK`). nel's extra: `--import FILE` lists the benchmarks a BYOB
+skills|lm-eval`, `--data-dir`), plus `-s vlmevalkit` (the VLMEvalKit TSV files found locally;
+not part of `all`, whose sections stay NeMo Evaluator's). The skills section lists the NeMo
+Skills benchmarks prepared in the Skills data directory (`--data-dir`, else NEL_SKILLS_DIR;
+benchmarks.skills.layout). `-s lm-eval` lists the lm-eval tasks whose data is here
+(`lm-eval://TASK`; `all` only points at it: the scan takes seconds).
+nel's extra: `--import FILE` lists the benchmarks a BYOB
 module registers, with the file as their source.
 """
 
@@ -12,12 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-_SOURCES = ["all", "builtin", "skills", "lm-eval"]
-
-_NOT_YET = {
-    "skills": "(not supported yet in nel: NeMo Skills benchmarks, skills://NAME)",
-}
-
+_SOURCES = ["all", "builtin", "skills", "lm-eval", "vlmevalkit"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `list`."""
@@ -27,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("-s", "--source", choices=_SOURCES, default="all",
                     help="which source to list (default all)")
     ls.add_argument("--data-dir", metavar="DIR",
-                    help="NeMo Skills data directory (for --source skills; not supported yet in nel)")
+                    help="NeMo Skills data directory (for --source skills; default NEL_SKILLS_DIR), "
+                    "or VLMEvalKit's TSV folder for --source vlmevalkit (default "
+                    "NEL_VLMEVALKIT_DIR, LMUData, ~/LMUData)")
     ls.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
                     help="import a BYOB module or .py file first and list its benchmarks; repeatable")
     ls.set_defaults(func=_cmd_list)
@@ -96,25 +96,51 @@ def _lm_eval_rows() -> list[str]:
                     "<dir>/<dataset_path>/<dataset_name>/<split>.jsonl, NEL_LM_EVAL_DATA_DIR=<dir>)"]
 
 
+def _skills_rows(data_dir: str | None) -> list[str]:
+    """One row per Skills benchmark prepared in the data directory, or how to prepare one."""
+    from benchmarks.skills import local_benchmarks, skills_dir
+
+    found = local_benchmarks(data_dir)
+    if not found:
+        return [f"(none in {skills_dir(data_dir)} — run: ns prepare_data <benchmark> "
+                f"--data_dir={skills_dir(data_dir)})"]
+    return [f"skills://{name:<23} type={kind:<17} splits=[{', '.join(splits)}]  "
+            f"nel eval run --bench skills://{name}" for name, kind, splits in found]
+
+
+def _vlmevalkit_rows(data_dir: str | None) -> list[str]:
+    """The VLMEvalKit TSV files in the local folder, each runnable as `vlmevalkit://NAME`."""
+    from pathlib import Path
+
+    from benchmarks.vlmevalkit import local_datasets, vlmevalkit_dir
+
+    d = Path(data_dir).expanduser() if data_dir else vlmevalkit_dir()
+    rows = [f"{'vlmevalkit://' + n:<30} type={'vlm':<17} source={d / (n + '.tsv')!s:<40} "
+            f"nel eval run --bench vlmevalkit://{n}" for n in local_datasets(d)]
+    return rows or [f"(none in {d}: put VLMEvalKit's <NAME>.tsv files there, or set "
+                    "NEL_VLMEVALKIT_DIR)"]
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.imports:  # benchmarks.serve (the HTTP app, asyncio) only when there is a module
         from benchmarks.serve import import_plugins
 
         import_plugins(args.imports)
-    if args.data_dir and args.source not in ("all", "skills"):
+    if args.data_dir and args.source not in ("all", "skills", "vlmevalkit"):
         print("note: --data-dir is the NeMo Skills data directory, used only by --source skills",
               file=sys.stderr)
     sections: list[tuple[str, list[str]]] = []
     if args.source in ("all", "builtin"):
         sections.append(("Built-in benchmarks", _builtin_rows()))
     if args.source in ("all", "skills"):
-        note = _NOT_YET["skills"] + (f"; --data-dir {args.data_dir} not read" if args.data_dir else "")
-        sections.append(("NeMo Skills benchmarks", [note]))
+        sections.append(("NeMo Skills benchmarks", _skills_rows(args.data_dir)))
     if args.source == "all":  # scanning lm-eval's ~15k task YAMLs takes seconds: on request
         sections.append(("lm-eval-harness tasks", [
             "(lm-eval://TASK; `nel list -s lm-eval` lists the tasks whose data is here)"]))
     elif args.source == "lm-eval":
         sections.append(("lm-eval-harness tasks", _lm_eval_rows()))
+    if args.source == "vlmevalkit":  # only when asked: `all` keeps NeMo Evaluator's sections
+        sections.append(("VLMEvalKit datasets", _vlmevalkit_rows(args.data_dir)))
     for title, rows in sections:
         print(f"\n{title}:")
         for row in rows or ["(none available)"]:

@@ -156,6 +156,12 @@ def _cmd_cache_sqsh(args: argparse.Namespace) -> int:
         enroot = shutil.which("enroot")
         if enroot is None:
             raise NelError(f"cache-sqsh needs enroot, which is not installed on this machine: {install}")
+        if Path(sqsh).exists():
+            # a cache: the file stays until the user removes it (enroot would refuse to
+            # overwrite it anyway, "File already exists")
+            print(f"{sqsh} is already there (remove it to import {args.target} again)")
+            print(f"\nDone. Use in config:\n  image: {sqsh}\n")
+            return 0
         # An image the local Docker engine has is read from it (dockerd://), others from a registry.
         local = shutil.which("docker") and subprocess.run(
             ["docker", "image", "inspect", args.target], capture_output=True).returncode == 0

@@ -32,11 +32,31 @@ command -v dockerd >/dev/null || { say "installing docker.io"; apt_install docke
 DOCKER=$(command -v /usr/bin/docker || command -v docker)
 
 mkdir -p "$D"
-if ! { [[ -f "$D/dockerd.pid" ]] && kill -0 "$(cat "$D/dockerd.pid")" 2>/dev/null \
-       && "$DOCKER" info >/dev/null 2>&1; }; then
+# NEL_DOCKER_GPU_HOOK: a stand-in for NVIDIA's `nvidia-container-runtime-hook` (tests on a
+# machine without GPUs): copied to $D/gpu-hook and put first on dockerd's PATH, so the
+# engine accepts `--gpus` device requests. Never used where the real hook is installed.
+hook_dir=""
+if [[ -n "${NEL_DOCKER_GPU_HOOK:-}" ]] && ! command -v nvidia-container-runtime-hook >/dev/null; then
+  hook_dir="$D/gpu-hook"
+  mkdir -p "$hook_dir"
+  install -m 0755 "$NEL_DOCKER_GPU_HOOK" "$hook_dir/nvidia-container-runtime-hook"
+fi
+running() { [[ -f "$D/dockerd.pid" ]] && kill -0 "$(cat "$D/dockerd.pid")" 2>/dev/null \
+            && "$DOCKER" info >/dev/null 2>&1; }
+if running && [[ -n "$hook_dir" && ! -f "$D/dockerd.gpu-hook" ]] \
+   && [[ -z "$("$DOCKER" ps -q 2>/dev/null)" ]]; then
+  # An engine started before the hook was asked for (and idle): restart it with the hook.
+  say "restarting dockerd with the GPU hook stand-in"
+  pid=$(cat "$D/dockerd.pid"); kill "$pid"
+  for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+fi
+if ! running; then
   say "starting dockerd on $SOCK"
+  rm -f "$D/dockerd.gpu-hook"
+  [[ -n "$hook_dir" ]] && touch "$D/dockerd.gpu-hook"
   # setsid: the engine outlives this script and is not in the caller's process group.
-  setsid nohup dockerd --data-root "$D/data" --exec-root "$D/exec" --pidfile "$D/dockerd.pid" \
+  PATH="${hook_dir:+$hook_dir:}$PATH" setsid nohup dockerd --data-root "$D/data" \
+    --exec-root "$D/exec" --pidfile "$D/dockerd.pid" \
     -H "$DOCKER_HOST" >"$D/dockerd.log" 2>&1 < /dev/null 9>&- &
   for _ in $(seq 300); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 0.2; done
   "$DOCKER" info >/dev/null 2>&1 || { tail -30 "$D/dockerd.log" >&2; exit 1; }

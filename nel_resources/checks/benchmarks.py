@@ -31,7 +31,7 @@ def check_benchmarks(cfg: NelConfig) -> None:
         if is_uri(b.name, "container") or b.solver.type == "container":
             _check_container(cfg, b, at)
         else:
-            _check_name(b.name, (*at, "name"))
+            _check_name(b.name, (*at, "name"), b.params)
         if b.solver.type in ("harbor", "openclaw"):
             _check_external_agent(b, at)
         if b.solver.type in SOLVER_TYPES_UNBUILT:
@@ -43,9 +43,6 @@ def check_benchmarks(cfg: NelConfig) -> None:
         if b.solver.generation is not None:
             raise Refusal((*at, "solver", "generation"), "per-benchmark generation settings",
                           "set them on the service (`services.<name>.generation`)")
-        if b.solver.image_detail != "auto":
-            raise Refusal((*at, "solver", "image_detail"), "image inputs (VLM benchmarks)",
-                          "remove `image_detail`")
         if b.sandbox is not None and b.sandbox not in cfg.sandboxes.values():  # inline block
             check_sandbox_runs_here(cfg, b.sandbox, (*at, "sandbox"))
         for key, what in BENCH_UNBUILT.items():
@@ -172,12 +169,35 @@ def _check_harbor_name(name: str, at: tuple[Any, ...]) -> None:
                           "to the folder holding it)")
 
 
-def _check_name(name: str, at: tuple[Any, ...]) -> None:
+def _check_skills_name(name: str, params: dict[str, Any], at: tuple[Any, ...]) -> None:
+    """`skills://NAME` runs from Skills' prepared data in a local directory; without the
+    file it is refused in the one line that says which file to put where."""
+    from benchmarks.errors import NelError
+    from benchmarks.skills import require_data
+
+    try:
+        require_data(name, params.get("data_dir"), params.get("split"))
+    except NelError as exc:
+        what, _, fix = str(exc).partition(": put ")
+        raise Unavailable(at, what, f"put {fix}" if fix else str(exc)) from None
+
+
+def _check_name(name: str, at: tuple[Any, ...], params: dict[str, Any] | None = None) -> None:
     scheme = name.split("://", 1)[0] if "://" in name else None
     if scheme is None or scheme == "gym":
         return
     if scheme == "harbor":
         _check_harbor_name(name, at)
+        return
+    if scheme == "skills":
+        _check_skills_name(name, params or {}, at)
+        return
+    if scheme == "vlmevalkit":  # runs from VLMEvalKit's TSV in a local folder
+        from benchmarks.vlmevalkit import missing_file
+
+        missing = missing_file(name.removeprefix("vlmevalkit://"))
+        if missing is not None:
+            raise Unavailable(at, *missing)
         return
     if scheme == "lm-eval":  # the optional package must be there; the task is checked on load
         from benchmarks.lm_eval import require_lm_eval

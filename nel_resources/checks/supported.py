@@ -18,7 +18,11 @@ from nel_resources.checks.refusal import Refusal, as_config_error, at_key, chang
 from nel_resources.config import ConfigError, NelConfig, ServiceConfig
 from nel_resources.config._base import field_defaults
 from nel_resources.config.services import LAUNCHED_TYPES
-from nel_resources.config.unbuilt import SERVICE_UNBUILT, UNSTARTED_SERVICE_TYPES
+from nel_resources.config.unbuilt import (
+    PYXIS_SERVICE_KEYS,
+    SERVICE_UNBUILT,
+    UNSTARTED_SERVICE_TYPES,
+)
 from nel_resources.exporters import check_settings, is_built
 
 _SERVICE_DEFAULTS = field_defaults(ServiceConfig)
@@ -68,6 +72,19 @@ def _check_interceptors(svc: ServiceConfig, at: tuple[Any, ...]) -> None:
                               f"({UNBUILT[ic.name]})", "remove this interceptor")
 
 
+#: Service keys of a launched server's container, honoured where nel starts the server as
+#: a container or a pod (`cluster.type` docker / k8s: nel_resources/services/container_server,
+#: nel_resources/launchers/k8s_servers).
+_CONTAINER_SERVICE_KEYS = frozenset({"image", "gpus", "container_mounts"})
+
+
+def _container_key_honoured(cfg: NelConfig, svc: Any, key: str) -> bool:
+    if key not in _CONTAINER_SERVICE_KEYS or svc.type not in LAUNCHED_TYPES:
+        return False
+    # A mount is a host path: a pod has no host directory to mount (use a volume).
+    return cfg.cluster.type == "docker" or (cfg.cluster.type == "k8s" and key != "container_mounts")
+
+
 def _check_services(cfg: NelConfig) -> None:
     for name, svc in cfg.services.items():
         at = ("services", name)
@@ -81,8 +98,11 @@ def _check_services(cfg: NelConfig) -> None:
         if svc.node_pool is not None and cfg.cluster.type != "slurm":
             raise Refusal((*at, "node_pool"), "node pools (placing services on SLURM nodes)",
                           "remove `node_pool`")
+        # a server nel launches in a SLURM job runs in its image through Pyxis
+        pyxis = cfg.cluster.type == "slurm" and svc.type in LAUNCHED_TYPES
         for key, what in SERVICE_UNBUILT.items():
-            if changed(svc, key, _SERVICE_DEFAULTS):
+            if changed(svc, key, _SERVICE_DEFAULTS) and not _container_key_honoured(cfg, svc, key) \
+                    and not (pyxis and key in PYXIS_SERVICE_KEYS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
         if svc.served_model_name is not None and svc.type not in LAUNCHED_TYPES:
             raise Refusal((*at, "served_model_name"), "naming the model of a server nel does "
@@ -100,9 +120,22 @@ def _check_services(cfg: NelConfig) -> None:
                           "remove `depends_on` (nel starts each launched service on its own)")
     for name, sb in cfg.sandboxes.items():
         if sb.node_pool is not None:
-            raise Refusal(("sandboxes", name, "node_pool"), "node pools", "remove `node_pool`")
+            _check_sandbox_pool(cfg, sb.type, ("sandboxes", name, "node_pool"))
         if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
             check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
+
+
+def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) -> None:
+    """A sandbox `node_pool` puts the block's allocations on a SLURM node pool: only with a
+    slurm cluster, and only for a type that can be placed there (its `build_on_pool`)."""
+    from nel_resources.sandboxes.factory import placeable_on_pool
+
+    if cfg.cluster.type != "slurm":
+        raise Refusal(at, "a sandbox node pool without a slurm cluster",
+                      "remove `node_pool`, or use `cluster: {type: slurm, node_pools: ...}`")
+    if placeable_on_pool(sandbox_type) is None:
+        raise Refusal(at, f"placing a `{sandbox_type}` sandbox on a node pool (nel runs it "
+                      "where the eval client runs)", "use `type: slurm` or remove `node_pool`")
 
 
 def _check_exporter_settings(cfg: NelConfig) -> None:

@@ -37,7 +37,7 @@ _SOLVER_KEYS: dict[str, frozenset[str]] = {
     "harbor": _HARBOR,
     "agent": frozenset({"framework", "agent", "agent_kwargs"}),
     "tool_calling": frozenset({"resource_service", "sandbox_tools", "max_turns", "generation",
-                               "tool_timeout", "max_output_chars", "response_mode"}),
+                               "tool_timeout", "max_output_chars", "response_mode", "image_detail"}),
     "gym_delegation": frozenset({"gym_service", "gym_agent", "trust_reward"}),
     "nat": frozenset(),
     "openclaw": frozenset({"thinking", "context_window", "max_concurrent",
@@ -87,7 +87,8 @@ class SolverConfig(_Strict):
 
     type: str = "simple"
     generation: GenerationParams | None = None
-    image_detail: str = "auto"
+    # `detail` of the image parts a benchmark's images are sent as (OpenAI's vision setting)
+    image_detail: Literal["auto", "low", "high"] = "auto"
     agent: str | None = None
     agent_kwargs: dict[str, Any] = Field(default_factory=dict)
     container_env: dict[str, str] = Field(default_factory=dict)

@@ -9,22 +9,21 @@ from __future__ import annotations
 #: Benchmark URI schemes of external harnesses NeMo Evaluator runs that nel does not run
 #: (`lm-eval://` it runs: benchmarks/lm_eval).
 HARNESS_SCHEMES: dict[str, str] = {
-    "skills": "NeMo Skills benchmarks",
     "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
     "vlmevalkit": "VLMEvalKit benchmarks",
 }
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
-NEL_EQUIVALENT: dict[str, str] = {
-    "skills://mmlu-pro": "mmlu_pro", "skills://gsm8k": "gsm8k", "skills://math-500": "math500",
-    "skills://gpqa": "gpqa", "skills://simpleqa": "simpleqa",
-}
+NEL_EQUIVALENT: dict[str, str] = {}
 #: Service types nel does not start (the user starts the server and gives its url).
 UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
-#: `services.<name>.<key>` -> the feature it asks for.
+#: `services.<name>.<key>` -> the feature it asks for. (`image` and `container_mounts` of a
+#: launched service on `cluster.type: slurm` run through Pyxis: PYXIS_SERVICE_KEYS; `image`,
+#: `gpus` and `container_mounts` on docker, `image` and `gpus` on k8s: checks/supported.py.)
 SERVICE_UNBUILT: dict[str, str] = {
-    "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service",
-    "image": "running a service in a container image",
-    "setup_commands": "service setup commands", "container_mounts": "container mounts",
+    "num_nodes": "multi-node model servers", "gpus": "GPU pinning of a service outside Docker and Kubernetes",
+    "image": "running a service in a container image on a local cluster",
+    "setup_commands": "service setup commands",
+    "container_mounts": "container mounts of a service on a local or Kubernetes cluster",
     "pre_cmd": "a service pre-command", "ray_binary": "Ray-launched servers",
     "reasoning_pattern": "reasoning-trace extraction patterns",
     "max_input_tokens": "input token limits", "max_output_tokens": "output token limits",
@@ -32,6 +31,8 @@ SERVICE_UNBUILT: dict[str, str] = {
     "nat_config_file": "NAT agent services", "class_path": "plugin services",
     "config": "plugin services",
 }
+#: Service keys a slurm cluster honours for the servers nel launches (nel_resources.launchers.pyxis).
+PYXIS_SERVICE_KEYS: tuple[str, ...] = ("image", "container_mounts")
 #: `benchmarks[i].<key>` -> the feature it asks for.
 BENCH_UNBUILT: dict[str, str] = {
     "context_window": "context-window limits", "skip_failed": "skip_failed",

@@ -49,6 +49,7 @@ class K8sSettings:
     gpus: int = 0
     backoff_limit: int = 3
     node_selector: dict[str, str] = field(default_factory=dict)
+    shm_size: str | None = None  # a memory-backed /dev/shm for launched model servers
 
 
 _INT_KEYS = {"parallelism", "gpus", "backoff_limit"}
@@ -72,7 +73,7 @@ def settings_from(block: Mapping[str, Any]) -> K8sSettings:
         else:
             if not isinstance(value, str) or not value:
                 raise NelError(f"cluster.k8s.{key}: must be a non-empty string (got {value!r})")
-            if key in ("cpu", "memory") and not _QUANTITY_RE.match(value):
+            if key in ("cpu", "memory", "shm_size") and not _QUANTITY_RE.match(value):
                 raise NelError(f"cluster.k8s.{key}: {value!r} is not a Kubernetes quantity (e.g. 500m, 2Gi)")
         kw[key] = value
     return K8sSettings(**kw)
@@ -87,6 +88,8 @@ class StaleShards:
     shards: tuple[int, ...]
     config: dict[str, Any]
     api_key_envs: tuple[str, ...] = ()
+    #: init containers of each shard pod (waiting for the model servers nel launched)
+    init_containers: tuple[dict[str, Any], ...] = ()
 
 
 # The pod maps its completion index onto the stale shard numbers (`set -- $NEL_SHARDS; shift`
@@ -111,7 +114,8 @@ def _env(s: K8sSettings, extra: Sequence[tuple[str, str]], api_key_envs: Sequenc
 
 
 def _pod(s: K8sSettings, name: str, script: str, env: list[dict[str, Any]],
-         labels: dict[str, str], config_map: str) -> dict[str, Any]:
+         labels: dict[str, str], config_map: str,
+         init: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": s.cpu, "memory": s.memory},
                                  "limits": {"memory": s.memory}}
     if s.gpus:
@@ -128,6 +132,8 @@ def _pod(s: K8sSettings, name: str, script: str, env: list[dict[str, Any]],
         "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": s.results_claim}},
                     {"name": "config", "configMap": {"name": config_map}}],
     }
+    if init:
+        spec["initContainers"] = [dict(c) for c in init]
     if s.service_account:
         spec["serviceAccountName"] = s.service_account
     if s.node_selector:
@@ -170,7 +176,8 @@ def render_run(run_id: str, benches: Sequence[StaleShards], settings: K8sSetting
             "spec": {"completionMode": "Indexed", "completions": n,
                      "parallelism": min(n, settings.parallelism or n),
                      "backoffLimit": settings.backoff_limit,
-                     "template": _pod(settings, "eval", SHARD_SCRIPT, env, labels, cm_name)},
+                     "template": _pod(settings, "eval", SHARD_SCRIPT, env, labels, cm_name,
+                                      b.init_containers)},
         })
     keys = tuple(sorted({k for b in benches for k in b.api_key_envs}))
     labels = {**base, "app.kubernetes.io/component": "merge"}

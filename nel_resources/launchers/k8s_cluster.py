@@ -27,6 +27,7 @@ from nel_resources.launchers.k8s import (
     render_run,
     settings_from,
 )
+from nel_resources.launchers.k8s_servers import server_manifests, wait_container
 from nel_resources.launchers.partitions import PartitionJob
 from nel_resources.launchers.states import StateFile
 
@@ -71,10 +72,20 @@ def kube_api_configured(environ: dict[str, str] | None = None) -> str | None:
     return found[0] if found else None
 
 
-def pod_config(cfg: NelConfig, bench_index: int, results_path: str) -> dict[str, Any]:
+def pod_config(cfg: NelConfig, bench_index: int, results_path: str, run_id: str = "",
+               namespace: str = "default") -> dict[str, Any]:
     """The config a pod runs for one benchmark: this run's settings, `cluster.type: local`
-    (the pod is one shard), results on the shared volume; secrets only by reference."""
+    (the pod is one shard), results on the shared volume; secrets only by reference; a
+    server nel launches is an `api` service at its in-cluster Service (k8s_servers)."""
+    from nel_resources.config.services import LAUNCHED_TYPES
+    from nel_resources.launchers.k8s_servers import api_service
+
     data = cfg.model_dump(mode="json", exclude_defaults=True)
+    for name, svc in data.get("services", {}).items():
+        if cfg.services[name].type in LAUNCHED_TYPES:
+            data["services"][name] = api_service(
+                {**svc, "model": cfg.services[name].model or cfg.services[name].model_path},
+                run_id, name, namespace)
     data["benchmarks"] = [data["benchmarks"][bench_index]]
     # the seed that picked the items, even when default: every pod must pick the same items
     data["benchmarks"][0]["shuffle_seed"] = cfg.benchmarks[bench_index].shuffle_seed
@@ -111,47 +122,71 @@ def launch_k8s(cfg: NelConfig, hooks: RunHooks, *, submit: bool | None = None) -
                           "(or pass --no-submit) to write the manifests and apply them with kubectl")
     resolved = hooks.validate(cfg)
     out = Path(cfg.output.dir).expanduser().resolve()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
     benches: list[StaleShards] = []
     configs: dict[str, str] = {}
     jobs: list[PartitionJob] = []
+    servers: dict[str, list[dict[str, Any]]] = {}
     for i, bench in enumerate(resolved.benchmarks):
         tasks = hooks.plan(out, bench)
         jobs += [PartitionJob(bench.name, t.model, t.shard, t.total, "") for t in tasks if t.stale]
         stale = tuple(sorted({t.shard for t in tasks if t.stale}))
         keys = tuple(sorted({s.config.api_key_env for r in bench.runs for s in [r.service]
                              if getattr(s.config, "api_key_env", None)}))
-        data = pod_config(cfg, i, settings.results_path)
+        data = pod_config(cfg, i, settings.results_path, run_id, settings.namespace)
         configs[f"{bench.name}.yaml"] = yaml.safe_dump(data, sort_keys=False)
-        benches.append(StaleShards(bench.name, bench.shards, stale, data, keys))
-    run_id = time.strftime("%Y%m%d-%H%M%S")
+        launched = _launched_services(cfg, i)
+        if stale:
+            servers.update({n: server_manifests(run_id, n, cfg.services[n], settings)
+                            for n in launched})
+        waits = tuple(wait_container(run_id, n, cfg.services[n], settings) for n in launched)
+        benches.append(StaleShards(bench.name, bench.shards, stale, data, keys, waits))
     docs = render_run(run_id, benches, settings, configs)
+    server_docs = [d for n in sorted(servers) for d in servers[n]]
     where = out / "k8s" / run_id
     where.mkdir(parents=True, exist_ok=True)
     shards_file, merge_file = where / "shards.yaml", where / "merge.yaml"
+    servers_file = where / "servers.yaml"
     shards_file.write_text(yaml.safe_dump_all(docs[:-1], sort_keys=False))
     merge_file.write_text(yaml.safe_dump_all(docs[-1:], sort_keys=False))
+    if server_docs:
+        servers_file.write_text(yaml.safe_dump_all(server_docs, sort_keys=False))
     n_stale = sum(len(b.shards) for b in benches)
     rid = dns_label(run_id, 40)
     print(f"{n_stale} stale shard(s) in {sum(1 for b in benches if b.shards)} Indexed Job(s); "
           f"manifests in {where}")
+    if server_docs:
+        print(f"kubectl apply -f {servers_file}")
     print(f"kubectl apply -f {shards_file}")
     print(f"kubectl wait -n {settings.namespace} --for=condition=complete --timeout=24h job "
           f"-l app.kubernetes.io/instance={rid},app.kubernetes.io/component=eval")
+    if server_docs:  # the GPUs go back once the shards are done; the merge sends nothing
+        print(f"kubectl delete -f {servers_file}")
     print(f"kubectl apply -f {merge_file}")
     states = StateFile(out, "k8s")
     for job in jobs:
         states.report(job, "WRITTEN", str(shards_file))
     if not want_submit:
         return 0
-    status = _submit(docs, settings)
+    status = _submit(docs, settings, server_docs)
     for job in jobs:  # _submit waited for the shard Jobs; on a failure it does not say which
         states.report(job, *(("COMPLETED", f"namespace {settings.namespace}") if status == 0 else
                              ("UNKNOWN", f"a shard Job failed: `kubectl get jobs -n {settings.namespace}`")))
     return status
 
 
-def _submit(docs: list[dict[str, Any]], settings: K8sSettings) -> int:
-    """Create the shard objects, wait for their Jobs, then create the merge Job."""
+def _launched_services(cfg: NelConfig, bench_index: int) -> list[str]:
+    """The services of benchmark `bench_index` that nel launches (a server per service)."""
+    from nel_resources.config.services import LAUNCHED_TYPES
+
+    names = cfg.benchmarks[bench_index].service_names(cfg.services)
+    return sorted(n for n in names if n in cfg.services and cfg.services[n].type in LAUNCHED_TYPES)
+
+
+def _submit(docs: list[dict[str, Any]], settings: K8sSettings,
+            server_docs: list[dict[str, Any]] | None = None) -> int:
+    """Create the model servers and the shard objects, wait for the shard Jobs, remove the
+    servers (also when a shard Job failed), then create the merge Job."""
     try:
         from kubernetes import client, config, utils
     except ImportError:
@@ -163,21 +198,14 @@ def _submit(docs: list[dict[str, Any]], settings: K8sSettings) -> int:
         else:
             config.load_kube_config()
         api = client.ApiClient()
-        for doc in docs[:-1]:
+        for doc in [*(server_docs or []), *docs[:-1]]:
             utils.create_from_dict(api, doc, namespace=settings.namespace)
-        batch = client.BatchV1Api(api)
-        names = [d["metadata"]["name"] for d in docs[1:-1]]
-        while names:
-            for name in list(names):
-                st = batch.read_namespaced_job_status(name, settings.namespace).status
-                if st.failed and st.failed > settings.backoff_limit:
-                    print(f"error: job {name} failed; the other shards' results are kept",
-                          file=sys.stderr)
-                    return 1
-                if st.succeeded is not None and st.succeeded >= 1 and not st.active:
-                    names.remove(name)
-            if names:
-                time.sleep(5)  # polling a remote API server's job status
+        try:
+            if _wait_jobs(client.BatchV1Api(api), [d["metadata"]["name"] for d in docs[1:-1]],
+                          settings) != 0:
+                return 1
+        finally:
+            _delete_servers(client, api, server_docs or [], settings.namespace)
         utils.create_from_dict(api, docs[-1], namespace=settings.namespace)
     except NelError:
         raise
@@ -186,3 +214,30 @@ def _submit(docs: list[dict[str, Any]], settings: K8sSettings) -> int:
         raise NelError(f"submitting to Kubernetes failed: {type(exc).__name__}: {reason[:300]}") from None
     print(f"submitted; the merge Job {docs[-1]['metadata']['name']} is created")
     return 0
+
+
+def _wait_jobs(batch: Any, names: list[str], settings: K8sSettings) -> int:
+    """Wait until every named Job succeeded (0) or one failed past its backoff (1)."""
+    while names:
+        for name in list(names):
+            st = batch.read_namespaced_job_status(name, settings.namespace).status
+            if st.failed and st.failed > settings.backoff_limit:
+                print(f"error: job {name} failed; the other shards' results are kept",
+                      file=sys.stderr)
+                return 1
+            if st.succeeded is not None and st.succeeded >= 1 and not st.active:
+                names.remove(name)
+        if names:
+            time.sleep(5)  # polling a remote API server's job status
+    return 0
+
+
+def _delete_servers(client: Any, api: Any, server_docs: list[dict[str, Any]], namespace: str) -> None:
+    """Remove the model servers' Deployments and Services (their GPUs go back)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    for doc in server_docs:
+        name = doc["metadata"]["name"]
+        if doc["kind"] == "Deployment":
+            apps.delete_namespaced_deployment(name, namespace)
+        elif doc["kind"] == "Service":
+            core.delete_namespaced_service(name, namespace)

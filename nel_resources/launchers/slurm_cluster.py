@@ -24,17 +24,14 @@ if TYPE_CHECKING:
     from nel_resources.config.services import ServiceConfig
     from nel_resources.launchers.states import PartitionState
 
-# `cluster:` keys of a slurm cluster nel does not honour yet (all run nel inside a container
-# image or on another host).
+# `cluster:` keys of a slurm cluster nel does not honour yet (they run nel on another host).
+# The container keys (`eval_image`, `container_mounts`, `mount_home`, `container_env`, a
+# service's `image`) run through Pyxis (nel_resources.launchers.pyxis).
 _UNBUILT = {
     "hostname": ("submitting over SSH to a login node", "run nel on the submit host itself"),
     "username": ("submitting over SSH to a login node", "run nel on the submit host itself"),
     "conda_env": ("activating a conda environment in the job",
                   "activate it before `nel eval run` (the job inherits the environment)"),
-    "eval_image": ("running the evaluation in a container image", "remove `eval_image`"),
-    "container_mounts": ("container mounts", "remove `container_mounts`"),
-    "shm_size": ("container shared memory", "remove `shm_size`"),
-    "mount_home": ("container home mounts", "remove `mount_home`"),
     "slurm": ("the `cluster.slurm` block", "write the keys at the top of `cluster:`"),
 }
 
@@ -66,6 +63,8 @@ class SlurmCluster(Launcher):
             value = getattr(c, name)
             if value != defaults[name] and value not in (None, [], {}):
                 return Refusal.unbuilt(("cluster", name), f"cluster.{name} ({what})", instead)
+        if (bad := _container_refusal(cfg)) is not None:
+            return bad
         for name, svc in cfg.services.items():
             at = ("services", name)
             pool = c.node_pools.get(svc.node_pool or "")
@@ -110,6 +109,26 @@ class SlurmCluster(Launcher):
         from nel_resources.launchers.slurm_submit import run_on_slurm
 
         return run_on_slurm(cfg, hooks, list(opts.argv), resume=opts.resume, wait=opts.wait)
+
+
+def _container_refusal(cfg: NelConfig) -> Refusal | None:
+    """What Pyxis cannot do: size a container's /dev/shm, or start a service's image from
+    inside the eval client's container (`srun` is on the host, not in `eval_image`)."""
+    from nel_resources.config.services import LAUNCHED_TYPES
+    from nel_resources.launchers.slurm_het import het_plan
+
+    if cfg.cluster.shm_size is not None:
+        return Refusal(("cluster", "shm_size"), "Pyxis and enroot take no shared-memory size (a "
+                       "container on SLURM sees the node's /dev/shm); remove `shm_size`")
+    if not cfg.cluster.eval_image:
+        return None
+    plan = het_plan(cfg)
+    for name, svc in cfg.services.items():
+        if svc.image and svc.type in LAUNCHED_TYPES and (plan is None or name not in plan.pool_of):
+            return Refusal(("services", name, "image"), f"services.{name} would start from inside "
+                           "the eval_image container, which has no `srun` to run its own image: "
+                           "remove `image` (the server then runs inside eval_image) or `eval_image`")
+    return None
 
 
 def _het_placement(cfg: NelConfig, name: str, svc: ServiceConfig) -> Refusal | None:

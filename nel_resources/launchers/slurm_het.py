@@ -165,6 +165,7 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     `svc_dir/NAME.url` once it answers, serve until the job script writes `svc_dir/.stop`
     (or SIGTERM/SIGINT), then stop it. A start that fails, or a server that dies, writes
     `NAME.error` (one line) and returns 1."""
+    from nel_resources.launchers.pyxis import service_prefix
     from nel_resources.services.launch import LaunchedService
 
     if name not in cfg.services or cfg.services[name].type not in LAUNCHED_TYPES:
@@ -178,7 +179,9 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
     try:
         # svc_dir is the job's own directory already: the plain `<name>.log` there
-        server = LaunchedService(name, svc.model_copy(update={"host": bind}), svc_dir, f"{name}.log")
+        bound = svc.model_copy(update={"host": bind})
+        server = LaunchedService(name, bound, svc_dir, f"{name}.log",
+                                 prefix=service_prefix(cfg.cluster, bound))
     except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
         _write(err_file, _one_line(exc))
         return 1

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchmarks.errors import NelError
 from nel_resources.config import NelConfig
+from nel_resources.launchers.pyxis import eval_prefix, service_prefix
 from nel_resources.launchers.slurm import SbatchHeader, render_script
 from nel_resources.launchers.slurm_het import HetPlan, het_plan, pool_header, write_het_script
 
@@ -61,15 +62,20 @@ def header_for(cfg: NelConfig, job_name: str, log: str) -> SbatchHeader:
     return pool_header(cfg, eval_pool(cfg), job_name, log)
 
 
-def _nel_command(argv: list[str], extra: list[str]) -> str:
+def _nel_command(cfg: NelConfig, argv: list[str], extra: list[str]) -> str:
     """The job's `nel eval run` line: the submitting command's own arguments (so -O
-    overrides and flags hold), run with this interpreter from the same directory."""
+    overrides and flags hold), run with this interpreter from the same directory; with
+    `cluster.eval_image`, the image's `nel` in a Pyxis container step (launchers.pyxis).
+    A service component of a heterogeneous job (`--slurm-service`) stays on the host: it
+    starts its server (in the service's own image) with `srun`, which a container lacks."""
     keep = [a for a in argv if a not in _SUBMIT_ONLY_FLAGS]
     if keep[:2] != ["eval", "run"]:
         keep = ["eval", "run", *keep]
     if "--no-progress" not in keep:
         keep.append("--no-progress")  # a job's log is no terminal
-    args = [sys.executable, "-m", "dagster_project.cli.main", *keep, *extra]
+    contained = [] if "--slurm-service" in extra else eval_prefix(cfg.cluster, cfg.output.dir)
+    nel = ["nel"] if contained else [sys.executable, "-m", "dagster_project.cli.main"]
+    args = [*contained, *nel, *keep, *extra]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -80,7 +86,7 @@ def _preamble(cfg: NelConfig) -> list[str]:
 def write_merge_script(cfg: NelConfig, run_dir: Path, argv: list[str]) -> Path:
     """merge.sbatch: bundles, reports and comparisons once every task succeeded."""
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    body = "\n".join([*_preamble(cfg), _nel_command(argv, ["--slurm-merge", str(run_dir)])])
+    body = "\n".join([*_preamble(cfg), _nel_command(cfg, argv, ["--slurm-merge", str(run_dir)])])
     path = run_dir / "merge.sbatch"
     path.write_text(render_script(header_for(cfg, "nel-merge", str(run_dir / "logs" / "merge-%j.log")),
                                   body, env=dict(cfg.cluster.container_env)))
@@ -92,7 +98,7 @@ def write_het_scripts(cfg: NelConfig, plan: HetPlan, run_dir: Path, argv: list[s
                       groups: set[tuple[str, ...]]) -> dict[tuple[str, ...], Path]:
     """One job script per set of pools some partitions need (slurm_het)."""
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    return {g: write_het_script(cfg, plan, g, run_dir, lambda extra: _nel_command(argv, extra),
+    return {g: write_het_script(cfg, plan, g, run_dir, lambda extra: _nel_command(cfg, argv, extra),
                                 _preamble(cfg)) for g in sorted(groups)}
 
 
@@ -102,7 +108,7 @@ def write_scripts(cfg: NelConfig, run_dir: Path, argv: list[str]) -> tuple[Path,
     eval_body = "\n".join([
         *_preamble(cfg),
         'echo "nel: array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID} on $(hostname)"',
-        _nel_command(argv, ["--slurm-task"]) + ' "$1"'])
+        _nel_command(cfg, argv, ["--slurm-task"]) + ' "$1"'])
     eval_script = run_dir / "eval.sbatch"
     eval_script.write_text(render_script(header_for(cfg, "nel-eval", str(run_dir / "logs" / "eval-%A_%a.log")),
                                          eval_body, env=dict(cfg.cluster.container_env)))
@@ -120,8 +126,10 @@ def _service_comments(cfg: NelConfig) -> list[str]:
         if svc.type in LAUNCHED_TYPES:
             from nel_resources.services.launch import service_command
 
+            # as the job runs it: in the service's image when it has one (its srun line)
+            step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
             try:
-                cmd = " ".join(shlex.quote(a) for a in service_command(name, svc, svc.port or 8000))
+                cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
             except NelError as exc:
                 cmd = f"(cannot be built here: {exc})"
             plan = het_plan(cfg)

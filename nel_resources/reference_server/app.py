@@ -59,6 +59,7 @@ class ReferenceApp(Completions):
         self.models: dict[str, int] = {}
         self.system_count = 0
         self.last_system: str | None = None
+        self.image_details: dict[str, int] = {}
         self.last_request: Any = None
         self.bodies: list[Any] = []
         self.attempts: dict[str, int] = {}
@@ -88,6 +89,7 @@ class ReferenceApp(Completions):
             "fault_log": self.fault_log,
             "models": self.models,
             "system_messages": {"count": self.system_count, "last": self.last_system},
+            "images": self.image_details,  # image parts received, by detail
             "last_request": self.last_request,
             "bodies": self.bodies,
             "in_flight": self.in_flight,

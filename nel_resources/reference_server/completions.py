@@ -33,6 +33,7 @@ from nel_resources.reference_server.replies import (
     truncate_tokens,
     usage_of,
 )
+from nel_resources.reference_server.vision import answer_from, image_parts, look
 from nel_resources.wire.http1 import Reply
 
 _TOOL_ITEMS = ("function_call", "function_call_output")
@@ -47,6 +48,7 @@ class Completions:
     models: dict[str, int]
     prompts: dict[str, int]
     system_count: int
+    image_details: dict[str, int]  # images received, by their `detail`
     last_system: str | None
     _seq: int
 
@@ -54,21 +56,23 @@ class Completions:
         """This attempt's injected fault, if any (the app decides; see `ReferenceApp`)."""
         raise NotImplementedError
 
-    def _answer_for(self, prompt: str) -> Answer:
+    def _answer_for(self, prompt: str, seen: str | None = None) -> Answer:
         hit = (
             self.answers.lookup(prompt) if (self.answers.by_sha or self.answers.by_match) else None
         )
         if hit is not None:
             return hit
+        if seen is not None:  # the answer read from the request's images
+            return Answer(seen)
         if self.config.echo:
             return Answer(prompt)
         return Answer(self.config.default_content)
 
     def _generate(
-        self, prompt: str, req: Mapping[str, Any], completion: bool
+        self, prompt: str, req: Mapping[str, Any], completion: bool, seen: str | None = None
     ) -> tuple[str, str | None, str, int, int]:
         """Produce ``(content, reasoning_field, finish_reason, completion_tokens, reasoning_tokens)``."""
-        answer = self._answer_for(prompt)
+        answer = self._answer_for(prompt, seen)
         mode = self.config.reasoning_mode
         reasoning = None
         # /v1/completions has no reasoning field, so "field" mode emits no reasoning there.
@@ -148,6 +152,18 @@ class Completions:
             self.last_system = system
         return model, prompt, prompt_tokens
 
+    def _seen(self, messages: list[Any], prompt: str) -> str | None:
+        """The answer the last user message's images give (None without images); counts
+        the images and their details for `/stats`."""
+        user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+        parts = image_parts(user.get("content")) if user is not None else []
+        if not parts:
+            return None
+        sights = [look(url) for url, _ in parts]
+        for _, detail in parts:
+            self.image_details[detail] = self.image_details.get(detail, 0) + 1
+        return answer_from(prompt, sights)
+
     def _observe_prompt(self, prompt: str) -> None:
         self.prompts[prompt] = self.prompts.get(prompt, 0) + 1
 
@@ -166,7 +182,8 @@ class Completions:
                 return self._scripted_chat(model, turn, done, last_tool, prompt_tokens,
                                            req)
         n = self._n_choices(req)
-        content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, req, False)
+        seen = self._seen(messages, prompt)
+        content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, req, False, seen)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reasoning is not None:
             message["reasoning_content"] = reasoning
@@ -218,7 +235,8 @@ class Completions:
         gen_req = dict(req)
         if "max_output_tokens" in req:
             gen_req["max_tokens"] = req["max_output_tokens"]
-        content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, gen_req, False)
+        seen = self._seen(said, prompt)
+        content, reasoning, finish, c_tokens, r_tokens = self._generate(prompt, gen_req, False, seen)
         output: list[dict[str, Any]] = []
         if reasoning is not None:
             output.append({"type": "reasoning", "id": self._next_id("rs"),

@@ -29,7 +29,7 @@ def text_of(content: Any) -> str:
         return "\n".join(
             str(p.get("text", ""))
             for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text")
         )
     raise BadRequest("message content must be a string or a list of content parts")
 

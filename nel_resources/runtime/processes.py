@@ -444,6 +444,38 @@ class ManagedProcess:
         return f"ManagedProcess(name={self.name!r}, pid={pid}, log={str(self.log_path)!r})"
 
 
+def wait_http_ok(url: str, timeout: float, alive: Callable[[], bool] | None = None,
+                 interval: float = 0.2) -> None:
+    """Poll `url` (127.0.0.1/localhost) with GET until it answers 200, for a server that is
+    not a process of ours (a container): `alive()` is asked about once a second.
+
+    Raises:
+        HealthCheckError: `timeout` passed, or `alive()` said the server is gone.
+    """
+    _check_local_url(url)
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    last_error, next_alive = "no attempt made", 0.0
+    while True:
+        now = time.monotonic()
+        if alive is not None and now >= next_alive:
+            next_alive = now + 1.0
+            if not alive():
+                raise HealthCheckError(f"the server exited before {url} became healthy "
+                                       f"(last: {last_error})")
+        if now >= deadline:
+            raise HealthCheckError(f"not healthy at {url} after {timeout:g} s (last: {last_error})")
+        try:
+            status = _http_get_status(parts.hostname or "127.0.0.1", parts.port or 80,
+                                      parts.path or "/", timeout=min(max(deadline - now, 0.05), 5.0))
+            if status == 200:
+                return
+            last_error = f"HTTP {status}"
+        except (OSError, http.client.HTTPException) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        time.sleep(min(interval, max(deadline - time.monotonic(), 0.0)))
+
+
 def _http_get_status(host: str, port: int, path: str, timeout: float) -> int:
     """One GET without any proxy (http.client never reads *_proxy variables)."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)

@@ -18,6 +18,7 @@ from nel_resources.sandboxes.limits import Limits
 
 if TYPE_CHECKING:
     from nel_resources.config import SandboxConfig
+    from nel_resources.config.deployment import NodePool
 
 Builder = Callable[["SandboxConfig", "Limits | None"], SandboxFactory]
 
@@ -32,13 +33,16 @@ SANDBOX_TYPES: Registry[Builder] = Registry("sandbox type", {
 })
 
 
-def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> SandboxFactory:
+def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None,
+                 pool: NodePool | None = None) -> SandboxFactory:
     """The factory for `cfg`'s type, configured from the block.
 
     Args:
         cfg: one sandbox block (its `memory`, `timeout`, `concurrency`, ...).
         limits: the resource limits to start from instead of the defaults (the block's
             own `memory` still applies on top).
+        pool: the node pool the block's `node_pool` names (`cluster.node_pools`); a type
+            placed on a pool builds through its module's `build_on_pool(cfg, limits, pool)`.
 
     Raises:
         SandboxError: the type is `none`, or has no implementation on this version of nel,
@@ -51,7 +55,24 @@ def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None) -> Sandbox
     if cfg.type not in SANDBOX_TYPES:
         raise SandboxError(f"the `{cfg.type}` sandbox type is not available in this version of "
                            f"nel (available: {', '.join(SANDBOX_TYPES.names())})")
+    if cfg.node_pool is not None:
+        on_pool = placeable_on_pool(cfg.type)
+        if on_pool is None:
+            raise SandboxError(f"a `{cfg.type}` sandbox cannot be placed on a node pool "
+                               f"(node_pool {cfg.node_pool!r}): use `type: slurm`, or remove `node_pool`")
+        if pool is None:
+            raise SandboxError(f"sandbox node_pool {cfg.node_pool!r} needs the config's "
+                               "cluster.node_pools (run it from `nel eval run` with a slurm cluster)")
+        return on_pool(cfg, limits, pool)
     return SANDBOX_TYPES.load(cfg.type)(cfg, limits)
+
+
+def placeable_on_pool(sandbox_type: str) -> Callable[..., SandboxFactory] | None:
+    """The type's `build_on_pool` (its allocations go to a SLURM node pool), or None when
+    the type cannot be placed on one."""
+    if sandbox_type not in SANDBOX_TYPES:
+        return None
+    return SANDBOX_TYPES.module_attr(sandbox_type, "build_on_pool")
 
 
 def preflight(cfg: SandboxConfig) -> None:

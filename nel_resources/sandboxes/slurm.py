@@ -444,3 +444,14 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> SlurmSandboxFacto
     if cfg.memory is None and limits is not None:
         cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
     return SlurmSandboxFactory(cfg)
+
+
+def build_on_pool(cfg: SandboxConfig, limits: Limits | None, pool: NodePool) -> SlurmSandboxFactory:
+    """A `slurm` factory whose allocations go to node pool `pool` (the block's `node_pool`):
+    its partition and gres, and at most its nodes × `slots_per_node` sandboxes at once."""
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "slurm sandbox yet: give one `image`")
+    if cfg.memory is None and limits is not None:
+        cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
+    return SlurmSandboxFactory(cfg, node_pools={str(cfg.node_pool): pool})

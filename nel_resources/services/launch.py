@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import dagster as dg
 from benchmarks.errors import NelError
 from nel_resources.config import ServiceConfig
 from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.launchers.pyxis import service_prefix
 from nel_resources.runtime.processes import (
     HealthCheckError,
     ManagedProcess,
@@ -133,14 +134,17 @@ class LaunchedService:
         svc: the service config (`type` one of LAUNCHED_TYPES, or a `command`).
         log_dir: where the log is kept after the server stops.
         log_name: its file name (default `server_log_name`: `<name>.log`, or per SLURM task).
+        prefix: what runs the server (`srun ... --container-image=...` for a service with an
+            `image` inside a SLURM job: nel_resources.launchers.pyxis); empty: nel's child.
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log_name: str | None = None,
+                 prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.svc = svc
         self.log_dir = Path(log_dir)
         self.port = svc.port or free_port(svc.host)
-        self.argv = service_command(name, svc, self.port)
+        self.argv = [*prefix, *service_command(name, svc, self.port)]
         self.log_path = self.log_dir / (log_name or server_log_name(name))
         self.url = f"http://{svc.host}:{self.port}/v1"
         self.health_url = f"http://{svc.host}:{self.port}{health_path(svc)}"
@@ -183,10 +187,33 @@ class LaunchedService:
             self.process.stop()
 
 
+def in_container(svc: ServiceConfig, cluster_type: str) -> bool:
+    """Whether the server of `svc` runs as a container: on `cluster.type: docker`, for a
+    service with an `image` or a type with a default image (vLLM, SGLang, TRT-LLM); a
+    llama.cpp service without `image` stays a process on the host."""
+    from nel_resources.services.container_server import DEFAULT_IMAGES
+
+    return cluster_type == "docker" and (
+        bool(svc.image) or (svc.command is None and svc.type in DEFAULT_IMAGES))
+
+
+def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
+                shm_size: str | None = None, prefix: Sequence[str] = ()) -> Any:
+    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), or a `ContainerService` (same
+    face) when `container` (`cluster.type: docker`)."""
+    if container:
+        from nel_resources.services.container_server import ContainerService
+
+        return ContainerService(name, svc, log_dir, shm_size=shm_size)
+    return LaunchedService(name, svc, log_dir, prefix=prefix)
+
+
 @contextmanager
-def launched_service(name: str, svc: ServiceConfig, log_dir: Path) -> Iterator[str]:
-    """Start one service, wait until it answers, yield its base URL, then stop it."""
-    server = LaunchedService(name, svc, log_dir)
+def launched_service(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
+                     shm_size: str | None = None, prefix: Sequence[str] = ()) -> Iterator[str]:
+    """Start one service (a container on Docker, behind `prefix` on SLURM: see make_server),
+    wait until it answers, yield its base URL, then stop it."""
+    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix)
     try:
         yield server.start()
     finally:
@@ -201,12 +228,15 @@ class _OnDemandService:
     only talks to the one serving its model partition.
     """
 
-    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log: Any = None) -> None:
+    def __init__(self, name: str, svc: ServiceConfig, log_dir: Path, log: Any = None, *,
+                 container: bool = False, shm_size: str | None = None) -> None:
         self.name = name
         self._svc = svc
         self._log_dir = log_dir
         self._log = log
-        self._server: LaunchedService | None = None
+        self._container = container
+        self._shm_size = shm_size
+        self._server: Any = None
         self._lock = threading.Lock()
 
     def service(self) -> ServiceConfig:
@@ -218,7 +248,8 @@ class _OnDemandService:
         """Base URL of the running server (started now if it is not yet)."""
         with self._lock:
             if self._server is None:
-                server = LaunchedService(self.name, self._svc, self._log_dir)
+                server = make_server(self.name, self._svc, self._log_dir,
+                                     container=self._container, shm_size=self._shm_size)
                 if self._log is not None:
                     self._log.info(f"starting {self._svc.type} service {self.name!r}: "
                                    f"{' '.join(server.argv)} (log {server.log_path})")
@@ -257,20 +288,25 @@ class LaunchedModelService(dg.ConfigurableResource):
     name: str
     service_json: str
     log_dir: str
+    #: run the server as a container (`cluster.type: docker`), with this `--shm-size`
+    container: bool = False
+    shm_size: str | None = None
 
     @classmethod
-    def from_config(cls, name: str, svc: ServiceConfig, log_dir: str | Path) -> LaunchedModelService:
+    def from_config(cls, name: str, svc: ServiceConfig, log_dir: str | Path, *,
+                    container: bool = False, shm_size: str | None = None) -> LaunchedModelService:
         """Build the resource (API keys never enter Dagster config)."""
         data = svc.model_dump(mode="json")
         data["api_key"] = None
         return cls(name=name, service_json=ServiceConfig.model_validate(data).model_dump_json(),
-                   log_dir=str(log_dir))
+                   log_dir=str(log_dir), container=container, shm_size=shm_size)
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[_OnDemandService]:  # type: ignore[override]
         """Yield an on-demand handle; stop its server when the run ends."""
         handle = _OnDemandService(self.name, ServiceConfig.model_validate_json(self.service_json),
-                                  Path(self.log_dir), context.log)
+                                  Path(self.log_dir), context.log, container=self.container,
+                                  shm_size=self.shm_size)
         try:
             yield handle
         finally:
@@ -284,7 +320,10 @@ def launched_resources(resolved: ResolvedConfig, resources: dict[str, Any],
     out = dict(resources)
     for spec in resolved.services.values():
         if spec.config.type in LAUNCHED_TYPES:
-            out[spec.resource_key] = LaunchedModelService.from_config(spec.name, spec.config, log_dir)
+            out[spec.resource_key] = LaunchedModelService.from_config(
+                spec.name, spec.config, log_dir,
+                container=in_container(spec.config, resolved.cluster.type),
+                shm_size=resolved.cluster.shm_size)
     return out
 
 
@@ -310,7 +349,11 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                     continue
                 url = str(away[name])
             else:
-                url = stack.enter_context(launched_service(name, spec.config, Path(resolved.output_dir) / "logs"))
+                url = stack.enter_context(launched_service(
+                    name, spec.config, Path(resolved.output_dir) / "logs",
+                    container=in_container(spec.config, resolved.cluster.type),
+                    shm_size=resolved.cluster.shm_size,
+                    prefix=service_prefix(resolved.cluster, spec.config)))  # in its image, on SLURM
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]

@@ -68,6 +68,9 @@ RESULT_SCHEMA = pa.schema(
         ("turns", pa.int32()),  # model calls the solver made
         ("tool_calls", pa.int32()),  # tool calls the model made
         ("steps", pa.string()),  # JSON: the ATIF steps (model turns and tool results)
+        # JSON list of the images sent with the prompt, by name (`nel-image:<sha256>`; the
+        # bytes are in the dataset's image folder); null without images
+        ("images", pa.string()),
     ]
 )
 

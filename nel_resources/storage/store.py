@@ -86,6 +86,11 @@ class ResultStore:
         """The problems of one shard: the dataset asset's partition `shard`."""
         return self.bench_dir(bench) / "dataset" / f"shard={shard}" / "part-0.parquet"
 
+    def images_dir(self, bench: str) -> Path:
+        """The dataset's images, once each, named by content hash (`<sha256>.<ext>`);
+        stored rows name them `nel-image:<sha256>`."""
+        return self.bench_dir(bench) / "dataset" / "images"
+
     def dataset_selection_path(self, bench: str) -> Path:
         """Every selected problem index, in selection order (what the shards split)."""
         return self.bench_dir(bench) / "dataset" / "selection.json"
@@ -162,6 +167,17 @@ class ResultStore:
         (d / "_fingerprint.json").unlink(missing_ok=True)
         path = self.shard_path(bench, model, shard)
         write_parquet_atomic(path, table)
+        write_json_atomic(d / "_fingerprint.json", fingerprint)
+        return path
+
+    def commit_shard_file(self, bench: str, model: str, shard: int, written: Path,
+                          fingerprint: dict[str, Any]) -> Path:
+        """Commit a shard whose Parquet file is already written (at `written`, in the shard's
+        folder): the file renamed into place, then its fingerprint (the commit marker)."""
+        d = self.shard_dir(bench, model, shard)
+        (d / "_fingerprint.json").unlink(missing_ok=True)
+        path = self.shard_path(bench, model, shard)
+        os.replace(written, path)
         write_json_atomic(d / "_fingerprint.json", fingerprint)
         return path
 

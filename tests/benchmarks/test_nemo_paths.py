@@ -69,7 +69,7 @@ def test_refused_names_behave_with_getattr_and_still_say_why_on_import() -> None
 from benchmarks.nemo_imports import install_nemo_imports
 install_nemo_imports()
 import nemo_evaluator as ne
-print(getattr(ne, "NatSolver", "default"), hasattr(ne, "VLMSolver"), getattr(ne, "nope", 7))
+print(getattr(ne, "NatSolver", "default"), hasattr(ne, "OracleSolver"), getattr(ne, "nope", 7))
 try:
     from nemo_evaluator import NatSolver
 except ImportError as exc:

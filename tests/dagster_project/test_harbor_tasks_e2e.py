@@ -147,7 +147,9 @@ def _store_rows(out: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(("bench", "key", "says"), [
     ({"solver": {"type": "simple", "service": "ref"}}, "benchmarks.0.solver",
      "nel runs it with `solver: {type: tool_calling, sandbox_tools: true}`"),
-    ({"name": "pinchbench"}, "benchmarks.0.name", "grading (an LLM judge and automated checks"),
+    # PinchBench is graded on the workspace in the sandbox: an agent working elsewhere cannot
+    ({"name": "pinchbench", "solver": {"type": "simple", "service": "ref"}}, "benchmarks.0.solver",
+     "'pinchbench' is graded on the agent's workspace in the sample's sandbox"),
 ], ids=["simple-solver", "pinchbench"])
 def test_what_cannot_run_is_refused_in_one_line(tmp_path: Path, url: str, bench: dict[str, Any],
                                                 key: str, says: str) -> None:

@@ -71,7 +71,8 @@ def test_list_bad_source_and_data_dir(tmp_path: Path) -> None:
     p = run_nel("list", "-s", "hub")
     assert p.returncode == 2 and "invalid choice: 'hub'" in p.stderr
     p = run_nel("list", "-s", "skills", "--data-dir", str(tmp_path))
-    assert p.returncode == 0 and f"--data-dir {tmp_path} not read" in p.stdout  # never silently ignored
+    # the Skills data directory is read: nothing prepared there, and how to prepare it
+    assert p.returncode == 0 and f"(none in {tmp_path} — run: ns prepare_data" in p.stdout
     p = run_nel("list", "-s", "builtin", "--data-dir", str(tmp_path))
     assert p.returncode == 0 and "used only by --source skills" in p.stderr
 

@@ -46,21 +46,22 @@ REFUSED_KEY = {
                                "benchmarks.0.solver.web_search_provider"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
-    # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below); the others place
-    # their sandbox on a node pool
+    # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
+    # run through Pyxis (test_slurm_containers.py): the dynamo ones stop on the server type.
+    # A slurm sandbox goes on its node pool; nel's apptainer sandbox cannot be placed on one.
     "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
-    "15c_slurm_gsm8k_dynamo": "cluster.container_mounts",
-    "15d_slurm_gsm8k_dynamo_disagg": "cluster.container_mounts",
-    "16_slurm_swebench_harbor": "sandboxes.swebench.node_pool",
+    "15c_slurm_gsm8k_dynamo": "services.glm5-dynamo.type",
+    "15d_slurm_gsm8k_dynamo_disagg": "services.glm5-dynamo-disagg.type",
+    "16_slurm_swebench_harbor": None,
     "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.node_pool",
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.region",
-    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": "sandboxes.verify.node_pool",
+    "19_gym_runtime_ecs": "benchmarks.0.sandbox.region", "20_slurm_gym_runtime": None,
     "20a_slurm_gym_runtime_apptainer": "sandboxes.verify.node_pool",
     "21_tool_calling_gym": None,
     "22_tool_calling_sandbox": None,
     "23_tool_calling_combined": None,
     "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
-    # lm-eval:// runs; skills:// does not yet
+    # lm-eval:// plans; skills:// is refused without its prepared data
     "wt03_harness_uris": "benchmarks.1.name", "wt05_humaneval_sandbox": None,
     "wt06_swebench_harbor_ecs": "benchmarks.0.name",
     "wt07_gym_delegation": None,
@@ -68,7 +69,7 @@ REFUSED_KEY = {
     "wt09_tool_calling_sandbox": None,
     "wt10_tool_calling_combined": None,
     "wt11_vlm_image_detail": "benchmarks.0.name", "wt12_multi_benchmark_suite": None,
-    "wt13_slurm_vllm": None, "wt14_slurm_sandbox_harbor": "sandboxes.swebench.node_pool",
+    "wt13_slurm_vllm": None, "wt14_slurm_sandbox_harbor": None,
     "wt15_slurm_shards": None, "wt16_container_uri": "benchmarks.0.name",
     # mlflow is built: #17 asks for per-sample traces (not built), #18 runs (its export to a
     # tracking server that does not answer fails in one line; the results stay)
@@ -83,18 +84,24 @@ RUN_REFUSED = {
     # their tests/test.sh in the agent's sandbox) from local task files, which are not here
     "22_tool_calling_sandbox": "swebench-verified: no local task files in ",
     "wt09_tool_calling_sandbox": "swebench-verified: no local task files in ",
-    # tool_calling on Gym tools and gym_delegation run; their agents do not work in the
-    # sandbox a Harbor task's tests run in, so nel refuses them for these agent benchmarks
-    # (and research-bench is not here)
-    "09_gym_runtime": "'swebench-multilingual' is an agent benchmark",
-    "10_gym_full": "'swebench-multilingual' is an agent benchmark",
-    "21_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    # gym_delegation and tool_calling on Gym tools run these agent benchmarks (their patch is
+    # verified by the task's tests in nel's docker sandbox: test_gym_harbor_e2e.py); the
+    # SWE-bench task files are not here
+    "09_gym_runtime": "swebench-multilingual: no local task files in ",
+    "10_gym_full": "swebench-multilingual: no local task files in ",
+    "21_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "23_tool_calling_combined": "unknown benchmark 'research-bench'",
-    "wt07_gym_delegation": "'swebench-multilingual' is an agent benchmark",
-    "wt08_tool_calling_gym": "'swebench-multilingual' is an agent benchmark",
+    "wt07_gym_delegation": "swebench-multilingual: no local task files in ",
+    "wt08_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
     # a Gym resources server's native protocol serves no problems of its own
     "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
+    # the slurm sandbox is placed on its node pool; Harbor tasks and these agents do not
+    # run in a slurm sandbox yet
+    "16_slurm_swebench_harbor": "a slurm sandbox is not supported yet in nel for them",
+    "wt14_slurm_sandbox_harbor": "a slurm sandbox is not supported yet in nel for them",
+    # gym_delegation runs it; its verifier's slurm sandbox does not (yet) for Harbor tasks
+    "20_slurm_gym_runtime": "a slurm sandbox is not supported yet in nel for them",
 }
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).
@@ -457,10 +464,18 @@ def test_other_solvers_are_refused_and_checked(tmp_path: Path) -> None:
     assert "benchmarks.0.solver.agent: a `harbor` solver needs `agent`" in err
 
 
-def test_harness_uris_name_what_nel_has(tmp_path: Path) -> None:
-    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: skills://mmlu-pro"))
-    assert "benchmark 'skills://mmlu-pro' (NeMo Skills benchmarks)" in msg
-    assert msg.endswith("nel has the same benchmark built in: write `name: mmlu_pro`")
+def test_harness_uris_name_what_nel_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEL_SKILLS_DIR", str(tmp_path / "skills"))  # Skills' data is not there
+    _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: skills://mmlu-pro"))
+    with pytest.raises(ConfigError) as err:
+        check_supported(cfg)  # skills:// runs from a local Skills data directory: not there
+    msg = str(err.value)
+    assert "\n" not in msg and "key benchmarks.0.name: " in msg
+    assert "benchmark 'skills://mmlu-pro' cannot run here without NeMo Skills' prepared data" in msg
+    assert f"put {tmp_path / 'skills'}/mmlu-pro/test.jsonl in place" in msg
+    assert msg.endswith("nel's own `mmlu_pro` needs none of this")
+    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: lm-eval://gsm8k"))
+    assert msg.endswith("nel has the same benchmark built in: write `name: gsm8k`")
     _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: gym://127.0.0.1:7"))
     check_supported(cfg)  # gym:// environments are built
 

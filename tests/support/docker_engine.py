@@ -16,8 +16,12 @@ def start_docker_engine() -> str:
     """Start the engine if needed (idempotent; the first call may take minutes: it installs
     docker.io and debootstraps the base image) and return its DOCKER_HOST."""
     script = REPO_ROOT / "deploy" / "docker" / "start_engine.sh"
+    # The engine accepts `--gpus` through a stand-in of NVIDIA's hook (launched model servers
+    # in containers ask for their GPUs so: tests/dagster_project/test_docker_gpu_servers.py).
+    hook = REPO_ROOT / "tests" / "support" / "gpu_servers" / "hook" / "nvidia-container-runtime-hook"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                          env={**os.environ, "NEL_DOCKER_PY_BASE": "1"}, timeout=1200)
+                          env={**os.environ, "NEL_DOCKER_PY_BASE": "1",
+                               "NEL_DOCKER_GPU_HOOK": str(hook)}, timeout=1200)
     if proc.returncode != 0:
         require_real_component(f"the Docker engine did not start: {proc.stderr.strip()[-2000:]}")
     for line in proc.stdout.splitlines():

@@ -6,7 +6,8 @@ every server the Gym test modules need, and those modules share the xdist group
 `GYM_GROUP` so one worker builds it once:
 
 - `policy_model`: Gym's `openai_model` in front of nel's reference server (the agents' model;
-  answers per prompt from `policy_answers`, else `POLICY_DEFAULT`);
+  answers per prompt from `policy_answers` and `gym_harbor.policy_rows`, else
+  `POLICY_DEFAULT`);
 - `counter` (Gym's `example_session_state_mgmt`: a per-session counter) and its
   `simple_agent` `counter_agent`;
 - `mcqa` (Gym's multiple-choice server, with its example rows);
@@ -138,6 +139,7 @@ def start_shared_gym(root: Path) -> SharedGym:
     import sys
 
     from nel_resources.reference_server import start_reference_server
+    from tests.support import gym_harbor
     from tests.support.peers import peer_gym_venv
     from tests.support.realcomponents import REPO_ROOT
 
@@ -160,6 +162,7 @@ def start_shared_gym(root: Path) -> SharedGym:
     except Exception as exc:  # the dataset lives in NEL_DATA_DIR; the gsm8k tests skip
         why = f"gsm8k data not available: {exc}"
     answers, letters = policy_answers(gold, prompts, mcqa)
+    answers += gym_harbor.policy_rows()  # the Harbor tasks of test_gym_harbor_e2e.py
     ref, ref_url = start_reference_server(answers=answers, default_content=POLICY_DEFAULT,
                                           log_path=root / "policy.log")
     servers: dict[str, dict[str, Any]] = {

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from nel_assets.engine.evaluation import evaluate as ev
+from nel_assets.engine.evaluation.image_parts import save_images, seed_images
 from nel_resources.specs import BenchmarkSpec
 from nel_resources.storage.store import ResultStore, write_json_atomic, write_parquet_atomic
 
@@ -31,16 +32,29 @@ class DatasetShard:
     version: str  # == the shard's `seeds_digest` in `evaluate.plan`
 
 
-async def _seed_rows(env: Any, indices: list[int]) -> tuple[list[dict[str, Any]], str]:
-    """The shard's rows and the hash of its seeds (the same bytes `seed_hash` hashes)."""
+async def _seed_rows(env: Any, indices: list[int],
+                     image_dir: Path | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The shard's rows and the hash of its seeds (the same bytes `seed_hash` hashes).
+
+    A seed's images are written once into `image_dir` (content-addressed) and its row names
+    them (`images`: `nel-image:<sha256>` names), never carries their bytes."""
     h = hashlib.sha256()
     rows = []
     for i in indices:
         s = await env.seed(i)
         h.update(orjson.dumps(s.to_dict(), option=orjson.OPT_SORT_KEYS, default=str))
-        rows.append({"problem_idx": i, "shard": None, "prompt": s.prompt, "expected": s.expected_answer,
-                     "system": s.system, "metadata": orjson.dumps(s.metadata, default=str).decode(),
-                     "category": None if s.metadata.get("category") is None else str(s.metadata["category"])})
+        row = {"problem_idx": i, "shard": None, "prompt": s.prompt, "expected": s.expected_answer,
+               "system": s.system, "metadata": orjson.dumps(s.metadata, default=str).decode(),
+               "category": None if s.metadata.get("category") is None else str(s.metadata["category"])}
+        if s.images:
+            images = seed_images(s.images)
+            if image_dir is not None:
+                save_images(image_dir, images)
+            row["images"] = orjson.dumps([img.ref for img in images]).decode()
+        rows.append(row)
+    if any("images" in r for r in rows):  # one schema for the shard (Arrow reads the first row's)
+        for r in rows:
+            r.setdefault("images", None)
     return rows, h.hexdigest()[:16]
 
 
@@ -58,7 +72,8 @@ def write_dataset_shard(store: ResultStore, bench: BenchmarkSpec, shard: int) ->
         if prep is not None:
             await prep()
         all_idx = ev.problem_indices(env, first.selection)
-        rows, digest = await _seed_rows(env, ev.shard_indices(all_idx, shard, bench.shards))
+        rows, digest = await _seed_rows(env, ev.shard_indices(all_idx, shard, bench.shards),
+                                        store.images_dir(bench.name))
         return all_idx, rows, digest
 
     all_idx, rows, digest = asyncio.run(seeded())

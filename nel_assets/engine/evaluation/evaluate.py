@@ -22,6 +22,7 @@ from benchmarks.uri_schemes import is_uri
 from nel_assets.engine.evaluation.interrupts import run_interruptibly
 from nel_assets.engine.evaluation.journal import Journal
 from nel_assets.engine.evaluation.sandboxing import FactoryOpener
+from nel_assets.engine.evaluation.shard_file import LazySpill, file_batches, shard_summary
 from nel_assets.engine.evaluation.sharding import select_problems, shard_bounds, shuffle_record
 from nel_resources.config import ServiceConfig
 from nel_resources.specs import (
@@ -253,7 +254,8 @@ def evaluate_shard(
 
     # Rows become Arrow record batches as they finish (pyarrow loads with the first batch,
     # after the first requests): the shard is never held as dicts.
-    builder = _LazyTableBuilder()
+    final = store.shard_path(bench_name, model, shard)
+    builder = LazySpill(final)
 
     async def go() -> tuple[int, int, str, tuple[int, int] | None]:
         await _prepare(env)
@@ -278,7 +280,8 @@ def evaluate_shard(
         spec = ShardSpec(benchmark=bench_name, model=model, model_id=run.model_id,
                          shard=shard, indices=idx, repeats=run.repeats, run_id=run_id,
                          system_prompt=run.system_prompt, protocol=svc.protocol,
-                         budget=budget_for(run.service.name, svc.pricing))
+                         budget=budget_for(run.service.name, svc.pricing), image_detail=run.solver.image_detail,
+                         image_dir=store.images_dir(bench_name))
         async with make_client(svc, base_url, timeout=run.timeout) as client, make_judge(run) as judge, \
                 sandbox_pool(run, env, sandboxes) as pool:
             spec.judge = judge
@@ -312,10 +315,19 @@ def evaluate_shard(
     seeds: dict[str, str] = {}  # the shard's seed digest: its part of the dataset's hash
     # Ctrl-C and SIGTERM go through the loop: raised inside one of its callbacks, asyncio
     # would log the interrupt and carry on (interrupts.py).
-    sent, prior, fp, idx_range = run_interruptibly(go())
-    table = builder.table()
-    data_version, n_rows, n_err, n_failed, reward_sum, n_rewards = _shard_summary(table, needs_retry)
-    path = store.write_shard(bench_name, model, shard, table, {
+    try:
+        sent, prior, fp, idx_range = run_interruptibly(go())
+        written = builder.write_sorted()
+    except BaseException:
+        builder.discard()
+        raise
+    try:
+        data_version, n_rows, n_err, n_failed, reward_sum, n_rewards = shard_summary(
+            file_batches(written), needs_retry)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
+    path = store.commit_shard_file(bench_name, model, shard, written, {
         "fingerprint": fp, "data_version": data_version, "n_rows": n_rows, "run_id": run_id,
         "n_failed": n_failed,
         "written_at": time.time(), "benchmark": bench_name, "model": model, "shard": shard,
@@ -328,57 +340,6 @@ def evaluate_shard(
     mean = reward_sum / n_rewards if n_rewards else None
     return ShardOutcome(path, n_rows, data_version, sent, prior, mean, n_err,
                         time.perf_counter() - t0)
-
-
-def _shard_summary(table: Any, needs_retry: Callable[[dict[str, Any]], bool]
-                   ) -> tuple[str, int, int, int, float, int]:
-    """(data version, rows, errors, failed samples to retry, reward sum, rewards) of a shard.
-
-    Read a batch of rows at a time: the whole shard's ids, responses and rewards as Python
-    lists were ~8 MB at 42,208 samples, growing with the shard. The data version hashes the
-    same bytes as `orjson.dumps` of every row's (sample_id, reward, response, error).
-    """
-    h = hashlib.sha256(b"[")
-    n_err = n_failed = n_rewards = 0
-    reward_sum: float = 0
-    first = True
-    for batch in table.to_batches(max_chunksize=4096):
-        ids, rewards, responses, errors, cats = (batch.column(c).to_pylist() for c in (
-            "sample_id", "reward", "response", "error", "failure_category"))
-        if batch.num_rows:
-            h.update((b"" if first else b",") + orjson.dumps(list(zip(ids, rewards, responses, errors,
-                                                                       strict=True)))[1:-1])
-            first = False
-        for x in rewards:
-            if x is not None:
-                reward_sum += x  # in row order, as `sum` over the column did
-                n_rewards += 1
-        n_err += sum(1 for e in errors if e is not None)
-        n_failed += sum(1 for e, f in zip(errors, cats, strict=True)
-                        if needs_retry({"error": e, "failure_category": f}))
-    h.update(b"]")
-    return h.hexdigest()[:16], table.num_rows, n_err, n_failed, reward_sum, n_rewards
-
-
-class _LazyTableBuilder:
-    """`nel_resources.storage.schema.TableBuilder`, created (and pyarrow imported) at the first row,
-    so neither is on the path to a shard's first request."""
-
-    def __init__(self) -> None:
-        self._builder: Any = None
-
-    def add(self, row: dict[str, Any]) -> None:
-        if self._builder is None:
-            from nel_resources.storage.schema import TableBuilder
-
-            self._builder = TableBuilder()
-        self._builder.add(row)
-
-    def table(self) -> Any:
-        """The rows as a sorted Arrow table (an empty one when there were none)."""
-        from nel_resources.storage.schema import TableBuilder
-
-        return (self._builder or TableBuilder()).table()
 
 
 def _evaluate_harness(run: RunSpec, store: ResultStore, env: EvalEnvironment, base_url: str | None,

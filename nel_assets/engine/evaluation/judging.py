@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the loop and aiohttp load when a shard runs, not when a con
     from nel_resources.model_client import ModelClient
 
 # Benchmarks 0.3.0 grades with a judge of their own (not its rubric): nel's kind stands in.
-_OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest"})
+_OWN_GRADER_IN_NEMO = frozenset({"healthbench", "xstest", "pinchbench"})
 
 # Judge options only the rubric kind reads (`system_prompt`, `temperature`, `timeout` and
 # `max_retries` apply to every kind).
@@ -70,6 +70,30 @@ def _scorer(name: str) -> Callable[..., VerifyResult]:
     if name not in SCORERS:
         raise NelError(f"unknown scorer metric {name!r}; choose from {', '.join(SCORER_NAMES)}")
     return SCORERS.load(name)  # type: ignore[no-any-return]
+
+
+def _item_options(m: ScoringMetric, seed: SeedResult) -> dict[str, Any]:
+    """A scorer metric's params, plus the item's option count (`n_options` in its metadata)
+    when the scorer takes one and the config sets neither it nor `letters`: an `mcq_extract`
+    metric on a 10-option item must read the letters A-J, not the default A-D."""
+    n = seed.metadata.get("n_options")
+    if not isinstance(n, int) or "n_options" in m.params or "letters" in m.params:
+        return m.params
+    if "n_options" not in _scorer_options(m.name):
+        return m.params
+    return {**m.params, "n_options": n}
+
+
+_OPTIONS: dict[str, frozenset[str]] = {}
+
+
+def _scorer_options(name: str) -> frozenset[str]:
+    """The keyword options a scorer declares (looked up once per name)."""
+    if name not in _OPTIONS:
+        import inspect
+
+        _OPTIONS[name] = frozenset(inspect.signature(_scorer(name)).parameters)
+    return _OPTIONS[name]
 
 
 def _check_scorer_params(benchmark: str, name: str, params: dict[str, Any]) -> None:
@@ -271,13 +295,16 @@ class Grader:
                 "attempts": resp.attempts}
         return resp.content or "", call
 
-    async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult,
-                         response: str) -> tuple[float, dict[str, Any]]:
+    async def _run_judge(self, jm: _JudgeMetric, seed: SeedResult, response: str,
+                         verdict: VerifyResult) -> tuple[float, dict[str, Any]]:
         from benchmarks.judges import JudgeParseError
         from nel_assets.engine.evaluation.loop import JudgeError
 
         kind = self._kind(jm)
-        requests = kind.requests(seed, response)
+        # A kind that reads the verdict (PinchBench: the prompt its grader built in the
+        # sandbox, the automated score it combines with) gets it.
+        reads = getattr(kind, "reads_verdict", False)
+        requests = kind.requests(seed, response, verdict) if reads else kind.requests(seed, response)
         system = getattr(kind, "system_prompt", None)
         overrides = judge_overrides(jm.metric, kind)
         answers = await asyncio.gather(*(self._ask(jm, r.prompt, system, overrides) for r in requests))
@@ -289,7 +316,7 @@ class Grader:
                 raise JudgeError(f"judge {jm.service_name!r} reply unparseable for "
                                  f"{req.key}: {exc}") from None
             calls.append({"key": req.key, **call, "parsed": grades[req.key]})
-        reward, details = kind.score(seed, grades)
+        reward, details = kind.score(seed, grades, verdict) if reads else kind.score(seed, grades)
         info: dict[str, Any] = {
             "metric": jm.metric.name, "kind": kind.name, "service": jm.service_name,
             "model": jm.service.model, "reward": reward, **details,
@@ -313,17 +340,19 @@ class Grader:
             metrics["default"] = float(verdict.reward)
         extracted = {"default": verdict.extracted_answer}
         for m in self.scorers:
-            v = _scorer(m.name)(response, seed.expected_answer, reasoning=reasoning, **m.params)
+            v = _scorer(m.name)(response, seed.expected_answer, reasoning=reasoning,
+                                **_item_options(m, seed))
             metrics[m.name] = float(v.reward)
             extracted[m.name] = v.extracted_answer
             details.setdefault("scorers", {})[m.name] = v.scoring_details
-        if self.judges and not (response or "").strip():
+        if self.judges and not (response or "").strip() and not any(
+                getattr(self._kind(jm), "reads_verdict", False) for jm in self.judges):
             # Nothing to grade: the loop scores an empty reply 0 without asking anyone.
             details["judge"] = {"skipped": "empty response"}
             for jm in self.judges:
                 metrics[jm.metric.name] = 0.0
         else:
-            infos = await asyncio.gather(*(self._run_judge(jm, seed, response)
+            infos = await asyncio.gather(*(self._run_judge(jm, seed, response, verdict)
                                            for jm in self.judges))
             for jm, (reward, info) in zip(self.judges, infos, strict=True):
                 metrics[jm.metric.name] = float(reward)

@@ -76,6 +76,11 @@ class ShardSpec:
     # The shard's sandboxes (`nel_assets.engine.evaluation.sandboxing.SandboxPool`) when the benchmark
     # has a sandbox block: verify then gets a started sandbox as `sandbox=`.
     sandboxes: Any = None
+    # `detail` of the image parts sent with a seed's images (`solver.image_detail`).
+    image_detail: str = "auto"
+    # The dataset's content-addressed image folder: a seed's images are written there once
+    # and rows name them by hash (None: not written, e.g. a solver called directly).
+    image_dir: Any = None
     # An agentic solver (`nel_assets.engine.solvers.Solver`, e.g. tool_calling); None runs
     # the single request of the `simple` solver, on the loop's own fast path.
     solver: Any = None
@@ -83,10 +88,19 @@ class ShardSpec:
     budget: Any = None
 
 
-def build_request(seed: SeedResult, protocol: str,
-                  system_prompt: str | None) -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
-    """(messages, prompt, system) for one seed; the user's system prompt always goes first."""
+def build_request(seed: SeedResult, protocol: str, system_prompt: str | None,
+                  image_detail: str = "auto") -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
+    """(messages, prompt, system) for one seed; the user's system prompt always goes first.
+
+    A seed's images go into the last user message as content parts with `image_detail`
+    (`image_parts.attach_images`); a completions endpoint is refused for them.
+    """
     system_parts = [s for s in (system_prompt, seed.system) if s]
+    if seed.images:
+        from nel_assets.engine.evaluation.image_parts import attach_images, seed_images
+
+        if protocol == "completions":
+            attach_images([], seed_images(seed.images), protocol, image_detail)  # raises
     if protocol == "completions":
         prompt = seed.prompt
         system = "\n\n".join(system_parts) or None
@@ -102,10 +116,13 @@ def build_request(seed: SeedResult, protocol: str,
     system = "\n\n".join(p for p in system_parts if p) or None
     if system:
         messages.insert(0, {"role": "system", "content": system})
+    if seed.images:
+        messages = attach_images(messages, seed_images(seed.images), protocol, image_detail)
     return messages, None, system
 
 
-_SeedEntry = tuple[SeedResult, float, str | None, str | None, str, str, str | None, str | None]
+_SeedEntry = tuple[SeedResult, float, str | None, str | None, str, str, str | None, str | None,
+                   str | None]
 
 
 def _category(meta: dict[str, Any]) -> str | None:
@@ -175,12 +192,26 @@ async def run_shard(
         t0 = time.perf_counter()
         try:
             seed = await env.seed(idx)
-            messages, prompt, system = build_request(seed, spec.protocol, spec.system_prompt)
+            messages, prompt, system = build_request(seed, spec.protocol, spec.system_prompt,
+                                                     spec.image_detail)
+            kept, images_json = messages, None
+            if seed.images:  # stored once per dataset; rows name the images by hash
+                from nel_assets.engine.evaluation.image_parts import (
+                    save_images,
+                    seed_images,
+                    stored_messages,
+                )
+
+                images = seed_images(seed.images)
+                if spec.image_dir is not None:
+                    save_images(spec.image_dir, images)
+                kept = stored_messages(messages or [])
+                images_json = orjson.dumps([i.ref for i in images]).decode()
             entry = (seed, (time.perf_counter() - t0) * 1000.0, prompt, system,
-                     orjson.dumps(messages).decode() if messages is not None else orjson.dumps(
+                     orjson.dumps(kept).decode() if kept is not None else orjson.dumps(
                          [{"role": "user", "content": prompt}]).decode(),
                      orjson.dumps(seed.metadata, default=str).decode(),
-                     _category(seed.metadata), _cluster(seed.metadata))
+                     _category(seed.metadata), _cluster(seed.metadata), images_json)
             seeds[idx] = entry
             if spec.solver is None:  # a solver builds its own requests (and may have no client)
                 bodies[idx] = client.encode(messages, prompt)
@@ -204,7 +235,7 @@ async def run_shard(
     async def one(idx: int, rep: int) -> dict[str, Any]:
         t_start = time.perf_counter()
         # A problem's later repeats find their seed cached: no coroutine for the lookup.
-        seed, seed_ms, _prompt, system, messages_json, meta_json, category, cluster = (
+        seed, seed_ms, _prompt, system, messages_json, meta_json, category, cluster, images_json = (
             seeds.get(idx) or await get_seed(idx))
         sample_id = f"{idx}:{rep}"
         row: dict[str, Any] = {
@@ -213,7 +244,7 @@ async def run_shard(
             "sample_id": sample_id, "category": category,
             "cluster": cluster, "prompt": seed.prompt, "system": system,
             "messages": messages_json, "expected": seed.expected_answer, "metadata": meta_json,
-            "seed_ms": seed_ms,
+            "seed_ms": seed_ms, "images": images_json,
         }
         if spec.solver is not None:
             return await solved(seed, row, t_start)

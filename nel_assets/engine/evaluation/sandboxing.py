@@ -36,6 +36,7 @@ from benchmarks import EvalEnvironment, SeedResult
 from benchmarks.errors import NelError
 from benchmarks.uri_schemes import is_uri
 from nel_resources.config import SandboxConfig
+from nel_resources.config.deployment import NodePool
 from nel_resources.sandboxes.base import (
     Sandbox,
     SandboxError,
@@ -60,6 +61,14 @@ def has_sandbox(cfg: SandboxConfig | None) -> bool:
     return cfg is not None and cfg.type != "none"
 
 
+def trusts_solver(run: RunSpec) -> bool:
+    """Whether the run's solver brings its own reward (`gym_delegation` with `trust_reward:
+    true`: Gym's verdict), so `verify` and its sandbox never run."""
+    solver = getattr(run, "solver", None)
+    return getattr(solver, "type", None) == "gym_delegation" and bool(
+        getattr(solver, "trust_reward", False))
+
+
 def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
     """Refuse a benchmark that runs model code without a sandbox (one line, before any request).
 
@@ -74,7 +83,7 @@ def check_sandbox(run: RunSpec, env_class: Any = None) -> None:
             env_class = get_factory(run.env.name)
         except NelError:
             return  # unknown names are refused elsewhere, with suggestions
-    if needs_sandbox(env_class) and not has_sandbox(run.sandbox):
+    if needs_sandbox(env_class) and not has_sandbox(run.sandbox) and not trusts_solver(run):
         raise NelError(f"benchmark {run.benchmark!r} runs model-written code and needs a sandbox: "
                        "add `sandbox: {type: local}` (or `{type: docker, image: ...}`) to it")
 
@@ -86,11 +95,12 @@ class FactoryOpener(Protocol):
 
 
 @contextlib.asynccontextmanager
-async def open_factory(cfg: SandboxConfig) -> AsyncIterator[SandboxFactory]:
-    """The factory of a sandbox block, closed (`aclose`) whatever happens in the block."""
+async def open_factory(cfg: SandboxConfig, pool: NodePool | None = None) -> AsyncIterator[SandboxFactory]:
+    """The factory of a sandbox block (on node pool `pool` when the block names one),
+    closed (`aclose`) whatever happens in the block."""
     from nel_resources.sandboxes.factory import make_factory
 
-    factory = make_factory(cfg)
+    factory = make_factory(cfg, pool=pool)
     try:
         yield factory
     finally:
@@ -100,12 +110,13 @@ async def open_factory(cfg: SandboxConfig) -> AsyncIterator[SandboxFactory]:
 class ConfigOpener:
     """Opens a factory straight from a sandbox block (runs outside Dagster: the Python API)."""
 
-    def __init__(self, cfg: SandboxConfig) -> None:
+    def __init__(self, cfg: SandboxConfig, pool: NodePool | None = None) -> None:
         self.cfg = cfg
+        self.pool = pool
 
     def open(self) -> contextlib.AbstractAsyncContextManager[SandboxFactory]:
         """The block's factory, closed on exit."""
-        return open_factory(self.cfg)
+        return open_factory(self.cfg, self.pool)
 
 
 def spec_for(seed: SeedResult) -> SandboxSpec:
@@ -234,7 +245,7 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
     assert run.sandbox is not None
     async with contextlib.AsyncExitStack() as stack:
         try:
-            factory = await stack.enter_async_context((opener or ConfigOpener(run.sandbox)).open())
+            factory = await stack.enter_async_context((opener or ConfigOpener(run.sandbox, run.sandbox_pool)).open())
             # One sandbox up and down before the first model request: a sandbox that cannot
             # start (no bwrap, no such image, no engine) fails the run now, in one line,
             # instead of after every answer has been paid for.

@@ -100,7 +100,10 @@ def atif(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     steps: list[dict[str, Any]] = []
     if row.get("system"):
         steps.append({"source": "system", "message": row["system"]})
-    steps.append({"source": "user", "message": row.get("prompt") or ""})
+    user: dict[str, Any] = {"source": "user", "message": row.get("prompt") or ""}
+    if row.get("images"):  # the images sent with the prompt, by name (`nel-image:<sha256>`)
+        user["extra"] = {"images": orjson.loads(row["images"])}
+    steps.append(user)
     agent: dict[str, Any] = {"source": "agent", "message": row.get("response") or "",
                              "model_name": row.get("model_id")}
     if row.get("reasoning"):

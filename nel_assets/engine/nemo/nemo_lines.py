@@ -28,7 +28,7 @@ LINE_COLUMNS = ("run_id", "model_id", "shard", "problem_idx", "repeat", "sample_
                 "extracted", "method", "details", "metadata", "finish_reason", "prompt_tokens",
                 "completion_tokens", "reasoning_tokens", "seed_ms", "model_ms", "verify_ms",
                 "total_ms", "attempts", "error", "failure_category", "timestamp", "turns",
-                "tool_calls", "steps")
+                "tool_calls", "steps", "images")
 
 _CACHE_MAX = 4096  # digests kept per cache: repeats of a question sit close together
 _EMPTY_MSGS = "[]"
@@ -103,7 +103,7 @@ class LineBuilder:
         for i, (run_id, model_id, shard, pidx, rep, sample_id, category, prompt, system, msgs,
                 expected, response, reasoning, reward, extracted, method, raw_details, metadata,
                 finish, pt, ct, rt, _seed_ms, model_ms, _verify_ms, total_ms, attempts, error,
-                fcat, ts, turns, tool_calls, _steps, seed_r, latency, verify_r, total_r,
+                fcat, ts, turns, tool_calls, _steps, images, seed_r, latency, verify_r, total_r,
                 ) in enumerate(zip(*cols.values(), *rounded, strict=True)):
             if steps_col[i]:
                 r, t = self._row_by_row({c: v[i] for c, v in cols.items()}, self._messages)
@@ -162,6 +162,8 @@ class LineBuilder:
             # for both lines
             content = response or ""
             user = {"source": "user", "message": prompt_s, "step_id": 2 if system else 1}
+            if images:  # the images sent with the prompt, by name (`nel-image:<sha256>`)
+                user["extra"] = {"images": orjson.loads(images)}
             agent: dict[str, Any] = {"source": "agent", "message": content, "model_name": model_id}
             if reasoning:
                 agent["reasoning_content"] = reasoning

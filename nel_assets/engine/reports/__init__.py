@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nel_assets.engine.reports.html import MAX_ROWS, cap_samples, render_html
+from nel_assets.engine.reports.report_images import embedded_images
 from nel_assets.engine.reports.tables import render_csv, render_latex, render_markdown
 
 __all__ = ["EXTENSIONS", "FORMATS", "collect", "render", "render_csv", "render_html", "render_json",
@@ -20,7 +21,7 @@ FORMATS = ("markdown", "html", "csv", "json", "latex")
 EXTENSIONS = {"markdown": "md", "html": "html", "csv": "csv", "json": "json", "latex": "tex"}
 
 _SAMPLE_COLUMNS = ("sample_id", "prompt", "response", "expected", "extracted", "reward",
-                   "failure_category", "model_ms", "error")
+                   "failure_category", "model_ms", "error", "images")
 
 
 def render_json(bundles: Sequence[Mapping[str, Any]], comparison: Mapping[str, Any] | None = None) -> str:
@@ -58,7 +59,9 @@ def collect(store: Any, *, models: Iterable[str] | None = None, benchmarks: Iter
             bundles.append(b)
             if not with_samples:
                 continue
-            details[f"{b['benchmark']}/{b['model']}"] = sample_details(store.read_shards(folder, m), max_rows)
+            d = details[f"{b['benchmark']}/{b['model']}"] = sample_details(store.read_shards(folder, m), max_rows)
+            # images the samples show, from the dataset's folder (stored once, named by hash)
+            d["images"] = embedded_images(d["samples"], store.images_dir(folder))
     return bundles, details
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from nel_assets.engine.reports import svg
 from nel_assets.engine.reports.compare_text import mde_text, pts
 from nel_assets.engine.reports.cost_text import cost_line, provenance_line, run_cost_line
+from nel_assets.engine.reports.report_images import images_cell
 from nel_assets.engine.reports.tables import se_cell
 from nel_assets.engine.results.headline import headline_note
 
@@ -35,6 +36,7 @@ summary{cursor:pointer}.v-correct{color:#2e8b57;font-weight:600}.v-wrong{color:#
 .drill-controls{margin:8px 0;display:flex;gap:8px;align-items:center}
 .drill-controls input{flex:1;padding:4px 6px}.verdict-regression{color:#c0392b;font-weight:600}
 .verdict-improvement{color:#2e8b57;font-weight:600}
+.seed-img{max-width:160px;max-height:160px;margin:4px 4px 0 0;border:1px solid #ddd}
 """
 
 _JS = """
@@ -107,13 +109,15 @@ def _text_cell(text: Any, *, last: bool = False) -> str:
     return f"<details><summary>{_e(_summary(flat, last=last))}</summary><pre>{_e(s)}</pre></details>"
 
 
-def _drilldown(key: str, samples: Sequence[Mapping[str, Any]], total: int) -> str:
+def _drilldown(key: str, samples: Sequence[Mapping[str, Any]], total: int,
+               images: Mapping[str, str] | None = None) -> str:
     rows = []
     for s in samples:
         v = _verdict(s)
         reward = s.get("reward")
         rows.append(
-            f'<tr data-verdict="{v}"><td>{_e(s.get("sample_id"))}</td><td>{_text_cell(s.get("prompt"), last=True)}</td>'
+            f'<tr data-verdict="{v}"><td>{_e(s.get("sample_id"))}</td><td>{_text_cell(s.get("prompt"), last=True)}'
+            f'{images_cell(s, images or {})}</td>'
             f'<td>{_text_cell(s.get("response"))}</td><td>{_e(s.get("expected"))}</td>'
             f'<td>{_e(s.get("extracted"))}</td><td class="v-{v}">{v}'
             f'{"" if reward is None or v == "failed" else f" ({reward:g})"}'
@@ -255,6 +259,6 @@ def render_html(bundles: Sequence[Mapping[str, Any]], *,
                                    colors=["#2e8b57", "#c0392b", "#8a6d3b", "#7f8c8d", "#9b59b6"]))
         out.append('<div class="plots">' + "".join(plots) + "</div>")
         if d.get("samples") is not None:
-            out.append(f"<h3>Samples</h3>{_drilldown(key, d['samples'], int(d.get('n_total') or len(d['samples'])))}")
+            out.append(f"<h3>Samples</h3>{_drilldown(key, d['samples'], int(d.get('n_total') or len(d['samples'])), d.get('images'))}")
     out.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(out)

@@ -1,6 +1,7 @@
 """Solvers: how a seeded problem becomes a model answer (NeMo Evaluator's `Solver` interface).
 
-`simple` is one chat or completion request per problem (`ChatSolver`, `CompletionSolver`);
+`simple` is one chat or completion request per problem (`ChatSolver`, `CompletionSolver`;
+`VLMSolver` is `ChatSolver` under NeMo Evaluator's name for seeds with images);
 `tool_calling` (`solvers.tool_calling.ToolCallingSolver`: nel's ReAct loop over sandbox and
 NeMo Gym resource-server tools) and `gym_delegation` (`solvers.gym_delegation`: a NeMo Gym
 agent runs the rollout) are built from a config by `solvers.factory.solver_for`. The other
@@ -14,7 +15,7 @@ from nel_assets.engine.solvers.base import (
     ToolOutcome,
     ToolSource,
 )
-from nel_assets.engine.solvers.simple import ChatSolver, CompletionSolver
+from nel_assets.engine.solvers.simple import ChatSolver, CompletionSolver, VLMSolver
 
 __all__ = ["ChatSolver", "CompletionSolver", "SolveContext", "SolveResult", "Solver",
-           "ToolOutcome", "ToolSource"]
+           "ToolOutcome", "ToolSource", "VLMSolver"]

@@ -106,7 +106,7 @@ def _tool_calling(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
         inp.client, tool_sources_for(cfg, inp.services, sandbox=inp.sandbox),
         max_turns=cfg.max_turns, system_prompt=inp.system_prompt,
         tool_timeout=cfg.tool_timeout, max_output_chars=cfg.max_output_chars,
-        response_mode=cfg.response_mode,
+        response_mode=cfg.response_mode, image_detail=cfg.image_detail,
         artifact_cmd=inp.sandbox.capture_cmd if inp.sandbox is not None else None)
 
 

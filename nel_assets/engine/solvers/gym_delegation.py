@@ -5,7 +5,10 @@ the resources server's session, loops model calls and tool calls, and verifies).
 the rollout: `response` (the agent's Responses-API output: messages, function calls, their
 outputs) and `reward` (the resources server's verdict). With `trust_reward: true` that reward
 is the sample's; with `false` nel scores the agent's final answer with the benchmark's own
-scorer.
+scorer. On a Harbor task (SWE-bench, terminal-bench) with `false`, the agent's patch (its
+reply's `model_patch`, else the diff in its answer) is applied in the sample's sandbox and
+the task's tests run there (`agent_patch`), as NeMo Evaluator runs them in a sandbox of its
+own; the task's tests and verifier settings are not sent to the agent.
 
 The agent is found as NeMo Evaluator 0.3.0 finds it: `GET /server_instances` on the Gym head
 server (`services.<gym_service>.url`) lists every server `ng_run` started; `gym_agent` names one
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from benchmarks.errors import NelError
+from nel_assets.engine.solvers.agent_patch import patch_task_sandbox
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
 from nel_assets.engine.solvers.gym_steps import gym_output_steps, gym_output_text
 from nel_assets.engine.solvers.gym_tools import gym_run_body
@@ -218,6 +222,12 @@ class GymDelegationSolver:
             total_tokens=_int(usage.get("total_tokens")))
         trajectory = [*body["responses_create_params"]["input"],
                       {"role": "assistant", "content": text}]
+        if not self.trust_reward:
+            patched = await patch_task_sandbox(task.metadata, ctx.sandbox if ctx else None,
+                                               text, reply)
+            if patched is not None:
+                details["agent_patch"] = patched[0]
+                steps.append(patched[1])
         return SolveResult(
             response=text, model_response=model_response, trajectory=trajectory,
             reward=reward, scoring_details=details, steps=steps,

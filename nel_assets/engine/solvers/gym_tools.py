@@ -102,6 +102,10 @@ def openapi_tools(spec: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any
     return tools
 
 
+#: A Harbor seed's metadata only the verifier reads (its tests, where they go).
+_VERIFIER_ONLY = ("tests", "tests_dir", "verifier_command", "reward_file", "dockerfile")
+
+
 def gym_run_body(task: SeedResult) -> dict[str, Any]:
     """The body of a Gym rollout for `task` (what Gym agents send to `/run` and resources
     servers get at `/seed_session` and `/verify`): `responses_create_params` with the
@@ -116,6 +120,9 @@ def gym_run_body(task: SeedResult) -> dict[str, Any]:
         if key in meta:
             rcp[key] = meta.pop(key)
     meta.pop("gym_row", None)  # nel's own bookkeeping (a row index), not the row's
+    if meta.get("verifier_command"):  # a Harbor task: its tests stay with nel's verifier
+        for key in _VERIFIER_ONLY:  # (an agent that saw them could game them)
+            meta.pop(key, None)
     return {"responses_create_params": rcp, **meta}
 
 

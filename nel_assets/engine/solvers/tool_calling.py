@@ -27,7 +27,9 @@ import orjson
 
 from benchmarks._types import SeedResult
 from benchmarks.errors import NelError
+from nel_assets.engine.evaluation.image_parts import stored_messages
 from nel_assets.engine.evaluation.loop import build_request
+from nel_assets.engine.solvers.agent_patch import patch_task_sandbox
 from nel_assets.engine.solvers.base import SolveContext, SolveResult, ToolOutcome, ToolSource
 from nel_assets.engine.solvers.output_cap import cap_text
 from nel_resources.model_client import ModelClient, ModelError, ModelResponse
@@ -90,7 +92,7 @@ class ToolCallingSolver:
     def __init__(self, client: ModelClient, sources: list[ToolSource], *, max_turns: int = 50,
                  system_prompt: str | None = None, tool_timeout: float = 180.0,
                  max_output_chars: int = 16384, response_mode: str = "last_message",
-                 artifact_cmd: str | None = None) -> None:
+                 artifact_cmd: str | None = None, image_detail: str = "auto") -> None:
         if client.protocol not in ("chat_completions", "responses"):
             raise NelError(f"the tool_calling solver needs a chat_completions or responses "
                            f"endpoint, not {client.protocol}")
@@ -99,6 +101,7 @@ class ToolCallingSolver:
                            "resource_service)")
         self.client = client
         self.sources = list(sources)
+        self.image_detail = image_detail  # `detail` of a seed's image parts
         self.max_turns = max_turns
         self.system_prompt = system_prompt
         self.tool_timeout = tool_timeout
@@ -179,13 +182,13 @@ class ToolCallingSolver:
         route, specs = await self.routes(ctx)
         responses = self.client.protocol == "responses"
         wire_tools = [_responses_tool(s) for s in specs] if responses else specs
-        messages, _, _ = build_request(task, self.client.protocol, self.system_prompt)
+        messages, _, _ = build_request(task, self.client.protocol, self.system_prompt,
+                                       self.image_detail)
         assert messages is not None
         conversation: list[dict[str, Any]] = list(messages)
         steps: list[dict[str, Any]] = [
-            {"source": m["role"] if m.get("role") == "system" else "user",
-             "message": _text(m.get("content"))}
-            for m in messages if m.get("role") in ("system", "user")]
+            _step(m) for m in (stored_messages(messages) if task.images else messages)
+            if m.get("role") in ("system", "user")]
         result = SolveResult(response="", steps=steps)
         if started is not None:
             started.append(result)  # what the loop did so far, if the agent timeout cuts it
@@ -251,6 +254,13 @@ class ToolCallingSolver:
             result.response = await self._artifact(ctx, steps)
         elif resp is not None:
             result.response = resp.content or _last_said(steps)
+        if result.error is None and not any(_source_name(s) == "sandbox_tools" for s in self.sources):
+            # Tools outside the task's sandbox (a Gym resources server): the agent's work
+            # reaches a Harbor task's sandbox as the patch in its answer (`agent_patch`).
+            patched = await patch_task_sandbox(task.metadata, ctx.sandbox, result.response)
+            if patched is not None:
+                result.scoring_details["agent_patch"] = patched[0]
+                steps.append(patched[1])
         result.trajectory = conversation
         for i, s in enumerate(steps, start=1):
             s["step_id"] = i
@@ -331,11 +341,25 @@ def _source_name(src: Any) -> str:
     return str(getattr(src, "name", None) or type(src).__name__)
 
 
+def _step(message: dict[str, Any]) -> dict[str, Any]:
+    """The ATIF step of a system or user message; its images, by `nel-image:` name, in `extra`."""
+    step: dict[str, Any] = {"source": "system" if message.get("role") == "system" else "user",
+                            "message": _text(message.get("content"))}
+    content = message.get("content")
+    if isinstance(content, list):
+        refs = [str(p["image_url"]["url"] if isinstance(p.get("image_url"), dict) else p.get("image_url"))
+                for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "input_image")]
+        if refs:
+            step["extra"] = {"images": refs}
+    return step
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return "".join(str(p.get("text", "")) for p in content
+                       if isinstance(p, dict) and p.get("type") not in ("image_url", "input_image"))
     return "" if content is None else str(content)
 
 

@@ -302,3 +302,46 @@ def test_escape_drills_on_a_bare_node_step(factory: SlurmSandboxFactory, tmp_pat
     finally:
         listener.close()
     assert host_secret.read_text() == "host only"
+
+
+def _pool_config(tmp_path: Path, sandbox: str, cluster: str = "slurm") -> Path:
+    path = tmp_path / "pool.yaml"
+    pools = ("  node_pools:\n    cpu: {partition: debug}\n    sandbox: {partition: het, nodes: 1}\n"
+             if cluster == "slurm" else "")
+    path.write_text("services:\n  model: {type: api, url: 'http://127.0.0.1:9/v1/chat/completions', "
+                    "model: m}\nbenchmarks:\n  - name: gsm8k\n    sandbox: hpc\nsandboxes:\n"
+                    f"  hpc: {sandbox}\ncluster:\n  type: {cluster}\n{pools}")
+    return path
+
+
+def test_a_sandbox_node_pool_places_its_allocations_on_that_pool(tmp_path: Path) -> None:
+    from nel_resources.resources import SandboxResource
+    from nel_resources.specs import resolve
+
+    cfg = load_config(_pool_config(tmp_path, "{type: slurm, node_pool: sandbox, concurrency: 8, "
+                                              "slots_per_node: 2, memory: 256m}"))
+    check_supported(cfg)  # accepted: the slurm sandbox goes to pool `sandbox`
+    bench = resolve(cfg).benchmarks[0]
+    assert bench.sandbox_pool is not None and bench.sandbox_pool.partition == "het"
+    resource = SandboxResource.from_config(bench.name, bench.sandbox, bench.sandbox_pool)
+
+    async def go() -> tuple[str, str]:
+        async with resource.open() as factory:
+            assert factory.concurrency == 2  # 1 node x 2 slots
+            sb = factory.create(SandboxSpec())
+            async with running(sb):
+                partition, nodes = _slurm("squeue", "-h", "-j", str(sb.job_id), "-o", "%P %N").split()
+                return partition, nodes
+
+    # the real cluster put the allocation on the pool's partition and its node
+    assert asyncio.run(go()) == ("het", "vm-het")
+
+
+def test_a_sandbox_node_pool_is_refused_where_nothing_can_place_it(tmp_path: Path) -> None:
+    # nel's apptainer sandbox runs where the eval client runs: a pool would be ignored
+    apptainer = "{type: apptainer, image: x.sif, node_pool: sandbox, sif_cache_dir: /tmp}"
+    with pytest.raises(ConfigError, match=r"key sandboxes\.hpc\.node_pool: placing a `apptainer` "
+                       r"sandbox on a node pool .*use `type: slurm` or remove `node_pool`"):
+        check_supported(load_config(_pool_config(tmp_path, apptainer)))
+    with pytest.raises(SandboxError, match=r"needs the config's cluster\.node_pools"):
+        make_factory(SandboxConfig(type="slurm", node_pool="sandbox"))

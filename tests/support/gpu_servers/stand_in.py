@@ -10,7 +10,8 @@ OpenAI-compatible server (`/health`, `/v1/models`, `/v1/chat/completions`) on th
 host it was given, serving the model under its served name.
 
 Environment (set by the test; a SLURM job inherits it from `nel eval run`):
-  NEL_STANDIN_RECORD        append one JSON line per start: tool, argv, CUDA_VISIBLE_DEVICES,
+  NEL_STANDIN_RECORD        append one JSON line per start: tool, argv, the visible GPUs
+                            (CUDA_VISIBLE_DEVICES, else a container's NVIDIA_VISIBLE_DEVICES),
                             SLURM_JOB_ID, pid
   NEL_STANDIN_HEALTH_DELAY  seconds before the server answers, or `never` (it then keeps
                             logging "loading" lines and never serves), or `never-once:FILE`
@@ -123,10 +124,15 @@ def main(tool: str, argv: list[str]) -> None:
     """Parse `argv` as `tool` would, record it, wait, then serve (never returns)."""
     ns = TOOLS[tool](argv)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and os.environ.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "all", "none", "void"):
+        # In a container the NVIDIA runtime exposes the GPUs asked for (`docker run --gpus`)
+        # and names them in NVIDIA_VISIBLE_DEVICES; CUDA sees exactly those.
+        visible = os.environ["NVIDIA_VISIBLE_DEVICES"]
     record = os.environ.get("NEL_STANDIN_RECORD")
     if record:
         with open(record, "a", encoding="utf-8") as f:
             f.write(json.dumps({"tool": tool, "argv": argv, "cuda_visible_devices": visible,
+                                "nvidia_visible_devices": os.environ.get("NVIDIA_VISIBLE_DEVICES"),
                                 "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                                 "slurm_task": _slurm_task(),
                                 "pid": os.getpid()}) + "\n")

@@ -175,3 +175,19 @@ def test_no_metrics_no_grader(data: None) -> None:
     assert asyncio.run(go()) is None
     s = SeedResult("q", "a")
     assert json.loads(json.dumps(s.to_dict()))["prompt"] == "q"
+
+
+def test_an_mcq_scorer_metric_reads_the_items_letters(data: None) -> None:
+    """NeMo Evaluator's config 04 adds `mcq_extract` to a 10-option benchmark: the scorer
+    takes the item's option count (A-J), not its default A-D, unless the config sets one."""
+    env = get_benchmark("mmlu_pro")
+    idx = next(i for i in range(50) if env.rows[i]["answer"] > "D")
+    gold = env.rows[idx]["answer"]
+    metric = {"type": "scorer", "name": "mcq_extract"}
+    cfg = config("http://127.0.0.1:9/v1", {"name": "mmlu_pro", "scoring": {"metrics": [metric]}})
+    v = asyncio.run(grade(cfg, env, idx, f"Answer: {gold}"))
+    assert v.scoring_details["metrics"] == {"default": 1.0, "mcq_extract": 1.0}
+    metric["params"] = {"letters": "ABCDEFGHIJ"}  # the config's own letters win
+    v = asyncio.run(grade(config("http://127.0.0.1:9/v1", {"name": "mmlu_pro", "scoring": {
+        "metrics": [metric]}}), env, idx, "Answer: A"))
+    assert v.scoring_details["metrics"]["mcq_extract"] == 0.0
