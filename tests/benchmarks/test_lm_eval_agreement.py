@@ -73,6 +73,15 @@ def test_generate_until_agrees_with_lm_eval(llama_server: str, data_dir: Path,
                           for flt in ("strict-match", "flexible-extract"))
     assert same_text / N_ITEMS >= 0.995, f"{same_text}/{N_ITEMS} responses agree"
     assert same_score / N_ITEMS >= 0.995, f"{same_score}/{N_ITEMS} scores agree"
+    # the engine's staleness holds for lm-eval tasks: an unchanged rerun sends nothing
+    again = _nel_eval(tmp_path / "gsm8k_local.yaml")
+    assert again.returncode == 0 and "up to date 1, requests 0" in again.stdout, again.stdout
+
+
+def _nel_eval(cfg: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "nel"), "eval", "run", str(cfg),
+                           "--no-progress"], env=_offline_env(), capture_output=True, text=True,
+                          timeout=600)
 
 
 def _run_nel(tmp: Path, server: str, task: str, tasks: Path) -> list[dict]:
@@ -82,9 +91,7 @@ def _run_nel(tmp: Path, server: str, task: str, tasks: Path) -> list[dict]:
                                "model": "stories260K"}},
         "benchmarks": [{"name": f"lm-eval://{task}", "params": {"include_path": str(tasks)}}],
         "output": {"dir": str(tmp / f"nel_{task}")}}))
-    run = subprocess.run([str(Path(sys.executable).parent / "nel"), "eval", "run", str(cfg),
-                          "--no-progress"], env=_offline_env(), capture_output=True, text=True,
-                         timeout=600)
+    run = _nel_eval(cfg)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     path = tmp / f"nel_{task}" / f"lm_eval_{task}" / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
