@@ -3,7 +3,7 @@
 The same local task (lm-eval's mmlu prompt over NEL_DATA_DIR's mmlu csv, 4 log-likelihood
 requests per item), the same llama.cpp server (stories260K, one thread) and the same
 concurrency; lm-eval's `local-completions` gets stories260K's tokenizer rebuilt from its
-GGUF (tests/support/gguf_tokenizer.py). Prints JSON: per side the items, the wall seconds
+GGUF (bench/support/gguf_tokenizer.py). Prints JSON: per side the items, the wall seconds
 of the whole command and items/s over it, nel's loop rate (its bundle's `samples_per_s`:
 first to last item, without start-up), and the ratio nel / lm-eval.
 
@@ -54,7 +54,7 @@ def _env() -> dict[str, str]:
 
 
 def run_lm_eval(url: str, tasks: Path, tmp: Path, items: int, concurrency: int) -> dict[str, Any]:
-    from tests.support.gguf_tokenizer import write_hf_tokenizer
+    from bench.support.gguf_tokenizer import write_hf_tokenizer
 
     tok = write_hf_tokenizer(MODEL, tmp / "tokenizer")
     t0 = time.perf_counter()

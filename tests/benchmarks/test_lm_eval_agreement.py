@@ -4,7 +4,7 @@ local-completions` (generate_until, and multiple_choice by log-likelihoods; the 
 through `include_path`).
 
 lm-eval counts a context's tokens with a local Hugging Face tokenizer; stories260K's is
-rebuilt from its GGUF (tests/support/gguf_tokenizer.py) and checked against the server's
+rebuilt from its GGUF (bench/support/gguf_tokenizer.py) and checked against the server's
 own tokenization first. nel needs none: it finds the continuation by the echoed offsets.
 """
 
@@ -119,7 +119,7 @@ def test_multiple_choice_agrees_with_lm_eval(llama_server: str, data_dir: Path,
                                              tmp_path: Path) -> None:
     import urllib.request
 
-    from tests.support.gguf_tokenizer import write_hf_tokenizer
+    from bench.support.gguf_tokenizer import write_hf_tokenizer
     from tests.support.realcomponents import llama_model_path
 
     tok_dir = write_hf_tokenizer(llama_model_path(), tmp_path / "tokenizer")

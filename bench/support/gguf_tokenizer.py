@@ -4,7 +4,7 @@ lm-eval's API models count a context's tokens with a local Hugging Face tokenize
 log-likelihood request; stories260K ships only as GGUF. This rebuilds its SentencePiece
 (llama) vocabulary as a `tokenizers` BPE with byte fallback, merges ranked by the vocabulary
 scores as SentencePiece ranks them, so lm-eval can score against the llama.cpp server.
-The test using it checks it tokenizes as the server does (`/extras/tokenize`).
+The agreement test checks it tokenizes as the server does (`/extras/tokenize`).
 """
 
 from __future__ import annotations
