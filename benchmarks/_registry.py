@@ -125,8 +125,9 @@ def get_factory(name: str) -> Factory:
     `--bench ./file.py` accepts), loaded and its benchmark returned, or a URI of a scheme
     whose entry makes factories (`harbor://name@version`, `skills://name`).
     """
-    # a Harbor dataset from its local cache, Skills' prepared data, a VLMEvalKit local TSV
-    if (scheme := scheme_of(name)) in ("harbor", "skills", "vlmevalkit"):
+    # a Harbor dataset from its local cache, Skills' prepared data, a VLMEvalKit local TSV,
+    # an lm-eval task on local data
+    if (scheme := scheme_of(name)) in ("harbor", "skills", "vlmevalkit", "lm-eval"):
         return SCHEMES.load(scheme)(name)  # type: ignore[no-any-return]
     if is_file_reference(name):
         from benchmarks.plugins import resolve_benchmark_ref

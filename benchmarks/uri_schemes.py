@@ -1,11 +1,11 @@
 """Benchmark URI schemes nel runs: `gym://host:port`, `harbor://name@version`, `container://image#task`,
-`skills://name`.
+`skills://name`, `lm-eval://task`.
 
 What kind of benchmark a name is gets decided here, once: `scheme_of(name)` asks the
 `SCHEMES` registry instead of each caller testing prefixes. Each entry names what makes
 that kind of benchmark from its URI (a remote environment, a factory over a local task
-cache, the harness image's parser); the schemes of harnesses nel does not run
-(`lm-eval://`, ...) are the config's "not built" table, not entries here.
+cache, the harness image's parser); the schemes of harnesses nel does not run are the
+config's "not built" table, not entries here.
 
 A new scheme is one line here plus its own module.
 """
@@ -26,6 +26,8 @@ SCHEMES: Registry[Any] = Registry("benchmark URI scheme", {
     "container": "benchmarks.uri_schemes:parse_container",
     # a VLMEvalKit dataset from its local TSV file (`NEL_VLMEVALKIT_DIR` / `LMUData`)
     "vlmevalkit": "benchmarks.vlmevalkit:vlmevalkit_factory",
+    # an lm-evaluation-harness task on local data (the optional `lm-eval` package)
+    "lm-eval": "benchmarks.lm_eval:lm_eval_uri_factory",
 })
 
 

@@ -4,8 +4,8 @@ Same flags and sections as NeMo Evaluator 0.3.0's `nel list` (`-s/--source all|b
 skills|lm-eval`, `--data-dir`), plus `-s vlmevalkit` (the VLMEvalKit TSV files found locally;
 not part of `all`, whose sections stay NeMo Evaluator's). The skills section lists the NeMo
 Skills benchmarks prepared in the Skills data directory (`--data-dir`, else NEL_SKILLS_DIR;
-benchmarks.skills.layout). lm-eval-harness tasks are not built in nel yet: their section says
-so in one line (the peer, without that package installed, also lists none and exits 0).
+benchmarks.skills.layout). `-s lm-eval` lists the lm-eval tasks whose data is here
+(`lm-eval://TASK`; `all` only points at it: the scan takes seconds).
 nel's extra: `--import FILE` lists the benchmarks a BYOB
 module registers, with the file as their source.
 """
@@ -16,11 +16,6 @@ import argparse
 import sys
 
 _SOURCES = ["all", "builtin", "skills", "lm-eval", "vlmevalkit"]
-
-_NOT_YET = {
-    "lm-eval": "(not supported yet in nel: lm-eval-harness tasks, lm-eval://TASK)",
-}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `list`."""
@@ -84,6 +79,23 @@ def _builtin_rows() -> list[str]:
     return rows
 
 
+def _lm_eval_rows() -> list[str]:
+    """One row per lm-eval task with local data, or one line on what is missing."""
+    from benchmarks.errors import NelError
+    from benchmarks.lm_eval.local_data import default_data_dir
+    from benchmarks.lm_eval.tasks import local_tasks, require_lm_eval
+
+    try:
+        require_lm_eval()
+    except NelError as exc:
+        return [f"({exc})"]
+    data_dir = default_data_dir()
+    rows = [f"lm-eval://{name:<40} type={kind:<22} data={ds}"
+            for name, kind, ds in local_tasks(data_dir)]
+    return rows or [f"(no lm-eval task has local data under {data_dir}: put a dataset at "
+                    "<dir>/<dataset_path>/<dataset_name>/<split>.jsonl, NEL_LM_EVAL_DATA_DIR=<dir>)"]
+
+
 def _skills_rows(data_dir: str | None) -> list[str]:
     """One row per Skills benchmark prepared in the data directory, or how to prepare one."""
     from benchmarks.skills import local_benchmarks, skills_dir
@@ -122,8 +134,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         sections.append(("Built-in benchmarks", _builtin_rows()))
     if args.source in ("all", "skills"):
         sections.append(("NeMo Skills benchmarks", _skills_rows(args.data_dir)))
-    if args.source in ("all", "lm-eval"):
-        sections.append(("lm-eval-harness tasks", [_NOT_YET["lm-eval"]]))
+    if args.source == "all":  # scanning lm-eval's ~15k task YAMLs takes seconds: on request
+        sections.append(("lm-eval-harness tasks", [
+            "(lm-eval://TASK; `nel list -s lm-eval` lists the tasks whose data is here)"]))
+    elif args.source == "lm-eval":
+        sections.append(("lm-eval-harness tasks", _lm_eval_rows()))
     if args.source == "vlmevalkit":  # only when asked: `all` keeps NeMo Evaluator's sections
         sections.append(("VLMEvalKit datasets", _vlmevalkit_rows(args.data_dir)))
     for title, rows in sections:

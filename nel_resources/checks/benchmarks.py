@@ -7,6 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from benchmarks.errors import NelError
 from benchmarks.uri_schemes import is_uri
 from nel_resources.checks.deferred import defer, external
 from nel_resources.checks.refusal import Refusal, Unavailable, as_config_error, at_key, changed
@@ -210,6 +211,14 @@ def _check_name(cfg: NelConfig, name: str, at: tuple[Any, ...],
         missing = missing_file(name.removeprefix("vlmevalkit://"))
         if missing is not None:
             external("data", as_config_error(cfg, Unavailable(at, *missing)))
+        return
+    if scheme == "lm-eval":  # the optional package must be there; the task is checked on load
+        from benchmarks.lm_eval import require_lm_eval
+
+        try:
+            require_lm_eval()
+        except NelError as exc:
+            raise Unavailable(at, str(exc), "pip install 'nel[lm-eval]'") from None
         return
     same = NEL_EQUIVALENT.get(name)
     instead = (f"nel has the same benchmark built in: write `name: {same}`" if same else

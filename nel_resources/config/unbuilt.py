@@ -6,16 +6,14 @@ Later issues remove entries as the features land. Tables only: no implementation
 
 from __future__ import annotations
 
-#: Benchmark URI schemes of external harnesses NeMo Evaluator runs; nel has none of them.
+#: Benchmark URI schemes of external harnesses NeMo Evaluator runs that nel does not run
+#: (`lm-eval://` it runs: benchmarks/lm_eval).
 HARNESS_SCHEMES: dict[str, str] = {
-    "lm-eval": "lm-evaluation-harness tasks",
     "harbor": "Harbor agent datasets", "container": "legacy eval-factory containers",
     "vlmevalkit": "VLMEvalKit benchmarks",
 }
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
-NEL_EQUIVALENT: dict[str, str] = {
-    "lm-eval://mmlu_generative": "mmlu", "lm-eval://mmlu": "mmlu", "lm-eval://gsm8k": "gsm8k",
-}
+NEL_EQUIVALENT: dict[str, str] = {}
 #: Service types nel does not start (the user starts the server and gives its url).
 UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
 #: `services.<name>.<key>` -> the feature it asks for. (`image` and `container_mounts` of a

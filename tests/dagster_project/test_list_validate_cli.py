@@ -54,7 +54,8 @@ def test_list_shows_type_and_source_by_section() -> None:
     assert "type=numeric" in gsm and "source=hf:openai/gsm8k" in gsm and gsm.endswith("nel eval run --bench gsm8k")
     simpleqa = next(line for line in lines if line.strip().startswith("simpleqa "))
     assert "type=judge" in simpleqa
-    assert "not supported yet in nel" in p.stdout
+    assert "not supported yet in nel" not in p.stdout  # skills:// and lm-eval:// both run
+    assert "nel list -s lm-eval" in p.stdout  # `all` points at the lm-eval scan
 
 
 @pytest.mark.parametrize(("source", "title"), [("builtin", "Built-in benchmarks:"),

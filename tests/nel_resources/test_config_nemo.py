@@ -24,7 +24,7 @@ COPIES = sorted(FIXTURES.glob("examples/*.yaml")) + sorted(FIXTURES.glob("walkth
 # The key each copy is refused on (None: nel runs it as it is).
 REFUSED_KEY = {
     "01_gsm8k_chat": None, "02_mmlu_completions": None, "05_simpleqa_judge": None,
-    "03_mmlu_lmeval": "benchmarks.0.name", "04_mmlu_pro_skills": "benchmarks.0.name",
+    "03_mmlu_lmeval": None, "04_mmlu_pro_skills": "benchmarks.0.name",
     "06_humaneval_docker": None,
     "07_swebench_harbor": "benchmarks.0.name",
     "07_swebench_harbor_prod": "benchmarks.0.name",
@@ -62,7 +62,8 @@ REFUSED_KEY = {
     "22_tool_calling_sandbox": None,
     "23_tool_calling_combined": None,
     "wt01_gsm8k_chat": None, "wt02_mmlu_completions": None, "wt04_simpleqa_judge": None,
-    "wt03_harness_uris": "benchmarks.0.name", "wt05_humaneval_sandbox": None,
+    # lm-eval:// plans; skills:// is refused without its prepared data
+    "wt03_harness_uris": "benchmarks.1.name", "wt05_humaneval_sandbox": None,
     "wt06_swebench_harbor_ecs": "benchmarks.0.name",
     "wt07_gym_delegation": None,
     "wt08_tool_calling_gym": None,
@@ -77,6 +78,9 @@ REFUSED_KEY = {
 }
 # Copies whose keys nel has, refused by a run's own checks (one line, before any request).
 RUN_REFUSED = {
+    # lm-eval:// runs lm-eval's mmlu_generative on local data; without a local copy of
+    # cais/mmlu the plan says where to put it (tests/benchmarks/test_lm_eval_*.py run it)
+    "03_mmlu_lmeval": "has no local copy and nel downloads nothing: put its splits at ",
     # tool_calling with sandbox tools runs the walkthrough's SWE-bench tasks (verified by
     # their tests/test.sh in the agent's sandbox) from local task files, which are not here
     "22_tool_calling_sandbox": "swebench-verified: no local task files in ",

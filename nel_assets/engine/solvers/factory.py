@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmarks.errors import NelError
 from benchmarks.registries import Registry
+from benchmarks.uri_schemes import is_uri
 from nel_assets.engine.solvers.base import Solver, ToolSource
 from nel_resources.config import SandboxConfig, ServiceConfig, SolverConfig
 from nel_resources.model_client import ModelClient
@@ -79,6 +80,12 @@ SolverBuilder = Callable[[SolverConfig, SolverInputs], Solver | None]
 
 
 def _simple(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
+    if is_uri(str(getattr(inp.env, "name", "")), "lm-eval"):
+        # lm-eval's requests (its generation fields, log-likelihoods): its own solver
+        from nel_assets.engine.solvers.lm_eval import LmEvalSolver
+
+        return LmEvalSolver(inp.client, inp.env, inp.system_prompt,
+                            f"the service at {inp.client.base_url}")
     return None  # the loop's own single request
 
 
