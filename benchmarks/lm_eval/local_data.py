@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.errors import NelError
+from benchmarks.errors import DataMissingError
 
 # Nothing downloads: set before `datasets` is imported (it reads these once, at import).
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -62,8 +62,9 @@ def where_to_put(data_dir: Path, path: str, name: str | None) -> str:
             f"{path}/")
 
 
-class MissingTaskData(NelError):
-    """An lm-eval task's dataset has no local copy (nel downloads nothing)."""
+class MissingTaskData(DataMissingError):
+    """An lm-eval task's dataset has no local copy (nel downloads nothing); a dry run plans
+    the task and lists this check."""
 
 
 @contextlib.contextmanager

@@ -116,7 +116,8 @@ DRY_RUN_DEFERS = {
     "wt07_gym_delegation": "needs the data here", "wt08_tool_calling_gym": "needs the data here",
     "14_container_nemo_skills": "needs the Docker engine", "wt16_container_uri": "needs the Docker engine",
     "18_humaneval_ecs": "needs AWS",
-    # NeMo Skills' prepared data and VLMEvalKit's TSV are not on this machine
+    # lm-eval's task data, NeMo Skills' prepared data and VLMEvalKit's TSV are not on this machine
+    "03_mmlu_lmeval": "needs the data here", "wt03_harness_uris": "needs the data here",
     "04_mmlu_pro_skills": "needs the data here", "13_vlmevalkit_mmbench": "needs the data here",
     "wt11_vlm_image_detail": "needs the data here",
 }
