@@ -108,22 +108,14 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
     if not cfg.cluster and not cfg.region:
         return Refusal("cluster", "an ecs_fargate sandbox needs `cluster` (or `region`, to find "
                        "the cluster, subnets and roles in SSM: ssm_discovery)")
-    if not cfg.cluster:
-        pass  # discovered at run time (ssm_discovery): what SSM gives is checked then
-    elif not cfg.subnets:
-        return Refusal("subnets", "an ecs_fargate sandbox needs `subnets` for its tasks")
-    elif not cfg.execution_role_arn:
-        return Refusal("execution_role_arn", "an ecs_fargate sandbox needs `execution_role_arn`")
+    # What the block leaves out (the cluster, subnets, execution role, the SSH sidecar's key
+    # secrets) is read from SSM when the sandbox starts (ssm_discovery), key by key, as 0.3.0
+    # does; what SSM lacks is one line then.
     sidecar = cfg.ssh_sidecar or {}
     unknown = sorted(set(sidecar) - _SIDECAR_KEYS)
     if unknown:
         return Refusal("ssh_sidecar", f"unknown ssh_sidecar key {unknown[0]!r} "
                        f"(known: {', '.join(sorted(_SIDECAR_KEYS))})")
-    if cfg.cluster and not (sidecar.get("public_key_secret_arn")
-                            and sidecar.get("private_key_secret_arn")):
-        return Refusal("ssh_sidecar", "nel runs commands in a Fargate task through its SSH "
-                       "sidecar: give ssh_sidecar.public_key_secret_arn and "
-                       "private_key_secret_arn")
     if "exec_server_port" in sidecar and sidecar["exec_server_port"] is None:
         return Refusal("ssh_sidecar", "the agent-server mode (exec_server_port: null)",
                        "remove `exec_server_port`", True)
@@ -169,10 +161,10 @@ class EcsSettings:
         if why:
             tail = " is not supported yet in nel" if why.unbuilt else ""
             raise SandboxError(f"ecs_fargate sandbox, key {why.key}: {why.why}{tail}")
-        from nel_resources.sandboxes.ssm_discovery import discover
+        from nel_resources.sandboxes.ssm_discovery import discover, needs_discovery
 
-        # No `cluster`: the block's other values win over what SSM holds (as in 0.3.0).
-        d = discover(cfg) if not cfg.cluster else Discovered.of_block(cfg)
+        # A value the block lacks comes from SSM; the block's own values win (as in 0.3.0).
+        d = discover(cfg) if needs_discovery(cfg) else Discovered.of_block(cfg)
         sc = cfg.ssh_sidecar or {}
         return cls(cluster=d.cluster, subnets=d.subnets,
                    execution_role_arn=d.execution_role_arn,

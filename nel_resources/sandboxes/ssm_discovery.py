@@ -1,4 +1,5 @@
-"""An `ecs_fargate` block without `cluster` finds its infrastructure in SSM Parameter Store, as
+"""An `ecs_fargate` block finds what it leaves out of its infrastructure (no `cluster`, or a
+cluster without subnets, execution role or sidecar key secrets) in SSM Parameter Store, as
 NeMo Evaluator 0.3.0 does: the JSON parameter `/<ssm_project>/ecs-sandbox/config` in `region`
 (written by its Terraform stack) gives the cluster, subnets, security groups, roles, log group
 and the SSH sidecar's key secrets; a value the block sets wins over the parameter's.
@@ -66,6 +67,13 @@ class Discovered:
             sshd_port=int(sc.get("sshd_port") or ssm_sc.get("sshd_port") or DEFAULT_SSHD_PORT))
 
 
+def needs_discovery(cfg: SandboxConfig) -> bool:
+    """Whether the block leaves out a value only SSM can give."""
+    sc = cfg.ssh_sidecar or {}
+    return not (cfg.cluster and cfg.subnets and cfg.execution_role_arn
+                and sc.get("public_key_secret_arn") and sc.get("private_key_secret_arn"))
+
+
 def parameter_name(cfg: SandboxConfig) -> str:
     """`/<ssm_project>/ecs-sandbox/config`: where 0.3.0's Terraform writes the block's values."""
     return f"/{cfg.ssm_project}/ecs-sandbox/config"
@@ -82,7 +90,11 @@ def discover(cfg: SandboxConfig) -> Discovered:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    region, name = str(cfg.region), parameter_name(cfg)
+    # No `region`: boto3's own (AWS_DEFAULT_REGION, ~/.aws/config), as 0.3.0's client uses.
+    region, name = cfg.region or boto3.session.Session().region_name or "", parameter_name(cfg)
+    if not region:
+        raise SandboxError(f"ecs_fargate sandbox: reading SSM parameter {name!r} needs a region: "
+                           "set the block's `region` (or AWS_DEFAULT_REGION)")
     key = (region, name)
     if key not in _CACHE:
         try:

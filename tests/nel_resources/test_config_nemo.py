@@ -129,7 +129,7 @@ DRY_RUN_KEY = {
     "08_terminalbench_harbor": "benchmarks.0.sandbox", "08b_terminalbench_v1_harbor": "benchmarks.0.sandbox",
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.sandbox",
     "19_gym_runtime_ecs": "benchmarks.0.sandbox",
-    "wt06_swebench_harbor_ecs": "benchmarks.0.sandbox.execution_role_arn",
+    "wt06_swebench_harbor_ecs": "benchmarks.0.sandbox",
 }
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).

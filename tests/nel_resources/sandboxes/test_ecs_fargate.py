@@ -216,7 +216,9 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
     assert s3 is not None and (s3.key, s3.unbuilt) == ("s3_bucket", True)
     assert refusal(_config(aws, cluster=None)) is None  # found in SSM when it starts
     assert (refusal(_config(aws, cluster=None, region=None)) or s3).key == "cluster"
-    assert (refusal(_config(aws, ssh_sidecar=None)) or s3).key == "ssh_sidecar"
+    # a cluster without the sidecar's key secrets: found in SSM when it starts (as in 0.3.0)
+    assert refusal(_config(aws, ssh_sidecar=None)) is None
+    assert (refusal(_config(aws, ssh_sidecar={"port": 1})) or s3).key == "ssh_sidecar"  # unknown key
     # in a config: one line naming the key, before any request
     path = tmp_path / "ecs.yaml"
     path.write_text(ECS_CONFIG.format(**aws))
@@ -373,3 +375,25 @@ def test_a_block_without_cluster_finds_it_in_ssm(aws: dict[str, Any]) -> None:
                                            r"parameter '/thin/ecs-sandbox/config'"):
         EcsSettings.from_config(SandboxConfig(type="ecs_fargate", region=REGION, ssm_project="thin"))
     assert (REGION, "/evalproj/ecs-sandbox/config") in ssm_discovery._CACHE  # read once per process
+
+
+def test_a_block_with_a_cluster_takes_what_it_leaves_out_from_ssm(aws: dict[str, Any]) -> None:
+    """Walkthrough wt06: `cluster` and `subnets` in the block, the execution role and the
+    sidecar's key secrets from SSM (0.3.0 fills each missing key from the parameter)."""
+    ssm = boto3.client("ssm", region_name=REGION)
+    ssm.put_parameter(Name="/withcluster/ecs-sandbox/config", Type="String", Value=json.dumps({
+        "cluster": "from-ssm", "subnets": ["subnet-ssm"],
+        "execution_role_arn": "arn:aws:iam::123456789012:role/exec-ssm",
+        "ssh_sidecar": {"public_key_secret_arn": aws["pub"], "private_key_secret_arn": aws["priv"]}}))
+    block = SandboxConfig(type="ecs_fargate", image="python:3.12-slim", region=REGION,
+                          ssm_project="withcluster", cluster="harbor-cluster", subnets=[aws["subnet"]])
+    assert refusal(block) is None
+    s = EcsSettings.from_config(block)
+    assert (s.cluster, s.subnets) == ("harbor-cluster", [aws["subnet"]])  # the block's own win
+    assert s.execution_role_arn.endswith("role/exec-ssm")
+    assert (s.public_key_secret_arn, s.private_key_secret_arn) == (aws["pub"], aws["priv"])
+    ssm.put_parameter(Name="/norole/ecs-sandbox/config", Type="String", Value=json.dumps({}))
+    with pytest.raises(SandboxError, match=r"no `execution_role_arn` in the block or in SSM "
+                                           r"parameter '/norole/ecs-sandbox/config'"):
+        EcsSettings.from_config(SandboxConfig(type="ecs_fargate", region=REGION, ssm_project="norole",
+                                              cluster="c", subnets=["s"]))
