@@ -32,13 +32,14 @@ class HeadDeadlineHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
+        # Read once per connection, not per request (an environ lookup showed in profiles).
+        self._head_limit = float(os.environ.get(ENV_HEAD_TIMEOUT) or DEFAULT_HEAD_TIMEOUT)
         super().connection_made(transport)
         self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
-            limit = float(os.environ.get(ENV_HEAD_TIMEOUT) or DEFAULT_HEAD_TIMEOUT)
-            self._head_timer = self.loop.call_later(limit, self._head_timed_out)
+            self._head_timer = self.loop.call_later(self._head_limit, self._head_timed_out)
 
     def _disarm_head_timer(self) -> None:
         if self._head_timer is not None:
