@@ -41,6 +41,7 @@ from typing import Any
 from benchmarks.serve_json import dumps, loads
 from benchmarks.serve_worker import (
     HEADER,
+    REPLY_OK,
     REPLY_RETIRE,
     die_with_parent,
     frame,
@@ -285,7 +286,7 @@ class ScoringPool:
             return
         if reply[0] == REPLY_RETIRE:
             worker.retiring = True  # it exits after this; its other requests go elsewhere
-        _settle(worker.jobs.popleft(), reply[1:])
+        _settle(worker.jobs.popleft(), reply)
 
     def _discard(self, worker: _Worker) -> None:
         """Kill `worker` and forget it (its requests are the caller's to settle)."""
@@ -352,6 +353,13 @@ class ScoringPool:
             ScoringTimeout: the limit passed (a worker that was scoring is killed).
             ScoringFailed: the scorer raised or returned no verdict, or its worker died.
         """
+        return loads(await self.verify_json(text, expected, kwargs, timeout))
+
+    async def verify_json(
+        self, text: str, expected: str, kwargs: dict[str, Any], timeout: float
+    ) -> bytes:
+        """As `verify`, but the verdict as the JSON bytes the worker wrote (a server can
+        answer with them as they are)."""
         loop = asyncio.get_running_loop()
         request = frame(dumps({"text": text, "expected": expected, "kwargs": kwargs}))
         job = _Job(request, loop.create_future(), timeout)
@@ -360,7 +368,7 @@ class ScoringPool:
         # what a passed deadline means (kill the worker, resend what waited behind it).
         # A caller cancelled meanwhile leaves the timer armed, so an overrun still stops.
         job.timer = loop.call_later(timeout, self._expire, job)
-        reply = loads(await job.future)
-        if "error" in reply:
-            raise ScoringFailed(reply["error"])
-        return reply["ok"]
+        reply = await job.future
+        if reply[0] != REPLY_OK:
+            raise ScoringFailed(reply[1:].decode("utf-8", "replace"))
+        return reply[1:]

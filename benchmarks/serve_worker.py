@@ -7,9 +7,9 @@ batch in one write: a server that sends a burst of requests at once wakes the wo
 and is woken once, rather than once per request (the wake-ups were most of the pool's cost).
 
 Frames are a 4-byte big-endian length and a payload. A request payload is JSON
-`{text, expected, kwargs}`; a reply payload is one flag byte (`R`: the worker retires after
-this reply, e.g. after a `MemoryError`; `K`: it carries on) and JSON `{ok: verdict}` or
-`{error: message}`.
+`{text, expected, kwargs}`; a reply payload is one flag byte and then either the verdict as
+JSON (`K`: scored; the server can answer with these bytes as they are) or an error message
+(`E`: the scorer failed; `R`: it failed and the worker retires, e.g. after a `MemoryError`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from typing import Any
 
 from benchmarks.serve_json import dumps, loads
 
-__all__ = ["HEADER", "REPLY_RETIRE", "die_with_parent", "frame", "recv_exact", "split_frames",
-           "zygote_main"]
+__all__ = ["HEADER", "REPLY_OK", "REPLY_RETIRE", "die_with_parent", "frame", "recv_exact",
+           "split_frames", "zygote_main"]
 
 HEADER = struct.Struct("!I")
-#: Flag byte of a reply after which the worker exits.
+#: Flag byte of a reply carrying a verdict.
+REPLY_OK = ord("K")
+#: Flag byte of an error reply after which the worker exits.
 REPLY_RETIRE = ord("R")
-_REPLY_KEEP = b"K"
 _PR_SET_PDEATHSIG = 1
 # A batch of slow scorers answers what it has so far after this long, so a fast verdict
 # does not wait for the slow ones queued behind it.
@@ -99,28 +100,28 @@ def _limit_memory(extra_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-async def _score(env: Any, request: bytes) -> tuple[bytes, bool]:
-    """One verdict as a reply payload (without its flag), and whether to retire after it."""
+async def _score(env: Any, request: bytes) -> bytes:
+    """One reply payload (flag byte included) for one request."""
     from benchmarks._types import VerifyResult
 
-    retire = False
+    flag, message = b"E", ""
     try:
         req = loads(request)
         result = await env.verify(req["text"], req["expected"], **req["kwargs"])
-        if isinstance(result, VerifyResult):
-            reply: dict[str, Any] = {"ok": result.to_dict()}
+        if not isinstance(result, VerifyResult):
+            message = "scorer returned no VerifyResult"
         else:
-            reply = {"error": "scorer returned no VerifyResult"}
+            try:
+                return b"K" + dumps(result.to_dict())
+            except Exception as exc:
+                message = f"verdict not serialisable: {exc}"
     except MemoryError:
         # Fragmented and near its cap: answer, then make way for a fresh worker.
-        retire = True
-        reply = {"error": "scorer failed: MemoryError: the scorer exceeded its memory limit"}
+        flag = b"R"
+        message = "scorer failed: MemoryError: the scorer exceeded its memory limit"
     except BaseException as exc:  # the request gets the error; the worker carries on
-        reply = {"error": f"scorer failed: {type(exc).__name__}: {exc}"[:500]}
-    try:
-        return dumps(reply), retire
-    except Exception as exc:
-        return dumps({"error": f"verdict not serialisable: {exc}"[:500]}), retire
+        message = f"scorer failed: {type(exc).__name__}: {exc}"
+    return flag + message[:500].encode("utf-8", "replace")
 
 
 async def _score_batch(sock: socket.socket, env: Any, requests: list[bytes]) -> bool:
@@ -132,9 +133,9 @@ async def _score_batch(sock: socket.socket, env: Any, requests: list[bytes]) -> 
     out: list[bytes] = []
     flushed = time.monotonic()
     for request in requests:
-        payload, retire = await _score(env, request)
-        out.append(frame((b"R" if retire else _REPLY_KEEP) + payload))
-        if retire:
+        reply = await _score(env, request)
+        out.append(frame(reply))
+        if reply[0] == REPLY_RETIRE:
             sock.sendall(b"".join(out))
             return False
         now = time.monotonic()
