@@ -8,10 +8,10 @@ memory after its request was answered 422. Here every score runs in a worker pro
 - A *zygote* is forked once, when the pool is built (before the server's event loop and its
   threads exist), holding the benchmark already loaded. Each worker is forked from it, so a
   replacement costs one `fork()` of a quiet single-threaded process and no re-import.
-- Requests are pipelined: each goes to the worker with the fewest in flight, and the
-  requests a loop iteration dispatches to one worker go in one write (the worker answers a
-  batch in one write too). Waking a sleeping process per request cost more than the HTTP
-  serving itself; a burst of requests now costs one wake-up each way.
+- Requests are batched: each goes to the worker with the fewest in flight; a worker has at
+  most one batch in flight, and what queues meanwhile goes in one write when that batch is
+  answered (the worker answers a batch in one write too). Waking a sleeping process per
+  request cost more than the HTTP serving itself; a batch costs one wake-up each way.
 - A worker scores its requests in order, so the oldest unanswered one is the one running.
   Every request has its own deadline (`timeout`, waiting included); when it passes, the
   request is answered `ScoringTimeout` and its worker is SIGKILLed (its CPU and memory are
@@ -128,6 +128,9 @@ class _Channel(asyncio.Protocol):
         self.buffer += data
         for reply in split_frames(self.buffer):
             self.pool._answered(self.worker, reply)
+        worker = self.worker
+        if worker.out and len(worker.jobs) == len(worker.out):
+            self.pool._flush(worker)  # its batch is answered: send what queued meanwhile
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool._lost(self.worker, "scorer failed: its worker process died (crashed or was killed)")
@@ -267,10 +270,16 @@ class ScoringPool:
         return best
 
     def _send(self, job: _Job, worker: _Worker) -> None:
-        """Queue `job` on `worker`; what one loop iteration queues is written at once."""
+        """Queue `job` on `worker`: what queues while the worker has nothing in flight is
+        written at the end of this loop iteration, in one write; what queues while it
+        scores goes in one write once its batch is answered."""
         job.worker = worker
         worker.jobs.append(job)
         worker.out.append(job.request)
+        if len(worker.jobs) > len(worker.out):
+            # A batch is in flight: this goes with the next one, sent once that is answered
+            # (a busy worker reads nothing meanwhile; writing now would only split batches).
+            return
         if not worker.flush_pending:
             worker.flush_pending = True
             worker.loop.call_soon(self._flush, worker)
