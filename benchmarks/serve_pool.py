@@ -261,6 +261,10 @@ class ScoringPool:
                 # Bound to an event loop that is no longer serving (a test client's earlier
                 # loop): replace it rather than share a socket across loops.
                 self._discard(worker)
+                gone = ScoringFailed("scorer failed: its event loop stopped serving")
+                for job in worker.jobs:
+                    _settle(job, error=gone)
+                worker.jobs.clear()
                 continue
             if best is None or len(worker.jobs) < len(best.jobs):
                 best = worker

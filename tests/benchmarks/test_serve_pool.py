@@ -198,14 +198,20 @@ def test_sigterm_during_an_overrun_exits_within_3s_and_stops_the_workers(served)
 
 
 class _Scorer:
-    """`verify` that loops forever on "loop", dies on "crash", and scores "2" as right."""
+    """`verify` that loops forever on "loop", dies on "crash", and scores "2" as right;
+    with `started`, a loop first creates that file."""
 
     name = "pool_probe"
+
+    def __init__(self, started: Path | None = None) -> None:
+        self.started = started
 
     async def verify(self, response: str, expected: str, **_: Any) -> Any:
         from benchmarks._types import VerifyResult
 
         if response == "loop":
+            if self.started is not None:
+                self.started.touch()
             while True:
                 pass
         if response == "crash":
@@ -221,6 +227,17 @@ def _voluntary_switches(pids: list[int]) -> int:
             if line.startswith("voluntary_ctxt_switches:"):
                 total += int(line.split()[1])
     return total
+
+
+async def _until(cond: Any, what: str) -> None:
+    """Wait for `cond()` without blocking the loop (the pool's timers run on it)."""
+    import asyncio
+
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"within {WAIT_S:.0f} s: {what} did not happen")
+        await asyncio.sleep(0.02)
 
 
 def test_a_burst_of_requests_wakes_the_workers_a_few_times_not_once_per_request() -> None:
@@ -251,12 +268,16 @@ def test_a_burst_of_requests_wakes_the_workers_a_few_times_not_once_per_request(
     assert after - before < burst // 4, f"{after - before} wake-ups for {burst} requests"
 
 
-def test_requests_queued_behind_an_overrun_or_a_crash_are_still_scored() -> None:
+def test_requests_queued_behind_an_overrun_or_a_crash_are_still_scored_and_overruns_stop(
+    tmp_path: Path,
+) -> None:
     import asyncio
 
     from benchmarks.serve_pool import ScoringFailed, ScoringPool, ScoringTimeout
 
-    pool = ScoringPool(_Scorer(), 1, None)  # one worker: everything queues behind the culprit
+    started = tmp_path / "loop-started"
+    # One worker: everything queues behind the culprit.
+    pool = ScoringPool(_Scorer(started), 1, None)
 
     async def burst_behind(culprit: str, limit: float) -> tuple[Any, list[Any], float]:
         t0 = time.monotonic()
@@ -282,6 +303,14 @@ def test_requests_queued_behind_an_overrun_or_a_crash_are_still_scored() -> None
         assert isinstance(crashed, ScoringFailed) and "died" in str(crashed), crashed
         assert [r["reward"] for r in rest] == [1.0] * 20, rest
         assert len(pool.pids()) == 1
+
+        # A caller that gives up (a cancelled request) still gets its overrun stopped.
+        started.unlink()
+        abandoned = asyncio.ensure_future(pool.verify("loop", "2", {}, LIMIT_S))
+        await _until(started.exists, "the scorer looping")
+        (worker,) = pool.pids()
+        abandoned.cancel()
+        await _until(lambda: not pid_alive(worker), "the abandoned overrun's worker ending")
         pool.close()  # on its loop, as the server does at shutdown
 
     try:
