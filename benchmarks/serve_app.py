@@ -168,7 +168,8 @@ def _serve_app_class() -> type[FastAPI]:
     `POST /verify` and `POST /seed_session` skip FastAPI's middleware stack and router (most
     of a request's server time once scoring left the event loop): the handler is called and
     its errors are answered as the stack would (`ApiError` as its 4xx, anything else as a
-    logged 500). Every other request, and the lifespan, takes the usual way.
+    logged 500). Every other request, the lifespan, and every request once a caller has
+    added middleware of its own (it must see them all), take the usual way.
     """
     from fastapi import FastAPI
     from starlette.requests import Request
@@ -182,7 +183,7 @@ def _serve_app_class() -> type[FastAPI]:
         hot_routes: Mapping[str, Callable[[Request], Awaitable[Response]]] = MappingProxyType({})
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and scope["method"] == "POST":
+            if scope["type"] == "http" and scope["method"] == "POST" and not self.user_middleware:
                 handler = self.hot_routes.get(scope["path"])
                 if handler is not None:
                     scope["app"] = self
