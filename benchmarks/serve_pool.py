@@ -8,10 +8,13 @@ memory after its request was answered 422. Here every score runs in a worker pro
 - A *zygote* is forked once, when the pool is built (before the server's event loop and its
   threads exist), holding the benchmark already loaded. Each worker is forked from it, so a
   replacement costs one `fork()` of a quiet single-threaded process and no re-import.
-- Requests are batched: each goes to the worker with the fewest in flight; a worker has at
-  most one batch in flight, and what queues meanwhile goes in one write when that batch is
-  answered (the worker answers a batch in one write too). Waking a sleeping process per
-  request cost more than the HTTP serving itself; a batch costs one wake-up each way.
+- Requests are batched: each goes to a worker with nothing in flight if there is one, else
+  to the one with the fewest requests; a worker has at most one batch in flight, and what
+  queues meanwhile goes in one write when that batch is answered (the worker answers a
+  batch in one write too). Waking a sleeping process per request cost more than the HTTP
+  serving itself; a batch costs one wake-up each way. A worker that finishes its batch
+  with nothing queued takes the requests queued unsent on another (one stuck on an
+  overrunning scorer holds only the requests already sent with the overrun).
 - A worker scores its requests in order, so the oldest unanswered one is the one running.
   Every request has its own deadline (`timeout`, waiting included); when it passes, the
   request is answered `ScoringTimeout` and its worker is SIGKILLed (its CPU and memory are
@@ -129,8 +132,12 @@ class _Channel(asyncio.Protocol):
         for reply in split_frames(self.buffer):
             self.pool._answered(self.worker, reply)
         worker = self.worker
-        if worker.out and len(worker.jobs) == len(worker.out):
-            self.pool._flush(worker)  # its batch is answered: send what queued meanwhile
+        if len(worker.jobs) == len(worker.out) and not worker.dead:
+            # Its batch is answered: send what queued meanwhile, or what waits elsewhere.
+            if not worker.out:
+                self.pool._steal(worker)
+            if worker.out:
+                self.pool._flush(worker)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool._lost(self.worker, "scorer failed: its worker process died (crashed or was killed)")
@@ -253,9 +260,11 @@ class ScoringPool:
     # ---------------------------------------------------------------- dispatch
 
     def _pick(self, loop: asyncio.AbstractEventLoop) -> _Worker:
-        """The worker for a new request: an idle one, a new one while the pool has room,
-        else the one with the fewest requests in flight."""
-        best: _Worker | None = None
+        """The worker for a new request: one with nothing in flight (joining the batch it
+        is about to be sent, which costs no extra wake-up), a new one while the pool has
+        room, else the one with the fewest requests."""
+        idle: _Worker | None = None
+        busy: _Worker | None = None
         for worker in list(self._workers):
             if worker.loop is not loop:
                 # Bound to an event loop that is no longer serving (a test client's earlier
@@ -266,12 +275,36 @@ class ScoringPool:
                     _settle(job, error=gone)
                 worker.jobs.clear()
                 continue
-            if best is None or len(worker.jobs) < len(best.jobs):
-                best = worker
-        if (best is None or best.jobs) and len(self._workers) < self.size:
+            if len(worker.jobs) == len(worker.out):  # nothing in flight
+                if idle is None or len(worker.out) < len(idle.out):
+                    idle = worker
+            elif busy is None or len(worker.jobs) < len(busy.jobs):
+                busy = worker
+        if idle is not None and (not idle.out or len(self._workers) >= self.size):
+            return idle
+        if len(self._workers) < self.size:
             return self._spawn(loop)
-        assert best is not None
-        return best
+        chosen = idle or busy
+        assert chosen is not None
+        return chosen
+
+    def _steal(self, thief: _Worker) -> None:
+        """Give `thief` (nothing in flight, nothing queued) the requests queued unsent on the
+        worker with the most of them: unsent, they can move, and a worker stuck on an
+        overrunning scorer must not hold them until its limit."""
+        victim: _Worker | None = None
+        for worker in self._workers:
+            if (worker is not thief and worker.out and len(worker.jobs) > len(worker.out)
+                    and (victim is None or len(worker.out) > len(victim.out))):
+                victim = worker
+        if victim is None:
+            return
+        moved = [victim.jobs.pop() for _ in victim.out]
+        victim.out.clear()
+        for job in reversed(moved):
+            job.worker = thief
+            thief.jobs.append(job)
+            thief.out.append(job.request)
 
     def _send(self, job: _Job, worker: _Worker) -> None:
         """Queue `job` on `worker`: what queues while the worker has nothing in flight is

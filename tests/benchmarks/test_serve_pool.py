@@ -317,3 +317,35 @@ def test_requests_queued_behind_an_overrun_or_a_crash_are_still_scored_and_overr
         asyncio.run(run())
     finally:
         pool.close()
+
+
+def test_requests_do_not_wait_behind_an_overrun_while_another_worker_is_free(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from benchmarks.serve_pool import ScoringPool, ScoringTimeout
+
+    started = tmp_path / "loop-started"
+    pool = ScoringPool(_Scorer(started), 2, None)
+
+    async def run() -> None:
+        await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(4)))
+        culprit = asyncio.ensure_future(pool.verify("loop", "2", {}, 3 * LIMIT_S))
+        await _until(started.exists, "the scorer looping")
+        t0 = time.monotonic()
+        # Waves of requests while one worker is stuck: the free one scores them all, long
+        # before the stuck one's limit.
+        for _ in range(5):
+            verdicts = await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(20)))
+            assert [v["reward"] for v in verdicts] == [1.0] * 20
+        took = time.monotonic() - t0
+        assert not culprit.done() and took < LIMIT_S, f"100 requests took {took:.1f} s"
+        with pytest.raises(ScoringTimeout):
+            await culprit
+        pool.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        pool.close()
