@@ -371,21 +371,32 @@ class ScoringPool:
             self._resend(jobs)
 
     def _expire(self, job: _Job) -> None:
-        """`job`'s deadline passed unanswered: fail it and kill the worker that holds it."""
+        """`job`'s deadline passed unanswered: fail it; if its worker had it (or a request
+        sent with it), kill that worker and resend the rest."""
         worker = job.worker
         if worker is None:
             return
         limit = f"{job.timeout:g} s"
-        running = bool(worker.jobs) and worker.jobs[0] is job and worker.transport is not None
+        jobs = worker.jobs
+        sent = len(jobs) - len(worker.out)
+        index = jobs.index(job)
+        if index >= sent:
+            # Still queued unsent: the worker never saw it, so it just leaves the queue.
+            del jobs[index]
+            del worker.out[index - sent]
+            _settle(job, error=ScoringTimeout(f"no scoring worker free within {limit}"))
+            return
+        # Sent: the first unanswered is what the worker is scoring (with one timeout for all
+        # requests it is always that one which expires first).
         self._discard(worker)
-        jobs = [j for j in worker.jobs if j is not job]
-        worker.jobs.clear()
-        if running:
+        rest = [j for j in jobs if j is not job]
+        jobs.clear()
+        if index == 0:
             error = ScoringTimeout(f"scoring took longer than {limit} (its worker was stopped)")
         else:
             error = ScoringTimeout(f"no scoring worker free within {limit}")
         _settle(job, error=error)
-        self._resend(jobs)
+        self._resend(rest)
 
     async def verify(
         self, text: str, expected: str, kwargs: dict[str, Any], timeout: float
