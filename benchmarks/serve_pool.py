@@ -92,6 +92,8 @@ class _Job:
 
 @dataclass(eq=False, slots=True)
 class _Worker:
+    """One scoring process, as the server sees it: its socket and its requests."""
+
     pid: int
     sock: socket.socket
     loop: asyncio.AbstractEventLoop
@@ -132,7 +134,7 @@ class _Channel(asyncio.Protocol):
         for reply in split_frames(self.buffer):
             self.pool._answered(self.worker, reply)
         worker = self.worker
-        if len(worker.jobs) == len(worker.out) and not worker.dead:
+        if len(worker.jobs) == len(worker.out) and not (worker.dead or worker.retiring):
             # Its batch is answered: send what queued meanwhile, or what waits elsewhere.
             if not worker.out:
                 self.pool._steal(worker)
