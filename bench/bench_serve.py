@@ -14,6 +14,9 @@ ways, and drives each with the same concurrent aiohttp client in alternating rou
 
     .venv/bin/python bench/bench_serve.py --workers 1 --concurrency 64 --rounds 5 --duration 3
 
+`--baseline DIR` also serves it with the `nel serve` of another checkout (e.g. the previous
+main) in the same alternating rounds, and prints nel/baseline.
+
 It prints every round, the medians and the ratios nel/ceiling and nel/peer; the exit status
 is 0 when both meet their targets.
 """
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.8, help="nel / ceiling")
     p.add_argument("--peer-target", type=float, default=2.0, help="nel / NeMo Evaluator")
     p.add_argument("--no-peer", action="store_true", help="skip NeMo Evaluator's serve")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="also run the `nel serve` of the checkout in DIR (e.g. the previous main)")
     p.add_argument("--ceiling-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -239,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     peer_bin = Path(os.environ.get("NEL_PEER_NEMO") or PEER_NEL)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         byob = write_benchmark(Path(tmp))
-        ports = {"nel": _free_port(), "ceiling": _free_port(), "peer": _free_port()}
+        ports = {"nel": _free_port(), "ceiling": _free_port(), "peer": _free_port(),
+                 "baseline": _free_port()}
         nel_cmd = [*_nel_serve_cmd(), "-b", str(byob), "--port", str(ports["nel"]),
                    "--workers", str(args.workers)]
         if args.scoring_workers:
@@ -251,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
             "ceiling": lambda: _start(ceiling_cmd, ports["ceiling"], env={
                 **os.environ, "PYTHONPATH": str(ROOT), "NEL_BENCH_BYOB": str(byob)}),
         }
+        if args.baseline is not None:
+            base = args.baseline.resolve()
+            base_cmd = [*_nel_serve_cmd(), "-b", str(byob), "--port", str(ports["baseline"]),
+                        "--workers", str(args.workers)]
+            if args.scoring_workers:
+                base_cmd += ["--scoring-workers", str(args.scoring_workers)]
+            starts["baseline"] = lambda: _start(base_cmd, ports["baseline"], cwd=base, env={
+                **os.environ, "PYTHONPATH": str(base)})
         if not args.no_peer:
             if not peer_bin.is_file():
                 print(f"NeMo Evaluator 0.3.0 not found at {peer_bin} (make peers): --no-peer",
@@ -285,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = ratio >= args.target
     print(f"nel / ceiling (bare FastAPI route, same settings, same scoring): {ratio:.2f} "
           f"(target >= {args.target})")
+    if "baseline" in med:
+        print(f"nel / baseline ({args.baseline}): {med['nel'] / med['baseline']:.2f}")
     if "peer" in med:
         peer_ratio = med["nel"] / med["peer"]
         ok = ok and peer_ratio >= args.peer_target

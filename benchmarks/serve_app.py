@@ -10,8 +10,11 @@ See `benchmarks.serve` for the protocol. Scoring runs where an overrun can be st
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._types import EvalEnvironment
@@ -88,8 +91,6 @@ def generate_app(
     Raises:
         NelError: the benchmark runs model code and no `sandbox` was given.
     """
-    from fastapi import FastAPI
-
     from benchmarks.serve_export import export_data
 
     name = benchmark_name or env.name
@@ -99,7 +100,7 @@ def generate_app(
                        "serve it with `--sandbox local` (or `--sandbox docker --sandbox-image IMAGE`)")
     if data_export_dir is not None:
         export_data(env, Path(data_export_dir).expanduser() / f"{name}.jsonl", benchmark=name)
-    app = FastAPI(
+    app = _serve_app_class()(
         title=f"nel serve: {name}",
         description="Seed/verify protocol of NeMo Evaluator 0.3.0 (NeMo Gym compatible).",
         docs_url=None,
@@ -117,6 +118,7 @@ def generate_app(
                      body_timeout=body_timeout, verify_timeout=verify_timeout, sandbox=sandbox,
                      pool=pool)
     _add_routes(app, routes)
+    app.hot_routes = {"/verify": routes.post_verify, "/seed_session": routes.post_seed_session}
     return app
 
 
@@ -157,3 +159,43 @@ def _add_routes(app: FastAPI, routes: ServeRoutes) -> None:
     app.add_route("/verify", routes.post_verify, methods=["POST"])
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+@functools.cache
+def _serve_app_class() -> type[FastAPI]:
+    """FastAPI with the two routes an RL loop calls per rollout dispatched directly.
+
+    `POST /verify` and `POST /seed_session` skip FastAPI's middleware stack and router (most
+    of a request's server time once scoring left the event loop): the handler is called and
+    its errors are answered as the stack would (`ApiError` as its 4xx, anything else as a
+    logged 500). Every other request, the lifespan, and every request once a caller has
+    added middleware of its own (it must see them all), take the usual way.
+    """
+    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from benchmarks.serve_json import ApiError
+    from benchmarks.serve_routes import on_api_error, on_unexpected
+
+    class ServeApp(FastAPI):
+        # Set per app by generate_app; none until then.
+        hot_routes: Mapping[str, Callable[[Request], Awaitable[Response]]] = MappingProxyType({})
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["method"] == "POST" and not self.user_middleware:
+                handler = self.hot_routes.get(scope["path"])
+                if handler is not None:
+                    scope["app"] = self
+                    request = Request(scope, receive, send)
+                    try:
+                        response = await handler(request)
+                    except ApiError as exc:
+                        response = await on_api_error(request, exc)
+                    except Exception as exc:
+                        response = await on_unexpected(request, exc)
+                    await response(scope, receive, send)
+                    return
+            await super().__call__(scope, receive, send)
+
+    return ServeApp

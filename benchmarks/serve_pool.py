@@ -2,42 +2,56 @@
 
 A scorer is arbitrary code (BYOB files, sympy, user regexes): it may loop forever or allocate
 without bound. A thread running it cannot be stopped, so an overrun kept burning CPU and
-memory after its request was answered 422. Here every score runs in a worker process:
+memory after its request was answered 422. Here every score runs in a worker process
+(`benchmarks.serve_worker` is the workers' side):
 
 - A *zygote* is forked once, when the pool is built (before the server's event loop and its
   threads exist), holding the benchmark already loaded. Each worker is forked from it, so a
   replacement costs one `fork()` of a quiet single-threaded process and no re-import.
-- A worker scores one response at a time on its own persistent event loop (async `verify`
-  needs one; building a loop per request was the old design's main cost), under an address
-  space limit (`RLIMIT_AS`) so a scorer that blows memory gets a `MemoryError`, not the box.
-- A request waits for an idle worker and for its verdict within its time limit; past it the
-  worker is SIGKILLed (its CPU and memory are released at once), replaced, and the request
-  is answered 422 (`ScoringTimeout`).
+- Requests are batched: each goes to a worker with nothing in flight if there is one, else
+  to the one with the fewest requests; a worker has at most one batch in flight, and what
+  queues meanwhile goes in one write when that batch is answered (the worker answers a
+  batch in one write too). Waking a sleeping process per request cost more than the HTTP
+  serving itself; a batch costs one wake-up each way. A worker that finishes its batch
+  with nothing queued takes the requests queued unsent on another (one stuck on an
+  overrunning scorer holds only the requests already sent with the overrun).
+- A worker scores its requests in order, so the oldest unanswered one is the one running.
+  Every request has its own deadline (`timeout`, waiting included); when it passes, the
+  request is answered `ScoringTimeout` and its worker is SIGKILLed (its CPU and memory are
+  released at once); the requests queued behind it go to a fresh worker with their own
+  deadlines unchanged. With one timeout for all requests (as the server has), deadlines in a
+  worker's queue run oldest first, so only an overrunning scorer's worker is ever killed.
+- Scorers run under an address space limit (`RLIMIT_AS`): one that blows memory gets a
+  `MemoryError`, answers, and its worker retires.
 - Nothing outlives the server: the zygote dies with the server (PR_SET_PDEATHSIG) and every
   worker with the zygote, whichever way the server ends (SIGTERM, SIGKILL, a crash);
   `close()` kills them at once on a normal shutdown.
-
-Messages are length-prefixed JSON over a socketpair per worker; the server side uses the
-running loop's `sock_*` calls, so one pool serves whichever event loop calls it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
-import resource
 import signal
 import socket
-import struct
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.serve_json import dumps, loads
+from benchmarks.serve_worker import (
+    HEADER,
+    REPLY_OK,
+    REPLY_RETIRE,
+    die_with_parent,
+    frame,
+    recv_exact,
+    split_frames,
+    zygote_main,
+)
 
 __all__ = [
     "DEFAULT_SCORER_MEMORY_MB",
@@ -49,8 +63,6 @@ __all__ = [
 
 #: Address space a worker may grow by beyond what it inherits (MiB).
 DEFAULT_SCORER_MEMORY_MB = 2048
-_HEADER = struct.Struct("!I")
-_PR_SET_PDEATHSIG = 1
 
 
 class ScoringTimeout(Exception):
@@ -67,174 +79,85 @@ def default_pool_size(http_workers: int = 1) -> int:
     return max(2, (os.cpu_count() or 1) // max(1, http_workers))
 
 
-def _die_with_parent() -> None:
-    """Get SIGKILL when the parent exits (Linux); exit now if it already has."""
-    parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(0)
+@dataclass(eq=False, slots=True)
+class _Job:
+    """One response to score: its framed request, the caller's future, its deadline."""
+
+    request: bytes
+    future: asyncio.Future[bytes]
+    timeout: float
+    timer: asyncio.TimerHandle | None = None
+    worker: _Worker | None = None  # None once answered or failed
 
 
-def _send_frame(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(_HEADER.pack(len(payload)) + payload)
+@dataclass(eq=False, slots=True)
+class _Worker:
+    """One scoring process, as the server sees it: its socket and its requests."""
 
+    pid: int
+    sock: socket.socket
+    loop: asyncio.AbstractEventLoop
+    jobs: deque[_Job] = field(default_factory=deque)  # sent or to send, oldest first
+    out: list[bytes] = field(default_factory=list)  # framed requests not yet written
+    transport: Any = None  # uvloop's transports are no asyncio.Transport subclass
+    flush_pending: bool = False
+    retiring: bool = False
+    dead: bool = False
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv_frame(sock: socket.socket) -> bytes | None:
-    head = _recv_exact(sock, _HEADER.size)
-    if head is None:
-        return None
-    return _recv_exact(sock, _HEADER.unpack(head)[0])
-
-
-
-
-# --------------------------------------------------------------------------- worker side
-
-
-def _limit_memory(extra_bytes: int | None) -> None:
-    """Cap the address space at what the worker holds now plus `extra_bytes`."""
-    if extra_bytes is None:
-        return
-    try:
-        with open("/proc/self/statm") as fh:
-            current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return
-    limit = current + extra_bytes
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def _worker_main(sock: socket.socket, env: Any, memory_bytes: int | None) -> None:
-    """Score requests from `sock` one at a time until it closes."""
-    from benchmarks._types import VerifyResult
-
-    _limit_memory(memory_bytes)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    while True:
-        frame = _recv_frame(sock)
-        if frame is None:
-            return
-        request = loads(frame)
-        retire = False
-        try:
-            result = loop.run_until_complete(
-                env.verify(request["text"], request["expected"], **request["kwargs"])
-            )
-            if isinstance(result, VerifyResult):
-                reply: dict[str, Any] = {"ok": result.to_dict()}
-            else:
-                reply = {"error": "scorer returned no VerifyResult"}
-        except MemoryError:
-            # Fragmented and near its cap: answer, then make way for a fresh worker.
-            retire = True
-            reply = {"error": "scorer failed: MemoryError: the scorer exceeded its memory limit"}
-        except BaseException as exc:  # the request gets the error; the worker carries on
-            reply = {"error": f"scorer failed: {type(exc).__name__}: {exc}"[:500]}
-        reply["retire"] = retire
-        try:
-            payload = dumps(reply)
-        except Exception as exc:
-            payload = dumps({"error": f"verdict not serialisable: {exc}"[:500], "retire": False})
-        _send_frame(sock, payload)
-        if retire:
-            return
-
-
-def _zygote_main(control: socket.socket, env: Any, memory_bytes: int | None) -> None:
-    """Fork a worker for each socket the server sends; answer with the worker's PID."""
-    # Children are reaped by the kernel: a killed worker vanishes at once.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    while True:
-        try:
-            _, fds, _, _ = socket.recv_fds(control, 16, 1)
-        except OSError:
-            return
-        if not fds:
-            return  # the server closed the control socket
-        pid = os.fork()
-        if pid == 0:
-            code = 0
+    def kill(self) -> None:
+        self.dead = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signal.SIGKILL)
+        if self.transport is not None:
             try:
-                control.close()
-                _die_with_parent()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                with socket.socket(fileno=fds[0]) as sock:
-                    _worker_main(sock, env, memory_bytes)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(fds[0])
-        control.sendall(_HEADER.pack(pid))
-
-
-# --------------------------------------------------------------------------- server side
+                self.transport.abort()  # closes the socket too, from its loop
+                return
+            except RuntimeError:  # that loop is closed already
+                pass
+        self.sock.close()
 
 
 class _Channel(asyncio.Protocol):
-    """The server's end of one worker's socket: hands each reply frame to the waiting call.
+    """The server's end of one worker's socket: hands each reply to the pool.
 
     A protocol registered once with the loop (rather than `sock_recv` per call, which adds
-    and removes a reader each time) keeps the round trip to one write and one wake-up.
+    and removes a reader each time) keeps a round trip to one write and one wake-up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pool: ScoringPool, worker: _Worker) -> None:
+        self.pool = pool
+        self.worker = worker
         self.buffer = bytearray()
-        self.waiter: asyncio.Future[bytes | None] | None = None
-        self.transport: Any = None  # uvloop's transports are no asyncio.Transport subclass
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buffer
-        buf += data
-        if len(buf) < _HEADER.size:
-            return
-        (n,) = _HEADER.unpack_from(buf)
-        if len(buf) < _HEADER.size + n:
-            return
-        frame = bytes(buf[_HEADER.size : _HEADER.size + n])
-        del buf[: _HEADER.size + n]
-        self._settle(frame)
+        self.buffer += data
+        for reply in split_frames(self.buffer):
+            self.pool._answered(self.worker, reply)
+        worker = self.worker
+        if len(worker.jobs) == len(worker.out) and not (worker.dead or worker.retiring):
+            # Its batch is answered: send what queued meanwhile, or what waits elsewhere.
+            if not worker.out:
+                self.pool._steal(worker)
+            if worker.out:
+                self.pool._flush(worker)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._settle(None)  # the worker died (or was killed)
-
-    def _settle(self, frame: bytes | None) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(frame)
+        self.pool._lost(self.worker, "scorer failed: its worker process died (crashed or was killed)")
 
 
-@dataclass(eq=False)
-class _Worker:
-    pid: int
-    sock: socket.socket
-    channel: _Channel | None = None
-    loop: asyncio.AbstractEventLoop | None = None
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.pid, signal.SIGKILL)
-        if self.channel is not None and self.channel.transport is not None:
-            self.channel.transport.abort()
+def _settle(job: _Job, reply: bytes | None = None, error: Exception | None = None) -> None:
+    """Answer `job`'s caller (if it still waits) and stop its deadline."""
+    job.worker = None
+    if job.timer is not None:
+        job.timer.cancel()
+    future = job.future
+    if future.done():
+        return
+    with contextlib.suppress(RuntimeError):  # its loop is gone (a test client's earlier loop)
+        if error is not None:
+            future.set_exception(error)
         else:
-            self.sock.close()
+            future.set_result(reply)  # type: ignore[arg-type]
 
 
 class ScoringPool:
@@ -252,9 +175,7 @@ class ScoringPool:
         if size < 1:
             raise ValueError(f"scoring pool size must be >= 1, got {size}")
         self.size = size
-        self._idle: list[_Worker] = []
-        self._busy: set[_Worker] = set()
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._workers: list[_Worker] = []
         self._spawn_lock = threading.Lock()
         self._closed = False
         memory_bytes = None if memory_mb is None else memory_mb << 20
@@ -267,10 +188,10 @@ class ScoringPool:
             code = 0
             try:
                 parent_end.close()
-                _die_with_parent()
+                die_with_parent()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                _zygote_main(child_end, env, memory_bytes)
+                zygote_main(child_end, env, memory_bytes)
             except BaseException:
                 code = 1
             finally:
@@ -283,95 +204,201 @@ class ScoringPool:
 
     def pids(self) -> list[int]:
         """PIDs of the live workers (the zygote excluded)."""
-        return [w.pid for w in (*self._idle, *self._busy)]
+        return [w.pid for w in self._workers]
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self, loop: asyncio.AbstractEventLoop) -> _Worker:
+        """Fork a worker from the zygote; it connects to `loop` in the background."""
+        if self._closed:
+            raise ScoringFailed("the server is stopping")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self._spawn_lock:
                 socket.send_fds(self._control, [b"w"], [theirs.fileno()])
-                head = _recv_exact(self._control, _HEADER.size)
+                head = recv_exact(self._control, HEADER.size)
+        except OSError:
+            head = None
         finally:
             theirs.close()
         if head is None:
             ours.close()
             raise ScoringFailed("the scoring pool's zygote is gone (is the server stopping?)")
         ours.setblocking(False)
-        return _Worker(_HEADER.unpack(head)[0], ours)
+        worker = _Worker(HEADER.unpack(head)[0], ours, loop)
+        self._workers.append(worker)
+        loop.create_task(self._connect(worker))
+        return worker
+
+    async def _connect(self, worker: _Worker) -> None:
+        try:
+            transport, _ = await worker.loop.create_unix_connection(
+                lambda: _Channel(self, worker), sock=worker.sock)
+        except OSError:
+            self._lost(worker, "scorer failed: its worker process could not be reached")
+            return
+        if worker.dead:
+            transport.abort()
+            return
+        worker.transport = transport
+        self._flush(worker)
 
     def close(self) -> None:
         """Kill every worker and the zygote (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        for worker in (*self._idle, *self._busy):
+        stopping = ScoringFailed("the server is stopping")
+        for worker in self._workers:
             worker.kill()
-        self._idle.clear()
-        self._busy.clear()
+            for job in worker.jobs:
+                _settle(job, error=stopping)
+            worker.jobs.clear()
+        self._workers.clear()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._zygote_pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self._zygote_pid, 0)
         self._control.close()
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.cancel()
 
     # ---------------------------------------------------------------- dispatch
 
-    async def _acquire(self) -> _Worker:
-        while True:
-            if self._closed:
-                raise ScoringFailed("the server is stopping")
-            if self._idle:
-                worker = self._idle.pop()
-                if worker.loop is not None and worker.loop is not asyncio.get_running_loop():
-                    # Bound to an event loop that is no longer serving (a test client's
-                    # earlier loop): replace it rather than share a socket across loops.
-                    worker.kill()
-                    continue
-                self._busy.add(worker)
-                return worker
-            if len(self._busy) < self.size:
-                worker = self._spawn()
-                self._busy.add(worker)
-                return worker
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+    def _pick(self, loop: asyncio.AbstractEventLoop) -> _Worker:
+        """The worker for a new request: one with nothing in flight (joining the batch it
+        is about to be sent, which costs no extra wake-up), a new one while the pool has
+        room, else the one with the fewest requests."""
+        idle: _Worker | None = None
+        busy: _Worker | None = None
+        for worker in list(self._workers):
+            if worker.loop is not loop:
+                # Bound to an event loop that is no longer serving (a test client's earlier
+                # loop): replace it rather than share a socket across loops.
+                self._discard(worker)
+                gone = ScoringFailed("scorer failed: its event loop stopped serving")
+                for job in worker.jobs:
+                    _settle(job, error=gone)
+                worker.jobs.clear()
+                continue
+            if len(worker.jobs) == len(worker.out):  # nothing in flight
+                if idle is None or len(worker.out) < len(idle.out):
+                    idle = worker
+            elif busy is None or len(worker.jobs) < len(busy.jobs):
+                busy = worker
+        if idle is not None and (not idle.out or len(self._workers) >= self.size):
+            return idle
+        if len(self._workers) < self.size:
+            return self._spawn(loop)
+        chosen = idle or busy
+        assert chosen is not None
+        return chosen
 
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                with contextlib.suppress(RuntimeError):  # its loop is gone
-                    waiter.set_result(None)
-                    return
+    def _steal(self, thief: _Worker) -> None:
+        """Give `thief` (nothing in flight, nothing queued) the requests queued unsent on the
+        worker with the most of them: unsent, they can move, and a worker stuck on an
+        overrunning scorer must not hold them until its limit."""
+        victim: _Worker | None = None
+        for worker in self._workers:
+            if (worker is not thief and worker.out and len(worker.jobs) > len(worker.out)
+                    and (victim is None or len(worker.out) > len(victim.out))):
+                victim = worker
+        if victim is None:
+            return
+        moved = [victim.jobs.pop() for _ in victim.out]
+        victim.out.clear()
+        for job in reversed(moved):
+            job.worker = thief
+            thief.jobs.append(job)
+            thief.out.append(job.request)
 
-    def _release(self, worker: _Worker, healthy: bool) -> None:
-        self._busy.discard(worker)
-        if healthy and not self._closed:
-            self._idle.append(worker)
+    def _send(self, job: _Job, worker: _Worker) -> None:
+        """Queue `job` on `worker`: what queues while the worker has nothing in flight is
+        written at the end of this loop iteration, in one write; what queues while it
+        scores goes in one write once its batch is answered."""
+        job.worker = worker
+        worker.jobs.append(job)
+        worker.out.append(job.request)
+        if len(worker.jobs) > len(worker.out):
+            # A batch is in flight: this goes with the next one, sent once that is answered
+            # (a busy worker reads nothing meanwhile; writing now would only split batches).
+            return
+        if not worker.flush_pending:
+            worker.flush_pending = True
+            worker.loop.call_soon(self._flush, worker)
+
+    def _flush(self, worker: _Worker) -> None:
+        worker.flush_pending = False
+        if worker.out and worker.transport is not None and not worker.dead:
+            worker.transport.write(b"".join(worker.out))
+            worker.out.clear()
+
+    def _answered(self, worker: _Worker, reply: bytes) -> None:
+        if worker.dead or not worker.jobs:
+            return
+        if reply[0] == REPLY_RETIRE:
+            worker.retiring = True  # it exits after this; its other requests go elsewhere
+        _settle(worker.jobs.popleft(), reply)
+
+    def _discard(self, worker: _Worker) -> None:
+        """Kill `worker` and forget it (its requests are the caller's to settle)."""
+        worker.kill()
+        with contextlib.suppress(ValueError):
+            self._workers.remove(worker)
+
+    def _resend(self, jobs: list[_Job]) -> None:
+        """Requests a dead worker had not answered (nor, but for a killed head, started):
+        to one fresh worker, oldest first, keeping their deadlines."""
+        pending = [job for job in jobs if not job.future.done()]
+        for job in jobs:
+            if job.future.done():
+                _settle(job)  # its caller is gone (cancelled): just stop its deadline
+        if not pending:
+            return
+        try:
+            worker = self._spawn(pending[0].future.get_loop())
+        except ScoringFailed as exc:
+            for job in pending:
+                _settle(job, error=exc)
+            return
+        for job in pending:
+            self._send(job, worker)
+
+    def _lost(self, worker: _Worker, reason: str) -> None:
+        """`worker`'s process ended: its running request failed, the rest go elsewhere."""
+        if worker.dead:
+            return  # we killed it, and dealt with its requests then
+        self._discard(worker)
+        jobs = list(worker.jobs)
+        worker.jobs.clear()
+        if jobs and not worker.retiring:
+            _settle(jobs.pop(0), error=ScoringFailed(reason))
+        if not self._closed:
+            self._resend(jobs)
+
+    def _expire(self, job: _Job) -> None:
+        """`job`'s deadline passed unanswered: fail it; if its worker had it (or a request
+        sent with it), kill that worker and resend the rest."""
+        worker = job.worker
+        if worker is None:
+            return
+        limit = f"{job.timeout:g} s"
+        jobs = worker.jobs
+        sent = len(jobs) - len(worker.out)
+        index = jobs.index(job)
+        if index >= sent:
+            # Still queued unsent: the worker never saw it, so it just leaves the queue.
+            del jobs[index]
+            del worker.out[index - sent]
+            _settle(job, error=ScoringTimeout(f"no scoring worker free within {limit}"))
+            return
+        # Sent: the first unanswered is what the worker is scoring (with one timeout for all
+        # requests it is always that one which expires first).
+        self._discard(worker)
+        rest = [j for j in jobs if j is not job]
+        jobs.clear()
+        if index == 0:
+            error = ScoringTimeout(f"scoring took longer than {limit} (its worker was stopped)")
         else:
-            worker.kill()
-        self._wake_one()
-
-    async def _exchange(self, worker: _Worker, payload: bytes) -> bytes | None:
-        loop = asyncio.get_running_loop()
-        if worker.channel is None:
-            _, worker.channel = await loop.create_unix_connection(_Channel, sock=worker.sock)
-            worker.loop = loop
-        channel = worker.channel
-        if channel.transport is None or channel.transport.is_closing():
-            return None
-        waiter: asyncio.Future[bytes | None] = loop.create_future()
-        channel.waiter = waiter
-        channel.transport.write(_HEADER.pack(len(payload)) + payload)
-        return await waiter
+            error = ScoringTimeout(f"no scoring worker free within {limit}")
+        _settle(job, error=error)
+        self._resend(rest)
 
     async def verify(
         self, text: str, expected: str, kwargs: dict[str, Any], timeout: float
@@ -385,27 +412,22 @@ class ScoringPool:
             ScoringTimeout: the limit passed (a worker that was scoring is killed).
             ScoringFailed: the scorer raised or returned no verdict, or its worker died.
         """
-        payload = dumps({"text": text, "expected": expected, "kwargs": kwargs})
-        worker: _Worker | None = None
-        reply: dict[str, Any] | None = None
-        try:
-            async with asyncio.timeout(timeout):
-                worker = await self._acquire()
-                frame = await self._exchange(worker, payload)
-            reply = loads(frame) if frame is not None else None
-        except TimeoutError:
-            if worker is None:
-                raise ScoringTimeout(f"no scoring worker free within {timeout:g} s") from None
-            raise ScoringTimeout(
-                f"scoring took longer than {timeout:g} s (its worker was stopped)"
-            ) from None
-        finally:
-            # Anything but a clean answer (timeout, cancellation, a dead worker, a worker
-            # retiring after a MemoryError) leaves no reusable worker: kill and replace it.
-            if worker is not None:
-                self._release(worker, healthy=reply is not None and not reply.get("retire"))
-        if reply is None:
-            raise ScoringFailed("scorer failed: its worker process died (crashed or was killed)")
-        if "error" in reply:
-            raise ScoringFailed(reply["error"])
-        return reply["ok"]
+        return loads(await self.verify_json(text, expected, kwargs, timeout))
+
+    async def verify_json(
+        self, text: str, expected: str, kwargs: dict[str, Any], timeout: float
+    ) -> bytes:
+        """As `verify`, but the verdict as the JSON bytes the worker wrote (a server can
+        answer with them as they are)."""
+        loop = asyncio.get_running_loop()
+        request = frame(dumps({"text": text, "expected": expected, "kwargs": kwargs}))
+        job = _Job(request, loop.create_future(), timeout)
+        self._send(job, self._pick(loop))
+        # A timer rather than `asyncio.timeout`: the pool, not the caller's task, decides
+        # what a passed deadline means (kill the worker, resend what waited behind it).
+        # A caller cancelled meanwhile leaves the timer armed, so an overrun still stops.
+        job.timer = loop.call_later(timeout, self._expire, job)
+        reply = await job.future
+        if reply[0] != REPLY_OK:
+            raise ScoringFailed(reply[1:].decode("utf-8", "replace"))
+        return reply[1:]

@@ -22,6 +22,7 @@ from benchmarks.serve_json import (
     ApiError,
     invalid,
     json_response,
+    loads,
     read_json_object,
 )
 from benchmarks.serve_pool import ScoringFailed, ScoringPool, ScoringTimeout
@@ -117,7 +118,11 @@ class ServeRoutes:
         req = parse_verify(body)
         verdict = await self._verdict(req)
         if not req.gym_form:
+            if isinstance(verdict, bytes):  # the scoring worker's JSON, as it wrote it
+                return Response(verdict, headers=JSON_HEADERS)
             return json_response(verdict)
+        if isinstance(verdict, bytes):
+            verdict = loads(verdict)
         # NeMo Gym's BaseVerifyResponse is the request plus `reward`; agents validate the
         # reply against it, so the whole body goes back.
         echoed = dict(body)
@@ -137,13 +142,14 @@ class ServeRoutes:
         async with self.sandbox() as sb:
             return await self.env.verify(req.text, req.expected, sandbox=sb, **req.kwargs)
 
-    async def _verdict(self, req: VerifyRequest) -> dict[str, Any]:
-        """The verdict as a dict: in a scoring worker, or on this loop within the timeout;
-        every way scoring fails is a structured 4xx/503, never a reward."""
+    async def _verdict(self, req: VerifyRequest) -> dict[str, Any] | bytes:
+        """The verdict: as JSON from a scoring worker, or as a dict scored on this loop
+        within the timeout; every way scoring fails is a structured 4xx/503, never a reward."""
         verify_timeout = self.verify_timeout
         try:
             if self.pool is not None:
-                return await self.pool.verify(req.text, req.expected, req.kwargs, verify_timeout)
+                return await self.pool.verify_json(req.text, req.expected, req.kwargs,
+                                                   verify_timeout)
             try:
                 async with asyncio.timeout(verify_timeout):
                     result = await self._scored(req)

@@ -162,6 +162,26 @@ def test_slow_headers_are_cut_off(served) -> None:
     assert _health(port) == 200
 
 
+def test_slow_headers_on_a_kept_alive_connection_are_cut_off(served) -> None:
+    _, port, _ = served
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+        sock.sendall(head + b"\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        # The next request's head, a byte every 0.2 s (the slow client's pace): cut off
+        # within the 2 s limit, although the connection has been open for longer.
+        t0 = time.monotonic()
+        for byte in head + b"X-Pad: " + b"a" * 400:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                break
+            if time.monotonic() - t0 > 10:
+                pytest.fail("a kept-alive connection's slow head was not cut off")
+            time.sleep(0.2)
+        assert time.monotonic() - t0 < 6
+
+
 def test_slow_body_is_cut_off(served) -> None:
     _, port, _ = served
     body = b'{"response": "' + b"1" * 400 + b'", "expected_answer": "2"}'

@@ -191,3 +191,161 @@ def test_sigterm_during_an_overrun_exits_within_3s_and_stops_the_workers(served)
              what="the scoring workers ending")
     caller.join(WAIT_S)
     assert answers in ([], [422], [503]), answers  # never a 500 or a reward
+
+
+# --------------------------------------------------------------------------- the pool itself
+# In-process pools over real worker processes: what the pipelining must keep and what it buys.
+
+
+class _Scorer:
+    """`verify` that loops forever on "loop", dies on "crash", and scores "2" as right;
+    with `started`, a loop first creates that file."""
+
+    name = "pool_probe"
+
+    def __init__(self, started: Path | None = None) -> None:
+        self.started = started
+
+    async def verify(self, response: str, expected: str, **_: Any) -> Any:
+        from benchmarks._types import VerifyResult
+
+        if response == "loop":
+            if self.started is not None:
+                self.started.touch()
+            while True:
+                pass
+        if response == "crash":
+            os._exit(3)
+        return VerifyResult(reward=float(response == expected), extracted_answer=response)
+
+
+def _voluntary_switches(pids: list[int]) -> int:
+    """Times these processes went to sleep (each is a wake-up someone paid for)."""
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+async def _until(cond: Any, what: str) -> None:
+    """Wait for `cond()` without blocking the loop (the pool's timers run on it)."""
+    import asyncio
+
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"within {WAIT_S:.0f} s: {what} did not happen")
+        await asyncio.sleep(0.02)
+
+
+def test_a_burst_of_requests_wakes_the_workers_a_few_times_not_once_per_request() -> None:
+    import asyncio
+
+    from benchmarks.serve_pool import ScoringPool
+
+    pool = ScoringPool(_Scorer(), 2, None)
+    burst = 400
+
+    async def run() -> tuple[int, int, list[Any]]:
+        # Both workers up (and through their first requests) before counting.
+        await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(8)))
+        pids = pool.pids()
+        before = _voluntary_switches(pids)
+        verdicts = await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(burst)))
+        assert sorted(pool.pids()) == sorted(pids), "a worker was replaced during a clean burst"
+        after = _voluntary_switches(pids)
+        pool.close()  # on its loop, as the server does at shutdown
+        return before, after, verdicts
+
+    try:
+        before, after, verdicts = asyncio.run(run())
+    finally:
+        pool.close()
+    assert [v["reward"] for v in verdicts] == [1.0] * burst
+    # One request in flight per worker meant one wake-up per request (>= 400 here).
+    assert after - before < burst // 4, f"{after - before} wake-ups for {burst} requests"
+
+
+def test_requests_queued_behind_an_overrun_or_a_crash_are_still_scored_and_overruns_stop(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from benchmarks.serve_pool import ScoringFailed, ScoringPool, ScoringTimeout
+
+    started = tmp_path / "loop-started"
+    # One worker: everything queues behind the culprit.
+    pool = ScoringPool(_Scorer(started), 1, None)
+
+    async def burst_behind(culprit: str, limit: float) -> tuple[Any, list[Any], float]:
+        t0 = time.monotonic()
+        first, *rest = await asyncio.gather(
+            pool.verify(culprit, "2", {}, limit),
+            *(pool.verify("2", "2", {}, 30) for _ in range(20)),
+            return_exceptions=True,
+        )
+        return first, rest, time.monotonic() - t0
+
+    async def run() -> None:
+        await pool.verify("2", "2", {}, 30)
+        (worker,) = pool.pids()
+        looped, rest, took = await burst_behind("loop", LIMIT_S)
+        assert isinstance(looped, ScoringTimeout) and "stopped" in str(looped), looped
+        assert [r["reward"] for r in rest] == [1.0] * 20, rest
+        assert took < LIMIT_S + 5, f"answered after {took:.1f} s for a {LIMIT_S} s limit"
+        assert worker not in pool.pids()
+        wait_for(lambda: not pid_alive(worker), timeout=WAIT_S, interval=0.02,
+                 what="the overrunning worker ending")
+
+        crashed, rest, _ = await burst_behind("crash", 30)
+        assert isinstance(crashed, ScoringFailed) and "died" in str(crashed), crashed
+        assert [r["reward"] for r in rest] == [1.0] * 20, rest
+        assert len(pool.pids()) == 1
+
+        # A caller that gives up (a cancelled request) still gets its overrun stopped.
+        started.unlink()
+        abandoned = asyncio.ensure_future(pool.verify("loop", "2", {}, LIMIT_S))
+        await _until(started.exists, "the scorer looping")
+        (worker,) = pool.pids()
+        abandoned.cancel()
+        await _until(lambda: not pid_alive(worker), "the abandoned overrun's worker ending")
+        pool.close()  # on its loop, as the server does at shutdown
+
+    try:
+        asyncio.run(run())
+    finally:
+        pool.close()
+
+
+def test_requests_do_not_wait_behind_an_overrun_while_another_worker_is_free(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from benchmarks.serve_pool import ScoringPool, ScoringTimeout
+
+    started = tmp_path / "loop-started"
+    pool = ScoringPool(_Scorer(started), 2, None)
+
+    async def run() -> None:
+        await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(4)))
+        culprit = asyncio.ensure_future(pool.verify("loop", "2", {}, 3 * LIMIT_S))
+        await _until(started.exists, "the scorer looping")
+        t0 = time.monotonic()
+        # Waves of requests while one worker is stuck: the free one scores them all, long
+        # before the stuck one's limit.
+        for _ in range(5):
+            verdicts = await asyncio.gather(*(pool.verify("2", "2", {}, 30) for _ in range(20)))
+            assert [v["reward"] for v in verdicts] == [1.0] * 20
+        took = time.monotonic() - t0
+        assert not culprit.done() and took < LIMIT_S, f"100 requests took {took:.1f} s"
+        with pytest.raises(ScoringTimeout):
+            await culprit
+        pool.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        pool.close()
