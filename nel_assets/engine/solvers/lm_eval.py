@@ -75,7 +75,11 @@ class LmEvalSolver:
     async def _scored(self, task: SeedResult, kind: str, ctx: SolveContext) -> SolveResult:
         requests: list[list[str]] = task.metadata["requests"]
         if kind == "loglikelihood_rolling":
-            rolled = [await rolling_loglikelihood(self.client, r[0]) for r in requests]
+            # lm-eval scores the first token after its prefix token (`rolling_prefix`).
+            prefix = str(getattr(self.env, "rolling_prefix", "") or "")
+            rolled = [await rolling_loglikelihood(self.client, r[0], prefix=prefix,
+                                                  prefix_token=bool(prefix))
+                      for r in requests]
             responses: list[Any] = [r.logprob for r in rolled]
             scored = [{"logprob": r.logprob, "n_tokens": r.n_tokens, "n_bytes": r.n_bytes}
                       for r in rolled]
