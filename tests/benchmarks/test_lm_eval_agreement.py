@@ -188,10 +188,14 @@ def _stories(n: int) -> list[str]:
 N_DOCS = 12
 
 
-def test_bits_per_byte_agrees_with_lm_eval(llama_server: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_length", [None, 48])
+def test_bits_per_byte_agrees_with_lm_eval(llama_server: str, tmp_path: Path,
+                                           max_length: int | None) -> None:
     """Rolling log-likelihood (perplexity) documents: nel with `rolling_prefix: "<s> "` sends
     what lm-eval sends with a llama tokenizer (`decode([bos] + tokens)`), so every
-    document's bits per byte, and the corpus's, agree within 1e-3."""
+    document's bits per byte, and the corpus's, agree within 1e-3. With `max_length: 48`
+    (lm-eval's model argument and nel's param) the documents of 14 to 104 tokens are cut
+    into lm-eval's token windows (46 predicted tokens each) on both sides."""
     from bench.support.gguf_tokenizer import write_hf_tokenizer
     from tests.support.realcomponents import llama_model_path
 
@@ -209,7 +213,8 @@ def test_bits_per_byte_agrees_with_lm_eval(llama_server: str, tmp_path: Path) ->
         [str(Path(sys.executable).parent / "lm_eval"), "--model", "local-completions",
          "--model_args", f"base_url={llama_server}/completions,model=stories260K,"
          f"tokenizer_backend=huggingface,tokenizer={tok_dir},tokenized_requests=False,"
-         "num_concurrent=1", "--tasks", "wikitext_local", "--include_path", str(tasks),
+         "num_concurrent=1" + (f",max_length={max_length}" if max_length else ""),
+         "--tasks", "wikitext_local", "--include_path", str(tasks),
          "--log_samples", "--output_path", str(out)],
         check=True, env=_offline_env(), capture_output=True, timeout=600)
     theirs = {}
@@ -218,8 +223,10 @@ def test_bits_per_byte_agrees_with_lm_eval(llama_server: str, tmp_path: Path) ->
             s = json.loads(line)
             ll, n_bytes = s["bits_per_byte"]
             theirs[s["doc_id"]] = (ll, n_bytes)
-    ours = _run_nel(tmp_path, llama_server, "wikitext_local", tasks,
-                    {"rolling_prefix": "<s> "})
+    params: dict = {"rolling_prefix": "<s> "}
+    if max_length:
+        params["max_length"] = max_length
+    ours = _run_nel(tmp_path, llama_server, "wikitext_local", tasks, params)
     assert len(ours) == N_DOCS == len(theirs)
     ll_ours = ll_theirs = bytes_total = 0.0
     for row in ours:
