@@ -11,7 +11,8 @@ __all__ = ["lm_eval_uri_factory", "require_lm_eval"]
 
 def lm_eval_uri_factory(name: str) -> Any:
     """The factory the registry returns for `lm-eval://TASK`: it makes the environment
-    with the user's params (`data_dir`, `include_path`, `num_fewshot`, ...) and the
+    with the user's params (`data_dir`, `include_path`, `num_fewshot`,
+    `rolling_prefix`, `max_length`, ...) and the
     engine's `protocol` hint."""
     task = name.removeprefix("lm-eval://")
     from benchmarks.errors import NelError
@@ -24,9 +25,11 @@ def lm_eval_uri_factory(name: str) -> Any:
 
     def make(*, data_dir: str | None = None, include_path: str | None = None,
              num_fewshot: int | None = None, protocol: str = "completions",
-             fewshot_as_multiturn: bool = False) -> LmEvalEnvironment:
+             fewshot_as_multiturn: bool = False,
+             rolling_prefix: str = "", max_length: int | None = None) -> LmEvalEnvironment:
         return LmEvalEnvironment(task, data_dir=data_dir, include_path=include_path,
                                  num_fewshot=num_fewshot, protocol=protocol,
-                                 fewshot_as_multiturn=fewshot_as_multiturn)
+                                 fewshot_as_multiturn=fewshot_as_multiturn,
+                                 rolling_prefix=rolling_prefix, max_length=max_length)
 
     return make

@@ -50,13 +50,22 @@ class LmEvalEnvironment(EvalEnvironment):
         protocol: `completions` (prompts as text) or a chat protocol (the contexts as chat
             messages, as lm-eval's `--apply_chat_template` builds them).
         fewshot_as_multiturn: Few-shot examples as separate chat turns (chat only).
+        rolling_prefix: Text a `loglikelihood_rolling` document is scored after (not itself
+            scored), so its first token is scored too. lm-eval sends its tokenizer's
+            decoding of `[prefix_token_id] + tokens`: `"<s> "` before the text for a
+            llama/SentencePiece tokenizer, `"<|endoftext|>"` for GPT-2's. Empty: the first
+            token is not scored (a text prompt cannot name a special token portably).
+        max_length: lm-eval's `max_length` model argument: documents are cut into its token
+            windows by the server's tokenizer, as lm-eval cuts them (llama-cpp-python's
+            server). None: a document is sent whole (character windows if it is too long).
     """
 
     version = "1"
 
     def __init__(self, task: str, *, data_dir: str | None = None,
                  include_path: str | None = None, num_fewshot: int | None = None,
-                 protocol: str = "completions", fewshot_as_multiturn: bool = False) -> None:
+                 protocol: str = "completions", fewshot_as_multiturn: bool = False,
+                 rolling_prefix: str = "", max_length: int | None = None) -> None:
         super().__init__()
         from benchmarks.lm_eval.tasks import load_tasks
 
@@ -65,6 +74,11 @@ class LmEvalEnvironment(EvalEnvironment):
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
         self.chat = protocol != "completions"
         self.num_fewshot = num_fewshot
+        self.rolling_prefix = rolling_prefix
+        if max_length is not None and int(max_length) < 3:
+            raise NelError(f"lm-eval://{task}: params.max_length must be at least 3 "
+                           f"(got {max_length})")
+        self.max_length = None if max_length is None else int(max_length)
         self.fewshot_as_multiturn = fewshot_as_multiturn and self.chat
         self.tasks = load_tasks(task, self.data_dir, include_path)
         self.docs: list[_Doc] = []
@@ -108,8 +122,12 @@ class LmEvalEnvironment(EvalEnvironment):
         for name, t in self.tasks.items():
             h.update(name.encode())
             h.update(json.dumps(t.dump_config(), sort_keys=True, default=str).encode())
+        # Only a set prefix enters the fingerprint: runs made without one stay up to date.
+        prefix = f"prefix={self.rolling_prefix!r}:" if self.rolling_prefix else ""
+        if self.max_length is not None:
+            prefix += f"max_length={self.max_length}:"
         return (f"{super().fingerprint()}:lm_eval={version('lm_eval')}:chat={self.chat}:"
-                f"multiturn={self.fewshot_as_multiturn}:{h.hexdigest()[:16]}")
+                f"multiturn={self.fewshot_as_multiturn}:{prefix}{h.hexdigest()[:16]}")
 
     def kind(self, idx: int) -> str:
         """The lm-eval output type of problem `idx`."""

@@ -192,6 +192,7 @@ def _windows(text: str, size: int) -> list[tuple[int, int]]:
 
 
 async def rolling_loglikelihood(client: ModelClient, text: str, *, prefix: str = "",
+                                prefix_token: bool = False,
                                 window_chars: int | None = None) -> LoglikResult:
     """The log-likelihood of the whole `text` (lm-eval's `loglikelihood_rolling`).
 
@@ -204,13 +205,19 @@ async def rolling_loglikelihood(client: ModelClient, text: str, *, prefix: str =
 
     The text's first token has no context, and servers give it no log-probability (OpenAI's
     echo convention): it is not scored, unless `prefix` is given (e.g. `"\\n"`), after which
-    the whole text is scored. lm-eval scores it after the tokenizer's end-of-text token,
-    which a text prompt cannot name.
+    the whole text is scored. lm-eval scores it after its tokenizer's prefix token (BOS, else
+    EOT), sent as that token's text (`"<s>"`): `prefix="<s> ", prefix_token=True` sends what
+    lm-eval sends with a llama tokenizer and scores the same tokens.
 
     Args:
         client: A client speaking the `completions` protocol.
         text: The document.
         prefix: Text the document is scored after (not itself scored).
+        prefix_token: `prefix` is a special token's text, which the server reads as that
+            token and does not echo: score the first window from the second echoed token on,
+            as lm-eval's `[ctxlen:-1]` does with its one-token context (the echoed offsets
+            of a leading space are unreliable there), and send later windows without it
+            (lm-eval's later windows are text only).
         window_chars: Window size in characters; None = the whole text, then halve on 4xx.
 
     Returns:
@@ -221,7 +228,7 @@ async def rolling_loglikelihood(client: ModelClient, text: str, *, prefix: str =
     size = window_chars or len(text)
     while True:
         try:
-            return await _rolling(client, text, prefix, size)
+            return await _rolling(client, text, prefix, size, prefix_token)
         except ModelError as exc:
             too_long = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (
                 401, 403, 429)
@@ -230,29 +237,47 @@ async def rolling_loglikelihood(client: ModelClient, text: str, *, prefix: str =
             size = max(_MIN_WINDOW_CHARS, size // 2)
 
 
-async def _rolling(client: ModelClient, text: str, prefix: str, size: int) -> LoglikResult:
+async def _rolling(client: ModelClient, text: str, prefix: str, size: int,
+                   prefix_token: bool) -> LoglikResult:
     total, greedy, n_tokens = 0.0, True, 0
     for a, b in _windows(text, size):
-        context = prefix + text[max(0, a - size):a] if a else prefix
         piece = text[a:b]
-        if context:
-            part = await loglikelihood(client, context, piece)
+        if a:
+            before = "" if prefix_token else prefix
+            part = await loglikelihood(client, before + text[max(0, a - size):a], piece)
         else:
-            # No context at all: the first token is the window's seed (the server gives it
-            # no logprob); the tokens after it are scored.
-            echoed, block = await _echo(client, piece)
-            start, end = _continuation_span(echoed, block, 0, len(piece))
-            if start < end and not isinstance(block["token_logprobs"][start], int | float):
-                start += 1
-            if start >= end:
-                continue  # a one-token text: nothing to score
-            part = _score(block, start, end, 0)
+            part = await _first_window(client, prefix, piece, prefix_token)
+            if part is None:
+                continue  # a one-token text without prefix: nothing to score
         total += part.logprob
         greedy = greedy and part.is_greedy
         n_tokens += part.n_tokens
     if not math.isfinite(total):
         raise LogprobsResponseError("the server returned a non-finite log-probability")
     return LoglikResult(total, greedy, n_tokens, len(text.encode()))
+
+
+async def _first_window(client: ModelClient, prefix: str, piece: str,
+                        prefix_token: bool) -> LoglikResult | None:
+    """The first window, scored after `prefix` (or after nothing).
+
+    The first echoed token never has a log-probability (nothing precedes it in the echo).
+    Without a prefix it is the window's seed and is not scored. A special-token prefix
+    (`prefix_token`) leaves no echoed token of its own (the server drops BOS), so lm-eval
+    scores the server's tokens from the second on.
+    """
+    echoed, block = await _echo(client, prefix + piece)
+    start, end = _continuation_span(echoed, block, len(prefix), len(prefix) + len(piece))
+    if prefix_token:
+        start = 1
+    lps = block["token_logprobs"]
+    while start < end and not isinstance(lps[start], int | float):
+        start += 1
+    if start >= end:
+        if prefix:
+            raise LogprobsResponseError("the server echoed no scorable token of the text")
+        return None
+    return _score(block, start, end, 0)
 
 
 async def check_logprobs(client: ModelClient, service: str = "the service") -> None:

@@ -11,6 +11,7 @@ own tokenization first. nel needs none: it finds the continuation by the echoed 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -84,12 +85,14 @@ def _nel_eval(cfg: Path) -> subprocess.CompletedProcess[str]:
                           timeout=600)
 
 
-def _run_nel(tmp: Path, server: str, task: str, tasks: Path) -> list[dict]:
+def _run_nel(tmp: Path, server: str, task: str, tasks: Path,
+             params: dict | None = None) -> list[dict]:
     cfg = tmp / f"{task}.yaml"
     cfg.write_text(json.dumps({
         "services": {"llama": {"type": "api", "url": server, "protocol": "completions",
                                "model": "stories260K"}},
-        "benchmarks": [{"name": f"lm-eval://{task}", "params": {"include_path": str(tasks)}}],
+        "benchmarks": [{"name": f"lm-eval://{task}", "params": {"include_path": str(tasks),
+                                                              **(params or {})}}],
         "output": {"dir": str(tmp / f"nel_{task}")}}))
     run = _nel_eval(cfg)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -160,3 +163,81 @@ def test_multiple_choice_agrees_with_lm_eval(llama_server: str, data_dir: Path,
                  and all(abs(a - float(b[0][0])) < 1e-6 for a, b in zip(lls, lm["resps"],
                                                                          strict=True)))
     assert same / N_MC >= 0.995, f"{same}/{N_MC} items agree (acc, acc_norm, log-likelihoods)"
+
+
+# Short stories (each well under the server's 512-token context: one window), varied so the
+# documents' bits per byte differ; the first starts with a space, the last has a newline.
+_STORY_PARTS = ("Once upon a time, there was a little girl named Lily.",
+                "She loved to play outside in the park with her big red ball.",
+                "One day, a small dog came to say hello.", "The sun was warm and bright.",
+                "Tom and his mom went to the store to buy some milk.",
+                "The cat jumped on the table and knocked over the cup.",
+                "They were happy and played together all day.")
+
+
+def _stories(n: int) -> list[str]:
+    docs = []
+    for i in range(n):
+        parts = [_STORY_PARTS[(i + k) % len(_STORY_PARTS)] for k in range(1 + i % 5)]
+        docs.append(" ".join(parts))
+    docs[0] = " " + docs[0]
+    docs[-1] = docs[-1] + "\nThe end."
+    return docs
+
+
+N_DOCS = 12
+
+
+@pytest.mark.parametrize("max_length", [None, 48])
+def test_bits_per_byte_agrees_with_lm_eval(llama_server: str, tmp_path: Path,
+                                           max_length: int | None) -> None:
+    """Rolling log-likelihood (perplexity) documents: nel with `rolling_prefix: "<s> "` sends
+    what lm-eval sends with a llama tokenizer (`decode([bos] + tokens)`), so every
+    document's bits per byte, and the corpus's, agree within 1e-3. With `max_length: 48`
+    (lm-eval's model argument and nel's param) the documents of 14 to 104 tokens are cut
+    into lm-eval's token windows (46 predicted tokens each) on both sides."""
+    from bench.support.gguf_tokenizer import write_hf_tokenizer
+    from tests.support.realcomponents import llama_model_path
+
+    tok_dir = write_hf_tokenizer(llama_model_path(), tmp_path / "tokenizer")
+    docs = _stories(N_DOCS)
+    data = tmp_path / "ppl_data"
+    data.mkdir()
+    (data / "test.jsonl").write_text("".join(json.dumps({"page": d}) + "\n" for d in docs))
+    tasks = tmp_path / "ppl_tasks"
+    tasks.mkdir()
+    (tasks / "wikitext_local.yaml").write_text(
+        (FIXTURES / "wikitext_local.yaml.in").read_text().replace("${DATA}", str(data)))
+    out = tmp_path / "lm_eval_ppl"
+    subprocess.run(
+        [str(Path(sys.executable).parent / "lm_eval"), "--model", "local-completions",
+         "--model_args", f"base_url={llama_server}/completions,model=stories260K,"
+         f"tokenizer_backend=huggingface,tokenizer={tok_dir},tokenized_requests=False,"
+         "num_concurrent=1" + (f",max_length={max_length}" if max_length else ""),
+         "--tasks", "wikitext_local", "--include_path", str(tasks),
+         "--log_samples", "--output_path", str(out)],
+        check=True, env=_offline_env(), capture_output=True, timeout=600)
+    theirs = {}
+    for f in out.rglob("samples_wikitext_local_*.jsonl"):
+        for line in f.read_text().splitlines():
+            s = json.loads(line)
+            ll, n_bytes = s["bits_per_byte"]
+            theirs[s["doc_id"]] = (ll, n_bytes)
+    params: dict = {"rolling_prefix": "<s> "}
+    if max_length:
+        params["max_length"] = max_length
+    ours = _run_nel(tmp_path, llama_server, "wikitext_local", tasks, params)
+    assert len(ours) == N_DOCS == len(theirs)
+    ll_ours = ll_theirs = bytes_total = 0.0
+    for row in ours:
+        ll, n_bytes = theirs[row["metadata"]["doc_id"]]
+        [scored] = row["scoring_details"]["loglikelihoods"]
+        assert scored["n_bytes"] == n_bytes
+        bpb_theirs = -ll / n_bytes / math.log(2)
+        bpb_ours = row["scoring_details"]["metrics"]["bits_per_byte,none"]
+        assert abs(bpb_ours - bpb_theirs) < 1e-3, (row["metadata"]["doc_id"], bpb_ours,
+                                                   bpb_theirs)
+        ll_ours += scored["logprob"]
+        ll_theirs += ll
+        bytes_total += n_bytes
+    assert abs(ll_ours - ll_theirs) / bytes_total / math.log(2) < 1e-3

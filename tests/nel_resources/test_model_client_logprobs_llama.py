@@ -85,6 +85,18 @@ def test_rolling_whole_text_and_windows(llama_server: str) -> None:
     assert rolled.logprob < 0
 
 
+@pytest.mark.parametrize("text", [STORY, " " + STORY])
+def test_rolling_after_bos_text_scores_what_lm_eval_scores(llama_server: str, text: str) -> None:
+    # lm-eval (llama tokenizer, text requests) sends "<s> " + text and sums the echoed
+    # log-probabilities from the second token on; a leading space is a scored token of its own.
+    direct = _echo(llama_server, "<s> " + text)["token_logprobs"][1:-1]
+    got = _run(llama_server, lambda c: rolling_loglikelihood(c, text, prefix="<s> ",
+                                                             prefix_token=True))
+    assert got.n_tokens == len(direct)
+    assert got.logprob == pytest.approx(sum(direct), abs=1e-4)
+    assert got.n_bytes == len(text.encode())
+
+
 def test_chat_protocol_refused_in_one_line(llama_server: str) -> None:
     with pytest.raises(NoLogprobsError) as info:
         _run(llama_server, lambda c: check_logprobs(c, "service 'llama'"),

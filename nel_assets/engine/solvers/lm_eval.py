@@ -23,6 +23,7 @@ from nel_resources.model_client.logprobs import (
     loglikelihood,
     rolling_loglikelihood,
 )
+from nel_resources.model_client.token_windows import check_tokenizer, lm_eval_rolling
 
 LOGLIK_KINDS = frozenset({"multiple_choice", "loglikelihood", "loglikelihood_rolling"})
 
@@ -47,8 +48,11 @@ class LmEvalSolver:
     async def prepare(self) -> None:
         """Refuse, before any item request, log-likelihood tasks on a service that cannot
         score prompts (a chat endpoint, no echo/logprobs)."""
-        if any(self.env.kind(i) in LOGLIK_KINDS for i in range(len(self.env))):
+        kinds = {self.env.kind(i) for i in range(len(self.env))}
+        if kinds & LOGLIK_KINDS:
             await check_logprobs(self.client, self.service)
+        if "loglikelihood_rolling" in kinds and getattr(self.env, "max_length", None):
+            await check_tokenizer(self.client)
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
         """One document: its generation, or its log-likelihoods scored by the task."""
@@ -75,7 +79,16 @@ class LmEvalSolver:
     async def _scored(self, task: SeedResult, kind: str, ctx: SolveContext) -> SolveResult:
         requests: list[list[str]] = task.metadata["requests"]
         if kind == "loglikelihood_rolling":
-            rolled = [await rolling_loglikelihood(self.client, r[0]) for r in requests]
+            # lm-eval scores the first token after its prefix token (`rolling_prefix`).
+            prefix = str(getattr(self.env, "rolling_prefix", "") or "")
+            max_length = getattr(self.env, "max_length", None)
+            if max_length:  # lm-eval's token windows, by the server's tokenizer
+                rolled = [await lm_eval_rolling(self.client, r[0], prefix=prefix,
+                                                max_length=max_length) for r in requests]
+            else:
+                rolled = [await rolling_loglikelihood(self.client, r[0], prefix=prefix,
+                                                      prefix_token=bool(prefix))
+                          for r in requests]
             responses: list[Any] = [r.logprob for r in rolled]
             scored = [{"logprob": r.logprob, "n_tokens": r.n_tokens, "n_bytes": r.n_bytes}
                       for r in rolled]
