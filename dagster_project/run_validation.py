@@ -95,7 +95,7 @@ def validate_before_run(cfg: NelConfig) -> ResolvedConfig:
     # Resolving checks every name (services, judges) the same way.
     from nel_assets.engine.evaluation.judging import MissingJudgeError, check_scoring
     from nel_assets.engine.evaluation.sandboxing import check_sandbox
-    from nel_assets.engine.solvers.loglikelihood import check_loglikelihood
+    from nel_assets.engine.solvers.loglikelihood_check import check_loglikelihood
 
     resolved = resolve(cfg)
     seen: set[str] = set()

@@ -2,7 +2,8 @@
 (bench/bench_startup.py has the figures):
 
 * `nel --help`, `nel list` and an unchanged rerun import neither Dagster nor pyarrow (nor
-  numpy, aiohttp, polars, scipy);
+  numpy, aiohttp, polars, scipy), nor what only sending requests needs (the eval loop, the
+  solvers, the model client: issue 32);
 * `nel eval run` sends its first request before its Dagster run exists (the head start), and
   the Dagster record of the run is the record a run without the head start leaves: the same
   runs, materializations, partitions, metadata keys and data versions; a failed head start
@@ -30,7 +31,10 @@ from nel_resources.reference_server import start_reference_server
 from tests.support.cli import nel_env, run_nel
 from tests.support.reference import reset_server_stats, server_stats
 
-HEAVY = ("dagster", "pyarrow", "polars", "scipy", "numpy", "aiohttp", "duckdb", "nel_resources.proxy.chain")
+HEAVY = ("dagster", "pyarrow", "polars", "scipy", "numpy", "aiohttp", "duckdb", "nel_resources.proxy.chain",
+         # what only sending requests needs
+         "nel_assets.engine.evaluation.loop", "nel_assets.engine.solvers.simple",
+         "nel_assets.engine.solvers.loglikelihood", "nel_resources.model_client")
 # Runs `nel ARGS` in a fresh interpreter and writes the exit status and which of HEAVY
 # were imported by the end.
 _PROBE = """

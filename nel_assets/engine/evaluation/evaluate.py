@@ -522,6 +522,7 @@ def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[s
         text_problem,
     )
     from nel_assets.engine.results.bundle import BUNDLE_VERSION
+    from nel_assets.engine.results.verified_files import RECORD_NAME, VerifiedFiles
 
     records = store.shard_records(bench_name, model)
     if not records:
@@ -552,8 +553,13 @@ def artifact_problems(store: ResultStore, bench_name: str, model: str) -> list[s
             checks.append((edir / "failure_analysis.json", json_problem(edir / "failure_analysis.json",
                                                                          require=nf.FAILURE_KEYS)))
     n_rows = sum(int(r.get("n_rows") or 0) for r in records.values())
+    # The JSONL exports grow with the run: one that passed before and is unchanged since
+    # (same stat) is not read again (verified_files).
+    verified = VerifiedFiles(bdir / RECORD_NAME)
     for name in ("results.jsonl", "trajectories.jsonl"):
-        checks.append((edir / name, jsonl_problem(edir / name, n_rows)))
+        path = edir / name
+        checks.append((path, verified.check(path, n_rows, lambda p=path: jsonl_problem(p, n_rows))))
+    verified.save()
     checks.append((edir / "runtime_stats.json", json_problem(edir / "runtime_stats.json")))
     problems += [f"{path}: {why}" for path, why in checks if why is not None]
     return problems
