@@ -502,8 +502,10 @@ def test_harness_uris_name_what_nel_has(tmp_path: Path, monkeypatch: pytest.Monk
     assert "benchmark 'skills://mmlu-pro' cannot run here without NeMo Skills' prepared data" in msg
     assert f"put {tmp_path / 'skills'}/mmlu-pro/test.jsonl in place" in msg
     assert msg.endswith("nel's own `mmlu_pro` needs none of this")
-    msg = _refusal(tmp_path, BASE.replace("name: gsm8k", "name: lm-eval://gsm8k"))
-    assert msg.endswith("nel has the same benchmark built in: write `name: gsm8k`")
+    # lm-eval:// runs through the installed lm-eval package (its data is checked when the
+    # run loads the task: tests/benchmarks/test_lm_eval_local.py)
+    _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: lm-eval://gsm8k"))
+    check_supported(cfg)
     _, cfg = _load(tmp_path, BASE.replace("name: gsm8k", "name: gym://127.0.0.1:7"))
     check_supported(cfg)  # gym:// environments are built
 
