@@ -160,6 +160,9 @@ class HttpPairsDump:
         self._closing = True
         self._wake.set()
         self._thread.join(timeout=60)
+        # The writer may have taken its last snapshot before the final records came in (it
+        # stops once `_closing` is set after a write): the last state is written here, whole.
+        self._write()
 
     def stats(self) -> dict[str, Any]:
         """Answers seen and pairs kept."""
