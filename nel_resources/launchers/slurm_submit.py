@@ -163,10 +163,7 @@ def run_on_slurm(cfg: NelConfig, hooks: RunHooks, argv: list[str], *, resume: bo
             print(line)
         return 0, None
     if plan is not None:
-        order = list(cfg.cluster.node_pools)
-        group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
-        parts = sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
-                                             group_of[p]))
+        group_of, parts = _het_groups(cfg, resolved, plan, parts)
         scripts = write_het_scripts(cfg, plan, run_dir, argv, set(group_of.values()))
         merge_script = write_merge_script(cfg, run_dir, argv)
     else:
@@ -210,6 +207,16 @@ def _run_dir(out: Path) -> Path:
     return out / "slurm" / stamp
 
 
+def _het_groups(cfg: NelConfig, resolved: Any, plan: Any, parts: list[Partition]
+                ) -> tuple[dict[Partition, Any], list[Partition]]:
+    """Each partition's node-pool group in a heterogeneous submission, and the partitions
+    ordered so those of one script are next to each other (one range each to submit)."""
+    order = list(cfg.cluster.node_pools)
+    group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
+    return group_of, sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
+                                                  group_of[p]))
+
+
 def write_unsubmitted(cfg: NelConfig, resolved: Any, parts: list[Partition], run_dir: Path,
                       argv: list[str]) -> list[str]:
     """Write the scripts and partition files a submission of `parts` would submit, submit
@@ -219,11 +226,7 @@ def write_unsubmitted(cfg: NelConfig, resolved: Any, parts: list[Partition], run
     if plan is None:
         eval_script, merge_script = write_scripts(cfg, run_dir, argv)
         return _write_only(run_dir, eval_script, merge_script, parts)
-    order = list(cfg.cluster.node_pools)
-    group_of = {p: plan.pools_for(services_of(resolved, p.benchmark, p.model), order) for p in parts}
-    # Partitions of one script next to each other: one range each to submit.
-    parts = sorted(parts, key=lambda p: (order.index(group_of[p][0]) if group_of[p] else -1,
-                                         group_of[p]))
+    group_of, parts = _het_groups(cfg, resolved, plan, parts)
     scripts = write_het_scripts(cfg, plan, run_dir, argv, set(group_of.values()))
     merge_script = write_merge_script(cfg, run_dir, argv)
     return _het_submission_lines(scripts, group_of, parts, write_partitions(run_dir, 0, parts),
