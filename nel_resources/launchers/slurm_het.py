@@ -83,12 +83,17 @@ def services_of(resolved: Any, benchmark: str, model: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str) -> SbatchHeader:
-    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`."""
+def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str, *,
+                servers: bool = False) -> SbatchHeader:
+    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`; `servers`: the job
+    starts the launched services placed there, so it asks for the nodes a multi-node one
+    needs (launchers.slurm_multinode.job_nodes)."""
+    from nel_resources.launchers.slurm_multinode import job_nodes
+
     c = cfg.cluster
     pool = c.node_pools[pool_name]
     return SbatchHeader(job_name=job_name, log=log, walltime=c.walltime, partition=pool.partition,
-                        nodes=pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
+                        nodes=job_nodes(cfg, pool_name) if servers else pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
                         gpus_per_node=pool.gpus_per_node, account=c.account,
                         comment=c.sbatch_comment, extra_flags={**c.sbatch_extra_flags,
                                                                **pool.sbatch_extra_flags})
@@ -110,7 +115,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
              'echo "nel: partition $2 of $1, job ${SLURM_JOB_ID} on $(hostname)"']
     if not pools:
         path = run_dir / script_name(pools)
-        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log),
+        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                                       "\n".join([*lines, task]), env=env))
         path.chmod(0o755)
         return path
@@ -134,7 +139,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
                       + nel_command(["--slurm-service", name]) + ' --slurm-services "$svc_dir" &',
                       "pids+=($!)"]
     lines.append(task + ' --slurm-services "$svc_dir"')
-    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log),
+    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                *(pool_header(cfg, p, "nel-eval", log) for p in pools)]
     path = run_dir / script_name(pools)
     path.write_text(render_het_script(headers, "\n".join(lines), env=env))
