@@ -51,7 +51,7 @@ class Rendezvous:
     first node) and a port free there (Ray's GCS port, SGLang's `--dist-init-addr` port)."""
 
     head: str
-    port: int
+    port: int | str  # a str only where a script is shown before the job picks it
 
 
 def is_multinode(svc: ServiceConfig) -> bool:
@@ -137,7 +137,7 @@ def rank_script(name: str, svc: ServiceConfig, command: list[str], rdv: Rendezvo
         lines += [
             'gpus=(); [[ -n "${SLURM_GPUS_ON_NODE:-}" ]] && gpus=(--num-gpus="$SLURM_GPUS_ON_NODE")',
             'if [[ "$rank" == 0 ]]; then',
-            f'  {ray} start --head --port={rdv.port} "${{gpus[@]}}" --block &',
+            f'  {ray} start --head {shlex.quote(f"--port={rdv.port}")} "${{gpus[@]}}" --block &',
             "  ray_head=$!",
             '  trap \'kill "$ray_head" 2>/dev/null\' EXIT',
             "  seen=-1",
@@ -163,15 +163,15 @@ def rank_script(name: str, svc: ServiceConfig, command: list[str], rdv: Rendezvo
     return "\n".join(lines) + "\n"
 
 
-def describe(name: str, svc: ServiceConfig, command: list[str], container: list[str] | None = None,
-             rdv: Rendezvous | None = None) -> list[str]:
+def describe(name: str, svc: ServiceConfig, command: list[str], log_dir: Path,
+             container: list[str] | None = None) -> list[str]:
     """What a job script or a dry run shows of a multi-node server: the step and the
     per-node script (the head's address and port are known only inside the job)."""
-    rdv = rdv or Rendezvous("$HEAD", 0)
-    script = Path(f"<output>/logs/{name}.slurm-<job>.ranks.sh")
-    step = shlex.join(step_argv(svc, script, Path(f"<output>/logs/{name}.slurm-<job>.log"), container))
-    body = rank_script(name, svc, command, rdv).replace(f":{rdv.port}", ":$PORT")
-    return [f"{step}  with {script.name}:", *(f"  {ln}" for ln in body.splitlines()[1:])]
+    log = log_dir / f"{name}.slurm-<job>.log"
+    script = log_dir / f"{log.stem}.ranks.sh"
+    step = shlex.join(step_argv(svc, script, log, container))
+    body = rank_script(name, svc, command, Rendezvous("<head>", "<port>"))
+    return [f"{step}", f"{script.name}:", *(f"  {ln}" for ln in body.splitlines()[1:])]
 
 
 def head_address() -> str:
@@ -196,12 +196,12 @@ def pyxis_options(cluster: ClusterConfig, svc: ServiceConfig, log_dir: Path,
                   environ: Mapping[str, str]) -> list[str]:
     """The Pyxis options of the service's image (empty without one), with the log directory
     mounted too: the per-node script lives there."""
-    from nel_resources.launchers.pyxis import STEP, service_prefix
+    from nel_resources.launchers.pyxis import service_prefix
 
-    prefix = service_prefix(cluster, svc, environ)
-    if not prefix:
+    flags = [f for f in service_prefix(cluster, svc, environ)
+             if f.startswith(("--container-", "--no-container-"))]  # not its own srun step
+    if not flags:
         return []
-    flags = prefix[len(STEP):]
     mount = f"{log_dir}:{log_dir}"
     out = []
     for f in flags:

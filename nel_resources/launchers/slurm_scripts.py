@@ -156,7 +156,7 @@ def _multinode_comments(cfg: NelConfig, name: str, svc: ServiceConfig) -> list[s
                 f"(cannot be built here: {exc})"]
     env = {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())}
     logs = Path(cfg.output.dir).expanduser().resolve() / "logs"
-    shown = mn.describe(name, svc, command, mn.pyxis_options(cfg.cluster, svc, logs, env))
+    shown = mn.describe(name, svc, command, logs, mn.pyxis_options(cfg.cluster, svc, logs, env))
     return [f"# nel launches services.{name} ({svc.type}) over {svc.num_nodes} nodes of the job, "
             "its head on this node:", *(f"#   {ln}" for ln in shown)]
 

@@ -128,3 +128,22 @@ def test_a_worker_that_never_joins_fails_its_partitions_with_the_nodes_log_lines
     assert our_jobs(gpu_slurm, out) == []
     for s in records(record):
         wait_for(lambda s=s: not pid_alive(s["pid"]), timeout=60, what="the server ranks to be gone")
+
+
+def test_dry_run_and_submit_false_write_the_two_node_job_without_submitting(
+        tmp_path: Path, data_env: dict[str, str]) -> None:  # noqa: F811
+    import json
+
+    cfg = multinode_config(tmp_path / "c.yaml", tmp_path / "out", "sglang")
+    r = run_nel("eval", "run", str(cfg), "--dry-run", "--json", env=data_env)
+    assert r.returncode == 0, r.stderr
+    command = json.loads(r.stdout)["services"]["model"]["command"]
+    assert "--tp-size 8" in command and "(2 nodes, one srun step" in command, command
+    assert "partition multi, nodes 2, gres gpu:4" in command, command
+    r = run_nel("eval", "run", str(cfg), "-O", "cluster.submit=false", env=data_env)
+    assert r.returncode == 0 and "to submit: sbatch --array=0-1" in r.stdout, r.stderr + r.stdout
+    for script in (tmp_path / "out" / "slurm").glob("*/eval.sbatch"):  # the dry run's and this one's
+        text = script.read_text()
+        assert "#SBATCH --nodes=2" in text and "#SBATCH --partition=multi" in text
+        assert "srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1" in text
+        assert '--nnodes 2 --node-rank "$rank" --dist-init-addr' in text, text
