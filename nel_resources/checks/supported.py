@@ -105,6 +105,8 @@ def _check_services(cfg: NelConfig) -> None:
         for key, what in SERVICE_UNBUILT.items():
             if key == "num_nodes" and svc.type in LAUNCHED_TYPES:
                 continue  # _check_num_nodes
+            if key == "ray_binary" and svc.type == "vllm" and svc.num_nodes > 1:
+                continue  # the `ray` a multi-node vLLM server starts (launchers.slurm_multinode)
             if changed(svc, key, _SERVICE_DEFAULTS) and not _container_key_honoured(cfg, svc, key) \
                     and not (pyxis and key in PYXIS_SERVICE_KEYS):
                 raise Refusal((*at, key), what, f"remove `{key}`")

@@ -203,7 +203,10 @@ def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool
     """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), a `ContainerService` (same
     face) when `container` (`cluster.type: docker`), or a `MultiNodeService` for
     `num_nodes > 1` (over the nodes of the SLURM job, `cluster` its `cluster:`)."""
-    if svc.num_nodes > 1 and cluster is not None:
+    if svc.num_nodes > 1:
+        if cluster is None:  # never silently on one node
+            raise NelError(f"service {name!r}: num_nodes {svc.num_nodes} runs only in the SLURM "
+                           "jobs `nel eval run` submits (cluster.type: slurm)")
         from nel_resources.services.multinode_server import MultiNodeService
 
         return MultiNodeService(name, svc, log_dir, cluster)

@@ -27,6 +27,18 @@ def script(typ: str, **kw: Any) -> str:
     return mn.rank_script("model", s, service_command("model", s, 8000), RDV)
 
 
+def test_a_multi_node_server_outside_a_slurm_job_is_refused_not_run_on_one_node(tmp_path: Path) -> None:
+    from benchmarks.errors import NelError
+    from nel_resources.services.launch import make_server
+
+    with pytest.raises(NelError, match="runs only in the SLURM jobs"):
+        make_server("model", svc("vllm"), tmp_path)
+    with pytest.raises(NelError, match="num_nodes 2 runs in a SLURM job"):
+        mn.check_in_job("model", svc("vllm"), {})
+    with pytest.raises(NelError, match="this job has 1 node"):
+        mn.check_in_job("model", svc("vllm"), {"SLURM_JOB_ID": "5", "SLURM_JOB_NUM_NODES": "1"})
+
+
 def test_vllm_forms_a_ray_cluster_then_serves_on_the_head_with_the_ray_backend(tmp_path: Path) -> None:
     text = script("vllm", tensor_parallel_size=4, pipeline_parallel_size=2)
     assert "ray start --head --port=41234" in text
@@ -86,8 +98,8 @@ SLURM = {"type": "slurm", "node_pools": {"gpu": {"partition": "multi", "nodes": 
 
 
 def test_the_job_asks_for_the_nodes_of_its_multi_node_server() -> None:
-    cfg = _cfg(SLURM, node_pool="gpu", tensor_parallel_size=8)
-    check_supported(cfg)
+    cfg = _cfg(SLURM, node_pool="gpu", tensor_parallel_size=8, ray_binary="/opt/ray/bin/ray")
+    check_supported(cfg)  # ray_binary too: the `ray` a multi-node vLLM server starts
     assert mn.job_nodes(cfg, "gpu") == 2
     from nel_resources.launchers.slurm_scripts import header_for
 
