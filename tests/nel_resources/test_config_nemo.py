@@ -40,10 +40,10 @@ REFUSED_KEY = {
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
     "10_gym_full": None, "10_nmp_harbor": None,
     "11_gym_env_harbor": None,
-    # its interceptors (turn_counter, reasoning_replay) are built; the OpenClaw solver its
-    # playbook implies is refused for want of the `openclaw` CLI on PATH, else for its web search
-    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin",
-                               "benchmarks.0.solver.web_search_provider"),
+    # its interceptors (turn_counter, reasoning_replay) and the OpenClaw web search its
+    # playbook sets are built; the OpenClaw solver is refused for want of the `openclaw` CLI
+    # on PATH, else for running in the playbook's (ECS) sandbox
+    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin", "benchmarks.0.sandbox"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
