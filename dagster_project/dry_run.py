@@ -245,7 +245,9 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
         print(f"eval client: nel eval run in each SLURM task as: {plan.eval_container} nel ...")
     for b in plan.benchmarks:
         if b["problems"] is None:
-            print(f"benchmark {b['name']}: problems unknown until the run asks for them (see the "
+            until = ("the run asks the server" if _served_problems(b["name"], None)
+                     else "its data is here")
+            print(f"benchmark {b['name']}: problems unknown until {until} (see the "
                   f"checks below) x {b['repeats']} repeat(s), {b['shards']} shard(s), models "
                   f"{', '.join(b['models']) or '-'}")
             continue
