@@ -139,9 +139,9 @@ def _check_openclaw_inputs(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ..
     """The search key (by name, never its value) and the user's `openclaw.json`."""
     import os
 
-    from nel_resources.config.benchmarks import WEB_SEARCH_KEY_ENV
+    from nel_resources.web_search import KEY_ENV
 
-    key_env = WEB_SEARCH_KEY_ENV.get(b.solver.web_search_provider or "", "")
+    key_env = KEY_ENV.get(b.solver.web_search_provider or "", "")
     if key_env and not b.solver.skip_preflight and not os.environ.get(key_env):
         external("secret", as_config_error(cfg, Unavailable(
             (*at, "solver", "web_search_provider"), f"web_search_provider: "

@@ -29,8 +29,6 @@ from nel_resources.config.services import GenerationParams, ServiceConfig
 #: settings go under `config:`, so a new solver needs no edit here.
 NEMO_SOLVER_TYPES = ("simple", "harbor", "agent", "tool_calling", "gym_delegation", "nat",
                      "openclaw", "container", "oracle", "custom")
-#: `web_search_provider` -> the environment variable holding its key (NeMo Evaluator 0.3.0's)
-WEB_SEARCH_KEY_ENV: dict[str, str] = {"tavily": "TAVILY_API_KEY"}
 _HARBOR = frozenset({"agent", "agent_kwargs", "container_env", "run_timeout", "cmd_timeout",
                      "timeout_strategy", "max_agent_timeout", "skill", "skill_dir",
                      "harbor_bin"})

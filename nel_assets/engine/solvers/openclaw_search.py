@@ -17,14 +17,14 @@ import os
 import time
 from typing import Any
 
-from nel_resources.config.benchmarks import WEB_SEARCH_KEY_ENV
+from nel_resources import web_search
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "DEFAULT_BASE_URL", "SearchRelay"]
 
 #: Where the key and the provider's base URL come from (OpenClaw's own names for them).
-API_KEY_ENV = WEB_SEARCH_KEY_ENV["tavily"]
-BASE_URL_ENV = "TAVILY_BASE_URL"
-DEFAULT_BASE_URL = "https://api.tavily.com"
+API_KEY_ENV = web_search.KEY_ENV["tavily"]
+BASE_URL_ENV = web_search.BASE_URL_ENV["tavily"]
+DEFAULT_BASE_URL = web_search.DEFAULT_BASE_URL["tavily"]
 # Seconds for one search upstream (OpenClaw's Tavily default).
 _TIMEOUT = 30.0
 # Largest request body the relay takes from the agent (a search body is a few hundred bytes).
