@@ -238,7 +238,7 @@ class EcrImageBuilder:
         spec = buildspec(self.s, tag)
         try:
             self._s3.put_object(Bucket=self.s.s3_bucket, Key=key, Body=_zip_dir(environment_dir))
-            project = self._project(nonce, spec)
+            project = self._project(nonce, spec, f"{self.s.s3_bucket}/{key}")
             build_id = self._cb.start_build(
                 projectName=project, sourceTypeOverride="S3",
                 sourceLocationOverride=f"{self.s.s3_bucket}/{key}", buildspecOverride=spec,
@@ -256,13 +256,14 @@ class EcrImageBuilder:
         self._wait(str(build_id), tag)
         return str(build_id)
 
-    def _project(self, nonce: str, spec: str) -> str:
-        """`codebuild_project`, else a new project (0.3.0's name) that holds the buildspec."""
+    def _project(self, nonce: str, spec: str, location: str) -> str:
+        """`codebuild_project`, else a new project (0.3.0's name) whose source is this
+        build's context and buildspec (0.3.0 leaves it empty: the build's overrides say it)."""
         if self.s.codebuild_project:
             return self.s.codebuild_project
         name = f"ecs-sandbox-build-{nonce}"
         self._cb.create_project(
-            name=name, source={"type": "NO_SOURCE", "buildspec": spec},
+            name=name, source={"type": "S3", "location": location, "buildspec": spec},
             artifacts={"type": "NO_ARTIFACTS"},
             environment={"type": "LINUX_CONTAINER", "image": BUILD_IMAGE,
                          "computeType": self.s.compute_type, "privilegedMode": True},
