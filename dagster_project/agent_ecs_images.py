@@ -7,8 +7,8 @@ starts (nel_resources.sandboxes.ecr_build); every other task runs its own image,
 Fargate pulls from its registry (nothing is asked of a local Docker engine). So:
 
 - a block with `ecr_repository`: the dry run lists the images the run would build (their
-  tags: `<task>__<hash of environment/>`) as a check that needs AWS (ECR is asked whether it
-  holds them already);
+  ECR tags) as a check that needs AWS (ECR is asked whether it
+  holds them already); the tags are NeMo Evaluator 0.3.0's, so the two share the cache;
 - a block without it that finds its infrastructure in SSM: the parameter may hold one (as
   0.3.0 reads it), so that is a check the run makes;
 - a block without it and without SSM, whose tasks must be built: refused in one line.
@@ -40,18 +40,18 @@ def check_ecs_task_images(bench: Any, sandbox: Any, env: Any | None,
         ConfigError: tasks must be built and the block cannot build them.
     """
     from nel_resources.checks.deferred import defer
-    from nel_resources.sandboxes.ecr_build import image_tag, sanitize_id
+    from nel_resources.sandboxes.ecr_build import task_image_tag
     from nel_resources.sandboxes.ssm_discovery import needs_discovery, parameter_name
 
     tasks = [t for t in getattr(env, "tasks", None) or [] if t.needs_build]
     repo = sandbox.ecr_repository
     if repo:
         if env is None:
-            what = "the images of its tasks that must be built (tags <task>__<hash>)"
+            what = "the images of its tasks that must be built"
         elif not tasks:
             return  # every task runs a prebuilt image: nothing to build
         else:
-            tags = [image_tag(t.path / "environment", sanitize_id(t.name)) for t in tasks]
+            tags = [task_image_tag(t.path / "environment") for t in tasks]
             what = f"{len(tags)} task image(s) ({_shown(tags)})"
         defer("aws", f"{bench.name!r}: builds {what} by CodeBuild into {repo}, unless ECR holds "
                      "them already")

@@ -4,8 +4,9 @@ A Harbor task whose `environment/Dockerfile` must be built (an `ecs_fargate` blo
 `ecr_repository`) is built the way NeMo Evaluator 0.3.0 builds it (its `ImageBuilder`), with
 the same AWS calls, names and tags, so the two tools share an ECR cache:
 
-- the tag is `<task>__<sha256 of the environment directory's paths and bytes, 8 hex>`, so
-  an unchanged task keeps its tag; `ecr describe-images` is asked first and a tag already in
+- the tag is `<name>__<sha256 of the environment directory's paths and bytes, 8 hex>`, the
+  name being 0.3.0's for a Harbor task (`nel-harbor-<dataset>-<task>-<12 hex>`), so an
+  unchanged task keeps its tag; `ecr describe-images` is asked first and a tag already in
   the repository is not rebuilt;
 - the build context (the environment directory, zipped) goes to
   `s3://<s3_bucket>/<s3_prefix or ecs-sandbox>/codebuild/<task>-<nonce>.zip`;
@@ -42,7 +43,8 @@ DEFAULT_TIMEOUT_MIN = 60
 DEFAULT_S3_PREFIX = "ecs-sandbox"
 _FAILED = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 
-__all__ = ["BuildSettings", "EcrImageBuilder", "build_refusal", "buildspec", "ecr_region", "image_tag", "repository_name", "sanitize_id"]
+__all__ = ["BuildSettings", "EcrImageBuilder", "build_refusal", "buildspec", "ecr_region",
+           "image_tag", "repository_name", "sanitize_id", "task_image_name", "task_image_tag"]
 
 
 def sanitize_id(value: str, max_len: int = 100) -> str:
@@ -59,6 +61,25 @@ def ecr_region(repository: str) -> str | None:
 def repository_name(repository: str) -> str:
     """The repository's name (the URL's path, or the value itself)."""
     return repository.split("/", 1)[1] if "/" in repository else repository
+
+
+def task_image_name(environment_dir: Path) -> str:
+    """0.3.0's name for a Harbor task's built image, `nel-harbor/<dataset>/<task>:<12 hex of
+    the context>` sanitized (the dataset is the task directory's parent's name)."""
+    task_dir = environment_dir.parent
+    dataset = task_dir.parent.name.replace("/", "__").replace("@", "_")
+    task = task_dir.name.replace("/", "__").replace(":", "_")
+    h = hashlib.sha256()
+    for p in sorted(environment_dir.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(environment_dir).as_posix().encode())
+            h.update(p.read_bytes())
+    return sanitize_id(f"nel-harbor/{dataset}/{task}:{h.hexdigest()[:12]}")
+
+
+def task_image_tag(environment_dir: Path) -> str:
+    """The ECR tag of a Harbor task's built image: 0.3.0's, so both tools share the cache."""
+    return image_tag(environment_dir, task_image_name(environment_dir))
 
 
 def image_tag(environment_dir: Path, name: str) -> str:
@@ -219,9 +240,11 @@ class EcrImageBuilder:
             raise SandboxError(f"ecs_fargate sandbox: ecr describe-images {name}:{tag}: {exc}"
                                ) from None
 
-    def ensure(self, environment_dir: Path, name: str) -> str:
-        """The image URL of the task's build context, built first unless ECR has its tag."""
-        tag = image_tag(environment_dir, sanitize_id(name))
+    def ensure(self, environment_dir: Path) -> str:
+        """The image URL of a Harbor task's build context (its `environment/`), built first
+        unless ECR has its tag."""
+        tag = task_image_tag(environment_dir)
+        name = environment_dir.parent.name
         with self._lock:
             tag_lock = self._tag_locks.setdefault(tag, threading.Lock())
         with tag_lock:  # two samples of one task: one build, the other waits for it

@@ -268,7 +268,7 @@ class EcsTaskControl:
                                    "be built and the ecs_fargate block has no `ecr_repository` "
                                    "(nor has its SSM parameter): set `ecr_repository`, "
                                    "`s3_bucket` and `codebuild_service_role`")
-            return self.builder.ensure(env_dir, env_dir.parent.name)
+            return self.builder.ensure(env_dir)
         image = spec.image or self.s.image
         if not image:
             raise SandboxError("an ecs_fargate sandbox needs an image (`image:` or the spec's)")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dagster_project.cli.main import main
-from nel_resources.sandboxes.ecr_build import image_tag
+from nel_resources.sandboxes.ecr_build import task_image_tag
 from tests.support.harbor_tasks import write_task_set
 
 REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/harbor-tasks"
@@ -65,7 +65,7 @@ def test_the_dry_run_lists_the_images_it_would_build(tmp_path: Path, tasks: Path
     assert rc == 0, captured.err
     plan = json.loads(captured.out)
     assert plan["would_run"] >= 1 and not plan["errors"], plan
-    tag = image_tag(tasks / "a-build" / "environment", "a-build")
+    tag = task_image_tag(tasks / "a-build" / "environment")
     (check,) = [c for c in plan["deferred_checks"] if "CodeBuild" in c]
     # only the task that must be built; the other runs its own image
     assert check.startswith("checked at run time (needs AWS): 'terminal-bench-v1': builds 1 "

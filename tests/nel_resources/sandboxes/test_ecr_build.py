@@ -28,7 +28,7 @@ from benchmarks.agentic.harbor_tasks import HarborTaskSet
 from nel_assets.engine.evaluation.sandboxing import spec_for
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes.base import SandboxError, SandboxSpec
-from nel_resources.sandboxes.ecr_build import BuildSettings, buildspec, image_tag
+from nel_resources.sandboxes.ecr_build import BuildSettings, buildspec, task_image_tag
 from nel_resources.sandboxes.ecs_fargate import EcsFargateSandboxFactory, refusal
 from tests.support.harbor_tasks import write_task_set
 from tests.support.moto_server import REGION
@@ -89,7 +89,8 @@ def test_a_task_image_is_built_by_codebuild_then_run_and_not_rebuilt(
     env, env_dir = _task(tmp_path / "tasks")
     spec = spec_for(asyncio.run(env.seed(0)))
     assert spec.environment_dir == str(env_dir)  # the seed hands its build context on
-    tag = image_tag(env_dir, "a-greet")
+    tag = task_image_tag(env_dir)
+    assert tag.startswith("nel-harbor-tasks-a-greet-")  # 0.3.0's name: dataset, task, hash
     ecs, ecr = boto3.client("ecs", region_name=REGION), boto3.client("ecr", region_name=REGION)
     s3, cb = boto3.client("s3", region_name=REGION), boto3.client("codebuild", region_name=REGION)
 
@@ -140,10 +141,10 @@ def test_a_task_image_is_built_by_codebuild_then_run_and_not_rebuilt(
     asyncio.run(sb.stop())
     # a changed build context is a new tag: built again
     (env_dir / "req.txt").write_text("attrs\nidna\n")
-    assert image_tag(env_dir, "a-greet") != tag
+    assert task_image_tag(env_dir) != tag
     again.control.builder._poll_s = 0.05
     sb = _launch(again, spec)
-    assert list(again.control.builder.built) == [image_tag(env_dir, "a-greet")]
+    assert list(again.control.builder.built) == [task_image_tag(env_dir)]
     assert len(cb.list_projects()["projects"]) == 2
     asyncio.run(sb.stop())
     asyncio.run(again.aclose())
@@ -183,16 +184,20 @@ def test_bad_build_input_is_one_line(aws: dict[str, Any], tmp_path: Path,
 
 
 def test_tags_and_buildspec_are_nemo_evaluators(tmp_path: Path) -> None:
-    """The same build context gets the same tag and buildspec from NeMo Evaluator 0.3.0's
-    `ImageBuilder` (run in its own venv): the two tools share one ECR cache."""
-    _, env_dir = _task(tmp_path / "tasks")
+    """A Harbor task's build context gets the same ECR tag and buildspec from NeMo Evaluator
+    0.3.0's own functions (its Harbor environment's image name, `ImageBuilder`'s tag and
+    buildspec; run in its own venv): the two tools share one ECR cache."""
+    _, env_dir = _task(tmp_path / "terminal-bench@2.0")
     s = BuildSettings(ecr_repository=REPO, region=REGION, s3_bucket="b", codebuild_service_role=ROLE)
-    ours = {"tag": image_tag(env_dir, "a-greet")}
+    ours = {"tag": task_image_tag(env_dir)}
     ours["buildspec"] = buildspec(s, ours["tag"])
     script = (
-        "import json, sys\nfrom nemo_evaluator.sandbox.ecs_fargate import EcsFargateConfig, "
-        "ImageBuilder\n"
-        "tag = ImageBuilder.get_ecr_image_tag(sys.argv[1], 'a-greet')\n"
+        "import json, sys\nfrom pathlib import Path\n"
+        "from nemo_evaluator.sandbox.ecs_fargate import EcsFargateConfig, ImageBuilder, _sanitize_id\n"
+        "from nemo_evaluator.environments.harbor import _built_image_tag\n"
+        "env = Path(sys.argv[1])\n"
+        "name = _sanitize_id(_built_image_tag(env.parent.parent.name, env.parent.name, env))\n"
+        "tag = ImageBuilder.get_ecr_image_tag(env, name)\n"
         f"cfg = EcsFargateConfig(region={REGION!r}, ecr_repository={REPO!r})\n"
         "print(json.dumps({'tag': tag, 'buildspec': ImageBuilder._generate_buildspec("
         "cfg, 'harbor-tasks', tag, cfg.ecr_repository + ':' + tag)}))\n")
@@ -201,3 +206,4 @@ def test_tags_and_buildspec_are_nemo_evaluators(tmp_path: Path) -> None:
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == ours
+    assert ours["tag"].startswith("nel-harbor-terminal-bench-2-0-a-greet-")
