@@ -118,7 +118,7 @@ class BuildSettings:
         """
         if not ecr_repository:
             return None
-        where = region or ecr_region(ecr_repository)
+        where = region or ecr_region(ecr_repository) or _default_region()
         if not where:
             raise SandboxError("ecs_fargate sandbox: building task images needs a region: set "
                                "the block's `region` (or AWS_DEFAULT_REGION)")
@@ -152,6 +152,15 @@ def build_refusal(cfg: Any) -> Refusal | None:
     except SandboxError as exc:
         return Refusal("ecr_repository", str(exc).removeprefix("ecs_fargate sandbox: "))
     return None
+
+
+def _default_region() -> str | None:
+    """boto3's own region (AWS_DEFAULT_REGION, ~/.aws/config): read locally, no request."""
+    try:
+        import boto3
+    except ImportError:
+        return None
+    return boto3.session.Session().region_name
 
 
 def buildspec(s: BuildSettings, tag: str) -> str:

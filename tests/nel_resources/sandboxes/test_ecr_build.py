@@ -170,12 +170,16 @@ def test_bad_build_input_is_one_line(aws: dict[str, Any], tmp_path: Path,
     assert no_role is not None and "`codebuild_project`, or `codebuild_service_role`" in no_role.why
     # no region anywhere (a bare repository name, no `region`, no AWS_DEFAULT_REGION)
     monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     with pytest.raises(SandboxError, match=r"^ecs_fargate sandbox: building task images needs a "
                                            r"region: set the block's `region`"):
         BuildSettings.of(_block(aws, region=None), region=None, s3_bucket="b",
                          ecr_repository="harbor-tasks", codebuild_service_role=ROLE,
                          dockerhub_secret_arn=None)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)  # boto3's own region counts
+    assert BuildSettings.of(_block(aws, region=None), region=None, s3_bucket="b",
+                            ecr_repository="harbor-tasks", codebuild_service_role=ROLE,
+                            dockerhub_secret_arn=None).region == REGION  # type: ignore[union-attr]
     # a task that must be built, in a block that cannot build: one line naming what to set
     plain = EcsFargateSandboxFactory(_block(aws, ecr_repository=None, s3_bucket=None))
     with pytest.raises(SandboxError, match=r"^task a-greet: its environment/Dockerfile must be "
