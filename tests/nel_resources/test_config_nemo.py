@@ -30,7 +30,7 @@ REFUSED_KEY = {
     "07_swebench_harbor_prod": "benchmarks.0.name",
     # the harbor solver runs here (Harbor 0.24.0, `make peers`): these are refused on what
     # they run it in
-    "07_swebench_multilingual_harbor": "benchmarks.0.sandbox.ecr_repository",
+    "07_swebench_multilingual_harbor": "benchmarks.0.sandbox.type",  # no AWS credentials here
     "07_swebench_pro_harbor": "benchmarks.0.name",
     "07a_swebench_harbor_docker": "benchmarks.0.name",
     "08_terminalbench_harbor": "benchmarks.0.name",
@@ -119,21 +119,19 @@ DRY_RUN_DEFERS = {
     "18_humaneval_ecs": "needs AWS",
     # gym:// without data=: the server's problems, asked when the run starts (as 0.3.0 does)
     "11_gym_env_harbor": "needs the server up",
+    # Harbor tasks in ecs_fargate: AWS credentials, and the task images CodeBuild builds
+    "07_swebench_harbor": "needs AWS", "07_swebench_harbor_prod": "needs AWS",
+    "07_swebench_multilingual_harbor": "needs AWS", "07_swebench_pro_harbor": "needs AWS",
+    "08_terminalbench_harbor": "needs AWS", "08b_terminalbench_v1_harbor": "needs AWS",
+    "09f_skills_eval_caveman_local_ecs": "needs AWS", "19_gym_runtime_ecs": "needs AWS",
+    "wt06_swebench_harbor_ecs": "needs AWS",
     # lm-eval's task data, NeMo Skills' prepared data and VLMEvalKit's TSV are not on this machine
     "03_mmlu_lmeval": "needs the data here", "wt03_harness_uris": "needs the data here",
     "04_mmlu_pro_skills": "needs the data here", "13_vlmevalkit_mmbench": "needs the data here",
     "wt11_vlm_image_detail": "needs the data here",
 }
 # ... and where it goes on past such a check to a key the run did not reach: refused there.
-DRY_RUN_KEY = {
-    "07_swebench_harbor": "benchmarks.0.sandbox.ecr_repository",
-    "07_swebench_harbor_prod": "benchmarks.0.sandbox.ecr_repository",
-    "07_swebench_pro_harbor": "benchmarks.0.sandbox.ecr_repository",
-    "08_terminalbench_harbor": "benchmarks.0.sandbox", "08b_terminalbench_v1_harbor": "benchmarks.0.sandbox",
-    "09f_skills_eval_caveman_local_ecs": "benchmarks.0.sandbox",
-    "19_gym_runtime_ecs": "benchmarks.0.sandbox",
-    "wt06_swebench_harbor_ecs": "benchmarks.0.sandbox",
-}
+DRY_RUN_KEY: dict[str, str] = {}
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).
 SUITE_PARTIAL = {
@@ -610,10 +608,10 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
 def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:
     """One shard of a distributed run re-reads the config with its shard count: the refusal
     still names the file and the key's line (it read `<config>:?` before)."""
-    path = FIXTURES / "examples" / "07_swebench_harbor.yaml"
+    path = FIXTURES / "examples" / "15c_slurm_gsm8k_dynamo.yaml"
     p = run_nel("eval", "run", str(path), "--dry-run", "-o", str(tmp_path / "out"),
                 env={"NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
     assert p.returncode == 2, p.stdout + p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key benchmarks\.0\.sandbox\.ecr_repository: ", line)
-    assert m and "ecr_repository:" in _yaml_line(path, int(m.group(1))), line
+    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key services\.glm5-dynamo\.type: ", line)
+    assert m and "type:" in _yaml_line(path, int(m.group(1))), line
