@@ -80,3 +80,15 @@ def test_a_cli_that_is_not_there_is_named(tmp_path: Path) -> None:
     msg = str(exc.value)
     assert "key benchmarks.0.solver.openclaw_bin" in msg and f"`{missing}` is not on PATH" in msg
     assert "make peers" in msg
+
+
+def test_the_users_openclaw_json_content_reaches_the_fingerprint(tmp_path: Path) -> None:
+    user = tmp_path / "oc.json"
+    user.write_text('{"logging": {"level": "info"}}')
+    path = config(tmp_path, solver={"config_path": str(user)})
+    before = solver_fingerprint(load_config(path).benchmarks[0].solver)
+    user.write_text('{"logging": {"level": "debug"}}')  # same path, other settings: a rerun
+    after = solver_fingerprint(load_config(path).benchmarks[0].solver)
+    assert before is not None and after is not None
+    assert before["config_path"] == after["config_path"] == str(user)
+    assert before["config_sha256"] != after["config_sha256"]
