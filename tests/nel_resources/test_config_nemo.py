@@ -40,10 +40,10 @@ REFUSED_KEY = {
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
     "10_gym_full": None, "10_nmp_harbor": None,
     "11_gym_env_harbor": None,
-    # its interceptors (turn_counter, reasoning_replay) are built; the OpenClaw solver its
-    # playbook implies is refused for want of the `openclaw` CLI on PATH, else for its web search
-    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin",
-                               "benchmarks.0.solver.web_search_provider"),
+    # its interceptors (turn_counter, reasoning_replay) and the OpenClaw web search its
+    # playbook sets are built; the OpenClaw solver is refused for want of the `openclaw` CLI
+    # on PATH, else for running in the playbook's (ECS) sandbox
+    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin", "benchmarks.0.sandbox"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
@@ -96,8 +96,9 @@ RUN_REFUSED = {
     "wt07_gym_delegation": "swebench-multilingual: no local task files in ",
     "wt08_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
-    # a Gym resources server's native protocol serves no problems of its own
-    "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
+    # its problems are the Gym server's at localhost:8000 (none runs here); against a real
+    # `nel serve` and NeMo Gym: tests/benchmarks/test_gym_native_served.py, test_gym_rollouts.py
+    "11_gym_env_harbor": "has no /dataset_size",
     # the slurm sandbox is placed on its node pool; Harbor tasks and these agents do not
     # run in a slurm sandbox yet
     "16_slurm_swebench_harbor": "a slurm sandbox is not supported yet in nel for them",
@@ -116,6 +117,8 @@ DRY_RUN_DEFERS = {
     "wt07_gym_delegation": "needs the data here", "wt08_tool_calling_gym": "needs the data here",
     "14_container_nemo_skills": "needs the Docker engine", "wt16_container_uri": "needs the Docker engine",
     "18_humaneval_ecs": "needs AWS",
+    # gym:// without data=: the server's problems, asked when the run starts (as 0.3.0 does)
+    "11_gym_env_harbor": "needs the server up",
     # Harbor tasks in ecs_fargate: AWS credentials, and the task images CodeBuild builds
     "07_swebench_harbor": "needs AWS", "07_swebench_harbor_prod": "needs AWS",
     "07_swebench_multilingual_harbor": "needs AWS", "07_swebench_pro_harbor": "needs AWS",
