@@ -5,11 +5,11 @@ A Harbor-format benchmark runs when the task's own verifier runs in the task's s
 (`benchmarks.agentic.harbor_verifier`) after the agent's work: an agent that works in it
 (`tool_calling` with `sandbox_tools: true`, the `harbor` solver), or one that works elsewhere
 and hands back a patch nel applies there (`gym_delegation`, `tool_calling` with only a Gym
-`resource_service`), in a `docker` sandbox (the task's image) or a `local` one (this
-machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
-sandbox. Everything else is refused in one line naming the key:
-another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
-type (nel mounts the verifier's /tests and /logs only in these two), a task image the local
+`resource_service`), in a `docker` sandbox (the task's image), a `local` one (this
+machine's tools) or an `ecs_fargate` one (a Fargate task per sample: agent_ecs_images).
+`gym_delegation` with `trust_reward: true` takes Gym's reward and needs no sandbox.
+Everything else is refused in one line naming the key: another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
+type (nel makes the verifier's /tests and /logs only in these), a task image the local
 Docker engine does not have (nothing is pulled). PinchBench (graded by its automated checks
 and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
 `sandbox_tools: true`, whose sandbox workdir is the workspace.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Sandbox types a Harbor task runs in (the verifier's scratch mounts exist in these).
-HARBOR_SANDBOXES = ("docker", "local")
+HARBOR_SANDBOXES = ("docker", "local", "ecs_fargate")
 #: Dockerfile instructions nel honours without building (the image, the workdir).
 _NO_BUILD = frozenset({"FROM", "WORKDIR", "ARG", "LABEL", "MAINTAINER"})
 
@@ -93,6 +93,10 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                 f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
     env = _load_tasks(bench)
+    if sandbox.type == "ecs_fargate":  # task images: prebuilt, or built by CodeBuild
+        from dagster_project.agent_ecs_images import check_ecs_task_images
+
+        return check_ecs_task_images(bench, sandbox, env, refuse)
     if env is None:
         return
     if sandbox.type != "docker":

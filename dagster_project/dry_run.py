@@ -148,9 +148,34 @@ def _write_slurm_scripts(cfg: NelConfig, resolved: Any, plan: DryRunPlan,
     return write_for_dry_run(cfg, resolved, parts, argv)
 
 
+def _plan_unknown(plan: DryRunPlan, bench: Any, spec: Any, shard_only: tuple[int, int] | None,
+                  until: str) -> None:
+    """Plan every shard of `bench` with its problem count unknown (counted once `until`)."""
+    plan.benchmarks.append({
+        "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
+        "repeats": bench.repeats, "max_problems": bench.max_problems,
+        "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
+    for model in sorted(spec.models):
+        for s in range(spec.shards):
+            if shard_only is None or s == shard_only[0]:
+                plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None, "run",
+                                                f"missing (problems counted once {until})"))
+
+
+def _served_problems(name: str, params: dict[str, Any] | None) -> bool:
+    """Whether benchmark `name` is a `gym://` server whose problems only the server has (no
+    `data=` rows file)."""
+    from benchmarks.remote import parse_gym_query
+    from benchmarks.uri_schemes import is_uri
+
+    if not is_uri(name, "gym"):
+        return False
+    return parse_gym_query(name)[1].get("data") is None and not (params or {}).get("data")
+
+
 def _plan(cfg: NelConfig, *, resume: bool,
           shard_only: tuple[int, int] | None) -> tuple[DryRunPlan, Any]:
-    from benchmarks.errors import DataMissingError
+    from benchmarks.errors import DataMissingError, NelError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
     from nel_resources.checks.deferred import external, has_deferred
@@ -171,21 +196,20 @@ def _plan(cfg: NelConfig, *, resume: bool,
         if spec.name in resolved.unrunnable:  # the run fails it alone, as here
             plan.errors.append(f"{bench.name}: cannot run: {resolved.unrunnable[spec.name]}")
             continue
+        if _served_problems(bench.name, bench.params):
+            # gym:// without a rows file: the server has the problems. A dry run sends no
+            # request; the run asks the server (and refuses one that serves none).
+            external("server", NelError(f"{bench.name}: its problems are the server's "
+                                        "(/dataset_size, /seed_session), asked when the run "
+                                        "starts"))
+            _plan_unknown(plan, bench, spec, shard_only, "the server is asked")
+            continue
         try:
             tasks = ev.plan(store, spec)
         except DataMissingError as exc:  # the run needs the data; the plan says where to put it
             if not has_deferred("data", repr(bench.name)):  # once per benchmark
                 external("data", exc)
-            plan.benchmarks.append({
-                "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
-                "repeats": bench.repeats, "max_problems": bench.max_problems,
-                "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
-            for model in sorted(spec.models):
-                for s in range(spec.shards):
-                    if shard_only is None or s == shard_only[0]:
-                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None,
-                                                        "run", "missing (problems counted once "
-                                                        "the data is here)"))
+            _plan_unknown(plan, bench, spec, shard_only, "the data is here")
             continue
         except Exception as exc:  # the run fails this benchmark alone; say why
             if is_config_error(bench.name, exc):
@@ -226,7 +250,9 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
         print(f"eval client: nel eval run in each SLURM task as: {plan.eval_container} nel ...")
     for b in plan.benchmarks:
         if b["problems"] is None:
-            print(f"benchmark {b['name']}: problems unknown until its data is here (see the "
+            until = ("the run asks the server" if _served_problems(b["name"], None)
+                     else "its data is here")
+            print(f"benchmark {b['name']}: problems unknown until {until} (see the "
                   f"checks below) x {b['repeats']} repeat(s), {b['shards']} shard(s), models "
                   f"{', '.join(b['models']) or '-'}")
             continue
