@@ -104,7 +104,12 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
     pool = cfg.cluster.node_pools.get(svc.node_pool or "") if cfg.cluster.type == "slurm" else None
     if pool is None:
         return cmd
-    asks = ", ".join(f"{k} {v}" for k, v in (("partition", pool.partition), ("nodes", pool.nodes),
+    from nel_resources.launchers.slurm_multinode import job_nodes
+
+    if svc.num_nodes > 1:  # one srun step over the job's nodes, the head on the eval node
+        cmd = f"{cmd} ({svc.num_nodes} nodes, one srun step; head on the eval client's node)"
+    nodes = job_nodes(cfg, svc.node_pool or "", [name])
+    asks = ", ".join(f"{k} {v}" for k, v in (("partition", pool.partition), ("nodes", nodes),
                                                ("gres", pool.gres), ("gpus_per_node", pool.gpus_per_node))
                      if v is not None)
     return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"

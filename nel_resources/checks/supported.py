@@ -100,7 +100,13 @@ def _check_services(cfg: NelConfig) -> None:
                           "remove `node_pool`")
         # a server nel launches in a SLURM job runs in its image through Pyxis
         pyxis = cfg.cluster.type == "slurm" and svc.type in LAUNCHED_TYPES
+        if svc.num_nodes > 1:
+            _check_num_nodes(cfg, name, svc)
         for key, what in SERVICE_UNBUILT.items():
+            if key == "num_nodes" and svc.type in LAUNCHED_TYPES:
+                continue  # _check_num_nodes
+            if key == "ray_binary" and svc.type == "vllm" and svc.num_nodes > 1:
+                continue  # the `ray` a multi-node vLLM server starts (launchers.slurm_multinode)
             if changed(svc, key, _SERVICE_DEFAULTS) and not _container_key_honoured(cfg, svc, key) \
                     and not (pyxis and key in PYXIS_SERVICE_KEYS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
@@ -123,6 +129,35 @@ def _check_services(cfg: NelConfig) -> None:
             _check_sandbox_pool(cfg, sb.type, ("sandboxes", name, "node_pool"))
         if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
             check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
+
+
+#: Why a cluster type runs no multi-node server (slurm runs them: launchers.slurm_multinode).
+_ONE_HOST = {"docker": "a docker cluster is one Docker engine on one host",
+             "k8s": "on Kubernetes a server over several pods needs a LeaderWorkerSet, which nel "
+                    "does not write yet",
+             "local": "a local cluster is this one machine"}
+
+
+def _check_num_nodes(cfg: NelConfig, name: str, svc: Any) -> None:
+    """`num_nodes > 1`: a launched vLLM/SGLang/TRT-LLM server in a SLURM job, on the eval
+    client's node pool (its head is the eval client's node)."""
+    from nel_resources.launchers import slurm_multinode
+    from nel_resources.launchers.slurm_het import het_plan
+
+    at = ("services", name, "num_nodes")
+    if svc.type not in LAUNCHED_TYPES:
+        return  # SERVICE_UNBUILT refuses it with the rest
+    if cfg.cluster.type != "slurm":
+        why = _ONE_HOST.get(cfg.cluster.type, f"a {cfg.cluster.type} cluster runs no multi-node server")
+        raise Refusal(at, f"a multi-node server here ({why})",
+                      "use `num_nodes: 1`, or `cluster: {type: slurm, node_pools: ...}`")
+    if (why := slurm_multinode.refusal(svc)) is not None:
+        raise Refusal(at, f"num_nodes {svc.num_nodes} ({why})", "use `num_nodes: 1`")
+    plan = het_plan(cfg)
+    if plan is not None and name in plan.pool_of:
+        raise Refusal(at, f"a multi-node server on its own heterogeneous-job component (node "
+                      f"pool {plan.pool_of[name]})", f"place services.{name} on the eval client's "
+                      f"node pool ({plan.eval_pool}) or use `num_nodes: 1`")
 
 
 def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) -> None:

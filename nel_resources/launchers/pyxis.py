@@ -69,7 +69,11 @@ def service_prefix(cluster: ClusterConfig, svc: ServiceConfig,
         return []
     mounts = [*cluster.container_mounts, *svc.container_mounts, *_model_mount(svc)]
     keys = [*cluster.container_env, *svc.env]
-    return [*STEP, *container_flags(svc.image, mounts=mounts, env_keys=keys,
+    # On a heterogeneous job's service component (launchers.slurm_het), the step must run on
+    # that component's node and GPUs: srun's default is component 0, the eval client's.
+    group = env.get("NEL_HET_GROUP", "")
+    step = [*STEP[:1], f"--het-group={group}", *STEP[1:]] if group.isdigit() else list(STEP)
+    return [*step, *container_flags(svc.image, mounts=mounts, env_keys=keys,
                                     mount_home=cluster.mount_home,
                                     home=env.get("HOME") or str(Path.home()), workdir=os.getcwd())]
 

@@ -39,6 +39,10 @@ from nel_resources.launchers.slurm import SbatchHeader, render_het_script, rende
 # A component's services write these into the job's services directory; the job script
 # writes STOP_FILE when the eval client ended (each service then stops and exits).
 URL_SUFFIX, ERROR_SUFFIX, STOP_FILE = ".url", ".error", ".stop"
+# How many of a server's last log lines its `.error` file carries.
+ERROR_TAIL_LINES = 5
+# Set by the job script for a service component's step: its het group (launchers.pyxis).
+HET_GROUP_ENV = "NEL_HET_GROUP"
 # How long the job script lets the services stop before it cancels their steps.
 STOP_GRACE_S = 30
 
@@ -83,12 +87,17 @@ def services_of(resolved: Any, benchmark: str, model: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str) -> SbatchHeader:
-    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`."""
+def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str, *,
+                servers: bool = False) -> SbatchHeader:
+    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`; `servers`: the job
+    starts the launched services placed there, so it asks for the nodes a multi-node one
+    needs (launchers.slurm_multinode.job_nodes)."""
+    from nel_resources.launchers.slurm_multinode import job_nodes
+
     c = cfg.cluster
     pool = c.node_pools[pool_name]
     return SbatchHeader(job_name=job_name, log=log, walltime=c.walltime, partition=pool.partition,
-                        nodes=pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
+                        nodes=job_nodes(cfg, pool_name) if servers else pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
                         gpus_per_node=pool.gpus_per_node, account=c.account,
                         comment=c.sbatch_comment, extra_flags={**c.sbatch_extra_flags,
                                                                **pool.sbatch_extra_flags})
@@ -110,7 +119,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
              'echo "nel: partition $2 of $1, job ${SLURM_JOB_ID} on $(hostname)"']
     if not pools:
         path = run_dir / script_name(pools)
-        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log),
+        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                                       "\n".join([*lines, task]), env=env))
         path.chmod(0o755)
         return path
@@ -130,11 +139,13 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
         for name in sorted(n for n, p in plan.pool_of.items() if p == pool):
             svc = cfg.services[name]
             lines += [f"# services.{name} ({svc.type}) on node pool {pool}: het group {k}",
-                      f"srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
+                      # NEL_HET_GROUP: a step the service starts (its Pyxis container) runs
+                      # on this component too, not on component 0 (srun's default)
+                      f"{HET_GROUP_ENV}={k} srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
                       + nel_command(["--slurm-service", name]) + ' --slurm-services "$svc_dir" &',
                       "pids+=($!)"]
     lines.append(task + ' --slurm-services "$svc_dir"')
-    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log),
+    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                *(pool_header(cfg, p, "nel-eval", log) for p in pools)]
     path = run_dir / script_name(pools)
     path.write_text(render_het_script(headers, "\n".join(lines), env=env))
@@ -196,7 +207,10 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
         try:
             server.start()
         except NelError as exc:
-            _write(err_file, f"{_one_line(exc)} (log {server.log_path})")
+            # The eval client reports this file: give it the server's own last lines too.
+            tail = [ln for ln in _log_lines(server.log_path) if ln.strip()][-ERROR_TAIL_LINES:]
+            _write(err_file, "\n".join([f"{_one_line(exc).split('; log ')[0]} (log {server.log_path})",
+                                        *(f"  {ln}" for ln in tail)]))
             return 1
         url = f"http://{addr}:{server.port}/v1"
         print(f"nel: services.{name} serves at {url} (pid {server.pid}, log {server.log_path})", flush=True)
@@ -215,6 +229,13 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     finally:
         url_file.unlink(missing_ok=True)  # first: no one may take a stopping server's URL
         server.stop()
+
+
+def _log_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _one_line(exc: BaseException) -> str:

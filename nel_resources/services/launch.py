@@ -198,9 +198,18 @@ def in_container(svc: ServiceConfig, cluster_type: str) -> bool:
 
 
 def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                shm_size: str | None = None, prefix: Sequence[str] = ()) -> Any:
-    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), or a `ContainerService` (same
-    face) when `container` (`cluster.type: docker`)."""
+                shm_size: str | None = None, prefix: Sequence[str] = (),
+                cluster: Any = None) -> Any:
+    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), a `ContainerService` (same
+    face) when `container` (`cluster.type: docker`), or a `MultiNodeService` for
+    `num_nodes > 1` (over the nodes of the SLURM job, `cluster` its `cluster:`)."""
+    if svc.num_nodes > 1:
+        if cluster is None:  # never silently on one node
+            raise NelError(f"service {name!r}: num_nodes {svc.num_nodes} runs only in the SLURM "
+                           "jobs `nel eval run` submits (cluster.type: slurm)")
+        from nel_resources.services.multinode_server import MultiNodeService
+
+        return MultiNodeService(name, svc, log_dir, cluster)
     if container:
         from nel_resources.services.container_server import ContainerService
 
@@ -210,10 +219,12 @@ def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool
 
 @contextmanager
 def launched_service(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                     shm_size: str | None = None, prefix: Sequence[str] = ()) -> Iterator[str]:
-    """Start one service (a container on Docker, behind `prefix` on SLURM: see make_server),
-    wait until it answers, yield its base URL, then stop it."""
-    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix)
+                     shm_size: str | None = None, prefix: Sequence[str] = (),
+                     cluster: Any = None) -> Iterator[str]:
+    """Start one service (a container on Docker, behind `prefix` on SLURM, over several
+    nodes: see make_server), wait until it answers, yield its base URL, then stop it."""
+    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix,
+                         cluster=cluster)
     try:
         yield server.start()
     finally:
@@ -353,7 +364,8 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                     name, spec.config, Path(resolved.output_dir) / "logs",
                     container=in_container(spec.config, resolved.cluster.type),
                     shm_size=resolved.cluster.shm_size,
-                    prefix=service_prefix(resolved.cluster, spec.config)))  # in its image, on SLURM
+                    prefix=service_prefix(resolved.cluster, spec.config),  # in its image, on SLURM
+                    cluster=resolved.cluster))
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]
