@@ -69,6 +69,11 @@ def service_prefix(cluster: ClusterConfig, svc: ServiceConfig,
         return []
     mounts = [*cluster.container_mounts, *svc.container_mounts, *_model_mount(svc)]
     keys = [*cluster.container_env, *svc.env]
+    if svc.type == "dynamo":  # NATS's and etcd's addresses, and each worker's own GPUs
+        from nel_resources.services.dynamo_commands import INFRA_ENV_KEYS
+
+        keys += [*INFRA_ENV_KEYS, "CUDA_VISIBLE_DEVICES",
+                 *(k for role in (svc.prefill, svc.decode) if role for k in role.extra_env)]
     return [*STEP, *container_flags(svc.image, mounts=mounts, env_keys=keys,
                                     mount_home=cluster.mount_home,
                                     home=env.get("HOME") or str(Path.home()), workdir=os.getcwd())]
