@@ -231,7 +231,7 @@ def worker(argv: list[str]) -> None:
     engine = None
     if role != "prefill":  # the worker that answers: nel's reference server behind it
         port_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"dynamo-standin-{os.getpid()}.port"
-        args = [sys.executable, "-P", str(REPO / "nel_resources" / "reference_server" / "__main__.py"),
+        args = [os.environ.get("NEL_STANDIN_PYTHON", sys.executable), "-P", str(REPO / "nel_resources" / "reference_server" / "__main__.py"),
                 "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), "--model-name", ns.served]
         if os.environ.get("NEL_STANDIN_ANSWERS"):
             args += ["--answers", os.environ["NEL_STANDIN_ANSWERS"]]
