@@ -147,7 +147,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
             svc = cfg.services[name.split("@")[0]]
             what = f"{svc.type} {name.split('@')[1]} workers" if "@" in name else svc.type
             lines += [f"# services.{name} ({what}) on node pool {pool}: het group {k}",
-                      f"srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
+                      f"NEL_SLURM_HET_GROUP={k} srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
                       + nel_command(["--slurm-service", name]) + ' --slurm-services "$svc_dir" &',
                       "pids+=($!)"]
     lines.append(task + ' --slurm-services "$svc_dir"')

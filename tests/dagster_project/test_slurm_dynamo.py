@@ -78,7 +78,7 @@ def _config(copy: Path, path: Path, out: Path, *, local: bool = False, timeout: 
         for role in ("prefill", "decode"):
             svc.get(role, {}).pop("node_pool", None)
     cfg["output"] = {"dir": str(out)}
-    path.write_text(yaml.safe_dump(cfg))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # the first node pool is the eval client's
     return cfg
 
 
