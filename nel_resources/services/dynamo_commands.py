@@ -66,7 +66,10 @@ def workers(svc: ServiceConfig, roles: tuple[str, ...] | None = None) -> list[Wo
     """The workers of `svc` (only those of `roles` when given), in start order: prefill before
     decode, as 0.3.0 fans them out."""
     if svc.prefill is None or svc.decode is None:
-        sizes = DynamoWorkerConfig(tensor_parallel_size=svc.tensor_parallel_size,
+        # nel's `tensor_parallel_size` defaults to 1 where 0.3.0's is unset (no `--tp-size`)
+        tp = svc.tensor_parallel_size
+        given = "tensor_parallel_size" in svc.model_fields_set or tp > 1
+        sizes = DynamoWorkerConfig(tensor_parallel_size=tp if given else None,
                                    pipeline_parallel_size=svc.pipeline_parallel_size,
                                    data_parallel_size=svc.data_parallel_size, num_nodes=svc.num_nodes,
                                    extra_args=list(svc.extra_args))

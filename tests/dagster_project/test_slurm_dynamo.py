@@ -63,7 +63,7 @@ def _env(tmp_path: Path, gpu_slurm: dict[str, str], data_dir: Path, **extra: str
 
 def _config(copy: Path, path: Path, out: Path, *, local: bool = False, timeout: float = 120) -> dict[str, Any]:
     cfg = yaml.safe_load(copy.read_text())
-    ((name, svc),) = cfg["services"].items()
+    ((_, svc),) = cfg["services"].items()
     svc.update(port=free_port(), startup_timeout=timeout)
     for block in [svc] if "prefill" not in svc else [svc["prefill"], svc["decode"]]:
         block["tensor_parallel_size"] = 4  # this cluster's nodes have 4 GPUs
