@@ -85,6 +85,11 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
         return None
     # in its image when it has one (the Pyxis step each SLURM task starts it with)
     step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
+    if svc.type == "dynamo":  # several processes: NATS, etcd, the frontend, the workers
+        from nel_resources.services.dynamo_commands import describe
+
+        return describe(name, svc, svc.port or 8000, in_image=bool(step), step=step,
+                        where=_role_pools_away(cfg, name))
     try:
         cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
     except NelError as exc:
@@ -113,6 +118,15 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
                                                ("gres", pool.gres), ("gpus_per_node", pool.gpus_per_node))
                      if v is not None)
     return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"
+
+
+def _role_pools_away(cfg: NelConfig, name: str) -> dict[str, str]:
+    """Roles of Dynamo service `name` on a component of their own: role -> node pool."""
+    from nel_resources.launchers.slurm_het import het_plan
+
+    plan = het_plan(cfg) if cfg.cluster.type == "slurm" else None
+    return {k.split("@")[1]: p for k, p in (plan.pool_of.items() if plan else ())
+            if k.startswith(f"{name}@")}
 
 
 def plan_run(cfg: NelConfig, *, resume: bool = True, shard_only: tuple[int, int] | None = None,

@@ -92,6 +92,8 @@ def _check_services(cfg: NelConfig) -> None:
             raise Refusal((*at, "type"), f"service type {svc.type!r}",
                           "start the server yourself and use `type: api` with its `url`, or "
                           "a type nel starts (llama_cpp, vllm, sglang, trt_llm)")
+        if svc.type == "dynamo":
+            _check_dynamo(cfg, svc, at)
         if svc.type == "gym" and not svc.url:
             raise Refusal(at, "a gym service nel starts itself (no `url`)",
                           "start the gym server yourself and give its `url`")
@@ -117,7 +119,7 @@ def _check_services(cfg: NelConfig) -> None:
             raise Refusal((*at, "health_path"), "health checks of a server nel does not start",
                           "remove `health_path`")
         for key in ("pipeline_parallel_size", "data_parallel_size"):
-            if getattr(svc, key) is not None and svc.type not in ("vllm", "sglang", "trt_llm"):
+            if getattr(svc, key) is not None and svc.type not in ("vllm", "sglang", "trt_llm", "dynamo"):
                 raise Refusal((*at, key), f"`{key}` for a {svc.type} server", f"remove `{key}`")
         _check_interceptors(svc, at)
         started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
@@ -158,6 +160,27 @@ def _check_num_nodes(cfg: NelConfig, name: str, svc: Any) -> None:
         raise Refusal(at, f"a multi-node server on its own heterogeneous-job component (node "
                       f"pool {plan.pool_of[name]})", f"place services.{name} on the eval client's "
                       f"node pool ({plan.eval_pool}) or use `num_nodes: 1`")
+
+
+def _check_dynamo(cfg: NelConfig, svc: ServiceConfig, at: tuple[Any, ...]) -> None:
+    """A Dynamo deployment (nel_resources.services.dynamo) runs as processes nel starts,
+    locally or in SLURM jobs; not as containers on Docker or pods on Kubernetes, and each
+    worker on one node (multi-node workers are refused with `num_nodes` like other servers)."""
+    if cfg.cluster.type in ("docker", "k8s"):
+        raise Refusal((*at, "type"), f"a Dynamo deployment on a `cluster.type: {cfg.cluster.type}` "
+                      "cluster (nel starts Dynamo locally or in SLURM jobs)",
+                      "use `cluster.type: slurm` or `local`, or start Dynamo yourself and use "
+                      "`type: api` with its frontend's `url`")
+    for role in ("prefill", "decode"):
+        worker = getattr(svc, role)
+        if worker is None:
+            continue
+        if worker.num_nodes > 1:
+            raise Refusal((*at, role, "num_nodes"), "multi-node Dynamo workers", "remove `num_nodes`")
+        if worker.node_pool is not None and (cfg.cluster.type != "slurm"
+                                             or worker.node_pool not in cfg.cluster.node_pools):
+            raise Refusal((*at, role, "node_pool"), "a Dynamo role on a node pool this cluster "
+                          "does not define", "name one of `cluster.node_pools`, or remove `node_pool`")
 
 
 def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) -> None:

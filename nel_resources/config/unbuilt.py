@@ -15,7 +15,7 @@ HARNESS_SCHEMES: dict[str, str] = {
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
 NEL_EQUIVALENT: dict[str, str] = {}
 #: Service types nel does not start (the user starts the server and gives its url).
-UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
+UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "nat", "custom")
 #: `services.<name>.<key>` -> the feature it asks for. (`image` and `container_mounts` of a
 #: launched service on `cluster.type: slurm` run through Pyxis: PYXIS_SERVICE_KEYS; `image`,
 #: `gpus` and `container_mounts` on docker, `image` and `gpus` on k8s: checks/supported.py.)

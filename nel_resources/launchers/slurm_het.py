@@ -34,6 +34,7 @@ from typing import Any
 from benchmarks.errors import NelError
 from nel_resources.config import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.launchers.pyxis import HET_GROUP_ENV
 from nel_resources.launchers.slurm import SbatchHeader, render_het_script, render_script
 
 # A component's services write these into the job's services directory; the job script
@@ -41,8 +42,6 @@ from nel_resources.launchers.slurm import SbatchHeader, render_het_script, rende
 URL_SUFFIX, ERROR_SUFFIX, STOP_FILE = ".url", ".error", ".stop"
 # How many of a server's last log lines its `.error` file carries.
 ERROR_TAIL_LINES = 5
-# Set by the job script for a service component's step: its het group (launchers.pyxis).
-HET_GROUP_ENV = "NEL_HET_GROUP"
 # How long the job script lets the services stop before it cancels their steps.
 STOP_GRACE_S = 30
 
@@ -55,20 +54,34 @@ class HetPlan:
     pool_of: Mapping[str, str]  # launched service name -> its (non-eval) node pool
 
     def pools_for(self, services: Sequence[str], order: Sequence[str]) -> tuple[str, ...]:
-        """The non-eval pools `services` need, in `cluster.node_pools` order."""
-        wanted = {self.pool_of[s] for s in services if s in self.pool_of}
+        """The non-eval pools `services` need (their Dynamo roles' too), in `cluster.node_pools` order."""
+        wanted = {p for k, p in self.pool_of.items() if k.split("@")[0] in services}
         return tuple(p for p in order if p in wanted)
+
+
+def _role_pools(svc: Any) -> dict[str, str]:
+    """The node pools of a disaggregated Dynamo service's roles (0.3.0 places each role's
+    workers on its `prefill.node_pool` / `decode.node_pool`)."""
+    if svc.type != "dynamo":
+        return {}
+    return {r: str(c.node_pool) for r, c in (("prefill", svc.prefill), ("decode", svc.decode))
+            if c is not None and c.node_pool}
 
 
 def het_plan(cfg: NelConfig) -> HetPlan | None:
     """The heterogeneous layout of `cfg`, or None when its services name at most one pool
-    (then one array job does it: slurm_submit)."""
+    (then one array job does it: slurm_submit). A Dynamo role on another pool than the eval
+    client's is a component of its own, named `<service>@<role>`."""
     named = {s.node_pool for s in cfg.services.values() if s.node_pool}
+    named |= {p for s in cfg.services.values() for p in _role_pools(s).values()}
     if len(named) < 2 or not cfg.cluster.node_pools:  # only slurm clusters have node pools
         return None
     eval_pool = next(iter(cfg.cluster.node_pools))
     pool_of = {name: str(s.node_pool) for name, s in cfg.services.items()
                if s.node_pool and s.node_pool != eval_pool and s.type in LAUNCHED_TYPES}
+    for name, s in cfg.services.items():
+        if name not in pool_of:  # a deployment on another pool takes its roles with it
+            pool_of.update({f"{name}@{r}": p for r, p in _role_pools(s).items() if p != eval_pool})
     return HetPlan(eval_pool, pool_of)
 
 
@@ -125,6 +138,8 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
         return path
     svc_dir = shlex.quote(str(run_dir / "services")) + '/"${SLURM_JOB_ID}"'
     lines += [f"svc_dir={svc_dir}", 'mkdir -p "$svc_dir"', "pids=()",
+              '# Dynamo workers on another pool find NATS and etcd through it (services.dynamo_remote)',
+              'export NEL_SLURM_SERVICES_DIR="$svc_dir"',
               "# When the eval client ends, each service stops its server and exits; one that is",
               f"# still there after {STOP_GRACE_S} s has its step cancelled (and SLURM ends every step",
               "# with the job anyway).",
@@ -137,9 +152,10 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
               "trap stop_services EXIT"]
     for k, pool in enumerate(pools, start=1):
         for name in sorted(n for n, p in plan.pool_of.items() if p == pool):
-            svc = cfg.services[name]
-            lines += [f"# services.{name} ({svc.type}) on node pool {pool}: het group {k}",
-                      # NEL_HET_GROUP: a step the service starts (its Pyxis container) runs
+            svc = cfg.services[name.split("@")[0]]
+            what = f"{svc.type} {name.split('@')[1]} workers" if "@" in name else svc.type
+            lines += [f"# services.{name} ({what}) on node pool {pool}: het group {k}",
+                      # HET_GROUP_ENV: a step the service starts (its Pyxis container) runs
                       # on this component too, not on component 0 (srun's default)
                       f"{HET_GROUP_ENV}={k} srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
                       + nel_command(["--slurm-service", name]) + ' --slurm-services "$svc_dir" &',
@@ -155,7 +171,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
 
 # -- inside the jobs -------------------------------------------------------------------------
 
-def _node_address() -> str:
+def node_address() -> str:
     """This node's address as the cluster knows it (`NodeAddr`), so the eval component on
     another node can reach a service started here; the host name when scontrol cannot say."""
     node = os.environ.get("SLURMD_NODENAME", "")
@@ -177,25 +193,14 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     (or SIGTERM/SIGINT), then stop it. A start that fails, or a server that dies, writes
     `NAME.error` (one line) and returns 1."""
     from nel_resources.launchers.pyxis import service_prefix
-    from nel_resources.services.launch import LaunchedService
+    from nel_resources.services.launch import make_server
 
-    if name not in cfg.services or cfg.services[name].type not in LAUNCHED_TYPES:
+    base, _, role = name.partition("@")
+    if base not in cfg.services or cfg.services[base].type not in LAUNCHED_TYPES or (
+            role and role not in _role_pools(cfg.services[base])):
         raise NelError(f"--slurm-service {name!r}: not a launched service of this config")
-    svc = cfg.services[name]
+    svc = cfg.services[base]
     svc_dir.mkdir(parents=True, exist_ok=True)
-    # A loopback host would be unreachable from the eval node: bind the node's address.
-    loopback = svc.host in ("127.0.0.1", "localhost", "::1")
-    addr = _node_address() if loopback or svc.host in ("0.0.0.0", "::") else svc.host
-    bind = addr if loopback else svc.host
-    url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
-    try:
-        # svc_dir is the job's own directory already: the plain `<name>.log` there
-        bound = svc.model_copy(update={"host": bind})
-        server = LaunchedService(name, bound, svc_dir, f"{name}.log",
-                                 prefix=service_prefix(cfg.cluster, bound))
-    except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
-        _write(err_file, _one_line(exc))
-        return 1
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -203,6 +208,23 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     # Steps may start with SIGTERM ignored; srun forwards SIGTERM when the job script stops it.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
+    if role:  # the workers of one role of a Dynamo deployment
+        from nel_resources.services.dynamo_remote import serve_role
+
+        return serve_role(base, svc, role, svc_dir, svc_dir / STOP_FILE, service_prefix(cfg.cluster, svc))
+    # A loopback host would be unreachable from the eval node: bind the node's address.
+    loopback = svc.host in ("127.0.0.1", "localhost", "::1")
+    addr = node_address() if loopback or svc.host in ("0.0.0.0", "::") else svc.host
+    bind = addr if loopback else svc.host
+    url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
+    try:
+        # svc_dir is the job's own directory already: the plain `<name>.log` there
+        bound = svc.model_copy(update={"host": bind})
+        server = make_server(name, bound, svc_dir, prefix=service_prefix(cfg.cluster, bound),
+                             log_name=f"{name}.log")
+    except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
+        _write(err_file, _one_line(exc))
+        return 1
     try:
         try:
             server.start()
@@ -282,8 +304,19 @@ def wait_for_services(cfg: NelConfig, names: Sequence[str], svc_dir: Path,
 def elsewhere_for(cfg: NelConfig, plan: HetPlan, needed: Sequence[str],
                   urls: Mapping[str, str]) -> dict[str, str | None]:
     """What the eval client must not start itself: every service of another pool (at its
-    URL when this partition uses it, else not at all)."""
-    return {name: (urls.get(name) if name in needed else None) for name in plan.pool_of}
+    URL when this partition uses it, else not at all). A Dynamo role of another pool maps
+    to its pool (the deployment beside the eval client leaves those workers to the role's
+    component); a deployment this partition does not use is not started at all."""
+    away: dict[str, str | None] = {}
+    for key, pool in plan.pool_of.items():
+        base = key.split("@")[0]
+        if "@" not in key:
+            away[key] = urls.get(key) if key in needed else None
+        elif base in needed:
+            away[key] = pool
+        else:
+            away[base] = None
+    return away
 
 
 def describe_plan(plan: HetPlan) -> str:

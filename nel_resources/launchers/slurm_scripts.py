@@ -130,11 +130,18 @@ def _service_comments(cfg: NelConfig) -> list[str]:
 
             # as the job runs it: in the service's image when it has one (its srun line)
             step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
+            plan = het_plan(cfg)
             try:
-                cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
+                if svc.type == "dynamo":  # NATS, etcd, the frontend, the workers (services.dynamo)
+                    from nel_resources.services.dynamo_commands import describe
+
+                    away = {k.split("@")[1]: p for k, p in (plan.pool_of.items() if plan else ())
+                            if k.startswith(f"{name}@")}
+                    cmd = describe(name, svc, svc.port or 8000, in_image=bool(step), step=step, where=away)
+                else:
+                    cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
             except NelError as exc:
                 cmd = f"(cannot be built here: {exc})"
-            plan = het_plan(cfg)
             where = (f"on its own component (node pool {plan.pool_of[name]}, bound to the node's "
                      "address)" if plan is not None and name in plan.pool_of else "in the job")
             if svc.num_nodes > 1:

@@ -47,11 +47,12 @@ REFUSED_KEY = {
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
-    # run through Pyxis (test_slurm_containers.py): the dynamo ones stop on the server type.
+    # run through Pyxis (test_slurm_containers.py). Dynamo (aggregated and disaggregated) runs
+    # end to end on the same cluster: tests/dagster_project/test_slurm_dynamo.py.
     # A slurm sandbox goes on its node pool; nel's apptainer sandbox cannot be placed on one.
     "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
-    "15c_slurm_gsm8k_dynamo": "services.glm5-dynamo.type",
-    "15d_slurm_gsm8k_dynamo_disagg": "services.glm5-dynamo-disagg.type",
+    "15c_slurm_gsm8k_dynamo": None,
+    "15d_slurm_gsm8k_dynamo_disagg": None,
     "16_slurm_swebench_harbor": None,
     "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.node_pool",
     # ecs_fargate finds its cluster in SSM (as 0.3.0), given AWS credentials: none here
@@ -141,7 +142,8 @@ SUITE_PARTIAL = {
 # Launched GPU servers on a SLURM node pool: they plan here and run end to end on the test
 # SLURM cluster with fake GPUs (tests/dagster_project/test_slurm_gpu_servers.py), not against
 # the reference server below.
-SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards"}
+SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards",
+             "15c_slurm_gsm8k_dynamo", "15d_slurm_gsm8k_dynamo_disagg"}  # test_slurm_dynamo.py
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.
 PEER_REJECTS = {"wt06_swebench_harbor_ecs"}
@@ -470,7 +472,7 @@ def test_nemo_evaluator_interceptors_are_accepted(tmp_path: Path, service_yaml: 
     check_supported(cfg)
 
 
-@pytest.mark.parametrize("typ", ["dynamo", "nim", "nat_agent", "nat"])
+@pytest.mark.parametrize("typ", ["nim", "nat_agent", "nat"])
 def test_service_types_nel_cannot_start_are_refused(tmp_path: Path, typ: str) -> None:
     p, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", f"  other:\n    type: {typ}\nbenchmarks:\n"))
     with pytest.raises(ConfigError) as err:
