@@ -120,9 +120,10 @@ def server_settings(host: str = "127.0.0.1", port: int = 9090,
         "access_log": False,
         # Gym agents keep connections open between rollouts.
         "timeout_keep_alive": 30,
-        # httptools (C) parser plus a deadline on request heads (uvicorn has none); body
-        # limits, timeouts and 415s are the app's own (benchmarks.serve_json).
-        "http": "benchmarks.serve_limits:HeadDeadlineHttpToolsProtocol",
+        # httptools (C) parser plus a deadline on request heads (uvicorn has none), and nel's
+        # per-rollout routes answered by the protocol itself (benchmarks.serve_http); body
+        # limits, timeouts and 415s are decided by benchmarks.serve_json on either path.
+        "http": "benchmarks.serve_http:ServeHttpProtocol",
         # SIGTERM: exit within 3 s even with requests in flight (they are answered 503;
         # scoring workers are killed with the app, and die with the process anyway).
         "timeout_graceful_shutdown": 2,
