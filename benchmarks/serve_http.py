@@ -5,7 +5,8 @@ most of a request's server time was the HTTP stack around it: an ASGI scope, a R
 Response, two transport writes (status line and headers, then the body: two syscalls and
 two wake-ups of the client) and a task per request. `ServeHttpProtocol` answers a
 `POST /verify` or `POST /seed_session` itself, from the raw body, in one write, running the
-handler without a task when it finishes without waiting (a seed always does).
+handler without a task (a seed never waits; a verify waits on its scoring worker's future,
+whose callback carries it on).
 
 The protections are the same as on the ASGI path (`benchmarks.serve_json` decides them): 415
 for a declared non-JSON content type and 413 for a declared oversized body from the head
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -73,36 +74,37 @@ class _HotCycle:
         self.response_complete = False
 
 
-class _Resume:
-    """Awaitable that carries on a coroutine started by hand (`coro.send(None)`) which is now
-    waiting on `waiting`: awaited in a task, the task waits on what the coroutine waits on,
-    and a cancellation reaches the coroutine where it waits."""
+class _Pending:
+    """A hot request's handler waiting on a future (a scoring worker's verdict), driven by
+    the future's callbacks rather than by a task: a task cost as much as the rest of the
+    request's Python. It sits in uvicorn's task set like a task, so a graceful shutdown
+    waits for it and then cancels it (the handler answers 503 `server_stopping`)."""
 
-    __slots__ = ("coro", "waiting")
+    __slots__ = ("coro", "cycle", "protocol", "waiting")
 
-    def __init__(self, coro: Coroutine[Any, Any, Answer], waiting: Any) -> None:
+    def __init__(self, protocol: ServeHttpProtocol, cycle: _HotCycle,
+                 coro: Coroutine[Any, Any, Answer]) -> None:
+        self.protocol = protocol
+        self.cycle = cycle
         self.coro = coro
-        self.waiting = waiting
+        self.waiting: asyncio.Future[Any] | None = None
 
-    def __await__(self) -> Generator[Any, None, Answer]:
-        coro, waiting = self.coro, self.waiting
-        while True:
-            try:
-                yield waiting
-            except BaseException as exc:
-                try:
-                    waiting = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                waiting = coro.send(None)
-            except StopIteration as done:
-                return done.value
+    def wake(self, future: asyncio.Future[Any]) -> None:
+        if future is self.waiting:  # not one given up on by `cancel`
+            self.waiting = None
+            self.protocol._drive(self)
 
-
-async def _resumed(coro: Coroutine[Any, Any, Answer], waiting: Any) -> Answer:
-    return await _Resume(coro, waiting)
+    def cancel(self, msg: Any = None) -> bool:
+        """As `Task.cancel`: the handler gets `CancelledError` where it waits."""
+        future = self.waiting
+        if future is None:
+            return False
+        self.waiting = None
+        future.remove_done_callback(self.wake)
+        # From the loop, not inline: the caller is a task (uvicorn's shutdown), and the
+        # handler must not see it as its own `current_task()`.
+        self.protocol.loop.call_soon(self.protocol._drive, self, asyncio.CancelledError(msg))
+        return True
 
 
 def _internal(exc: BaseException) -> Answer:
@@ -218,22 +220,36 @@ class ServeHttpProtocol(HeadDeadlineHttpToolsProtocol):
             self._answer(cycle, error_answer(body_timed_out(timeout)))
 
     def _run(self, cycle: _HotCycle, raw: bytes) -> None:
-        """Run the handler: to its end right here if it never waits, else in a task."""
+        """Run the handler: to its end right here if it never waits, else on from the
+        callbacks of what it waits on (`_Pending`); in a task where it needs one."""
         coro = cycle.handler(raw)
         if self._hot.eager:  # type: ignore[union-attr]
-            try:
-                waiting = coro.send(None)
-            except StopIteration as done:
-                self._answer(cycle, done.value)
-                return
-            except BaseException as exc:
-                self._answer(cycle, _internal(exc))
-                return
-            coro = _resumed(coro, waiting)
+            self._drive(_Pending(self, cycle, coro))
+            return
         task = self.loop.create_task(coro)
         # In uvicorn's task set: a graceful shutdown waits for it, then cancels it (503).
         self.tasks.add(task)
         task.add_done_callback(partial(self._task_done, cycle))
+
+    def _drive(self, pending: _Pending, throw: BaseException | None = None) -> None:
+        """Step `pending`'s handler until it waits on a future or answers (what a task does)."""
+        try:
+            waiting = pending.coro.send(None) if throw is None else pending.coro.throw(throw)
+        except StopIteration as done:
+            answer = done.value
+        except BaseException as exc:
+            answer = _internal(exc)
+        else:
+            if getattr(waiting, "_asyncio_future_blocking", False):  # an asyncio future
+                waiting._asyncio_future_blocking = False
+                pending.waiting = waiting
+                waiting.add_done_callback(pending.wake)
+            else:  # a bare `yield` (asyncio.sleep(0)): go on at the next loop iteration
+                self.loop.call_soon(self._drive, pending)
+            self.tasks.add(pending)  # type: ignore[arg-type]
+            return
+        self.tasks.discard(pending)  # type: ignore[arg-type]
+        self._answer(pending.cycle, answer)
 
     def _task_done(self, cycle: _HotCycle, task: asyncio.Task[Answer]) -> None:
         self.tasks.discard(task)
