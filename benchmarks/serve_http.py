@@ -59,13 +59,14 @@ class _HotCycle:
     (`response_complete`, `disconnected`, `keep_alive`, `message_event`)."""
 
     __slots__ = ("body", "body_timer", "disconnected", "handler", "keep_alive", "received",
-                 "received_all", "response_complete")
+                 "received_all", "response_complete", "taskless")
     message_event = _NO_EVENT
 
     def __init__(self, handler: Callable[[bytes], Coroutine[Any, Any, Answer]],
-                 keep_alive: bool) -> None:
+                 keep_alive: bool, taskless: bool) -> None:
         self.handler = handler
         self.keep_alive = keep_alive
+        self.taskless = taskless
         self.body: list[bytes] = []
         self.received = 0
         self.received_all = False
@@ -138,10 +139,10 @@ class ServeHttpProtocol(HeadDeadlineHttpToolsProtocol):
     def on_headers_complete(self) -> None:
         hot = self._hot
         if hot is not None:
-            handler = self._hot_handler(hot)
-            if handler is not None:
+            path = self._hot_path(hot)
+            if path is not None:
                 self._head_since = None  # the head deadline's end (see serve_limits)
-                self._start(hot, handler)
+                self._start(hot, path)
                 return
         super().on_headers_complete()
 
@@ -186,8 +187,8 @@ class ServeHttpProtocol(HeadDeadlineHttpToolsProtocol):
 
     # ---------------------------------------------------------------- hot requests
 
-    def _hot_handler(self, hot: HotRoutes) -> Callable[[bytes], Coroutine[Any, Any, Answer]] | None:
-        """The handler if this request is one to answer here, else None (uvicorn's way)."""
+    def _hot_path(self, hot: HotRoutes) -> bytes | None:
+        """The path if this request is one to answer here, else None (uvicorn's way)."""
         parser = self.parser
         if parser.get_method() != b"POST":
             return None
@@ -196,13 +197,14 @@ class ServeHttpProtocol(HeadDeadlineHttpToolsProtocol):
             return None  # pipelined behind one in flight: uvicorn queues it
         if self.expect_100_continue or self.flow.write_paused or parser.should_upgrade():
             return None
-        return hot.answers.get(self.url.partition(b"?")[0])
+        path = self.url.partition(b"?")[0]
+        return path if path in hot.answers else None
 
-    def _start(self, hot: HotRoutes,
-               handler: Callable[[bytes], Coroutine[Any, Any, Answer]]) -> None:
+    def _start(self, hot: HotRoutes, path: bytes) -> None:
         parser = self.parser
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        cycle = self.cycle = _HotCycle(handler, keep_alive)  # type: ignore[assignment]
+        cycle = self.cycle = _HotCycle(  # type: ignore[assignment]
+            hot.answers[path], keep_alive, path in hot.taskless)
         ctype = declared = None
         for name, value in self.headers:
             if ctype is None and name == b"content-type":
@@ -223,7 +225,7 @@ class ServeHttpProtocol(HeadDeadlineHttpToolsProtocol):
         """Run the handler: to its end right here if it never waits, else on from the
         callbacks of what it waits on (`_Pending`); in a task where it needs one."""
         coro = cycle.handler(raw)
-        if self._hot.eager:  # type: ignore[union-attr]
+        if cycle.taskless:
             self._drive(_Pending(self, cycle, coro))
             return
         task = self.loop.create_task(coro)

@@ -53,15 +53,16 @@ _RESERVED_KWARGS = frozenset({"response", "expected", "self", "sandbox"})
 class HotRoutes:
     """What `benchmarks.serve_http` needs to answer the per-rollout routes itself.
 
-    `answers` maps a raw request path to its handler (raw body in, `Answer` out);
-    `eager`: the handlers may be started outside a task (they touch only local data and the
-    scoring pool until they first wait), which spares a task for what finishes at once.
+    `answers` maps a raw request path to its handler (raw body in, `Answer` out); `taskless`
+    names the paths whose handler may run outside a task (it touches only nel's own code,
+    local data and the scoring pool's futures: nothing that asks for `current_task()`, as
+    `asyncio.timeout` or an HTTP client does), which spares a task per request.
     """
 
     answers: dict[bytes, Callable[[bytes], Coroutine[Any, Any, Answer]]]
     max_body_bytes: int
     body_timeout: float
-    eager: bool
+    taskless: frozenset[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +98,20 @@ class ServeRoutes:
         return HotRoutes(
             answers={b"/verify": self.verify_answer, b"/seed_session": self.seed_answer},
             max_body_bytes=self.max_body_bytes, body_timeout=self.body_timeout,
-            # Sandboxed and remote (gym://) scoring need a task from the start (timeouts,
-            # aiohttp); so may a remote environment's seed.
-            eager=self.pool is not None,
+            taskless=self._taskless(),
         )
+
+    def _taskless(self) -> frozenset[bytes]:
+        """The hot paths that need no task: a verify scored by the pool (sandboxed and
+        remote scoring need one for their timeouts and HTTP), and a seed of one of nel's own
+        local environments (a user's `seed` may await anything)."""
+        from benchmarks.serve_environment import LimitedEnvironment
+
+        if self.pool is None:
+            return frozenset()
+        env = self.env.inner if isinstance(self.env, LimitedEnvironment) else self.env
+        own_seed = type(env).seed.__module__.startswith("benchmarks.")
+        return frozenset({b"/verify", b"/seed_session"} if own_seed else {b"/verify"})
 
     async def get_health(self, request: Request) -> Response:
         """`GET /health`: the benchmark, its size and the protocol (built once)."""

@@ -12,13 +12,12 @@ import json
 import socket
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.benchmarks.test_serve import (
-    TOY_NAME,
-    ToyArithmetic,
     responses_api_body,
     start_server,
     stop_server,
@@ -26,15 +25,36 @@ from tests.benchmarks.test_serve import (
 )
 
 MAX_BODY = 4000
+# A BYOB benchmark (nel's own environment code, so both hot routes run without a task):
+# problem i asks for i + i; the last integer is the answer; BOOM makes the scorer raise.
+BYOB = '''
+import re
+from benchmarks.byob import benchmark, scorer
+
+@benchmark(name="nel_test_http_arith", dataset=[{"q": i, "a": str(2 * i)} for i in range(12)],
+           prompt="What is {q} + {q}?", target_field="a")
+@scorer
+def last_int(inp):
+    if "BOOM" in inp.response:
+        raise RuntimeError("scorer exploded")
+    found = re.findall(r"-?\\d+", inp.response)
+    return {"correct": bool(found) and found[-1] == str(inp.target)}
+'''
 WAIT_S = 30.0
 # Offset of `tcpi_data_segs_in` in Linux's `struct tcp_info` (linux/tcp.h, since 4.6).
 _TCPI_DATA_SEGS_IN = 152
 
 
 @pytest.fixture(scope="module")
-def port() -> Iterator[int]:
-    proc, port = start_server(["-b", TOY_NAME, "--import", "tests.benchmarks.test_serve",
-                               "--max-body-bytes", str(MAX_BODY)])
+def byob(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("byob") / "http_arith.py"
+    path.write_text(BYOB)
+    return path
+
+
+@pytest.fixture(scope="module")
+def port(byob: Path) -> Iterator[int]:
+    proc, port = start_server(["-b", str(byob), "--max-body-bytes", str(MAX_BODY)])
     try:
         wait_healthy(port, proc)
         yield port
@@ -120,12 +140,15 @@ CASES: list[tuple[str, bytes, str | None]] = [
 ]
 
 
-def test_hot_routes_answer_as_the_asgi_app_does(port: int) -> None:
+def test_hot_routes_answer_as_the_asgi_app_does(port: int, byob: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from benchmarks.serve import generate_app
+    from benchmarks.plugins import resolve_benchmark_ref
+    from benchmarks.serve import build_environment, generate_app
 
-    app = generate_app(ToyArithmetic(), max_body_bytes=MAX_BODY)
+    env = build_environment(resolve_benchmark_ref(str(byob)), imports=[str(byob)])
+    app = generate_app(env, max_body_bytes=MAX_BODY)
+    assert app.hot_answers.taskless == {b"/verify", b"/seed_session"}
     with TestClient(app) as client, socket.create_connection(("127.0.0.1", port),
                                                              timeout=WAIT_S) as sock:
         buf = bytearray()
