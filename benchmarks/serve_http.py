@@ -4,9 +4,11 @@ An RL loop calls these two routes for every rollout, and once scoring left the e
 most of a request's server time was the HTTP stack around it: an ASGI scope, a Request, a
 Response, two transport writes (status line and headers, then the body: two syscalls and
 two wake-ups of the client) and a task per request. `ServeHttpProtocol` answers a
-`POST /verify` or `POST /seed_session` itself, from the raw body, in one write, running the
-handler without a task (a seed never waits; a verify waits on its scoring worker's future,
-whose callback carries it on).
+`POST /verify` or `POST /seed_session` itself, from the raw body, in one write, and runs
+the handler without a task where it can (`HotRoutes.taskless`): a seed of nel's own
+environments never waits; a verify waits on its scoring worker's future, whose callback
+carries it on (`_Pending`). Other handlers (sandboxed or remote scoring, a user's seed)
+run in a task as before.
 
 The protections are the same as on the ASGI path (`benchmarks.serve_json` decides them): 415
 for a declared non-JSON content type and 413 for a declared oversized body from the head
@@ -15,7 +17,7 @@ a malformed body, the request-head deadline (`HeadDeadlineHttpToolsProtocol`). A
 else (another route or method, `Expect: 100-continue`, an upgrade, a percent-encoded path,
 a pipelined request behind one in flight, a full write buffer, an app with middleware of
 its own) takes uvicorn's usual way to the app. On shutdown uvicorn cancels what is still
-scoring (a task by then), which answers 503 as before.
+scoring once its grace time is up (`_Pending.cancel` as a task's), which answers 503.
 """
 
 from __future__ import annotations
