@@ -609,11 +609,15 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
 
 def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:
     """One shard of a distributed run re-reads the config with its shard count: the refusal
-    still names the file and the key's line (it read `<config>:?` before)."""
-    path = FIXTURES / "examples" / "15c_slurm_gsm8k_dynamo.yaml"
+    still names the file and the key's line (it read `<config>:?` before). The copy of
+    walkthrough 15 (SLURM, 4 shards) with a service type nel does not start (`nim`)."""
+    text = (FIXTURES / "walkthrough" / "wt15_slurm_shards.yaml").read_text()
+    assert "    type: vllm\n" in text
+    path = tmp_path / "wt15_nim.yaml"
+    path.write_text(text.replace("    type: vllm\n", "    type: nim\n", 1))
     p = run_nel("eval", "run", str(path), "--dry-run", "-o", str(tmp_path / "out"),
                 env={"NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
     assert p.returncode == 2, p.stdout + p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key services\.glm5-dynamo\.type: ", line)
-    assert m and "type:" in _yaml_line(path, int(m.group(1))), line
+    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key services\.model\.type: ", line)
+    assert m and "type: nim" in _yaml_line(path, int(m.group(1))), line
