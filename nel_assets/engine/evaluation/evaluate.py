@@ -501,6 +501,9 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
                           batches=lambda: store.iter_shard_batches(bench_name, model, batch_size=_EXPORT_BATCH_ROWS,
                                                                    columns=_line_columns(summary)))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
+    from nel_assets.engine.results.verified_files import remember_exports
+
+    remember_exports(store, bench_name, model, paths, table.num_rows)  # the next run skips reading them
     return bundle, paths
 
 
