@@ -32,14 +32,15 @@ _BATCH_ROWS = 256  # rows turned into Python objects at a time (one write call p
 
 
 def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]
-                      | Callable[[], Iterable[pa.RecordBatch]], *, messages: bool = False,
+                      | Callable[[int], Iterable[pa.RecordBatch]], *, messages: bool = False,
                       n_rows: int = 0) -> None:
     """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
 
     Only one batch of rows exists as Python objects at a time (never the whole table's);
     `nemo_lines` builds both lines of a row from the batch's columns. `batches` may be a
-    function returning them: with `n_rows` of at least `line_halves.SPLIT_MIN_ROWS`, where
-    a fork is safe, a forked child then writes the second half (`line_halves`).
+    function of a start row returning the rows from there on: with `n_rows` of at least
+    `line_halves.SPLIT_MIN_ROWS`, where a fork is safe, a forked child then writes the
+    second half (`line_halves`).
     """
     from nel_assets.engine.evaluation.forked import can_fork
     from nel_assets.engine.nemo.line_halves import (
@@ -53,7 +54,7 @@ def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.Re
     if callable(batches) and n_rows >= SPLIT_MIN_ROWS and can_fork():
         write_lines_in_halves(tmp_r, tmp_t, batches, n_rows, messages=messages)
     else:
-        write_lines(tmp_r, tmp_t, batches() if callable(batches) else batches, messages=messages)
+        write_lines(tmp_r, tmp_t, batches(0) if callable(batches) else batches, messages=messages)
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
 
@@ -104,7 +105,7 @@ def move_other_model_exports(bench_dir: Path, model: str, place: Callable[[str],
 def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
                   config: dict[str, Any], nel_config: dict[str, Any] | None = None,
                   sweep: tuple[Path, ...] = (),
-                  batches: Iterable[pa.RecordBatch] | Callable[[], Iterable[pa.RecordBatch]]
+                  batches: Iterable[pa.RecordBatch] | Callable[[int], Iterable[pa.RecordBatch]]
                   | None = None) -> dict[str, Path]:
     """Write 0.3.0's files for one (benchmark, model) into `out_dir`; returns their paths.
 
@@ -121,8 +122,9 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
             model (0.3.0's `eval report`/`eval merge` search a directory tree for
             `eval-*.json` and `results.jsonl` and would count a stale copy).
         batches: the same rows with every column, in the same order, a batch at a time
-            (`ResultStore.iter_shard_batches`), or a function returning them (then the line
-            files of a large table are written by two processes); default: `table`'s rows.
+            (`ResultStore.iter_shard_batches`), or a function of a start row returning the
+            rows from there on (then the line files of a large table are written by two
+            processes); default: `table`'s rows.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {

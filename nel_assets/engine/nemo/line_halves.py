@@ -49,19 +49,21 @@ def write_lines(results: Path, trajectories: Path, batches: Iterable[pa.RecordBa
 
 
 def write_lines_in_halves(results: Path, trajectories: Path,
-                          batches: Callable[[], Iterable[pa.RecordBatch]], n_rows: int, *,
+                          batches: Callable[[int], Iterable[pa.RecordBatch]], n_rows: int, *,
                           messages: bool) -> None:
-    """`write_lines` of every row of `batches()` (called once per process, so each reads
-    the rows itself), the second half written by a forked child."""
+    """`write_lines` of every row of `batches(0)`, the second half written by a forked child.
+
+    `batches(start)` gives the rows from row `start` on (called once per process, so each
+    reads the rows itself; the child's skips the first half without decoding it)."""
     from nel_assets.engine.evaluation.forked import ForkedCall
 
     half = n_rows // 2
     part_r = results.with_name(f"{results.name}.part2")
     part_t = trajectories.with_name(f"{trajectories.name}.part2")
     later = ForkedCall("writing the second half of the 0.3.0 line files", write_lines, part_r, part_t,
-                       _rows(batches(), half, None), messages=messages)
+                       _rows(batches(half), 0, None), messages=messages)
     try:
-        write_lines(results, trajectories, _rows(batches(), 0, half), messages=messages)
+        write_lines(results, trajectories, _rows(batches(0), 0, half), messages=messages)
         later.result()
         for part, whole in ((part_r, results), (part_t, trajectories)):
             _append(part, whole)

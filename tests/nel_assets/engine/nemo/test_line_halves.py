@@ -38,7 +38,8 @@ def _batches(n: int, size: int) -> list[pa.RecordBatch]:
 def test_two_processes_write_the_bytes_one_process_writes(tmp_path: Path, n: int, size: int) -> None:
     batches = _batches(n, size)
     write_lines(tmp_path / "one.r", tmp_path / "one.t", batches, messages=False)
-    write_lines_in_halves(tmp_path / "two.r", tmp_path / "two.t", lambda: iter(batches), n, messages=False)
+    write_lines_in_halves(tmp_path / "two.r", tmp_path / "two.t", lambda start: _rows(batches, start, None), n,
+                          messages=False)
     for kind in ("r", "t"):
         one, two = (tmp_path / f"one.{kind}").read_bytes(), (tmp_path / f"two.{kind}").read_bytes()
         assert one.count(b"\n") == n and one == two
@@ -52,3 +53,4 @@ def test_the_halves_cover_every_row_once() -> None:
     ids = [s for b in first + second for s in b.column("sample_id").to_pylist()]
     assert ids == [s for b in batches for s in b.column("sample_id").to_pylist()]
     assert sum(b.num_rows for b in first) == 500
+
