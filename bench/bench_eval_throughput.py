@@ -6,7 +6,10 @@ at concurrency 64. Prints samples/s of each and their ratio, nel's CPU ms per sa
 model request, as the reference server recorded them: Dagster's start-up and the writing
 of results are outside it), the time from spawning `nel` to the first request and to the
 last one, the tail (from the last request to the process's exit: statistics, exports,
-Dagster's recording, interpreter shutdown), its peak RSS, and the time and request count of an unchanged rerun (which must send 0 requests).
+Dagster's recording, interpreter shutdown), its peak RSS (the largest of its processes', from
+its rusage), the peak memory of its process tree (the sum of its processes' PSS, sampled), and the time and request count of an unchanged
+rerun (which must send 0 requests). `--samples N --no-bare` makes it one live run of at least N
+samples (a 1,000,000-sample run: memory and wall time, no ratio).
 
 `--baseline DIR` also runs the `nel` of another checkout (`/work/main`, say) in the same
 rounds, alternating which of the two goes first; the bare loop of each round stays the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -95,7 +99,9 @@ def run_nel(args: list[str], repo: Path = REPO, daemon_dir: Path | None = None) 
         t0 = time.perf_counter()
         p = subprocess.Popen([sys.executable, "-m", "dagster_project.cli.main", *args], stdout=out,
                              stderr=err, cwd=repo, env=env)
+        tree = TreeMemory(p.pid)
         _, status, usage = os.wait4(p.pid, 0)
+        tree_pss = tree.stop()
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -104,12 +110,53 @@ def run_nel(args: list[str], repo: Path = REPO, daemon_dir: Path | None = None) 
     if p.returncode != 0:
         raise SystemExit(f"nel failed:\n{stdout}\n{stderr}")
     res = {"wall": wall, "started": started, "summary": json.loads(stdout),
-           "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024}
+           "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024, "tree_pss": tree_pss}
     if daemon_dir is not None:
         run = daemon_last_run(repo, env)
         res["cpu"] += run["cpu_s"]
         res["rss"] = max(res["rss"], run["maxrss_mb"])
     return res
+
+
+class TreeMemory:
+    """The peak memory of a process and its descendants together, sampled every 50 ms: the
+    sum of their PSS (a page shared by a fork and its parent counts once, split between them;
+    the sum of their RSS would count it twice). `ru_maxrss` is only the largest process's."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self._pid, self._peak, self._done = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[int]:
+        pids, i = [self._pid], 0
+        while i < len(pids):
+            for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
+                with contextlib.suppress(OSError):  # ended meanwhile
+                    pids += [int(c) for c in task.read_text().split()]
+            i += 1
+        return pids
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            total = 0
+            for pid in self._tree():
+                try:
+                    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                        if line.startswith("Pss:"):
+                            total += int(line.split()[1])
+                            break
+                except OSError:
+                    pass  # ended meanwhile
+            self._peak = max(self._peak, total)
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in MB."""
+        self._done.set()
+        self._thread.join()
+        return self._peak / 1024
 
 
 def daemon_last_run(repo: Path, env: dict[str, str]) -> dict:
@@ -161,7 +208,8 @@ def nel_round(url: str, repo: Path, repeats: int, concurrency: int, daemon_dir: 
         again = run_nel(args, repo, daemon_dir)
         sent2 = stats(url)["total_requests"]
         reset(url)
-    return {"wall": first["wall"], "cpu": first["cpu"], "rss": first["rss"], "sent": sent, "loop": loop,
+    return {"wall": first["wall"], "cpu": first["cpu"], "rss": first["rss"], "tree_pss": first["tree_pss"],
+            "sent": sent, "loop": loop,
             "first": to_first, "to_last": to_last, "tail": first["wall"] - to_last, "wall2": again["wall"], "cpu2": again["cpu"], "sent2": sent2,
             "shards2": again["summary"]["shards_run"], "score": first["summary"]["results"][0]["score"]}
 
@@ -171,7 +219,9 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
     med = statistics.median
     return {
         "nel_end_to_end_samples_per_s": round(med(n / r["wall"] for r in rounds), 1),
-        "ratio_nel_over_bare": round(med(b / r["wall"] for b, r in zip(bare, rounds, strict=True)), 3),
+        # no bare loop ran (--no-bare): no ratio
+        "ratio_nel_over_bare": round(med(b / r["wall"] for b, r in zip(bare, rounds, strict=True)), 3)
+        if all(bare) else None,
         "nel_wall_s": round(med(r["wall"] for r in rounds), 2),
         "nel_cpu_ms_per_sample": round(med(1000 * r["cpu"] / n for r in rounds), 4),
         "nel_loop_us_per_sample": round(med(1e6 * r["loop"] / n for r in rounds), 1),
@@ -179,6 +229,8 @@ def summarize(n: int, bare: list[float], rounds: list[dict]) -> dict:
         "nel_to_last_request_s": round(med(r["to_last"] for r in rounds), 3),
         "nel_tail_after_last_request_s": round(med(r["tail"] for r in rounds), 3),
         "nel_peak_rss_mb": round(med(r["rss"] for r in rounds), 1),
+        # nel and its forks together (sampled PSS; 0 where /proc has no smaps_rollup)
+        "nel_tree_peak_pss_mb": round(med(r["tree_pss"] for r in rounds), 1),
         "nel_model_requests_sent": [r["sent"] for r in rounds],
         "rerun_wall_s": round(med(r["wall2"] for r in rounds), 2),
         "rerun_cpu_s": round(med(r["cpu2"] for r in rounds), 2),
@@ -202,6 +254,11 @@ def versus(ours: list[dict], theirs: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=8, help="GSM8K repeats (1,319 problems each)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="at least this many samples (the repeats of GSM8K that reach it; overrides --repeats)")
+    ap.add_argument("--no-bare", action="store_true",
+                    help="skip the bare aiohttp loop (a 1,000,000-sample run measures nel's memory and wall, "
+                         "not the ratio)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="alternating bare/nel rounds (medians)")
     ap.add_argument("--baseline", type=Path, default=None,
@@ -215,6 +272,8 @@ def main() -> None:
     for repo in (REPO, a.baseline) if a.baseline is not None else (REPO,):
         precompile(repo)
     env = get_benchmark("gsm8k")
+    if a.samples is not None:
+        a.repeats = -(-a.samples // len(env))  # the fewest whole repeats that reach --samples
     n = len(env) * a.repeats
     proc, url = start_reference_server(default_content="Step by step.\n#### 42")
     bare: list[float] = []
@@ -226,10 +285,11 @@ def main() -> None:
         daemon(REPO, daemon_dir, "start")
     try:
         seeds = [asyncio.run(env.seed(i)) for i in range(len(env))]
-        bodies = [orjson.dumps({"model": "m", "messages": [{"role": "user", "content": s.prompt}]})
-                  for s in seeds] * a.repeats
+        bodies = [] if a.no_bare else [
+            orjson.dumps({"model": "m", "messages": [{"role": "user", "content": s.prompt}]})
+            for s in seeds] * a.repeats
         for i in range(a.rounds):
-            bare.append(asyncio.run(bare_loop(url, bodies, a.concurrency)))
+            bare.append(0.0 if a.no_bare else asyncio.run(bare_loop(url, bodies, a.concurrency)))
             reset(url)
             if a.baseline is None:
                 ours.append(nel_round(url, REPO, a.repeats, a.concurrency))
@@ -248,7 +308,7 @@ def main() -> None:
     res = {
         "samples": n,
         "rounds": a.rounds,
-        "bare_aiohttp_samples_per_s": round(statistics.median(n / b for b in bare), 1),
+        "bare_aiohttp_samples_per_s": None if a.no_bare else round(statistics.median(n / b for b in bare), 1),
         **summarize(n, bare, ours),
     }
     if warm:

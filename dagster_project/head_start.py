@@ -5,7 +5,8 @@ imported, its outcome handed to the Dagster run that records it through the run'
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from nel_resources.specs import ResolvedConfig
@@ -24,9 +25,10 @@ class HeadStart:
     resource of the runner's definitions) and
     records the same materialization, metadata and data version, or fails the same way.
 
-    Dagster is imported after the shard, not in a thread during it: an import holding the GIL
-    made the event loop wait a switch interval (5 ms) at every turn, which cost a 10,552-sample
-    run 40% of its wall time; and the shard's rows are freed before Dagster's memory is taken.
+    Dagster is never imported in a thread during the shard: an import holding the GIL made the
+    event loop wait a switch interval (5 ms) at every turn, which cost a 10,552-sample run 40%
+    of its wall time. It is imported in this process while the shard runs in a forked child
+    (below), or after the shard when it runs here.
 
     Only for shards that need nothing Dagster provides: no launched model server (its URL
     comes from the launch) and no sandbox (a Dagster resource).
@@ -34,11 +36,13 @@ class HeadStart:
     When the shard is its model's only stale one and the run builds bundles, the model's
     bundle is built right after it, for the bundle run whose id is chosen here
     (`outcomes.keep_bundle`). Same files, metadata and data version as when the run's step
-    builds it. Where it can, a forked child builds it (`forked.ForkedCall`) while this process
-    imports Dagster and records the shard's run: the tail after the last request overlaps on
-    two cores instead of adding up, and the bundle's working set (rows, export batches) is in
-    the child, never on top of Dagster's imports (~70 MB) here. Where a fork is not safe it is
-    built here, before Dagster, and freed before Dagster's imports arrive.
+    builds it. Where it can, a forked child evaluates the shard and then builds the bundle
+    (`forked_steps.ForkedSteps`) while this process imports Dagster, opens its instance and
+    builds the definitions on the other core: those ~1.5 s of CPU overlap the requests
+    instead of following the last one, and the shard's and bundle's working sets (rows,
+    export batches) are in the child, never on top of Dagster's imports (~70 MB) here. Where
+    a fork is not safe (a progress bar's thread) both run here, before Dagster, and what they
+    freed goes back to the OS before Dagster's imports arrive.
     """
 
     def __init__(self, bench: Any, task: Any, run: Any, store: Any, *, with_bundle: bool) -> None:
@@ -52,6 +56,7 @@ class HeadStart:
         self.failed = False
         self.with_bundle = with_bundle
         self._bundle_run_id: str | None = None  # set once a bundle (or its error) is kept
+        self._child: Any = None  # the forked shard and bundle (forked_steps.ForkedSteps)
         #: what the shard (and bundle) runs take: the run's `nel_head_start` resource
         self.outcomes: HeadStartOutcomes = HeadStartOutcomes()
 
@@ -75,51 +80,101 @@ class HeadStart:
         return cls(bench, todo[0], run, store, with_bundle=bundle and only_stale)
 
     def evaluate(self, advance: Callable[[int], None] | None, config_json: str | None) -> None:
-        """Evaluate the shard now and keep its outcome (or its error) for the Dagster run;
-        then, when it is the model's only stale shard, build and keep the model's bundle."""
-        from nel_assets.engine.evaluation import evaluate as ev
+        """Evaluate the shard and keep its outcome (or its error) for the Dagster run; then,
+        when it is the model's only stale shard, build and keep the model's bundle.
+
+        Where it can fork, both are steps of a forked child (`forked_steps.ForkedSteps`) and
+        this returns at once: the caller imports Dagster on the other core while the shard
+        runs, then `settle()`s. Elsewhere both run here before this returns."""
+        import uuid
+
+        from nel_assets.engine.evaluation import forked
+
         key = (self.bench.name, self.task.model, self.task.shard, self.run_id[:12])
+        bundle_run_id = str(uuid.uuid4()) if self.with_bundle else None
+        if advance is None and forked.can_fork() and not os.environ.get("NEL_HEAD_START_INLINE"):
+            from nel_assets.engine.evaluation.forked_steps import ForkedSteps
+
+            what = f"evaluating {self.bench.name}/{self.task.model} shard {self.task.shard}"
+            names = ["its results"] + (["its bundle"] if bundle_run_id else [])
+            # Signals go on to the child until the shard is done (its loop stops on them);
+            # the bundle step ignores them, so its files are complete on exit.
+            self._child = ForkedSteps(what, names, self._steps, config_json, forward_steps=1)
+            self.outcomes.keep(*key, later=self._child.step(0))
+            if bundle_run_id is not None:
+                self.outcomes.keep_bundle(self.bench.name, self.task.model, bundle_run_id,
+                                          later=self._child.step(1))
+                self._bundle_run_id = bundle_run_id
+            return
         try:
-            out = ev.evaluate_shard(self.run, self.store, self.task.shard, run_id=self.run_id[:12],
-                                    base_url=self.run.service.config.url, on_progress=advance)
+            out = self._shard(advance)
         except Exception as exc:  # the Dagster run's step raises it, as if it had run the shard
             self.outcomes.keep(*key, error=exc)
             self.failed = True
             return
         self.outcomes.keep(*key, outcome=out)
         del out
-        if not self.with_bundle:
-            return
-        import uuid
-
-        from nel_assets.engine.evaluation import forked
-        from nel_resources.runtime import heap
-
-        run_id = str(uuid.uuid4())
-        bundle_args = (self.run, self.store, self.bench.name, self.task.model)
-        if forked.can_fork():
-            # What the shard freed goes back to the OS first: the child starts from the
-            # smaller heap, and this process's Dagster imports find it returned too.
-            heap.give_back_freed()
-            # Built in a child while this process imports Dagster and records the shard's run
-            # (both are CPU-bound Python: the tail after the last request overlaps on two
-            # cores); the bundle run waits for it, and the process's exit does too.
-            later = forked.ForkedCall(f"building the bundle of {self.bench.name}/{self.task.model}",
-                                      ev.build_model_bundle, *bundle_args, config_json=config_json)
-            self.outcomes.keep_bundle(self.bench.name, self.task.model, run_id, later=later)
-            self._bundle_run_id = run_id
+        if bundle_run_id is None:
             return
         try:
-            built = ev.build_model_bundle(*bundle_args, config_json=config_json)
+            built = self._bundle(config_json)
         except Exception as exc:  # the bundle run's step raises it, as if it had built it
-            self.outcomes.keep_bundle(self.bench.name, self.task.model, run_id, error=exc)
+            self.outcomes.keep_bundle(self.bench.name, self.task.model, bundle_run_id, error=exc)
         else:
-            self.outcomes.keep_bundle(self.bench.name, self.task.model, run_id, outcome=built)
+            self.outcomes.keep_bundle(self.bench.name, self.task.model, bundle_run_id, outcome=built)
             del built
-        self._bundle_run_id = run_id
+        self._bundle_run_id = bundle_run_id
         # What the shard and bundle freed goes back to the OS before Dagster's imports
         # allocate theirs: without it the peak held both (212 against 197 MB, 10,552 rows).
+        from nel_resources.runtime import heap
+
         heap.give_back_freed()
+
+    def settle(self) -> None:
+        """Wait for the shard of a forked head start (nothing to do otherwise). An interrupt
+        that ended it (Ctrl-C, SIGTERM) is raised here, before any Dagster run, as it was
+        raised by `evaluate` when the shard ran in this process; a failure is kept for the
+        shard's run (its step raises it)."""
+        if self._child is None:
+            return
+        self._child.wait_for(0)
+        try:
+            self._child.result(0)
+        except Exception:
+            self.failed = True
+        # a BaseException (KeyboardInterrupt) propagates, as from the shard run here
+
+    def abandon(self) -> None:
+        """The run stops (an interrupt, a failed instance): wait for the forked shard to end
+        before the output directory is released (it got the same signal)."""
+        if self._child is not None:
+            self._child.wait_for(0)
+
+    def _steps(self, config_json: str | None) -> Iterator[Any]:
+        """In the forked child: the shard's outcome, then (when kept for a run) the bundle."""
+        yield self._shard(None)
+        if not self.with_bundle:
+            return
+        # The bundle's files must be complete when the command ends: a signal now would
+        # only tear them (the caller has stopped forwarding; a group's Ctrl-C reaches here).
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        from nel_resources.runtime import heap
+
+        heap.give_back_freed()  # what the shard freed: the bundle's peak does not add to it
+        yield self._bundle(config_json)
+
+    def _shard(self, advance: Callable[[int], None] | None) -> Any:
+        from nel_assets.engine.evaluation import evaluate as ev
+
+        return ev.evaluate_shard(self.run, self.store, self.task.shard, run_id=self.run_id[:12],
+                                 base_url=self.run.service.config.url, on_progress=advance)
+
+    def _bundle(self, config_json: str | None) -> Any:
+        from nel_assets.engine.evaluation import evaluate as ev
+
+        return ev.build_model_bundle(self.run, self.store, self.bench.name, self.task.model,
+                                     config_json=config_json)
 
     def bundle_run_id(self, bench: Any, model: str) -> str | None:
         """The run id to give (bench, model)'s bundle run: the one its kept bundle waits

@@ -382,15 +382,22 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                         if head is not None and head.bench is bench:
                             head.evaluate(advance, resolved.config_json)
                         try:
-                            defs = ready_defs()
+                            defs = ready_defs()  # while a forked head start's shard runs
                         except HomeUnusable as exc:
                             if head is None:
                                 raise
+                            head.abandon()
                             # After a head start the run is under way (its answers are in the
                             # journal): a home that cannot be opened now fails the run like any
                             # instance failure, one line per pair, not as a usage error.
                             raise _RunAborted(f"the Dagster instance at {home} failed: "
                                               f"{exc.reason}") from None
+                        except BaseException:
+                            if head is not None:
+                                head.abandon()  # it got the same signal: its journal closes first
+                            raise
+                        if head is not None and head.bench is bench:
+                            head.settle()
                         register(bench, models, todo)
                         for t in todo:
                             remote = launched.get((t.model, t.shard)) if launched is not None else None

@@ -10,7 +10,9 @@
   is a failed Dagster run, as before;
 * the model's bundle, when that shard was its only stale one, is built before Dagster too
   (its memory gone before Dagster's imports arrive), and its run records it the same way; a
-  bundle that fails there is a failed bundle run, as before.
+  bundle that fails there is a failed bundle run, as before;
+* while that shard's requests are in flight (in a forked child), the `nel` process imports
+  Dagster and opens its instance: that cost no longer follows the last request (issue 32).
 """
 
 from __future__ import annotations
@@ -187,10 +189,13 @@ def test_failed_head_start_bundle_is_a_failed_bundle_run(tmp_path: Path, server:
 
 def test_plain_http_run_never_imports_aiohttp(tmp_path: Path, server: str, data_dir: Path) -> None:
     # A plain-HTTP endpoint is served by the raw client: aiohttp (HTTPS, proxies) stays out.
+    # (the shard in this process, not in a forked child whose imports the probe cannot see)
     run = _probe(tmp_path, "eval", "run", "-b", "gsm8k", "-m", "5", "--model-url", server, "--model-id", "m",
-                 "-o", str(tmp_path / "out"), "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
+                 "-o", str(tmp_path / "out"), "--no-progress",
+                 env={"NEL_DATA_DIR": str(data_dir), "NEL_HEAD_START_INLINE": "1"})
     assert run["code"] == 0
     assert "dagster" in run["loaded"] and "aiohttp" not in run["loaded"], run
+    assert "nel_resources.model_client" in run["loaded"], run  # the shard did run here
 
 
 def test_unchanged_rerun_imports_neither_dagster_nor_pyarrow(tmp_path: Path, server: str, data_dir: Path) -> None:
@@ -201,3 +206,45 @@ def test_unchanged_rerun_imports_neither_dagster_nor_pyarrow(tmp_path: Path, ser
                    "-o", str(tmp_path / "out"), "--no-progress", env={"NEL_DATA_DIR": str(data_dir)})
     assert rerun == {"code": 0, "loaded": []}
     assert server_stats(server)["total_requests"] == 0
+
+
+def test_dagster_instance_opens_while_the_head_start_shard_is_in_flight(tmp_path: Path, data_dir: Path) -> None:
+    # A model server that holds every answer until the run's Dagster instance exists (its run
+    # storage, created when the instance opens), within a bound that only matters when it
+    # never does: nel used to open the instance only after the shard's last answer.
+    from http.server import ThreadingHTTPServer
+
+    from tests.support.recording_server import make_handler
+    from tests.support.waiting import wait_for
+
+    out = tmp_path / "out"
+    runs_db = out / ".dagster" / "history" / "runs.db"
+    answered: list[bool] = []
+    base = make_handler(tmp_path / "requests.jsonl")
+
+    class Holding(base):  # type: ignore[misc,valid-type]
+        def do_POST(self) -> None:
+            if self.path.endswith("/chat/completions"):
+                try:
+                    wait_for(lambda: runs_db.exists() or None, timeout=30, interval=0.02,
+                             what="the Dagster instance")
+                    answered.append(True)
+                except AssertionError:
+                    answered.append(False)
+            super().do_POST()
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Holding)
+    import threading
+
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        p = _run(url, out, data_dir)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert answered == [True] * 5, answered  # every answer waited for the instance, none timed out
+    runs = _record(out)["runs"]
+    assert {r.job_name for r in runs.values()} == {"nel_gsm8k_shards", "nel_gsm8k_bundle"}
+    assert all(r.is_success for r in runs.values())

@@ -498,9 +498,13 @@ def build_model_bundle(run: RunSpec | None, store: ResultStore, bench_name: str,
     paths = write_exports(edir, table, bundle, config=_nemo_config(run, bench_name, bundle, shuffle),
                           nel_config=summary,
                           sweep=(store.legacy_export_dir(bench_name, model), store.bench_dir(bench_name)),
-                          batches=store.iter_shard_batches(bench_name, model, batch_size=_EXPORT_BATCH_ROWS,
-                                                           columns=_line_columns(summary)))
+                          batches=lambda start: store.iter_shard_batches(
+                              bench_name, model, batch_size=_EXPORT_BATCH_ROWS, columns=_line_columns(summary),
+                              start_row=start))
     store.write_bundle(bench_name, model, bundle, bundle_row(bundle))
+    from nel_assets.engine.results.verified_files import remember_exports
+
+    remember_exports(store, bench_name, model, paths, table.num_rows)  # the next run skips reading them
     return bundle, paths
 
 

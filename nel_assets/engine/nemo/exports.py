@@ -19,7 +19,6 @@ import orjson
 
 from nel_assets.engine.nemo import nemo_bundle as nb
 from nel_assets.engine.nemo import nemo_format as nf
-from nel_assets.engine.nemo.nemo_lines import LineBuilder
 from nel_resources.storage.store import write_json_atomic
 
 ARTIFACT_NAMES = ("results.jsonl", "trajectories.jsonl", "runtime_stats.json", "failure_analysis.json")
@@ -32,21 +31,30 @@ _SUMMARY_COLUMNS = ("problem_idx", "repeat", "reward", "error", "failure_categor
 _BATCH_ROWS = 256  # rows turned into Python objects at a time (one write call per file each)
 
 
-def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch], *,
-                      messages: bool = False) -> None:
+def _write_line_files(results: Path, trajectories: Path, batches: Iterable[pa.RecordBatch]
+                      | Callable[[int], Iterable[pa.RecordBatch]], *, messages: bool = False,
+                      n_rows: int = 0) -> None:
     """`results.jsonl` and `trajectories.jsonl`, written side by side batch by batch.
 
     Only one batch of rows exists as Python objects at a time (never the whole table's);
-    `nemo_lines` builds both lines of a row from the batch's columns.
+    `nemo_lines` builds both lines of a row from the batch's columns. `batches` may be a
+    function of a start row returning the rows from there on: with `n_rows` of at least
+    `line_halves.SPLIT_MIN_ROWS`, where a fork is safe, a forked child then writes the
+    second half (`line_halves`).
     """
+    from nel_assets.engine.evaluation.forked import can_fork
+    from nel_assets.engine.nemo.line_halves import (
+        SPLIT_MIN_ROWS,
+        write_lines,
+        write_lines_in_halves,
+    )
+
     tmp_r = results.with_name(f".{results.name}.tmp{os.getpid()}")
     tmp_t = trajectories.with_name(f".{trajectories.name}.tmp{os.getpid()}")
-    builder = LineBuilder(messages=messages)
-    with open(tmp_r, "wb") as fr, open(tmp_t, "wb") as ft:
-        for batch in batches:
-            res, trj = builder.lines(batch)
-            fr.write(b"".join(res))
-            ft.write(b"".join(trj))
+    if callable(batches) and n_rows >= SPLIT_MIN_ROWS and can_fork():
+        write_lines_in_halves(tmp_r, tmp_t, batches, n_rows, messages=messages)
+    else:
+        write_lines(tmp_r, tmp_t, batches(0) if callable(batches) else batches, messages=messages)
     os.replace(tmp_r, results)
     os.replace(tmp_t, trajectories)
 
@@ -97,7 +105,8 @@ def move_other_model_exports(bench_dir: Path, model: str, place: Callable[[str],
 def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
                   config: dict[str, Any], nel_config: dict[str, Any] | None = None,
                   sweep: tuple[Path, ...] = (),
-                  batches: Iterable[pa.RecordBatch] | None = None) -> dict[str, Path]:
+                  batches: Iterable[pa.RecordBatch] | Callable[[int], Iterable[pa.RecordBatch]]
+                  | None = None) -> dict[str, Path]:
     """Write 0.3.0's files for one (benchmark, model) into `out_dir`; returns their paths.
 
     Args:
@@ -113,7 +122,9 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
             model (0.3.0's `eval report`/`eval merge` search a directory tree for
             `eval-*.json` and `results.jsonl` and would count a stale copy).
         batches: the same rows with every column, in the same order, a batch at a time
-            (`ResultStore.iter_shard_batches`); default: `table`'s own rows.
+            (`ResultStore.iter_shard_batches`), or a function of a start row returning the
+            rows from there on (then the line files of a large table are written by two
+            processes); default: `table`'s rows.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -133,7 +144,8 @@ def write_exports(out_dir: Path, table: pa.Table, bundle: dict[str, Any], *,
     del steps
     _write_line_files(paths["results"], paths["trajectories"],
                       table.to_batches(max_chunksize=_BATCH_ROWS) if batches is None else batches,
-                      messages=bool(((nel_config or {}).get("output") or {}).get("trajectory_messages")))
+                      messages=bool(((nel_config or {}).get("output") or {}).get("trajectory_messages")),
+                      n_rows=table.num_rows)
     write_json_atomic(paths["runtime_stats"], runtime)
     if failures is not None:
         write_json_atomic(paths["failure_analysis"], failures)

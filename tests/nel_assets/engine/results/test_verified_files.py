@@ -67,3 +67,39 @@ def test_missing_file_and_unwritable_record(tmp_path: Path) -> None:
     f.write_text('{"a": 1}\n')
     assert v.check(f, 1, lambda: jsonl_problem(f, 1)) is None
     v.save()  # the record's directory does not exist: no error, the next run checks in full
+
+
+def test_the_exports_a_bundle_build_wrote_are_not_read_back_by_the_next_check(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The first run after a build used to read both JSONL exports whole (1.3 GB at 1,000,000
+    # samples) to count their lines; the build wrote them, so it records them as checked.
+    import pyarrow as pa
+
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_assets.engine.results import artifacts
+    from nel_resources.storage.schema import RESULT_SCHEMA
+    from nel_resources.storage.store import ResultStore
+
+    store = ResultStore(tmp_path)
+    n = 40
+    cols = {f.name: pa.nulls(n, f.type) for f in RESULT_SCHEMA}
+    cols.update(run_id=pa.array(["r"] * n), model_id=pa.array(["m"] * n), shard=pa.array([0] * n, pa.int32()),
+                problem_idx=pa.array([i // 4 for i in range(n)], pa.int64()),
+                repeat=pa.array([i % 4 for i in range(n)], pa.int32()),
+                sample_id=pa.array([f"{i // 4}:{i % 4}" for i in range(n)]),
+                response=pa.array(["#### 1"] * n), reward=pa.array([float(i % 2) for i in range(n)]),
+                timestamp=pa.array([1.7e9 + i for i in range(n)]))
+    store.write_shard("b", "m", 0, pa.table([cols[f.name] for f in RESULT_SCHEMA], schema=RESULT_SCHEMA),
+                      {"fingerprint": "f", "n_failed": 0, "data_version": "d", "n_rows": n})
+    _, paths = ev.build_model_bundle(None, store, "b", "m")
+
+    read: list[Path] = []
+    real = artifacts.jsonl_problem
+    monkeypatch.setattr(artifacts, "jsonl_problem", lambda p, k: read.append(p) or real(p, k))
+    assert ev.artifact_problems(store, "b", "m") == []
+    assert read == []  # neither export was read back
+    # and a file changed since is still read (and its damage found)
+    with open(paths["results"], "r+b") as fh:
+        fh.truncate(10)
+    assert any("results.jsonl" in p for p in ev.artifact_problems(store, "b", "m"))
+    assert read == [paths["results"]]
