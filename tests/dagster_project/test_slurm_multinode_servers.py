@@ -1,10 +1,11 @@
-"""Multi-node vLLM and SGLang servers (`services.<n>.num_nodes: 2`) launched in SLURM jobs on
+"""Multi-node vLLM, SGLang and TRT-LLM servers (`services.<n>.num_nodes: 2`) launched in SLURM jobs on
 the real test cluster with fake GPUs: partition `multi` holds both of its nodes (`vm`,
 `vm-het`), so a 2-node job is scheduled for real.
 
 The job asks for 2 nodes; the server's head runs on the eval client's node, the other node
 joins it (vLLM: a Ray cluster, the `ray` stand-in; SGLang: `--nnodes 2 --node-rank R
---dist-init-addr`), the head serves once the worker reached it; the shards run against it,
+--dist-init-addr`; TRT-LLM: one MPI world of a rank per GPU over `srun --mpi=pmix`, the
+`trtllm-llmapi-launch` stand-in), the head serves once the worker reached it; the shards run against it,
 the results equal a local run item by item, each node keeps its log next to the results,
 and no job or server process is left. A worker that never joins fails its partition with
 the last lines of every node's log.
