@@ -17,7 +17,8 @@ Each server's documented multi-node form, as NeMo Evaluator 0.3.0 writes it
   --dist-init-addr HEAD:P` on every node (rank 0 serves HTTP).
 - TRT-LLM: one MPI world over the nodes, `srun --mpi=pmix ... trtllm-llmapi-launch
   trtllm-serve ...` (TRT-LLM's documented multi-node form; 0.3.0 gives trtllm-serve vLLM's
-  `--distributed-executor-backend ray`, a flag trtllm-serve does not have).
+  `--distributed-executor-backend ray`, a flag trtllm-serve does not have), one rank per GPU:
+  the job asks a task per rank on each node (`job_ntasks_per_node`).
 
 The rendezvous port (Ray's, SGLang's) is picked free on the head by the eval client when it
 starts the server, so two jobs on one node never collide. No Dagster here.
