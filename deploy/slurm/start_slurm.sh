@@ -248,7 +248,7 @@ if [[ "$CHANGED" == 1 ]]; then
 fi
 for n in "$HOST" "$HET"; do
   if predates_pmix "$D/run/slurmd-$n.pid"; then
-    pid=$(cat "$D/run/slurmd-$n.pid"); say "restarting slurmd for node $n (it predates libpmix)"; kill "$pid"
+    pid=$(cat "$D/run/slurmd-$n.pid"); say "restarting slurmd for node $n (it predates libpmix)"; kill "$pid" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
 done
