@@ -1,7 +1,8 @@
 """Multi-node against one-node launched servers on the real test cluster with fake GPUs
 (partition `multi`: its two slurmd nodes, on this one host) and the stand-ins of
-tests/support/gpu_servers (vLLM over the `ray` stand-in, SGLang with --nnodes; no weights
-to load, so these are the launch path's own costs).
+tests/support/gpu_servers (vLLM over the `ray` stand-in, SGLang with --nnodes, TRT-LLM as
+one MPI world over `srun --mpi=pmix` with the `trtllm-llmapi-launch` stand-in; no weights to
+load, so these are the launch path's own costs).
 
 For each server kind and node count: `sbatch` of a job (`--nodes=N --gres=gpu:4`) whose
 batch step starts the server exactly as a task does (nel_resources.services.launch.make_server:
@@ -31,7 +32,9 @@ from bench.bench_launch import _poll, http_json, stand_in_env  # noqa: E402
 from nel_resources.launchers.slurm import SbatchHeader, SlurmLauncher, render_script  # noqa: E402
 from nel_resources.runtime.processes import free_port  # noqa: E402
 
-SIZES = {"vllm": {"tensor_parallel_size": 4}, "sglang": {"tensor_parallel_size": 4}}
+# TRT-LLM: one MPI rank per GPU, so 2 per node (the test nodes declare 2 CPUs each).
+SIZES = {"vllm": {"tensor_parallel_size": 4}, "sglang": {"tensor_parallel_size": 4},
+         "trt_llm": {"tensor_parallel_size": 2}}
 
 
 def serve_in_job(service_json: str, log_dir: str) -> None:
@@ -64,16 +67,18 @@ def submit_to_healthy(d: Path, typ: str, nodes: int) -> tuple[float, float]:
     body = " ".join(shlex.quote(a) for a in [sys.executable, str(Path(__file__).resolve()), "--serve",
                                              json.dumps(svc), str(d / "logs")])
     script = d / f"serve-{port}.sbatch"
+    # A TRT-LLM job has a task per MPI rank on each node (launchers.slurm_multinode.job_ntasks_per_node).
+    per_node = sizes["tensor_parallel_size"] // nodes if typ == "trt_llm" and nodes > 1 else 1
     script.write_text(render_script(SbatchHeader("nel-bench-multinode", str(d / "serve-%j.log"),
                                                  walltime="00:05:00", partition="multi", nodes=nodes,
-                                                 gres="gpu:4"), f"exec {body}"))
+                                                 ntasks_per_node=per_node, gres="gpu:4"), f"exec {body}"))
     sl = SlurmLauncher()
     t0 = time.monotonic()
     job = sl.submit(script)
     try:
         healthy = _poll(f"http://127.0.0.1:{port}/health", t0 + 300)
         status, _, _ = http_json("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
-                                 {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                                 {"model": "org/model" if typ == "trt_llm" else "m", "messages": [{"role": "user", "content": "hi"}]})
         first = time.monotonic()
         assert status == 200, status
     finally:
@@ -85,6 +90,7 @@ def submit_to_healthy(d: Path, typ: str, nodes: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=sorted(SIZES), action="append", help="these server kinds only")
     ap.add_argument("--serve", nargs=2, metavar=("SERVICE_JSON", "LOG_DIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -96,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nel-bench-multinode-") as tmp:
         d = Path(tmp)
         os.environ.update(stand_in_env(d / "record.jsonl"))  # the jobs inherit PATH (stand-ins)
-        for typ in SIZES:
+        for typ in a.only or SIZES:
             runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
             for _ in range(a.rounds):  # alternate, so machine load hits both alike
                 for nodes in (1, 2):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start (installing it first if needed) a SLURM cluster on this machine:
 # munged + slurmctld + two slurmd (two nodes on this one machine, see 5.) from Debian's packages (Slurm 22.05), no systemd, no cgroups.
+# PMIx (libpmix2 + libpmix-dev) too, so `srun --mpi=pmix` steps run.
 # Used by the `slurm` sandbox tests and by the SLURM launcher; idempotent: when the cluster
 # already answers it only re-checks and returns (well under a second).
 #
@@ -38,6 +39,17 @@ apt_install() {
     || { apt-get -o DPkg::Lock::Timeout=600 -q update >/dev/null \
          && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$@" >/dev/null; }
 }
+# A slurmd started before the PMIx library was installed never loaded its mpi/pmix plugin,
+# and it fails every `srun --mpi=pmix` step ("_send_slurmstepd_init failed", the step hangs
+# completing): such a slurmd is restarted (its running jobs' steps survive, as on a config change).
+predates_pmix() {  # pid file
+  local lib pid
+  lib=$(compgen -G '/usr/lib/*/pmix2/lib/libpmix.so' | head -1) || return 1
+  alive "$1" || return 1
+  pid=$(cat "$1")
+  (( $(date -d "$(ps -o lstart= -p "$pid")" +%s) <= $(stat -L -c %Z "$lib") ))
+}
+stale_slurmd() { local n; for n in "$(hostname -s)" "$(hostname -s)-het"; do predates_pmix "$D/run/slurmd-$n.pid" && return 0; done; return 1; }
 # Both nodes (this machine's and its `het` twin, see 5.) answer.
 node_ready() { [[ $(sinfo -h -N -o '%N %t' 2>/dev/null | grep -E ' (idle|mix|alloc)' | sort -u | wc -l) -ge 2 ]]; }
 if [[ "$PORT" != 6817 && "$ACCT" == 1 ]]; then
@@ -57,6 +69,13 @@ if [[ "${NEL_SLURM_NO_INSTALL:-0}" != 1 ]]; then
     say "installing slurmctld slurmd slurm-client munge"
     apt_install slurmctld slurmd slurm-client munge
   fi
+  # `srun --mpi=pmix` (TRT-LLM's multi-node MPI world): Debian's mpi_pmix plugin dlopens
+  # pmix2/lib/libpmix.so, the unversioned name only libpmix-dev ships; without it every
+  # such step fails with "pmi/pmix: can not load PMIx library".
+  if ! compgen -G '/usr/lib/*/pmix2/lib/libpmix.so' >/dev/null; then
+    say "installing libpmix2 libpmix-dev (srun --mpi=pmix)"
+    apt_install libpmix2 libpmix-dev
+  fi
   if [[ "$ACCT" == 1 ]] && ! { command -v slurmdbd && command -v mariadbd; } >/dev/null 2>&1; then
     say "installing slurmdbd mariadb-server"
     apt_install slurmdbd mariadb-server
@@ -65,7 +84,7 @@ fi
 
 # 2. the fast path: already up with the wanted accounting setting (and MaxArraySize)
 if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP && node_ready \
-   && grep -q '^PartitionName=multi ' "$SLURM_CONF" \
+   && grep -q '^PartitionName=multi ' "$SLURM_CONF" && grep -q '^TmpFS=' "$SLURM_CONF" && ! stale_slurmd \
    && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; } \
    && { [[ -z "${NEL_SLURM_GPUS:-}" ]] || grep -q "Gres=gpu:${NEL_SLURM_GPUS} " "$SLURM_CONF"; } \
    && { [[ -z "${NEL_SLURM_MAX_ARRAY_SIZE:-}" ]] \
@@ -139,6 +158,8 @@ fi
 # component in `debug` and one in `het` starts. Jobs that name no partition still run on
 # $HOST only (MaxArraySize and NEL_SLURM_CPUS apply to both nodes). Partition `multi` holds
 # both nodes, so a 2-node job (a multi-node model server, launchers.slurm_multinode) runs.
+# TmpFS per node: the mpi/pmix plugin makes its client directory there by job and step only,
+# so two slurmd of one step on one machine would collide in /tmp ("File exists").
 # bf_interval=2: heterogeneous jobs wait for a backfill pass (every 30 s by default).
 HOST=$(hostname -s)
 HET="${HOST}-het"
@@ -194,6 +215,7 @@ SlurmctldPort=${PORT}
 SlurmdPort=$((PORT + 1))
 ${EXTRA_LINES}StateSaveLocation=$D/ctld
 SlurmdSpoolDir=$D/spool/%n
+TmpFS=$D/tmp/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/slurmd-%n.pid
 SlurmctldLogFile=$D/log/slurmctld.log
@@ -224,13 +246,19 @@ if [[ "$CHANGED" == 1 ]]; then
       for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; fi
   done
 fi
+for n in "$HOST" "$HET"; do
+  if predates_pmix "$D/run/slurmd-$n.pid"; then
+    pid=$(cat "$D/run/slurmd-$n.pid"); say "restarting slurmd for node $n (it predates libpmix)"; kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+done
 if ! alive "$D/run/slurmctld.pid"; then
   say "starting slurmctld"
   setsid slurmctld -f "$SLURM_CONF" </dev/null 9>&-      # daemonizes, writes its pid file
 fi
 for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
 for n in "$HOST" "$HET"; do
-  mkdir -p "$D/spool/$n"
+  mkdir -p "$D/spool/$n" "$D/tmp/$n"
   if ! alive "$D/run/slurmd-$n.pid"; then
     say "starting slurmd for node $n"
     setsid slurmd -f "$SLURM_CONF" -N "$n" </dev/null 9>&-

@@ -102,14 +102,16 @@ def services_of(resolved: Any, benchmark: str, model: str) -> tuple[str, ...]:
 def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str, *,
                 servers: bool = False) -> SbatchHeader:
     """The `#SBATCH` lines of `cluster:` with node pool `pool_name`; `servers`: the job
-    starts the launched services placed there, so it asks for the nodes a multi-node one
-    needs (launchers.slurm_multinode.job_nodes)."""
-    from nel_resources.launchers.slurm_multinode import job_nodes
+    starts the launched services placed there, so it asks for the nodes and tasks a
+    multi-node one needs (launchers.slurm_multinode.job_nodes, job_ntasks_per_node)."""
+    from nel_resources.launchers.slurm_multinode import job_nodes, job_ntasks_per_node
 
     c = cfg.cluster
     pool = c.node_pools[pool_name]
     return SbatchHeader(job_name=job_name, log=log, walltime=c.walltime, partition=pool.partition,
-                        nodes=job_nodes(cfg, pool_name) if servers else pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
+                        nodes=job_nodes(cfg, pool_name) if servers else pool.nodes,
+                        ntasks_per_node=job_ntasks_per_node(cfg, pool_name) if servers else pool.ntasks_per_node,
+                        gres=pool.gres,
                         gpus_per_node=pool.gpus_per_node, account=c.account,
                         comment=c.sbatch_comment, extra_flags={**c.sbatch_extra_flags,
                                                                **pool.sbatch_extra_flags})

@@ -17,7 +17,8 @@ Each server's documented multi-node form, as NeMo Evaluator 0.3.0 writes it
   --dist-init-addr HEAD:P` on every node (rank 0 serves HTTP).
 - TRT-LLM: one MPI world over the nodes, `srun --mpi=pmix ... trtllm-llmapi-launch
   trtllm-serve ...` (TRT-LLM's documented multi-node form; 0.3.0 gives trtllm-serve vLLM's
-  `--distributed-executor-backend ray`, a flag trtllm-serve does not have).
+  `--distributed-executor-backend ray`, a flag trtllm-serve does not have), one rank per GPU:
+  the job asks a task per rank on each node (`job_ntasks_per_node`).
 
 The rendezvous port (Ray's, SGLang's) is picked free on the head by the eval client when it
 starts the server, so two jobs on one node never collide. No Dagster here.
@@ -73,18 +74,33 @@ def refusal(svc: ServiceConfig) -> str | None:
     return None
 
 
+def _launched_there(cfg: NelConfig, pool_name: str, services: list[str] | None) -> list[ServiceConfig]:
+    """The launched services a job on `pool_name` starts (`services`, default every launched
+    service of the config placed there or nowhere)."""
+    from nel_resources.config.services import LAUNCHED_TYPES
+
+    names = services if services is not None else [
+        n for n, s in cfg.services.items() if s.node_pool in (None, pool_name)]
+    return [cfg.services[n] for n in names
+            if n in cfg.services and cfg.services[n].type in LAUNCHED_TYPES]
+
+
 def job_nodes(cfg: NelConfig, pool_name: str, services: list[str] | None = None) -> int:
     """The `--nodes` of a job on node pool `pool_name`: the pool's `nodes`, or more when a
     multi-node service started in that job needs them (`services`: the launched services the
     job starts; default every launched service of the config placed there or nowhere)."""
-    from nel_resources.config.services import LAUNCHED_TYPES
-
     pool = cfg.cluster.node_pools[pool_name]
-    names = services if services is not None else [
-        n for n, s in cfg.services.items() if s.node_pool in (None, pool_name)]
-    wanted = [cfg.services[n].num_nodes for n in names
-              if n in cfg.services and cfg.services[n].type in LAUNCHED_TYPES]
-    return max([pool.nodes, *wanted])
+    return max([pool.nodes, *(s.num_nodes for s in _launched_there(cfg, pool_name, services))])
+
+
+def job_ntasks_per_node(cfg: NelConfig, pool_name: str, services: list[str] | None = None) -> int:
+    """The `--ntasks-per-node` of that job: the pool's, or more when a multi-node TRT-LLM
+    server started there runs more MPI ranks (one per GPU) on each node; a step cannot start
+    more tasks than its job has ("More processors requested than permitted")."""
+    pool = cfg.cluster.node_pools[pool_name]
+    ranks = [_gpus_per_task(s) for s in _launched_there(cfg, pool_name, services)
+             if s.type == "trt_llm" and is_multinode(s)]
+    return max([pool.ntasks_per_node, *ranks])
 
 
 def node_log_pattern(log_path: Path) -> Path:

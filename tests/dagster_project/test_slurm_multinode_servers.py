@@ -1,10 +1,11 @@
-"""Multi-node vLLM and SGLang servers (`services.<n>.num_nodes: 2`) launched in SLURM jobs on
+"""Multi-node vLLM, SGLang and TRT-LLM servers (`services.<n>.num_nodes: 2`) launched in SLURM jobs on
 the real test cluster with fake GPUs: partition `multi` holds both of its nodes (`vm`,
 `vm-het`), so a 2-node job is scheduled for real.
 
 The job asks for 2 nodes; the server's head runs on the eval client's node, the other node
 joins it (vLLM: a Ray cluster, the `ray` stand-in; SGLang: `--nnodes 2 --node-rank R
---dist-init-addr`), the head serves once the worker reached it; the shards run against it,
+--dist-init-addr`; TRT-LLM: one MPI world of a rank per GPU over `srun --mpi=pmix`, the
+`trtllm-llmapi-launch` stand-in), the head serves once the worker reached it; the shards run against it,
 the results equal a local run item by item, each node keeps its log next to the results,
 and no job or server process is left. A worker that never joins fails its partition with
 the last lines of every node's log.
@@ -36,7 +37,9 @@ from tests.support.waiting import wait_for
 N_PROBLEMS = 4
 # TP within a node, PP across the two: 4 x 2 = the 8 GPUs of both nodes.
 SIZES = {"vllm": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2},
-         "sglang": {"tensor_parallel_size": 8}}
+         "sglang": {"tensor_parallel_size": 8},
+         # One MPI rank per GPU: 4 ranks, 2 on each node (each node declares 2 CPUs here).
+         "trt_llm": {"tensor_parallel_size": 4}}
 
 
 def multinode_config(path: Path, out: Path, typ: str, *, local: bool = False, **svc: Any) -> Path:
@@ -106,6 +109,52 @@ def test_a_two_node_server_serves_the_shards_and_equals_a_local_run(
     for s in started:
         wait_for(lambda s=s: not pid_alive(s["pid"]), timeout=60,
                  what=f"{s['tool']} rank {s['slurm_nodeid']} of task {s['slurm_task']} to be gone")
+    slurm_rows = rows(out)
+    assert slurm_rows == rows(local_out) and len(slurm_rows) == N_PROBLEMS
+
+
+def test_a_two_node_trtllm_server_is_one_mpi_world_over_pmix_and_equals_a_local_run(
+        tmp_path: Path, gpu_slurm: dict[str, str], data_env: dict[str, str],  # noqa: F811
+        cleanup: list[Path]) -> None:  # noqa: F811
+    """`srun --mpi=pmix ... trtllm-llmapi-launch trtllm-serve` for real: every rank gets its
+    PMIx rank in one namespace, rank 0 serves once the other 3 registered with its leader
+    node, and the shards' results equal a local run's."""
+    record = tmp_path / "record.jsonl"
+    env = stand_in_env(record, delay="0.5", base=nel_env({**gpu_slurm, **data_env}))
+    local_out, out = tmp_path / "local", tmp_path / "slurm"
+    cleanup.append(out)
+    local = multinode_config(tmp_path / "local.yaml", local_out, "trt_llm", local=True)
+    r = run_nel("eval", "run", str(local), "--no-progress", "-O", "cluster.shards=1",
+                env={**env, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, timeout=600)
+    assert r.returncode == 0, r.stderr
+    n_local = len(records(record))
+    cfg = multinode_config(tmp_path / "slurm.yaml", out, "trt_llm")
+    r = run_nel("eval", "run", str(cfg), "--no-progress", "-O", "cluster.shards=1", env=env,
+                cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+    started = records(record)[n_local:]
+    ranks = {s["mpi_rank"]: s for s in started if s["tool"] == "trtllm-llmapi-launch"}
+    assert sorted(ranks) == [0, 1, 2, 3], started
+    # One PMIx namespace (the step's MPI world); PMIx rank = SLURM_PROCID = the launcher's rank.
+    assert len({s["pmix_namespace"] for s in ranks.values()}) == 1, ranks
+    assert all(s["pmix_rank"] == s["slurm_procid"] == str(i) for i, s in ranks.items()), ranks
+    assert [(s["slurm_node"], s["gpu"]) for _, s in sorted(ranks.items())] == \
+        [("vm", "0"), ("vm", "1"), ("vm-het", "0"), ("vm-het", "1")], ranks
+    assert ranks[0]["role"] == "leader" and {s["role"] for i, s in ranks.items() if i} == {"worker"}
+    # The server ran on rank 0's node without the MPI variables, reaching rank 0's leader.
+    (serve,) = [s for s in started if s["tool"] == "trtllm-serve"]
+    assert serve["slurm_node"] == "vm" and serve["slurm_job_id"] is None, serve
+    assert serve["tllm_ipc_addr"] == ranks[0]["tllm_ipc_addr"], serve
+    assert serve["argv"][serve["argv"].index("--tp_size") + 1] == "4", serve
+    task = ranks[0]["slurm_task"]
+    head_log, worker_log = (out / "logs" / f"model.slurm-{task}.node{i}.log" for i in (0, 1))
+    assert "Uvicorn running" in head_log.read_text(), head_log.read_text()
+    assert "rank 3: joined" in worker_log.read_text(), worker_log.read_text()
+    assert our_jobs(gpu_slurm, out) == []
+    for s in started:
+        wait_for(lambda s=s: not pid_alive(s["pid"]), timeout=60,
+                 what=f"{s['tool']} (rank {s.get('mpi_rank')}) to be gone")
     slurm_rows = rows(out)
     assert slurm_rows == rows(local_out) and len(slurm_rows) == N_PROBLEMS
 

@@ -138,3 +138,24 @@ def test_postgres_moves_to_a_changed_port() -> None:
         subprocess.run(["runuser", "-u", "postgres", "--", str(bindir / "pg_ctl"), "-D", str(d / "data"),
                         "-m", "immediate", "stop"], capture_output=True, timeout=120)
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.slurm
+def test_an_mpi_step_over_two_nodes_gets_one_pmix_world() -> None:
+    """`srun --mpi=pmix` (TRT-LLM's multi-node form) works on a cluster start_slurm.sh set up:
+    it installs the PMIx library the plugin loads ("pmi/pmix: can not load PMIx library"
+    otherwise), restarts a slurmd older than it, and gives each node its own TmpFS (the two
+    slurmd of one host collided on the plugin's /tmp directory)."""
+    from tests.support.slurm_cluster import GPU_CLUSTER
+
+    env = {**os.environ, "SLURM_CONF": start_slurm_cluster(separate=GPU_CLUSTER)}
+    proc = subprocess.run(
+        ["srun", "--mpi=pmix", "--partition=multi", "--nodes=2", "--ntasks-per-node=2", "--time=1",
+         "bash", "-c", 'echo "$SLURMD_NODENAME $SLURM_PROCID $PMIX_RANK $PMIX_NAMESPACE"'],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = sorted(line.split() for line in proc.stdout.splitlines())
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    assert [g[:3] for g in got] == [[host, "0", "0"], [host, "1", "1"], [f"{host}-het", "2", "2"],
+                                    [f"{host}-het", "3", "3"]], proc.stdout
+    assert len({g[3] for g in got}) == 1 and got[0][3].startswith("slurm.pmix."), proc.stdout

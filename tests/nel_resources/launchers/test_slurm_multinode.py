@@ -107,6 +107,19 @@ def test_the_job_asks_for_the_nodes_of_its_multi_node_server() -> None:
     assert header_for(cfg, "nel-merge", "x.log").nodes == 1  # the merge job starts no server
 
 
+def test_the_job_asks_for_a_task_per_mpi_rank_of_a_multi_node_trtllm_server() -> None:
+    # tensor 8 x pipeline 1 over 2 nodes: 4 MPI ranks on each node, whatever the pool says
+    # (srun cannot start more tasks than the job has: "More processors requested than permitted").
+    from nel_resources.launchers.slurm_scripts import header_for
+
+    cfg = _cfg(SLURM, type="trt_llm", node_pool="gpu", tensor_parallel_size=8)
+    assert mn.job_ntasks_per_node(cfg, "gpu") == 4
+    assert "#SBATCH --ntasks-per-node=4" in header_for(cfg, "nel-eval", "x.log", servers=True).lines()
+    assert header_for(cfg, "nel-merge", "x.log").ntasks_per_node == 1
+    vllm = _cfg(SLURM, node_pool="gpu", tensor_parallel_size=8)  # one task per node: Ray's
+    assert mn.job_ntasks_per_node(vllm, "gpu") == 1
+
+
 @pytest.mark.parametrize(("cluster", "why"), [
     ({"type": "docker"}, "one Docker engine on one host"),
     ({"type": "k8s", "namespace": "nel"}, "LeaderWorkerSet"),

@@ -117,3 +117,38 @@ def test_the_ray_stand_in_takes_rays_flags_only_and_counts_the_nodes_that_joined
                          env={"RAY_ADDRESS": address, "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     with pytest.raises(NelError, match="no Ray cluster at RAY_ADDRESS"):
         LaunchedService("m", lone, tmp_path / "logs2").start()
+
+
+def test_the_trtllm_stand_in_takes_trtllm_serves_spellings_only(tmp_path: Path, stand_ins: Path) -> None:
+    """trtllm-serve's own long names and aliases start (`--ep_size`, `--kv_cache_free_gpu_memory_fraction`,
+    `--pipeline_parallel_size`); vLLM's spelling is an unknown option, as click says."""
+    import os
+    import subprocess
+
+    svc = ServiceConfig(type="trt_llm", model_path="org/model", startup_timeout=60,
+                        extra_args=["--pipeline_parallel_size", "2", "--ep_size", "1",
+                                    "--kv_cache_free_gpu_memory_fraction", "0.8"],
+                        env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    server = LaunchedService("m", svc, tmp_path / "logs")
+    try:
+        server.start()
+    finally:
+        server.stop()
+    bad = subprocess.run(["trtllm-serve", "org/model", "--tensor-parallel-size", "2"],
+                         capture_output=True, text=True, env=os.environ, timeout=60)
+    assert bad.returncode == 2 and "No such option: --tensor-parallel-size" in bad.stderr, bad.stderr
+
+
+def test_a_trtllm_worker_rank_without_an_mpi_world_exits_saying_so(stand_ins: Path) -> None:
+    """A rank of `trtllm-llmapi-launch` started without PMIx (no `srun --mpi=pmix`, no mpirun)
+    is an MPI singleton: a worker has no leader and fails at once instead of waiting."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMIX_", "OMPI_", "PMI_", "SLURM_"))}
+    proc = subprocess.run(["trtllm-llmapi-launch", "trtllm-serve", "org/model", "--tp_size", "2"],
+                          env={**env, "SLURM_PROCID": "1", "SLURM_NTASKS": "2"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "rank1 run mgmn worker node with mpi_world_size: 2" in proc.stderr, proc.stderr
+    assert "no MPI world (PMIX_RANK / PMIX_NAMESPACE unset" in proc.stdout, proc.stdout

@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 def stand_in_env(record: Path, *, delay: str = "0", answers: Path | None = None,
                  base: dict[str, str] | None = None) -> dict[str, str]:
     """`base` (os.environ by default) with the stand-ins first on PATH (`vllm`,
-    `trtllm-serve`) and PYTHONPATH (`sglang.launch_server`), recording into `record`."""
+    `trtllm-serve`, `trtllm-llmapi-launch`, `ray`) and PYTHONPATH (`sglang.launch_server`), recording into `record`."""
     env = dict(os.environ if base is None else base)
     env["PATH"] = f"{HERE / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     py = env.get("PYTHONPATH", "")

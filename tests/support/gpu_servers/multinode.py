@@ -26,6 +26,8 @@ class Head:
     port: int
     own_gpus: int = 0
     joined: dict[int, int] = field(default_factory=dict)
+    #: The workers' connections, held open (a dropped one would tell its worker the head is gone).
+    conns: list[socket.socket] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> Head:
@@ -44,6 +46,7 @@ class Head:
             if line[:1] == ["JOIN"] and len(line) >= 3:
                 with self._lock:
                     self.joined[int(line[1])] = int(line[2])
+                    self.conns.append(conn)
                 print(f"INFO head: node rank {line[1]} joined from {line[3:] or '?'} with "
                       f"{line[2]} GPU(s)", flush=True)
             elif line[:1] == ["STATUS"]:

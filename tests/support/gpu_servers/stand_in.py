@@ -23,7 +23,9 @@ Environment (set by the test; a SLURM job inherits it from `nel eval run`):
 Multi-node (multinode.py): SGLang's `--nnodes/--node-rank/--dist-init-addr` (rank 0 serves
 once the others reached it; the others join and never serve HTTP), vLLM's
 `--distributed-executor-backend ray` (the GPUs counted are the Ray cluster's at RAY_ADDRESS,
-see ray_stand_in.py, `ray` on PATH).
+see ray_stand_in.py, `ray` on PATH), TRT-LLM's `trtllm-llmapi-launch trtllm-serve ...` under
+`srun --mpi=pmix` (bin/trtllm-llmapi-launch and mgmn_node.py: the GPUs counted are the MPI
+world's, one per rank, which must be tensor x pipeline x context parallel ranks).
 """
 
 from __future__ import annotations
@@ -96,24 +98,34 @@ def _sglang(argv: list[str]) -> argparse.Namespace:
 
 
 def _trtllm(argv: list[str]) -> argparse.Namespace:
+    # trtllm-serve's options (tensorrt_llm/commands/serve.py): each long name and its alias.
     p = _ClickStyleParser(prog="trtllm-serve", allow_abbrev=False)
     p.add_argument("model")
     p.add_argument("--host", default="localhost")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", choices=["pytorch", "tensorrt", "trt", "_autodeploy"])
-    p.add_argument("--tp_size", type=int, default=1)
-    p.add_argument("--pp_size", type=int, default=1)
-    p.add_argument("--ep_size", type=int)
+    p.add_argument("--tensor_parallel_size", "--tp_size", dest="tp_size", type=int, default=1)
+    p.add_argument("--pipeline_parallel_size", "--pp_size", dest="pp_size", type=int, default=1)
+    p.add_argument("--context_parallel_size", "--cp_size", dest="cp_size", type=int, default=1)
+    p.add_argument("--moe_expert_parallel_size", "--ep_size", dest="ep_size", type=int)
+    p.add_argument("--moe_cluster_parallel_size", "--cluster_size", dest="cluster_size", type=int)
+    p.add_argument("--gpus_per_node", type=int)
     p.add_argument("--served_model_name")
     p.add_argument("--tokenizer")
+    p.add_argument("--log_level", choices=["internal_error", "error", "warning", "info", "verbose", "debug", "trace"])
+    p.add_argument("--max_beam_width", type=int)
     p.add_argument("--max_batch_size", type=int)
     p.add_argument("--max_num_tokens", type=int)
     p.add_argument("--max_seq_len", type=int)
-    p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float)
+    p.add_argument("--free_gpu_memory_fraction", "--kv_cache_free_gpu_memory_fraction", type=float)
+    p.add_argument("--num_postprocess_workers", type=int)
+    p.add_argument("--revision")
+    p.add_argument("--config", "--extra_llm_api_options", dest="extra_llm_api_options")
     p.add_argument("--trust_remote_code", action="store_true")
     ns = p.parse_args(argv)
     ns.served = ns.served_model_name or ns.model
-    ns.gpus = ns.tp_size * ns.pp_size
+    # TRT-LLM's world: tensor x pipeline x context parallel ranks, one GPU each.
+    ns.gpus = ns.tp_size * ns.pp_size * ns.cp_size
     return ns
 
 
@@ -136,8 +148,9 @@ def visible_gpus() -> str | None:
     return visible
 
 
-def record_start(tool: str, argv: list[str]) -> None:
-    """Append what `tool` was given (and where: the job, the node) to NEL_STANDIN_RECORD."""
+def record_start(tool: str, argv: list[str], extra: dict[str, object] | None = None) -> None:
+    """Append what `tool` was given (and where: the job, the node; `extra` fields) to
+    NEL_STANDIN_RECORD."""
     record = os.environ.get("NEL_STANDIN_RECORD")
     if record:
         with open(record, "a", encoding="utf-8") as f:
@@ -148,7 +161,7 @@ def record_start(tool: str, argv: list[str]) -> None:
                                 "slurm_node": os.environ.get("SLURMD_NODENAME"),
                                 "slurm_nodeid": os.environ.get("SLURM_NODEID"),
                                 "ray_address": os.environ.get("RAY_ADDRESS"),
-                                "pid": os.getpid()}) + "\n")
+                                "pid": os.getpid(), **(extra or {})}) + "\n")
 
 
 def _ray_gpus(ns: argparse.Namespace) -> int:
@@ -163,6 +176,34 @@ def _ray_gpus(ns: argparse.Namespace) -> int:
               f"RAY_ADDRESS={address!r}", flush=True)
         raise SystemExit(1)
     print(f"INFO Ray cluster at {address}: {len(nodes)} node(s), {sum(nodes.values())} GPU(s)", flush=True)
+    return sum(nodes.values())
+
+
+def _mpi_gpus(ns: argparse.Namespace) -> int:
+    """trtllm-serve under trtllm-llmapi-launch (TLLM_SPAWN_PROXY_PROCESS=1): its ranks are
+    the MPI world of the leader node at TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR (mgmn_node.py), which
+    must be complete (tllm_mpi_size ranks) and as large as tensor x pipeline x context parallel."""
+    from multinode import status
+
+    addr = os.environ.get("TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR", "").removeprefix("tcp://")
+    size = int(os.environ.get("tllm_mpi_size", "1"))  # noqa: SIM112 (the launcher's own name)
+    end, seen = time.monotonic() + 600, -1
+    while True:
+        nodes = status(addr) if addr else None
+        n = -1 if nodes is None else len(nodes)
+        if n != seen:
+            print(f"INFO MPI world at tcp://{addr}: {max(n, 0)} of {size} rank(s)", flush=True)
+            seen = n
+        if nodes is not None and n >= size:
+            break
+        if time.monotonic() > end or not addr:
+            print(f"RuntimeError: no complete MPI world at TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR=tcp://{addr}", flush=True)
+            raise SystemExit(1)
+        time.sleep(0.1)
+    if len(nodes) != ns.gpus:
+        print(f"RuntimeError: MPI world size ({len(nodes)}) != tp_size x pp_size x cp_size ({ns.gpus})",
+              flush=True)
+        raise SystemExit(1)
     return sum(nodes.values())
 
 
@@ -187,15 +228,17 @@ def main(tool: str, argv: list[str]) -> None:
     """Parse `argv` as `tool` would, record it, wait, then serve (never returns)."""
     ns = TOOLS[tool](argv)
     visible = visible_gpus()
-    record_start(tool, argv)
+    mpi = tool == "trtllm-serve" and os.environ.get("TLLM_SPAWN_PROXY_PROCESS") == "1"
+    record_start(tool, argv, {"tllm_ipc_addr": os.environ.get("TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR")}
+                 if mpi else None)
     devices = [d for d in (visible or "").split(",") if d.strip()]
     ray = getattr(ns, "distributed_executor_backend", None) == "ray"
-    have = _ray_gpus(ns) if ray else len(devices)
+    have = _ray_gpus(ns) if ray else _mpi_gpus(ns) if mpi else len(devices)
     print(f"INFO {tool} stand-in: model {ns.served!r}, {ns.gpus} GPU(s) needed, "
           f"CUDA_VISIBLE_DEVICES={visible}", flush=True)
     if have < ns.gpus:
         # What vLLM / SGLang / TRT-LLM do on a node without the GPUs their sizes need.
-        where = "in the Ray cluster" if ray else f"visible (CUDA_VISIBLE_DEVICES={visible})"
+        where = "in the Ray cluster" if ray else "in the MPI world" if mpi else f"visible (CUDA_VISIBLE_DEVICES={visible})"
         print(f"RuntimeError: {ns.gpus} GPUs are needed (tensor x pipeline x data parallel) "
               f"but {have} are {where}", flush=True)
         raise SystemExit(1)
