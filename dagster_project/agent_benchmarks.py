@@ -5,12 +5,15 @@ A Harbor-format benchmark runs when the task's own verifier runs in the task's s
 (`benchmarks.agentic.harbor_verifier`) after the agent's work: an agent that works in it
 (`tool_calling` with `sandbox_tools: true`, the `harbor` solver), or one that works elsewhere
 and hands back a patch nel applies there (`gym_delegation`, `tool_calling` with only a Gym
-`resource_service`), in a `docker` sandbox (the task's image) or a `local` one (this
-machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
+`resource_service`), in a `docker` sandbox (the task's image), a `slurm` one (the task's
+image through Pyxis in the sandbox's allocation), an `apptainer` one (the task's image as a
+SIF; on a node pool its commands are steps of an allocation on the pool's partition) or a
+`local` one (this machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
 sandbox. Everything else is refused in one line naming the key:
 another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
-type (nel mounts the verifier's /tests and /logs only in these two), a task image the local
-Docker engine does not have (nothing is pulled). PinchBench (graded by its automated checks
+type (nel mounts the verifier's /tests and /logs only in these), a task image the local
+Docker engine does not have for a docker sandbox (nothing is pulled; Pyxis and Apptainer
+take the image from where the cluster does). PinchBench (graded by its automated checks
 and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
 `sandbox_tools: true`, whose sandbox workdir is the workspace.
 """
@@ -20,7 +23,11 @@ from __future__ import annotations
 from typing import Any
 
 #: Sandbox types a Harbor task runs in (the verifier's scratch mounts exist in these).
-HARBOR_SANDBOXES = ("docker", "local")
+HARBOR_SANDBOXES = ("docker", "slurm", "apptainer", "local")
+#: Of those, the types that run each task in its own image.
+_IMAGE_SANDBOXES = ("docker", "slurm", "apptainer")
+#: Sandbox types PinchBench's workspace is graded in.
+_PINCHBENCH_SANDBOXES = ("docker", "local")
 #: Dockerfile instructions nel honours without building (the image, the workdir).
 _NO_BUILD = frozenset({"FROM", "WORKDIR", "ARG", "LABEL", "MAINTAINER"})
 
@@ -89,15 +96,14 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                 "(each task brings its image), or set `trust_reward: true` on a "
                                 "gym_delegation solver")
     if sandbox.type not in HARBOR_SANDBOXES:
-        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
-                                f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
+        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker, slurm, apptainer "
+                                f"or local sandbox in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
     env = _load_tasks(bench)
     if env is None:
         return
-    if sandbox.type != "docker":
+    if sandbox.type not in _IMAGE_SANDBOXES:
         return
-    from nel_resources.images.harness_image import missing_image_reason
 
     images: dict[str, str] = {}
     for task in env.tasks:  # type: ignore[attr-defined]
@@ -113,7 +119,10 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                     "[environment] docker_image, or environment/Dockerfile's FROM) "
                                     "and the sandbox sets no `image:`")
         images.setdefault(image, task.name)
+    if sandbox.type != "docker":
+        return  # Pyxis (enroot import) and `apptainer build` fetch the image as the cluster does
     from nel_resources.checks.deferred import defer
+    from nel_resources.images.harness_image import missing_image_reason
 
     names = sorted(images)
     shown = ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
@@ -135,7 +144,7 @@ def _check_pinchbench(bench: Any, refuse: Any) -> None:
                                f"sandbox; the {solver.type} solver works in a workspace of its "
                                "own, which is not supported yet in nel for these tasks: use "
                                "`solver: {type: tool_calling, sandbox_tools: true}`")
-    if sandbox is not None and sandbox.type not in ("none", *HARBOR_SANDBOXES):
+    if sandbox is not None and sandbox.type not in ("none", *_PINCHBENCH_SANDBOXES):
         raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
                                 f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")
 

@@ -19,8 +19,10 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes._capped import run_capped
@@ -28,11 +30,15 @@ from nel_resources.sandboxes.base import (
     ExecResult,
     FixedConcurrencyFactory,
     SandboxError,
+    SandboxFactory,
     SandboxSpec,
 )
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 from nel_resources.sandboxes.slurm import parse_memory_mb
+
+if TYPE_CHECKING:
+    from nel_resources.config.deployment import NodePool
 
 _CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -73,6 +79,29 @@ def image_ref(image: str, sif_cache_dir: str | None) -> str:
     return f"docker://{image}"
 
 
+def exec_argv(spec: SandboxSpec, settings: ApptainerSettings, image: str,
+              command: str | list[str], *, host_dir: Path, cwd: str | None = None,
+              env: Mapping[str, str] | None = None) -> list[str]:
+    """The contained `apptainer exec` of `command` in `image`, the workdir `host_dir` bound at
+    `spec.workdir` and the spec's volumes bound as asked (module docstring)."""
+    workdir = spec.workdir
+    pwd = workdir if cwd is None else str(Path(workdir) / cwd)
+    argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+            "--writable-tmpfs", "--pwd", pwd, "--bind", f"{host_dir}:{workdir}"]
+    for v in spec.volumes:
+        argv += ["--bind", f"{v.host_path}:{v.container_path}" + (":ro" if v.readonly else "")]
+    if settings.memory_mb is not None:
+        argv += ["--memory", f"{settings.memory_mb}M"]
+    if settings.cpus is not None:
+        argv += ["--cpus", f"{settings.cpus:g}"]
+    variables = {"HOME": workdir, **settings.env, **spec.env, **(env or {})}
+    for k, v in variables.items():
+        argv += ["--env", f"{k}={v}"]
+    argv.append(image)
+    argv += ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+    return argv
+
+
 class ApptainerSandbox:
     """One problem's sandbox: a host workdir, and one contained `apptainer exec` per command."""
 
@@ -92,22 +121,8 @@ class ApptainerSandbox:
     def exec_argv(self, command: str | list[str], *, host_dir: Path, cwd: str | None = None,
                   env: dict[str, str] | None = None) -> list[str]:
         """The `apptainer exec` command line for one command."""
-        workdir = self._spec.workdir
-        pwd = workdir if cwd is None else str(Path(workdir) / cwd)
-        argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
-                "--writable-tmpfs", "--pwd", pwd, "--bind", f"{host_dir}:{workdir}"]
-        for v in self._spec.volumes:
-            argv += ["--bind", f"{v.host_path}:{v.container_path}" + (":ro" if v.readonly else "")]
-        if self._s.memory_mb is not None:
-            argv += ["--memory", f"{self._s.memory_mb}M"]
-        if self._s.cpus is not None:
-            argv += ["--cpus", f"{self._s.cpus:g}"]
-        variables = {"HOME": workdir, **self._s.env, **self._spec.env, **(env or {})}
-        for k, v in variables.items():
-            argv += ["--env", f"{k}={v}"]
-        argv.append(self._image)
-        argv += ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
-        return argv
+        return exec_argv(self._spec, self._s, self._image, command, host_dir=host_dir, cwd=cwd,
+                         env=env)
 
     async def start(self) -> None:
         """Make the workdir and write `spec.files` into it."""
@@ -183,7 +198,8 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
     if (r := image_template_refusal(cfg)) is not None:
         return r
     why = unavailable_reason()
-    return Refusal("type", why) if why else None
+    # the run needs the program; a dry run lists the check (nel_resources.checks.deferred)
+    return Refusal("type", why, needs="program") if why else None
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:
@@ -195,3 +211,17 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxF
     if cfg.memory is None and limits is not None:
         cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
     return ApptainerSandboxFactory(cfg)
+
+
+def build_on_pool(cfg: SandboxConfig, limits: Limits | None, pool: NodePool) -> SandboxFactory:
+    """An `apptainer` factory whose sandboxes are allocations on node pool `pool` (the
+    block's `node_pool`): each `apptainer exec` is an srun step there
+    (`nel_resources.sandboxes.apptainer_pool`)."""
+    from nel_resources.sandboxes.apptainer_pool import PooledApptainerFactory
+
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "apptainer sandbox yet: give one `image`")
+    if cfg.memory is None and limits is not None:
+        cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
+    return PooledApptainerFactory(cfg, pool)

@@ -47,6 +47,8 @@ from nel_resources.sandboxes.base import (
 )
 from nel_resources.specs import RunSpec
 
+#: Sandbox types that run each problem in the image its seed names (Harbor tasks).
+_PER_TASK_IMAGE_TYPES = ("docker", "slurm", "apptainer")
 #: Where a stateless pair's shared volume is mounted in both sandboxes.
 SHARED_MOUNT = "/shared"
 
@@ -258,9 +260,9 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
 
 
 async def _probe_spec(run: RunSpec, env: EvalEnvironment) -> SandboxSpec:
-    """What the pre-flight sandbox starts from: the default spec, or, for a docker block
-    that names no image (agent tasks bring their own), the first problem's image."""
+    """What the pre-flight sandbox starts from: the default spec, or, for a block of an
+    image type that names no image (agent tasks bring their own), the first problem's image."""
     assert run.sandbox is not None
-    if run.sandbox.type != "docker" or run.sandbox.image or not len(env):
+    if run.sandbox.type not in _PER_TASK_IMAGE_TYPES or run.sandbox.image or not len(env):
         return SandboxSpec()
     return SandboxSpec(image=spec_for(await env.seed(0)).image)
