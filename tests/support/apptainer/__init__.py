@@ -18,6 +18,7 @@ apptainer singularity-container`: no candidate).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -27,9 +28,19 @@ SIF_MAGIC = b"NEL-STANDIN-SIF\n"
 
 
 def apptainer_env(record: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """`base` (os.environ by default) with the stand-in first on PATH, recording into `record`."""
+    """`base` (os.environ by default) with the stand-in first on PATH, recording into `record`.
+
+    nel runs `apptainer exec` in an environment it clears (`env -i PATH=...`, then
+    `--cleanenv`), so the record's path and the Python are written into a wrapper of this
+    test's own (next to `record`) rather than passed as variables."""
     env = dict(os.environ if base is None else base)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    bin_dir = record.parent / "apptainer-bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "apptainer"
+    wrapper.write_text(f"#!/bin/sh\nNEL_APPTAINER_RECORD={shlex.quote(str(record))} "
+                       f"NEL_STANDIN_PYTHON={shlex.quote(sys.executable)} "
+                       f"exec {shlex.quote(str(BIN / 'apptainer'))} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["NEL_APPTAINER_RECORD"] = str(record)
-    env.setdefault("NEL_STANDIN_PYTHON", sys.executable)
     return env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +22,22 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def fail(msg: str) -> None:
     print(f"FATAL:   {msg}", file=sys.stderr)
     sys.exit(255)
+
+
+def slurm_step() -> dict[str, str | None]:
+    """The SLURM job and step this exec runs in, read from the `slurmstepd: [JOB.STEP]`
+    process it descends from (nel clears the step's environment, SLURM_* included)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        if m := re.match(r"slurmstepd: \[(\d+)\.(\w+)\]", cmd):
+            return {"slurm_job_id": m.group(1), "slurm_step_id": m.group(2)}
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return {"slurm_job_id": None, "slurm_step_id": None}
 
 
 def build(args: list[str]) -> None:
@@ -76,8 +93,7 @@ def execute(args: list[str]) -> None:
     if record := os.environ.get("NEL_APPTAINER_RECORD"):
         with open(record, "a") as f:
             f.write(json.dumps({"options": opts, "image": sif, "command": command,
-                                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                                "slurm_step_id": os.environ.get("SLURM_STEP_ID")}) + "\n")
+                                **slurm_step()}) + "\n")
     argv = bwrap_in_rootfs(Path(meta["rootfs"]), binds=binds, env=env, share_net=not no_net,
                            chdir=(opts.get("--pwd") or ["/"])[-1])
     os.execvp(argv[0], [*argv, *command])
