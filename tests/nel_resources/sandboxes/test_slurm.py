@@ -338,10 +338,11 @@ def test_a_sandbox_node_pool_places_its_allocations_on_that_pool(tmp_path: Path)
 
 
 def test_a_sandbox_node_pool_is_refused_where_nothing_can_place_it(tmp_path: Path) -> None:
-    # nel's apptainer sandbox runs where the eval client runs: a pool would be ignored
-    apptainer = "{type: apptainer, image: x.sif, node_pool: sandbox, sif_cache_dir: /tmp}"
-    with pytest.raises(ConfigError, match=r"key sandboxes\.hpc\.node_pool: placing a `apptainer` "
-                       r"sandbox on a node pool .*use `type: slurm` or remove `node_pool`"):
-        check_supported(load_config(_pool_config(tmp_path, apptainer)))
+    # nel's local sandbox runs where the eval client runs: a pool would be ignored
+    local = "{type: local, node_pool: sandbox}"
+    with pytest.raises(ConfigError, match=r"key sandboxes\.hpc\.node_pool: placing a `local` "
+                       r"sandbox on a node pool .*use `type: slurm` or `type: apptainer`, "
+                       r"or remove `node_pool`"):
+        check_supported(load_config(_pool_config(tmp_path, local)))
     with pytest.raises(SandboxError, match=r"needs the config's cluster\.node_pools"):
         make_factory(SandboxConfig(type="slurm", node_pool="sandbox"))
