@@ -26,6 +26,9 @@ from typing import Any
 HARBOR_SANDBOXES = ("docker", "slurm", "apptainer", "local")
 #: Of those, the types that run each task in its own image.
 _IMAGE_SANDBOXES = ("docker", "slurm", "apptainer")
+#: Of those, the types whose every command is a process tree of its own that ends with it
+#: (an srun step; an `apptainer exec` in its own PID namespace): nothing runs between commands.
+_COMMAND_SCOPED_SANDBOXES = ("slurm", "apptainer")
 #: Sandbox types PinchBench's workspace is graded in.
 _PINCHBENCH_SANDBOXES = ("docker", "local")
 #: Dockerfile instructions nel honours without building (the image, the workdir).
@@ -99,6 +102,13 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker, slurm, apptainer "
                                 f"or local sandbox in nel; a {sandbox.type} sandbox is not supported yet in nel "
                                 "for them")
+    if solver.type == "harbor" and str(solver.agent).startswith("terminus") \
+            and sandbox.type in _COMMAND_SCOPED_SANDBOXES:
+        raise refuse("solver.agent", f"{solver.agent} drives a tmux session that must outlive "
+                                     f"each command, and a {sandbox.type} sandbox ends every "
+                                     "command's processes with it (one srun step or apptainer "
+                                     "exec each): use a docker or local sandbox for it, or an "
+                                     "agent that works in one command (openhands, ...)")
     env = _load_tasks(bench)
     if env is None:
         return
