@@ -6,7 +6,10 @@ same way: `--containall` (own PID and IPC namespaces, a minimal /dev, an empty /
 `--cleanenv` (none of nel's variables, API keys included), `--net --network none` (no
 network), the spec's volumes bound as asked, and `--memory` / `--cpus` when configured (which
 Apptainer enforces through cgroups). Killing the `apptainer` process ends the container's
-PID namespace, so a timeout or the output cap leaves nothing running.
+PID namespace, so a timeout or the output cap leaves nothing running. A problem's image that
+is not a SIF becomes one first (`nel_resources.sandboxes.sif_cache`, NeMo Evaluator 0.3.0's
+rules); with a `node_pool` the commands run as srun steps of an allocation on the pool
+(`nel_resources.sandboxes.apptainer_pool`).
 
 Apptainer (>= 1.1) must be installed where nel runs; Debian bookworm does not package it, so
 on such a machine the config check refuses the sandbox in one line before any request.
@@ -33,8 +36,10 @@ from nel_resources.sandboxes.base import (
     SandboxFactory,
     SandboxSpec,
 )
+from nel_resources.sandboxes.hostfiles import HostFiles
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
+from nel_resources.sandboxes.sif_cache import SifCache, sif_cache_dir
 from nel_resources.sandboxes.slurm import parse_memory_mb
 
 if TYPE_CHECKING:
@@ -105,11 +110,12 @@ def exec_argv(spec: SandboxSpec, settings: ApptainerSettings, image: str,
 class ApptainerSandbox:
     """One problem's sandbox: a host workdir, and one contained `apptainer exec` per command."""
 
-    def __init__(self, spec: SandboxSpec, settings: ApptainerSettings) -> None:
+    def __init__(self, spec: SandboxSpec, settings: ApptainerSettings,
+                 sifs: SifCache | None = None) -> None:
         image = spec.image or settings.image
         if not image:
             raise SandboxError("an apptainer sandbox needs an image (`image:` or the spec's)")
-        self._spec, self._s = spec, settings
+        self._spec, self._s, self._sifs, self._wanted = spec, settings, sifs, image
         self._image = image_ref(image, settings.sif_cache_dir)
         self._host_dir: Path | None = None
         self._name = f"nel-apptainer-{uuid.uuid4().hex[:12]}"
@@ -125,12 +131,12 @@ class ApptainerSandbox:
                          env=env)
 
     async def start(self) -> None:
-        """Make the workdir and write `spec.files` into it."""
+        """Build (or find) the image's SIF, make the workdir and write `spec.files` into it."""
+        if self._sifs is not None:
+            self._image = await self._sifs.sif_for(self._wanted)
         self._host_dir = Path(tempfile.mkdtemp(prefix=f"{self._name}-"))
         for rel, content in self._spec.files.items():
-            target = self._on_host(rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            self._files().write(rel, content.encode())
 
     async def exec(self, command: str | list[str], timeout_sec: float = 180, *,
                    cwd: str | None = None, env: dict[str, str] | None = None,
@@ -144,18 +150,13 @@ class ApptainerSandbox:
                                 stdin=stdin, env={"PATH": os.environ.get("PATH", _CONTAINER_PATH)})
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
-        """Copy into the bound workdir (no shell, no command line)."""
-        target = self._on_host(remote_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, local_path, target)
+        """Copy into the bound workdir or a bound volume (no shell, no command line)."""
+        data = await asyncio.to_thread(Path(local_path).read_bytes)
+        await asyncio.to_thread(self._files().write, remote_path, data)
 
     async def download(self, remote_path: str, local_path: Path) -> None:
-        """Copy out of the bound workdir."""
-        source = self._on_host(remote_path)
-        if not source.is_file():
-            raise SandboxError(f"{remote_path}: no such file in the sandbox")
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, source, local_path)
+        """Copy out of the bound workdir or a bound volume."""
+        await asyncio.to_thread(self._files().read_to, remote_path, local_path)
 
     async def stop(self) -> None:
         """Remove the workdir (no container outlives its exec)."""
@@ -163,19 +164,14 @@ class ApptainerSandbox:
             await asyncio.to_thread(shutil.rmtree, self._host_dir, True)
             self._host_dir = None
 
-    def _on_host(self, path: str) -> Path:
+    def _files(self) -> HostFiles:
+        """The host directories behind the sandbox's paths: the workdir and the spec's volumes
+        (a Harbor task's /tests and /logs); planted symlinks that lead out are refused."""
         if self._host_dir is None:
             raise SandboxError("the apptainer sandbox is not started")
-        p = Path(path)
-        if p.is_absolute():
-            try:
-                p = p.relative_to(self._spec.workdir)
-            except ValueError:
-                raise SandboxError(f"{path}: an apptainer sandbox moves files through its "
-                                   f"workdir ({self._spec.workdir}); use a path inside it") from None
-        if ".." in p.parts:
-            raise SandboxError(f"{path}: '..' would leave the sandbox's workdir")
-        return self._host_dir / p
+        roots = [(self._spec.workdir, self._host_dir)]
+        roots += [(v.container_path, Path(v.host_path)) for v in self._spec.volumes]
+        return HostFiles(tuple(roots), self._spec.workdir)
 
 
 class ApptainerSandboxFactory(FixedConcurrencyFactory):
@@ -186,11 +182,12 @@ class ApptainerSandboxFactory(FixedConcurrencyFactory):
         if reason:
             raise SandboxError(f"apptainer sandbox: {reason}")
         self.settings = ApptainerSettings.from_config(cfg)
+        self.sifs = SifCache(sif_cache_dir(cfg.sif_cache_dir))
         super().__init__(cfg.concurrency)
 
     def create(self, spec: SandboxSpec) -> ApptainerSandbox:
         """A new sandbox for `spec` (not started)."""
-        return ApptainerSandbox(spec, self.settings)
+        return ApptainerSandbox(spec, self.settings, self.sifs)
 
 
 def refusal(cfg: SandboxConfig) -> Refusal | None:

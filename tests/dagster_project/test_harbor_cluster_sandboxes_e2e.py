@@ -1,11 +1,16 @@
-"""Harbor tasks in a `slurm` sandbox, end to end: `nel eval run` on a Harbor task set (the
-real layout, each task naming its image) with `tool_calling` + `sandbox_tools: true` in a
-`slurm` sandbox on the real test SLURM cluster, each task's steps running in its own image
-through Pyxis (the test-only stand-in, tests/support/pyxis, running each step in the image's
-exported root filesystem with the /tests and /logs mounts), driven by the scripted reference
-server. The per-task rewards are those of the same tasks in nel's `docker` sandbox; every
-step ran in a sandbox allocation with the task's image; nothing is left (no job, no process,
-no workdir)."""
+"""Harbor tasks in `slurm` and `apptainer` sandboxes, end to end: `nel eval run` on a Harbor
+task set (the real layout, each task naming its image) with `tool_calling` + `sandbox_tools:
+true`, driven by the scripted reference server, gives the per-task rewards the same tasks get
+in nel's `docker` sandbox.
+
+- `slurm`, on the real test SLURM cluster: each task's steps run in its own image through
+  Pyxis (the test-only stand-in, tests/support/pyxis, running each step in the image's
+  exported root filesystem with the /tests and /logs mounts); every step ran in a sandbox
+  allocation; nothing is left (no job, no process, no workdir).
+- `apptainer` (the test-only stand-in, tests/support/apptainer: Debian has no Apptainer):
+  each task's image became a SIF in `sif_cache_dir` once, and every command ran contained
+  (`--containall --cleanenv --net --network none`) in it.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import yaml
 
 from nel_resources.reference_server import start_reference_server
 from tests.nel_assets.engine.solvers.scripts import call
+from tests.support.apptainer import apptainer_env
 from tests.support.cli import run_nel, summary_json
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.harbor_tasks import write_task_set
@@ -86,13 +92,25 @@ def _run(url: str, tmp: Path, tasks: Path, sandbox: dict[str, Any],
     return {json.loads(r["metadata"])["task_id"]: r["reward"] for r in rows}
 
 
-def test_harbor_tasks_in_a_slurm_sandbox_score_as_in_docker(tmp_path: Path, url: str,
-                                                            env: dict[str, str]) -> None:
-    tasks = write_task_set(tmp_path / "tasks", TASKS, BASE_IMAGE, agent_timeout=120.0)
-    (tmp_path / "docker").mkdir()
-    in_docker = _run(url, tmp_path / "docker", tasks, {"type": "docker", "concurrency": 2}, env)
-    assert in_docker == {"a-greet": 1.0, "b-answer": 0.0}
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_task_set(tmp_path_factory.mktemp("harbor") / "tasks", TASKS, BASE_IMAGE,
+                          agent_timeout=120.0)
 
+
+@pytest.fixture(scope="module")
+def in_docker(tmp_path_factory: pytest.TempPathFactory, url: str, tasks: Path,
+              env: dict[str, str]) -> dict[str, float]:
+    """The rewards of the tasks in nel's docker sandbox (what the others must give)."""
+    rewards = _run(url, tmp_path_factory.mktemp("docker"), tasks,
+                   {"type": "docker", "concurrency": 2}, env)
+    assert rewards == {"a-greet": 1.0, "b-answer": 0.0}
+    return rewards
+
+
+def test_harbor_tasks_in_a_slurm_sandbox_score_as_in_docker(
+        tmp_path: Path, url: str, tasks: Path, in_docker: dict[str, float],
+        env: dict[str, str]) -> None:
     record = tmp_path / "pyxis.jsonl"
     (tmp_path / "slurm").mkdir()
     in_slurm = _run(url, tmp_path / "slurm", tasks,
@@ -122,3 +140,24 @@ def test_harbor_tasks_in_a_slurm_sandbox_score_as_in_docker(tmp_path: Path, url:
     from tempfile import gettempdir
 
     assert not [n for n in names if list(Path(gettempdir()).glob(f"{n}-*"))]
+
+
+def test_harbor_tasks_in_an_apptainer_sandbox_score_as_in_docker(
+        tmp_path: Path, url: str, tasks: Path, in_docker: dict[str, float],
+        env: dict[str, str]) -> None:
+    record = tmp_path / "apptainer.jsonl"
+    sifs = tmp_path / "sif"
+    (tmp_path / "run").mkdir()
+    rewards = _run(url, tmp_path / "run", tasks,
+                   {"type": "apptainer", "concurrency": 2, "sif_cache_dir": str(sifs)},
+                   apptainer_env(record, {**os.environ, **env}))
+    assert rewards == in_docker
+    # the task image became one SIF, named as NeMo Evaluator names it, built once
+    assert [p.name for p in sifs.iterdir()] == ["localdebian__bookworm-py.sif"]
+    execs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert execs and {e["image"] for e in execs} == {str(sifs / "localdebian__bookworm-py.sif")}
+    for e in execs:
+        assert {"--containall", "--cleanenv", "--net"} <= e["options"].keys()
+        assert e["options"]["--network"] == ["none"]
+        assert {"/app", "/tests", "/logs"} <= {b.split(":")[1] for b in e["options"]["--bind"]}
+    assert any("/tests/test.sh" in " ".join(e["command"]) for e in execs)
