@@ -18,6 +18,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.config.deployment import NodePool
@@ -79,6 +80,11 @@ class PooledApptainerFactory(FixedConcurrencyFactory):
         self.app = ApptainerSettings.from_config(cfg)
         self.sifs = SifCache(cache)
         super().__init__(min(cfg.concurrency, pool.nodes * cfg.slots_per_node))
+
+    @property
+    def shared_dir(self) -> Path | None:
+        """The directory the nodes share with nel (None: the system temp directory)."""
+        return self.settings.shared_dir
 
     def create(self, spec: SandboxSpec) -> PooledApptainerSandbox:
         """A new sandbox for `spec` (not started)."""

@@ -432,6 +432,11 @@ class SlurmSandboxFactory(FixedConcurrencyFactory):
         # each sandbox cancels its own allocation: nothing is kept between them
         super().__init__(min(cfg.concurrency, (pool.nodes if pool else 1) * cfg.slots_per_node))
 
+    @property
+    def shared_dir(self) -> Path | None:
+        """The directory the nodes share with nel (None: the system temp directory)."""
+        return self.settings.shared_dir
+
     def create(self, spec: SandboxSpec) -> SlurmSandbox:
         """A new sandbox for `spec` (not started)."""
         return SlurmSandbox(spec, self.settings)

@@ -140,6 +140,9 @@ def test_harbor_tasks_run_in_apptainer_steps_of_allocations_on_the_pool(
         assert {"--containall", "--cleanenv", "--net", "--writable-tmpfs"} <= o.keys()
         assert o["--network"] == ["none"] and "--memory" in o and o["--cpus"] == ["1"]
         assert {b.split(":")[1] for b in o["--bind"]} >= {"/app", "/tests", "/logs"}
+        # the workdir and the verifier's scratch directories are on the filesystem the nodes
+        # share with nel (sif_cache_dir), not in this machine's /tmp
+        assert all(b.startswith(f"{tmp_path / 'sif'}/") for b in o["--bind"]), o["--bind"]
     assert any("/tests/test.sh" in " ".join(e["command"]) for e in execs)
     jobs = {e["slurm_job_id"] for e in execs}
     assert jobs == placed.keys() and len(jobs) == 2  # one allocation per task's sandbox
