@@ -45,6 +45,12 @@ BUILTINS: dict[str, str] = {
 
 BENCHMARKS: Registry[Factory] = Registry("benchmark", BUILTINS,
                                          hint="run `nel list` to see all benchmarks")
+# Names NeMo Evaluator 0.3.0's own examples use that 0.3.0 defines nowhere (no environment,
+# playbook or package registers them: its own run of the config fails "Unknown environment"),
+# so the refusal says that rather than suggesting look-alikes: the config needs another name.
+NEMO_UNDEFINED: dict[str, str] = {
+    "research-bench": "examples/configs/23_tool_calling_combined.yaml and walkthrough §10",
+}
 # Benchmarks registered at run time (`@register`, BYOB files, plugins), by name: a plugin
 # load compares this before and after to learn what a file registered.
 _ADDED: dict[str, Factory] = {}
@@ -60,6 +66,11 @@ class UnknownBenchmarkError(NelError, KeyError):
         super().__init__(name)
 
     def __str__(self) -> str:
+        if self.name in NEMO_UNDEFINED:
+            return (f"unknown benchmark {self.name!r}: NeMo Evaluator 0.3.0's "
+                    f"{NEMO_UNDEFINED[self.name]} name it but define it nowhere (its own run "
+                    f"fails \"Unknown environment {self.name!r}\"); put a benchmark that exists "
+                    "in `name:` (`nel list`) or your own BYOB file (`module:`)")
         msg = f"unknown benchmark {self.name!r}"
         if self.suggestions:
             msg += f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?"

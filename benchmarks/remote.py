@@ -4,10 +4,12 @@ Two protocols, as in NeMo Evaluator 0.3.0 (`gym://host:port?protocol=...&data=..
 
 - `evaluator` (the default): the protocol `nel serve` serves: `/dataset_size`,
   `/seed_session`, `/verify`, and `/health` when the server has it.
-- `native`: a NeMo Gym resources server, which holds no data: the problems are the rows of
-  a Gym JSONL file (`data=rows.jsonl`: `responses_create_params`, `expected_answer`,
-  `verifier_metadata`, any other per-item fields), and `/verify` gets Gym's body: the
-  whole row, `responses_create_params`, and the answer wrapped as a Responses-API object.
+- `native`: `/verify` gets NeMo Gym's body (`benchmarks.gym_rows`): the problem's
+  `responses_create_params`, its per-item fields, and the answer wrapped as a Responses-API
+  object. The problems are the rows of a Gym JSONL file (`data=rows.jsonl`), or without one,
+  as in NeMo Evaluator 0.3.0, the server's own (`/dataset_size`, `/seed_session`): a
+  `nel serve` environment server has them; a real NeMo Gym resources server holds none, and
+  `prepare()` says so in one line (0.3.0 fails on it too: "invalid dataset_size=-1").
 
 `data=` also works with `evaluator` (problems from the file, scoring by the server). Any
 other query parameter is refused in one line. nel still calls the model itself, so
@@ -22,6 +24,7 @@ envelope lacks fields NeMo Gym validates, so real Gym servers cannot score its r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import random
@@ -37,6 +40,8 @@ import orjson
 
 from benchmarks._types import EvalEnvironment, SeedResult, VerifyResult
 from benchmarks.errors import NelError
+from benchmarks.gym_rows import ROW_KEY, gym_response, load_gym_rows, native_body, row_seed
+from benchmarks.gym_rows import row_generation_keys as row_generation_keys
 
 if TYPE_CHECKING:
     import aiohttp
@@ -56,12 +61,6 @@ _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _SEED_FIELDS = ("prompt", "expected_answer", "metadata", "messages", "system", "sandbox_spec")
 PROTOCOLS = ("evaluator", "native")
 _QUERY_KEYS = ("protocol", "data")
-# The seed metadata key that carries a data row's index from seed() to verify().
-ROW_KEY = "gym_row"
-# Row fields never copied into seed metadata: the bulky request, the answer (it has its own
-# field), and names that would collide with verify()'s own parameters.
-_NOT_METADATA = frozenset({"responses_create_params", "expected_answer", "response",
-                           "expected", "reasoning", "self", ROW_KEY})
 
 
 class RemoteEnvironmentError(NelError):
@@ -154,123 +153,6 @@ def check_gym_benchmark(name: str, params: Mapping[str, Any] | None = None) -> l
     return row_generation_keys(env._rows or [])
 
 
-# `responses_create_params` keys that are the prompt (or tools, which are refused); any
-# other key is a generation setting.
-_ROW_PROMPT_KEYS = frozenset({"input", "instructions", "tools"})
-
-
-def row_generation_keys(rows: list[dict[str, Any]]) -> list[str]:
-    """The generation settings (keys of `responses_create_params` other than the prompt)
-    that any row sets: nel sends the service's own settings instead of these."""
-    keys: set[str] = set()
-    for row in rows:
-        keys.update(k for k in row["responses_create_params"] if k not in _ROW_PROMPT_KEYS)
-    return sorted(keys)
-
-
-def _content_text(content: Any) -> str:
-    """The text of a Responses-API message `content` (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) for part in content
-            if isinstance(part, dict) and part.get("type", "input_text")
-            in ("input_text", "output_text", "text")
-        )
-    return ""
-
-
-def load_gym_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a NeMo Gym JSONL file, checked for what nel can run.
-
-    Each row needs `responses_create_params.input` (a string or a list of messages).
-    Rows that declare tools are refused: they need a Gym agent to run the tool calls, and
-    nel sends one prompt and scores one answer.
-
-    Raises:
-        NelError: naming the file and line, for a missing file, a line that is not a JSON
-            object, a row without input, or a row with tools.
-    """
-    file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NelError(f"gym data {file}: cannot read it ({exc.strerror or exc})") from None
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"gym data {file}:{number}"
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise NelError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise NelError(f"{where}: expected a JSON object, got {type(row).__name__}")
-        rcp = row.get("responses_create_params")
-        if not isinstance(rcp, dict) or not isinstance(rcp.get("input"), str | list):
-            raise NelError(f"{where}: needs responses_create_params.input (a string or messages)")
-        if rcp.get("tools"):
-            raise NelError(
-                f"{where}: the row declares tools, which need a NeMo Gym agent to run; "
-                "nel sends one prompt per row"
-            )
-        rows.append(row)
-    if not rows:
-        raise NelError(f"gym data {file}: no rows")
-    return rows
-
-
-def _row_seed(row: Mapping[str, Any], idx: int) -> SeedResult:
-    """A data row as a problem: its input messages, expected answer and scalar fields."""
-    raw = row["responses_create_params"]["input"]
-    messages: list[dict[str, Any]] = []
-    for item in [{"role": "user", "content": raw}] if isinstance(raw, str) else raw:
-        # function-call items and the like are tool traffic, not prompt text
-        if isinstance(item, dict) and "role" in item and item.get("type", "message") == "message":
-            role = "system" if item["role"] == "developer" else str(item["role"])
-            messages.append({"role": role, "content": _content_text(item.get("content"))})
-    instructions = row["responses_create_params"].get("instructions")
-    if isinstance(instructions, str) and instructions:
-        # the Responses API's system prompt
-        messages.insert(0, {"role": "system", "content": instructions})
-    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    expected = row.get("expected_answer")
-    verifier = row.get("verifier_metadata")
-    if expected is None and isinstance(verifier, dict):
-        expected = verifier.get("expected_answer")
-    metadata: dict[str, Any] = {
-        k: v for k, v in row.items()
-        if k not in _NOT_METADATA and (v is None or isinstance(v, str | int | float | bool))
-    }
-    metadata[ROW_KEY] = idx
-    return SeedResult(
-        prompt=prompt,
-        expected_answer="" if expected is None else str(expected),
-        metadata=metadata,
-        messages=messages or None,
-    )
-
-
-def _gym_response(text: str, reasoning: str | None) -> dict[str, Any]:
-    """An answer as the Responses-API object NeMo Gym's `NeMoGymResponse` validates."""
-    output: list[dict[str, Any]] = []
-    if reasoning:
-        output.append({"id": "rs_nel", "type": "reasoning",
-                       "summary": [{"type": "summary_text", "text": reasoning}]})
-    output.append({
-        "id": "msg_nel", "type": "message", "role": "assistant", "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    })
-    return {
-        "id": "resp_nel", "object": "response", "created_at": int(time.time()),
-        "model": "nel", "status": "completed", "output": output,
-        # required by OpenAI's Response type, which Gym servers validate the body against
-        "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
-    }
-
-
 def _detail(raw: bytes) -> str:
     """The server's error message, short, from a JSON or text error body."""
     try:
@@ -310,7 +192,8 @@ class GymEnvironment(EvalEnvironment):
         headers: Extra headers sent with every request (e.g. an auth token).
         protocol: `evaluator` (default) or `native` (a NeMo Gym resources server); also
             `?protocol=` in the URL.
-        data: A NeMo Gym JSONL file whose rows are the problems (required for `native`);
+        data: A NeMo Gym JSONL file whose rows are the problems (without it the server's
+            own problems, for `native` too, as in NeMo Evaluator 0.3.0);
             also `?data=` in the URL.
     """
 
@@ -339,11 +222,6 @@ class GymEnvironment(EvalEnvironment):
         if self.gym_protocol not in PROTOCOLS:
             raise NelError(f"protocol={self.gym_protocol!r}: expected evaluator or native")
         data = data if data is not None else options.get("data")
-        if self.gym_protocol == "native" and data is None:
-            raise NelError(
-                f"{url!r}: protocol=native needs data=ROWS.jsonl (NeMo Gym resources "
-                "servers hold no problems)"
-            )
         # Read the rows now: a bad file is one line before any request is sent.
         self.data_path = None if data is None else Path(data).expanduser().resolve()
         self._rows = None if self.data_path is None else load_gym_rows(self.data_path)
@@ -363,6 +241,8 @@ class GymEnvironment(EvalEnvironment):
         self._size: int | None = None if self._rows is None else len(self._rows)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        # Native problems the server seeded, by index: verify() sends their prompt back.
+        self._seeded: dict[int, SeedResult] = {}
 
     def __repr__(self) -> str:
         return f"GymEnvironment({self.url!r}, benchmark={self.remote_benchmark!r})"
@@ -379,8 +259,22 @@ class GymEnvironment(EvalEnvironment):
             if exc.status != 404:  # servers without /health (plain Gym ones) are fine
                 raise
             health = {}
-        size = await self._request("GET", "/dataset_size")
+        try:
+            size = await self._request("GET", "/dataset_size")
+        except RemoteEnvironmentError as exc:
+            raise self._no_problems(exc) from None
         self._apply_meta(health, size)
+
+    def _no_problems(self, exc: RemoteEnvironmentError) -> RemoteEnvironmentError:
+        """A native server without `/dataset_size` is a NeMo Gym resources server: it holds
+        no problems, so the config must give them (NeMo Evaluator 0.3.0 fails on it too)."""
+        if exc.status != 404 or self.gym_protocol != "native":
+            return exc
+        return RemoteEnvironmentError(
+            f"{self.base_url} has no /dataset_size, so it serves no problems (a "
+            "NeMo Gym resources server holds none; NeMo Evaluator 0.3.0 stops on it with "
+            "\"invalid dataset_size=-1\"): add data=ROWS.jsonl with its problems, or point "
+            "it at a server that serves them (`nel serve`)", status=404)
 
     def _apply_meta(self, health: Any, size: Any) -> None:
         if isinstance(health, dict):
@@ -432,7 +326,11 @@ class GymEnvironment(EvalEnvironment):
                 if exc.status != 404:
                     raise
                 health = {}
-            self._apply_meta(health, self._get_sync("/dataset_size"))
+            try:
+                size = self._get_sync("/dataset_size")
+            except RemoteEnvironmentError as exc:
+                raise self._no_problems(exc) from None
+            self._apply_meta(health, size)
         assert self._size is not None
         return self._size
 
@@ -517,7 +415,14 @@ class GymEnvironment(EvalEnvironment):
         if self._rows is not None:
             if not 0 <= idx < len(self._rows):
                 raise IndexError(idx)
-            return _row_seed(self._rows[idx], idx)
+            return row_seed(self._rows[idx], idx)
+        seed = await self._seed_from_server(idx)
+        if self.gym_protocol == "native":
+            self._seeded[idx] = seed
+            return dataclasses.replace(seed, metadata={**seed.metadata, ROW_KEY: idx})
+        return seed
+
+    async def _seed_from_server(self, idx: int) -> SeedResult:
         body = await self._request("POST", "/seed_session", {"idx": idx})
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             raise RemoteEnvironmentError(
@@ -549,20 +454,22 @@ class GymEnvironment(EvalEnvironment):
     async def _verify_native(
         self, response: str, expected: str, row_idx: Any, metadata: dict[str, Any]
     ) -> VerifyResult:
-        assert self._rows is not None  # native always has data (checked in __init__)
+        size = len(self._rows) if self._rows is not None else self._size
         if isinstance(row_idx, bool) or not isinstance(row_idx, int) or not (
-            0 <= row_idx < len(self._rows)
+            0 <= row_idx < (size if size is not None else row_idx + 1)
         ):
             raise RemoteEnvironmentError(
                 f"verify needs the {ROW_KEY!r} index its seed gave, got {row_idx!r}"
             )
-        row = self._rows[row_idx]
         reasoning = metadata.get("reasoning")
-        body = {
-            **row,
-            "expected_answer": expected,
-            "response": _gym_response(response, reasoning if isinstance(reasoning, str) else None),
-        }
+        reasoning = reasoning if isinstance(reasoning, str) else None
+        body: dict[str, Any]
+        if self._rows is not None:
+            body = {**self._rows[row_idx], "expected_answer": expected,
+                    "response": gym_response(response, reasoning)}
+        else:
+            seed = self._seeded.get(row_idx) or await self._seed_from_server(row_idx)
+            body = native_body(seed, response, expected, reasoning, metadata)
         reply = await self._request("POST", "/verify", body)
         verdict = self._verdict(reply)
         # What the server added (its own scoring fields), not the row it echoed back.

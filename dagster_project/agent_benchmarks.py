@@ -7,13 +7,14 @@ A Harbor-format benchmark runs when the task's own verifier runs in the task's s
 and hands back a patch nel applies there (`gym_delegation`, `tool_calling` with only a Gym
 `resource_service`), in a `docker` sandbox (the task's image), a `slurm` one (the task's
 image through Pyxis in the sandbox's allocation), an `apptainer` one (the task's image as a
-SIF; on a node pool its commands are steps of an allocation on the pool's partition) or a
-`local` one (this machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
-sandbox. Everything else is refused in one line naming the key:
-another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
-type (nel mounts the verifier's /tests and /logs only in these), a task image the local
-Docker engine does not have for a docker sandbox (nothing is pulled; Pyxis and Apptainer
-take the image from where the cluster does). PinchBench (graded by its automated checks
+SIF; on a node pool its commands are steps of an allocation on the pool's partition), an
+`ecs_fargate` one (a Fargate task per sample: agent_ecs_images) or a `local` one (this
+machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
+sandbox. Everything else is refused in one line naming the key: another solver (`simple`: no
+agent), no sandbox for a verifier that needs one, another sandbox type (nel makes the
+verifier's /tests and /logs only in these), a task image the local Docker engine does not
+have for a docker sandbox (nothing is pulled; Pyxis and Apptainer take the image from where
+the cluster does). PinchBench (graded by its automated checks
 and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
 `sandbox_tools: true`, whose sandbox workdir is the workspace.
 """
@@ -23,8 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 #: Sandbox types a Harbor task runs in (the verifier's scratch mounts exist in these).
-HARBOR_SANDBOXES = ("docker", "slurm", "apptainer", "local")
-#: Of those, the types that run each task in its own image.
+HARBOR_SANDBOXES = ("docker", "slurm", "apptainer", "local", "ecs_fargate")
+#: Of those, the types that run each task in its own image from the config checks' view (an
+#: ecs_fargate one checks its images itself: agent_ecs_images).
 _IMAGE_SANDBOXES = ("docker", "slurm", "apptainer")
 #: Of those, the types whose every command is a process tree of its own that ends with it
 #: (an srun step; an `apptainer exec` in its own PID namespace): nothing runs between commands.
@@ -99,9 +101,9 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                 "(each task brings its image), or set `trust_reward: true` on a "
                                 "gym_delegation solver")
     if sandbox.type not in HARBOR_SANDBOXES:
-        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker, slurm, apptainer "
-                                f"or local sandbox in nel; a {sandbox.type} sandbox is not supported yet in nel "
-                                "for them")
+        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker, slurm, "
+                                "apptainer, ecs_fargate or local sandbox in nel; a "
+                                f"{sandbox.type} sandbox is not supported yet in nel for them")
     if solver.type == "harbor" and str(solver.agent).startswith("terminus") \
             and sandbox.type in _COMMAND_SCOPED_SANDBOXES:
         raise refuse("solver.agent", f"{solver.agent} drives a tmux session that must outlive "
@@ -110,6 +112,10 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                      "exec each): use a docker or local sandbox for it, or an "
                                      "agent that works in one command (openhands, ...)")
     env = _load_tasks(bench)
+    if sandbox.type == "ecs_fargate":  # task images: prebuilt, or built by CodeBuild
+        from dagster_project.agent_ecs_images import check_ecs_task_images
+
+        return check_ecs_task_images(bench, sandbox, env, refuse)
     if env is None:
         return
     if sandbox.type not in _IMAGE_SANDBOXES:

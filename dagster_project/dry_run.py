@@ -85,6 +85,11 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
         return None
     # in its image when it has one (the Pyxis step each SLURM task starts it with)
     step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
+    if svc.type == "dynamo":  # several processes: NATS, etcd, the frontend, the workers
+        from nel_resources.services.dynamo_commands import describe
+
+        return describe(name, svc, svc.port or 8000, in_image=bool(step), step=step,
+                        where=_role_pools_away(cfg, name))
     try:
         cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
     except NelError as exc:
@@ -104,10 +109,24 @@ def _launch_command(cfg: NelConfig, name: str) -> str | None:
     pool = cfg.cluster.node_pools.get(svc.node_pool or "") if cfg.cluster.type == "slurm" else None
     if pool is None:
         return cmd
-    asks = ", ".join(f"{k} {v}" for k, v in (("partition", pool.partition), ("nodes", pool.nodes),
+    from nel_resources.launchers.slurm_multinode import job_nodes
+
+    if svc.num_nodes > 1:  # one srun step over the job's nodes, the head on the eval node
+        cmd = f"{cmd} ({svc.num_nodes} nodes, one srun step; head on the eval client's node)"
+    nodes = job_nodes(cfg, svc.node_pool or "", [name])
+    asks = ", ".join(f"{k} {v}" for k, v in (("partition", pool.partition), ("nodes", nodes),
                                                ("gres", pool.gres), ("gpus_per_node", pool.gpus_per_node))
                      if v is not None)
     return f"{cmd}  (in each SLURM task on node pool {svc.node_pool}: {asks})"
+
+
+def _role_pools_away(cfg: NelConfig, name: str) -> dict[str, str]:
+    """Roles of Dynamo service `name` on a component of their own: role -> node pool."""
+    from nel_resources.launchers.slurm_het import het_plan
+
+    plan = het_plan(cfg) if cfg.cluster.type == "slurm" else None
+    return {k.split("@")[1]: p for k, p in (plan.pool_of.items() if plan else ())
+            if k.startswith(f"{name}@")}
 
 
 def plan_run(cfg: NelConfig, *, resume: bool = True, shard_only: tuple[int, int] | None = None,
@@ -143,9 +162,34 @@ def _write_slurm_scripts(cfg: NelConfig, resolved: Any, plan: DryRunPlan,
     return write_for_dry_run(cfg, resolved, parts, argv)
 
 
+def _plan_unknown(plan: DryRunPlan, bench: Any, spec: Any, shard_only: tuple[int, int] | None,
+                  until: str) -> None:
+    """Plan every shard of `bench` with its problem count unknown (counted once `until`)."""
+    plan.benchmarks.append({
+        "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
+        "repeats": bench.repeats, "max_problems": bench.max_problems,
+        "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
+    for model in sorted(spec.models):
+        for s in range(spec.shards):
+            if shard_only is None or s == shard_only[0]:
+                plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None, "run",
+                                                f"missing (problems counted once {until})"))
+
+
+def _served_problems(name: str, params: dict[str, Any] | None) -> bool:
+    """Whether benchmark `name` is a `gym://` server whose problems only the server has (no
+    `data=` rows file)."""
+    from benchmarks.remote import parse_gym_query
+    from benchmarks.uri_schemes import is_uri
+
+    if not is_uri(name, "gym"):
+        return False
+    return parse_gym_query(name)[1].get("data") is None and not (params or {}).get("data")
+
+
 def _plan(cfg: NelConfig, *, resume: bool,
           shard_only: tuple[int, int] | None) -> tuple[DryRunPlan, Any]:
-    from benchmarks.errors import DataMissingError
+    from benchmarks.errors import DataMissingError, NelError
     from dagster_project.run_validation import is_config_error, validate_before_run
     from nel_assets.engine.evaluation import evaluate as ev
     from nel_resources.checks.deferred import external, has_deferred
@@ -166,21 +210,20 @@ def _plan(cfg: NelConfig, *, resume: bool,
         if spec.name in resolved.unrunnable:  # the run fails it alone, as here
             plan.errors.append(f"{bench.name}: cannot run: {resolved.unrunnable[spec.name]}")
             continue
+        if _served_problems(bench.name, bench.params):
+            # gym:// without a rows file: the server has the problems. A dry run sends no
+            # request; the run asks the server (and refuses one that serves none).
+            external("server", NelError(f"{bench.name}: its problems are the server's "
+                                        "(/dataset_size, /seed_session), asked when the run "
+                                        "starts"))
+            _plan_unknown(plan, bench, spec, shard_only, "the server is asked")
+            continue
         try:
             tasks = ev.plan(store, spec)
         except DataMissingError as exc:  # the run needs the data; the plan says where to put it
             if not has_deferred("data", repr(bench.name)):  # once per benchmark
                 external("data", exc)
-            plan.benchmarks.append({
-                "name": bench.name, "models": sorted(spec.models), "shards": spec.shards,
-                "repeats": bench.repeats, "max_problems": bench.max_problems,
-                "problem_range": bench.problem_range, "shuffle_seed": None, "problems": None})
-            for model in sorted(spec.models):
-                for s in range(spec.shards):
-                    if shard_only is None or s == shard_only[0]:
-                        plan.shards.append(PlannedShard(bench.name, model, s, spec.shards, None,
-                                                        "run", "missing (problems counted once "
-                                                        "the data is here)"))
+            _plan_unknown(plan, bench, spec, shard_only, "the data is here")
             continue
         except Exception as exc:  # the run fails this benchmark alone; say why
             if is_config_error(bench.name, exc):
@@ -221,7 +264,9 @@ def print_plan(plan: DryRunPlan, *, where: str) -> None:
         print(f"eval client: nel eval run in each SLURM task as: {plan.eval_container} nel ...")
     for b in plan.benchmarks:
         if b["problems"] is None:
-            print(f"benchmark {b['name']}: problems unknown until its data is here (see the "
+            until = ("the run asks the server" if _served_problems(b["name"], None)
+                     else "its data is here")
+            print(f"benchmark {b['name']}: problems unknown until {until} (see the "
                   f"checks below) x {b['repeats']} repeat(s), {b['shards']} shard(s), models "
                   f"{', '.join(b['models']) or '-'}")
             continue

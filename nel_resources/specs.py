@@ -14,7 +14,9 @@ layer imports no benchmark code and no Dagster.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -441,7 +443,11 @@ def solver_fingerprint(solver: SolverConfig) -> Mapping[str, Any] | None:
     if solver.type == "simple":
         # only a non-default image detail: stores written before images existed stay fresh
         return None if solver.image_detail == "auto" else _frozen({"image_detail": solver.image_detail})
-    return _frozen(solver.model_dump(mode="json", exclude_defaults=True))
+    data = solver.model_dump(mode="json", exclude_defaults=True)
+    if solver.config_path and os.path.isfile(cfg_file := os.path.expanduser(solver.config_path)):
+        with open(cfg_file, "rb") as f:  # the user's openclaw.json: its content reruns too
+            data["config_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    return _frozen(data)
 
 
 def sandbox_fingerprint(sandbox: SandboxConfig | None) -> Mapping[str, Any] | None:
@@ -457,7 +463,6 @@ def service_fingerprint(svc: ServiceConfig) -> str:
     generation settings, system prompt, weights, and the interceptors that can change
     answers (observers like `caching` or `logging` are left out: adding one must not rerun
     finished shards; the proxy's registry says which is which)."""
-    import hashlib
 
     from nel_resources.proxy.registry import affects_answers
 

@@ -27,6 +27,8 @@ from benchmarks.agentic.harbor_verifier import REWARD_FILE, SCRATCH_DIRS, TESTS_
 from benchmarks.errors import DataMissingError, NelError
 
 DEFAULT_WORKDIR = "/app"
+#: Dockerfile instructions that leave the base image as it is (no build needed)
+_NO_BUILD = frozenset({"FROM", "WORKDIR", "ARG", "LABEL", "MAINTAINER"})
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.IGNORECASE | re.MULTILINE)
 _WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)", re.IGNORECASE | re.MULTILINE)
 
@@ -54,6 +56,22 @@ class HarborTask:
     dockerfile: str = ""
     workdir: str = DEFAULT_WORKDIR
     tests: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def needs_build(self) -> bool:
+        """Its image must be built: the Dockerfile changes its base (RUN, COPY, ENV, ...)
+        and task.toml names no prebuilt `[environment] docker_image`."""
+        if (self.config.get("environment") or {}).get("docker_image"):
+            return False
+        continued = False
+        for raw in self.dockerfile.splitlines():
+            line = raw.strip()
+            was_continued, continued = continued, line.endswith("\\")
+            if was_continued or not line or line.startswith("#"):
+                continue
+            if line.split(maxsplit=1)[0].upper() not in _NO_BUILD:
+                return True
+        return False
 
     def timeout(self, section: str) -> float | None:
         """`[<section>] timeout_sec` of task.toml (`agent` or `verifier`), if set."""
@@ -160,6 +178,8 @@ class HarborTaskSet(EvalEnvironment):
         # /tests and /logs must be writable for the verifier: per-sample scratch mounts
         spec = {"image": t.docker_image or "", "workdir": t.workdir,
                 "scratch_dirs": list(SCRATCH_DIRS)}
+        if t.needs_build:  # its build context: an ecs_fargate block builds it into ECR
+            spec["environment_dir"] = str(t.path / "environment")
         return SeedResult(t.instruction, "", meta, sandbox_spec=spec)
 
     async def verify(self, response: str, expected: str, *, sandbox: Any = None,

@@ -65,6 +65,7 @@ fi
 
 # 2. the fast path: already up with the wanted accounting setting (and MaxArraySize)
 if [[ -f "$SLURM_CONF" ]] && scontrol ping 2>/dev/null | grep -q UP && node_ready \
+   && grep -q '^PartitionName=multi ' "$SLURM_CONF" \
    && { [[ "$ACCT" != 1 ]] || grep -q accounting_storage/slurmdbd "$SLURM_CONF"; } \
    && { [[ -z "${NEL_SLURM_GPUS:-}" ]] || grep -q "Gres=gpu:${NEL_SLURM_GPUS} " "$SLURM_CONF"; } \
    && { [[ -z "${NEL_SLURM_MAX_ARRAY_SIZE:-}" ]] \
@@ -136,7 +137,8 @@ fi
 # them) reserves whole nodes for a component it plans, so on one node a component always
 # waits for the previous one to end and the job never starts; with two nodes, a job with one
 # component in `debug` and one in `het` starts. Jobs that name no partition still run on
-# $HOST only (MaxArraySize and NEL_SLURM_CPUS apply to both nodes).
+# $HOST only (MaxArraySize and NEL_SLURM_CPUS apply to both nodes). Partition `multi` holds
+# both nodes, so a 2-node job (a multi-node model server, launchers.slurm_multinode) runs.
 # bf_interval=2: heterogeneous jobs wait for a backfill pass (every 30 s by default).
 HOST=$(hostname -s)
 HET="${HOST}-het"
@@ -202,6 +204,7 @@ NodeName=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=${CPUS} RealMemory=$
 NodeName=${HET} NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=$((PORT + 3)) CPUs=${CPUS} RealMemory=${MEM}${GRES_NODE} State=UNKNOWN
 PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 PartitionName=het Nodes=${HET} MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=multi Nodes=${HOST},${HET} MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 CHANGED=0; cmp -s "$NEW" "$SLURM_CONF" || CHANGED=1
 mv "$NEW" "$SLURM_CONF"

@@ -123,13 +123,35 @@ def _check_external_agent(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...
         _check_harbor(cfg, b, at)
         return
     binary = b.solver.openclaw_bin
-    if shutil.which(binary) is None:
+    # `skip_preflight` (NeMo Evaluator's) skips the checks of what the run's machine has
+    # (the CLI, the search key): a run without them fails per sample instead
+    if not b.solver.skip_preflight and shutil.which(binary) is None:
         external("program", as_config_error(cfg, Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install it with "
                           "`make peers` (deploy/agents/install_openclaw.sh) and put "
                           "`.venv-peers/openclaw/bin` on PATH or give its path in `openclaw_bin`, "
                           "or use `solver.type: tool_calling`")))
     _check_openclaw(b, at)
+    _check_openclaw_inputs(cfg, b, at)
+
+
+def _check_openclaw_inputs(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
+    """The search key (by name, never its value) and the user's `openclaw.json`."""
+    import os
+
+    from nel_resources.web_search import KEY_ENV
+
+    key_env = KEY_ENV.get(b.solver.web_search_provider or "", "")
+    if key_env and not b.solver.skip_preflight and not os.environ.get(key_env):
+        external("secret", as_config_error(cfg, Unavailable(
+            (*at, "solver", "web_search_provider"), f"web_search_provider: "
+            f"{b.solver.web_search_provider} needs {key_env} set in the environment (the "
+            "search provider's key)", f"export {key_env}, or remove `web_search_provider`")))
+    path = b.solver.config_path
+    if path and not Path(path).expanduser().is_file():
+        external("data", as_config_error(cfg, Unavailable(
+            (*at, "solver", "config_path"), f"config_path {path!r} is not a file",
+            "give the path of your openclaw.json")))
 
 
 def _check_harbor(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 class DeferredCheck:
     """A check the run makes and the dry run could not: what it needs and its message."""
 
-    needs: str  # "data", "docker", "aws", "program"
+    needs: str  # "data", "docker", "aws", "program", "server", "secret"
     message: str  # the one line the run refuses with when the resource is missing
 
     def line(self) -> str:
@@ -29,7 +29,8 @@ class DeferredCheck:
 
 
 _NEEDS = {"data": "needs the data here", "docker": "needs the Docker engine and its images",
-          "aws": "needs AWS", "program": "needs the program installed"}
+          "aws": "needs AWS", "program": "needs the program installed",
+          "server": "needs the server up", "secret": "needs the key in the environment"}
 _COLLECTING: ContextVar[list[DeferredCheck] | None] = ContextVar("nel_deferred_checks",
                                                                  default=None)
 

@@ -92,6 +92,8 @@ def _check_services(cfg: NelConfig) -> None:
             raise Refusal((*at, "type"), f"service type {svc.type!r}",
                           "start the server yourself and use `type: api` with its `url`, or "
                           "a type nel starts (llama_cpp, vllm, sglang, trt_llm)")
+        if svc.type == "dynamo":
+            _check_dynamo(cfg, svc, at)
         if svc.type == "gym" and not svc.url:
             raise Refusal(at, "a gym service nel starts itself (no `url`)",
                           "start the gym server yourself and give its `url`")
@@ -100,7 +102,13 @@ def _check_services(cfg: NelConfig) -> None:
                           "remove `node_pool`")
         # a server nel launches in a SLURM job runs in its image through Pyxis
         pyxis = cfg.cluster.type == "slurm" and svc.type in LAUNCHED_TYPES
+        if svc.num_nodes > 1:
+            _check_num_nodes(cfg, name, svc)
         for key, what in SERVICE_UNBUILT.items():
+            if key == "num_nodes" and svc.type in LAUNCHED_TYPES:
+                continue  # _check_num_nodes
+            if key == "ray_binary" and svc.type == "vllm" and svc.num_nodes > 1:
+                continue  # the `ray` a multi-node vLLM server starts (launchers.slurm_multinode)
             if changed(svc, key, _SERVICE_DEFAULTS) and not _container_key_honoured(cfg, svc, key) \
                     and not (pyxis and key in PYXIS_SERVICE_KEYS):
                 raise Refusal((*at, key), what, f"remove `{key}`")
@@ -111,7 +119,7 @@ def _check_services(cfg: NelConfig) -> None:
             raise Refusal((*at, "health_path"), "health checks of a server nel does not start",
                           "remove `health_path`")
         for key in ("pipeline_parallel_size", "data_parallel_size"):
-            if getattr(svc, key) is not None and svc.type not in ("vllm", "sglang", "trt_llm"):
+            if getattr(svc, key) is not None and svc.type not in ("vllm", "sglang", "trt_llm", "dynamo"):
                 raise Refusal((*at, key), f"`{key}` for a {svc.type} server", f"remove `{key}`")
         _check_interceptors(svc, at)
         started = [d for d in [name, *svc.depends_on] if cfg.services[d].type in LAUNCHED_TYPES]
@@ -123,6 +131,56 @@ def _check_services(cfg: NelConfig) -> None:
             _check_sandbox_pool(cfg, sb.type, ("sandboxes", name, "node_pool"))
         if any(b.sandbox == sb for b in cfg.benchmarks):  # an unused block runs nothing
             check_sandbox_runs_here(cfg, sb, ("sandboxes", name))
+
+
+#: Why a cluster type runs no multi-node server (slurm runs them: launchers.slurm_multinode).
+_ONE_HOST = {"docker": "a docker cluster is one Docker engine on one host",
+             "k8s": "on Kubernetes a server over several pods needs a LeaderWorkerSet, which nel "
+                    "does not write yet",
+             "local": "a local cluster is this one machine"}
+
+
+def _check_num_nodes(cfg: NelConfig, name: str, svc: Any) -> None:
+    """`num_nodes > 1`: a launched vLLM/SGLang/TRT-LLM server in a SLURM job, on the eval
+    client's node pool (its head is the eval client's node)."""
+    from nel_resources.launchers import slurm_multinode
+    from nel_resources.launchers.slurm_het import het_plan
+
+    at = ("services", name, "num_nodes")
+    if svc.type not in LAUNCHED_TYPES:
+        return  # SERVICE_UNBUILT refuses it with the rest
+    if cfg.cluster.type != "slurm":
+        why = _ONE_HOST.get(cfg.cluster.type, f"a {cfg.cluster.type} cluster runs no multi-node server")
+        raise Refusal(at, f"a multi-node server here ({why})",
+                      "use `num_nodes: 1`, or `cluster: {type: slurm, node_pools: ...}`")
+    if (why := slurm_multinode.refusal(svc)) is not None:
+        raise Refusal(at, f"num_nodes {svc.num_nodes} ({why})", "use `num_nodes: 1`")
+    plan = het_plan(cfg)
+    if plan is not None and name in plan.pool_of:
+        raise Refusal(at, f"a multi-node server on its own heterogeneous-job component (node "
+                      f"pool {plan.pool_of[name]})", f"place services.{name} on the eval client's "
+                      f"node pool ({plan.eval_pool}) or use `num_nodes: 1`")
+
+
+def _check_dynamo(cfg: NelConfig, svc: ServiceConfig, at: tuple[Any, ...]) -> None:
+    """A Dynamo deployment (nel_resources.services.dynamo) runs as processes nel starts,
+    locally or in SLURM jobs; not as containers on Docker or pods on Kubernetes, and each
+    worker on one node (multi-node workers are refused with `num_nodes` like other servers)."""
+    if cfg.cluster.type in ("docker", "k8s"):
+        raise Refusal((*at, "type"), f"a Dynamo deployment on a `cluster.type: {cfg.cluster.type}` "
+                      "cluster (nel starts Dynamo locally or in SLURM jobs)",
+                      "use `cluster.type: slurm` or `local`, or start Dynamo yourself and use "
+                      "`type: api` with its frontend's `url`")
+    for role in ("prefill", "decode"):
+        worker = getattr(svc, role)
+        if worker is None:
+            continue
+        if worker.num_nodes > 1:
+            raise Refusal((*at, role, "num_nodes"), "multi-node Dynamo workers", "remove `num_nodes`")
+        if worker.node_pool is not None and (cfg.cluster.type != "slurm"
+                                             or worker.node_pool not in cfg.cluster.node_pools):
+            raise Refusal((*at, role, "node_pool"), "a Dynamo role on a node pool this cluster "
+                          "does not define", "name one of `cluster.node_pools`, or remove `node_pool`")
 
 
 def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) -> None:

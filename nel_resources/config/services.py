@@ -122,7 +122,7 @@ _SERVICE_KEYS: dict[str, frozenset[str]] = {
     "custom": _NEL_KEYS | {"class_path", "config"},
 }
 # Service types nel starts itself (nel_resources/services/launch.py).
-LAUNCHED_TYPES = frozenset({"llama_cpp", "vllm", "sglang", "trt_llm"})
+LAUNCHED_TYPES = frozenset({"llama_cpp", "vllm", "sglang", "trt_llm", "dynamo"})
 
 
 # Headers nel writes itself from the request (framing, routing): a configured one would be

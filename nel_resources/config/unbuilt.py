@@ -15,7 +15,7 @@ HARNESS_SCHEMES: dict[str, str] = {
 #: The same benchmark built into nel, for names a NeMo Evaluator config may use.
 NEL_EQUIVALENT: dict[str, str] = {}
 #: Service types nel does not start (the user starts the server and gives its url).
-UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "dynamo", "nat", "custom")
+UNSTARTED_SERVICE_TYPES: tuple[str, ...] = ("nim", "docker_model", "nat", "custom")
 #: `services.<name>.<key>` -> the feature it asks for. (`image` and `container_mounts` of a
 #: launched service on `cluster.type: slurm` run through Pyxis: PYXIS_SERVICE_KEYS; `image`,
 #: `gpus` and `container_mounts` on docker, `image` and `gpus` on k8s: checks/supported.py.)
@@ -50,12 +50,6 @@ SOLVER_TYPES_UNBUILT: tuple[str, ...] = ("agent", "nat", "oracle", "custom")
 #: judge's client).
 JUDGE_UNBUILT: tuple[str, ...] = ()
 #: `openclaw` solver keys nel does not honour -> (what, fix). (It honours openclaw_bin,
-#: thinking, max_concurrent, context_window, idle_timeout_seconds.)
-OPENCLAW_UNBUILT: dict[str, tuple[str, str]] = {
-    "web_search_provider": ("OpenClaw's web search (it calls a search service on the "
-                            "internet)", "remove `web_search_provider`"),
-    "config_path": ("a custom `openclaw.json` (nel writes each sample's config, pointing "
-                    "OpenClaw at its capture proxy)", "remove `config_path`"),
-    "skip_preflight": ("skipping the OpenClaw preflight (nel checks the CLI before any "
-                       "request)", "remove `skip_preflight`"),
-}
+#: thinking, max_concurrent, context_window, idle_timeout_seconds, web_search_provider,
+#: config_path and skip_preflight.)
+OPENCLAW_UNBUILT: dict[str, tuple[str, str]] = {}

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # A step beside the job's own (the batch step keeps running: `--overlap` shares its CPUs
 # and GPUs with it), one task on one node.
 STEP = ("srun", "--overlap", "--nodes=1", "--ntasks=1")
+#: The index of the heterogeneous-job component a service process runs on (set by slurm_het).
+HET_GROUP_ENV = "NEL_SLURM_HET_GROUP"
 
 
 def container_flags(image: str, *, mounts: Iterable[str], env_keys: Iterable[str],
@@ -69,7 +71,16 @@ def service_prefix(cluster: ClusterConfig, svc: ServiceConfig,
         return []
     mounts = [*cluster.container_mounts, *svc.container_mounts, *_model_mount(svc)]
     keys = [*cluster.container_env, *svc.env]
-    return [*STEP, *container_flags(svc.image, mounts=mounts, env_keys=keys,
+    if svc.type == "dynamo":  # NATS's and etcd's addresses, and each worker's own GPUs
+        from nel_resources.services.dynamo_commands import INFRA_ENV_KEYS
+
+        keys += [*INFRA_ENV_KEYS, "CUDA_VISIBLE_DEVICES",
+                 *(k for role in (svc.prefill, svc.decode) if role for k in role.extra_env)]
+    # A step started from a component of a heterogeneous job lands on component 0 unless it
+    # names its own (slurm_het exports the component's index to its process).
+    het = env.get(HET_GROUP_ENV, "")
+    step = [STEP[0], f"--het-group={het}", *STEP[1:]] if het.isdigit() else list(STEP)
+    return [*step, *container_flags(svc.image, mounts=mounts, env_keys=keys,
                                     mount_home=cluster.mount_home,
                                     home=env.get("HOME") or str(Path.home()), workdir=os.getcwd())]
 

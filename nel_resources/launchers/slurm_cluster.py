@@ -79,9 +79,12 @@ class SlurmCluster(Launcher):
                 # The GPUs are on the nodes the job asks for, never on this submit host:
                 # only a pool that says how many it has per node is checked against the
                 # server's tensor-parallel size; the cluster decides the rest.
-                if gpus is not None and gpus < tp:
+                # A multi-node server's tensor parallelism may span its nodes (SGLang's
+                # --nnodes, vLLM over Ray): the GPUs of all of them count.
+                if gpus is not None and gpus * svc.num_nodes < tp:
+                    over = f" x {svc.num_nodes} nodes" if svc.num_nodes > 1 else ""
                     return Refusal((*at, "tensor_parallel_size"), f"{tp} GPUs asked but node pool "
-                                   f"{svc.node_pool!r} has {gpus} per node ({pool and pool.gres})")
+                                   f"{svc.node_pool!r} has {gpus} per node{over} ({pool and pool.gres})")
         return None
 
     def preflight(self, resolved: Any) -> None:

@@ -34,11 +34,14 @@ from typing import Any
 from benchmarks.errors import NelError
 from nel_resources.config import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES
+from nel_resources.launchers.pyxis import HET_GROUP_ENV
 from nel_resources.launchers.slurm import SbatchHeader, render_het_script, render_script
 
 # A component's services write these into the job's services directory; the job script
 # writes STOP_FILE when the eval client ended (each service then stops and exits).
 URL_SUFFIX, ERROR_SUFFIX, STOP_FILE = ".url", ".error", ".stop"
+# How many of a server's last log lines its `.error` file carries.
+ERROR_TAIL_LINES = 5
 # How long the job script lets the services stop before it cancels their steps.
 STOP_GRACE_S = 30
 
@@ -51,20 +54,34 @@ class HetPlan:
     pool_of: Mapping[str, str]  # launched service name -> its (non-eval) node pool
 
     def pools_for(self, services: Sequence[str], order: Sequence[str]) -> tuple[str, ...]:
-        """The non-eval pools `services` need, in `cluster.node_pools` order."""
-        wanted = {self.pool_of[s] for s in services if s in self.pool_of}
+        """The non-eval pools `services` need (their Dynamo roles' too), in `cluster.node_pools` order."""
+        wanted = {p for k, p in self.pool_of.items() if k.split("@")[0] in services}
         return tuple(p for p in order if p in wanted)
+
+
+def _role_pools(svc: Any) -> dict[str, str]:
+    """The node pools of a disaggregated Dynamo service's roles (0.3.0 places each role's
+    workers on its `prefill.node_pool` / `decode.node_pool`)."""
+    if svc.type != "dynamo":
+        return {}
+    return {r: str(c.node_pool) for r, c in (("prefill", svc.prefill), ("decode", svc.decode))
+            if c is not None and c.node_pool}
 
 
 def het_plan(cfg: NelConfig) -> HetPlan | None:
     """The heterogeneous layout of `cfg`, or None when its services name at most one pool
-    (then one array job does it: slurm_submit)."""
+    (then one array job does it: slurm_submit). A Dynamo role on another pool than the eval
+    client's is a component of its own, named `<service>@<role>`."""
     named = {s.node_pool for s in cfg.services.values() if s.node_pool}
+    named |= {p for s in cfg.services.values() for p in _role_pools(s).values()}
     if len(named) < 2 or not cfg.cluster.node_pools:  # only slurm clusters have node pools
         return None
     eval_pool = next(iter(cfg.cluster.node_pools))
     pool_of = {name: str(s.node_pool) for name, s in cfg.services.items()
                if s.node_pool and s.node_pool != eval_pool and s.type in LAUNCHED_TYPES}
+    for name, s in cfg.services.items():
+        if name not in pool_of:  # a deployment on another pool takes its roles with it
+            pool_of.update({f"{name}@{r}": p for r, p in _role_pools(s).items() if p != eval_pool})
     return HetPlan(eval_pool, pool_of)
 
 
@@ -83,12 +100,17 @@ def services_of(resolved: Any, benchmark: str, model: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str) -> SbatchHeader:
-    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`."""
+def pool_header(cfg: NelConfig, pool_name: str, job_name: str, log: str, *,
+                servers: bool = False) -> SbatchHeader:
+    """The `#SBATCH` lines of `cluster:` with node pool `pool_name`; `servers`: the job
+    starts the launched services placed there, so it asks for the nodes a multi-node one
+    needs (launchers.slurm_multinode.job_nodes)."""
+    from nel_resources.launchers.slurm_multinode import job_nodes
+
     c = cfg.cluster
     pool = c.node_pools[pool_name]
     return SbatchHeader(job_name=job_name, log=log, walltime=c.walltime, partition=pool.partition,
-                        nodes=pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
+                        nodes=job_nodes(cfg, pool_name) if servers else pool.nodes, ntasks_per_node=pool.ntasks_per_node, gres=pool.gres,
                         gpus_per_node=pool.gpus_per_node, account=c.account,
                         comment=c.sbatch_comment, extra_flags={**c.sbatch_extra_flags,
                                                                **pool.sbatch_extra_flags})
@@ -110,12 +132,14 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
              'echo "nel: partition $2 of $1, job ${SLURM_JOB_ID} on $(hostname)"']
     if not pools:
         path = run_dir / script_name(pools)
-        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log),
+        path.write_text(render_script(pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                                       "\n".join([*lines, task]), env=env))
         path.chmod(0o755)
         return path
     svc_dir = shlex.quote(str(run_dir / "services")) + '/"${SLURM_JOB_ID}"'
     lines += [f"svc_dir={svc_dir}", 'mkdir -p "$svc_dir"', "pids=()",
+              '# Dynamo workers on another pool find NATS and etcd through it (services.dynamo_remote)',
+              'export NEL_SLURM_SERVICES_DIR="$svc_dir"',
               "# When the eval client ends, each service stops its server and exits; one that is",
               f"# still there after {STOP_GRACE_S} s has its step cancelled (and SLURM ends every step",
               "# with the job anyway).",
@@ -128,13 +152,16 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
               "trap stop_services EXIT"]
     for k, pool in enumerate(pools, start=1):
         for name in sorted(n for n, p in plan.pool_of.items() if p == pool):
-            svc = cfg.services[name]
-            lines += [f"# services.{name} ({svc.type}) on node pool {pool}: het group {k}",
-                      f"srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
+            svc = cfg.services[name.split("@")[0]]
+            what = f"{svc.type} {name.split('@')[1]} workers" if "@" in name else svc.type
+            lines += [f"# services.{name} ({what}) on node pool {pool}: het group {k}",
+                      # HET_GROUP_ENV: a step the service starts (its Pyxis container) runs
+                      # on this component too, not on component 0 (srun's default)
+                      f"{HET_GROUP_ENV}={k} srun --het-group={k} --nodes=1 --ntasks=1 --overlap "
                       + nel_command(["--slurm-service", name]) + ' --slurm-services "$svc_dir" &',
                       "pids+=($!)"]
     lines.append(task + ' --slurm-services "$svc_dir"')
-    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log),
+    headers = [pool_header(cfg, plan.eval_pool, "nel-eval", log, servers=True),
                *(pool_header(cfg, p, "nel-eval", log) for p in pools)]
     path = run_dir / script_name(pools)
     path.write_text(render_het_script(headers, "\n".join(lines), env=env))
@@ -144,7 +171,7 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
 
 # -- inside the jobs -------------------------------------------------------------------------
 
-def _node_address() -> str:
+def node_address() -> str:
     """This node's address as the cluster knows it (`NodeAddr`), so the eval component on
     another node can reach a service started here; the host name when scontrol cannot say."""
     node = os.environ.get("SLURMD_NODENAME", "")
@@ -166,25 +193,14 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     (or SIGTERM/SIGINT), then stop it. A start that fails, or a server that dies, writes
     `NAME.error` (one line) and returns 1."""
     from nel_resources.launchers.pyxis import service_prefix
-    from nel_resources.services.launch import LaunchedService
+    from nel_resources.services.launch import make_server
 
-    if name not in cfg.services or cfg.services[name].type not in LAUNCHED_TYPES:
+    base, _, role = name.partition("@")
+    if base not in cfg.services or cfg.services[base].type not in LAUNCHED_TYPES or (
+            role and role not in _role_pools(cfg.services[base])):
         raise NelError(f"--slurm-service {name!r}: not a launched service of this config")
-    svc = cfg.services[name]
+    svc = cfg.services[base]
     svc_dir.mkdir(parents=True, exist_ok=True)
-    # A loopback host would be unreachable from the eval node: bind the node's address.
-    loopback = svc.host in ("127.0.0.1", "localhost", "::1")
-    addr = _node_address() if loopback or svc.host in ("0.0.0.0", "::") else svc.host
-    bind = addr if loopback else svc.host
-    url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
-    try:
-        # svc_dir is the job's own directory already: the plain `<name>.log` there
-        bound = svc.model_copy(update={"host": bind})
-        server = LaunchedService(name, bound, svc_dir, f"{name}.log",
-                                 prefix=service_prefix(cfg.cluster, bound))
-    except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
-        _write(err_file, _one_line(exc))
-        return 1
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -192,11 +208,31 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     # Steps may start with SIGTERM ignored; srun forwards SIGTERM when the job script stops it.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
+    if role:  # the workers of one role of a Dynamo deployment
+        from nel_resources.services.dynamo_remote import serve_role
+
+        return serve_role(base, svc, role, svc_dir, svc_dir / STOP_FILE, service_prefix(cfg.cluster, svc))
+    # A loopback host would be unreachable from the eval node: bind the node's address.
+    loopback = svc.host in ("127.0.0.1", "localhost", "::1")
+    addr = node_address() if loopback or svc.host in ("0.0.0.0", "::") else svc.host
+    bind = addr if loopback else svc.host
+    url_file, err_file = svc_dir / f"{name}{URL_SUFFIX}", svc_dir / f"{name}{ERROR_SUFFIX}"
+    try:
+        # svc_dir is the job's own directory already: the plain `<name>.log` there
+        bound = svc.model_copy(update={"host": bind})
+        server = make_server(name, bound, svc_dir, prefix=service_prefix(cfg.cluster, bound),
+                             log_name=f"{name}.log")
+    except NelError as exc:  # its command cannot be built here (e.g. the GGUF file is missing)
+        _write(err_file, _one_line(exc))
+        return 1
     try:
         try:
             server.start()
         except NelError as exc:
-            _write(err_file, f"{_one_line(exc)} (log {server.log_path})")
+            # The eval client reports this file: give it the server's own last lines too.
+            tail = [ln for ln in _log_lines(server.log_path) if ln.strip()][-ERROR_TAIL_LINES:]
+            _write(err_file, "\n".join([f"{_one_line(exc).split('; log ')[0]} (log {server.log_path})",
+                                        *(f"  {ln}" for ln in tail)]))
             return 1
         url = f"http://{addr}:{server.port}/v1"
         print(f"nel: services.{name} serves at {url} (pid {server.pid}, log {server.log_path})", flush=True)
@@ -215,6 +251,13 @@ def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     finally:
         url_file.unlink(missing_ok=True)  # first: no one may take a stopping server's URL
         server.stop()
+
+
+def _log_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _one_line(exc: BaseException) -> str:
@@ -261,8 +304,19 @@ def wait_for_services(cfg: NelConfig, names: Sequence[str], svc_dir: Path,
 def elsewhere_for(cfg: NelConfig, plan: HetPlan, needed: Sequence[str],
                   urls: Mapping[str, str]) -> dict[str, str | None]:
     """What the eval client must not start itself: every service of another pool (at its
-    URL when this partition uses it, else not at all)."""
-    return {name: (urls.get(name) if name in needed else None) for name in plan.pool_of}
+    URL when this partition uses it, else not at all). A Dynamo role of another pool maps
+    to its pool (the deployment beside the eval client leaves those workers to the role's
+    component); a deployment this partition does not use is not started at all."""
+    away: dict[str, str | None] = {}
+    for key, pool in plan.pool_of.items():
+        base = key.split("@")[0]
+        if "@" not in key:
+            away[key] = urls.get(key) if key in needed else None
+        elif base in needed:
+            away[key] = pool
+        else:
+            away[base] = None
+    return away
 
 
 def describe_plan(plan: HetPlan) -> str:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.errors import NelError
-from nel_resources.config import NelConfig
+from nel_resources.config import NelConfig, ServiceConfig
 from nel_resources.launchers.pyxis import eval_prefix, service_prefix
 from nel_resources.launchers.slurm import SbatchHeader, render_script
 from nel_resources.launchers.slurm_het import HetPlan, het_plan, pool_header, write_het_script
@@ -57,9 +57,10 @@ def eval_pool(cfg: NelConfig) -> str:
     return used[0] if used and len(set(used)) == 1 else pools[0]
 
 
-def header_for(cfg: NelConfig, job_name: str, log: str) -> SbatchHeader:
-    """The `#SBATCH` lines of `cluster:` and the eval client's node pool."""
-    return pool_header(cfg, eval_pool(cfg), job_name, log)
+def header_for(cfg: NelConfig, job_name: str, log: str, *, servers: bool = False) -> SbatchHeader:
+    """The `#SBATCH` lines of `cluster:` and the eval client's node pool (`servers`: the
+    job starts the launched services, so it asks for the nodes a multi-node one needs)."""
+    return pool_header(cfg, eval_pool(cfg), job_name, log, servers=servers)
 
 
 def _nel_command(cfg: NelConfig, argv: list[str], extra: list[str]) -> str:
@@ -110,7 +111,8 @@ def write_scripts(cfg: NelConfig, run_dir: Path, argv: list[str]) -> tuple[Path,
         'echo "nel: array task ${SLURM_ARRAY_TASK_ID} of job ${SLURM_ARRAY_JOB_ID} on $(hostname)"',
         _nel_command(cfg, argv, ["--slurm-task"]) + ' "$1"'])
     eval_script = run_dir / "eval.sbatch"
-    eval_script.write_text(render_script(header_for(cfg, "nel-eval", str(run_dir / "logs" / "eval-%A_%a.log")),
+    eval_script.write_text(render_script(header_for(cfg, "nel-eval", str(run_dir / "logs" / "eval-%A_%a.log"),
+                                                    servers=True),
                                          eval_body, env=dict(cfg.cluster.container_env)))
     eval_script.chmod(0o755)
     return eval_script, merge_script
@@ -128,15 +130,42 @@ def _service_comments(cfg: NelConfig) -> list[str]:
 
             # as the job runs it: in the service's image when it has one (its srun line)
             step = service_prefix(cfg.cluster, svc, {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())})
+            plan = het_plan(cfg)
             try:
-                cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
+                if svc.type == "dynamo":  # NATS, etcd, the frontend, the workers (services.dynamo)
+                    from nel_resources.services.dynamo_commands import describe
+
+                    away = {k.split("@")[1]: p for k, p in (plan.pool_of.items() if plan else ())
+                            if k.startswith(f"{name}@")}
+                    cmd = describe(name, svc, svc.port or 8000, in_image=bool(step), step=step, where=away)
+                else:
+                    cmd = " ".join(shlex.quote(a) for a in [*step, *service_command(name, svc, svc.port or 8000)])
             except NelError as exc:
                 cmd = f"(cannot be built here: {exc})"
-            plan = het_plan(cfg)
             where = (f"on its own component (node pool {plan.pool_of[name]}, bound to the node's "
                      "address)" if plan is not None and name in plan.pool_of else "in the job")
+            if svc.num_nodes > 1:
+                lines += _multinode_comments(cfg, name, svc)
+                continue
             lines.append(f"# nel launches services.{name} ({svc.type}) {where}: {cmd}")
     return lines
+
+
+def _multinode_comments(cfg: NelConfig, name: str, svc: ServiceConfig) -> list[str]:
+    """A multi-node server: the step over the job's nodes and the script each node runs."""
+    from nel_resources.launchers import slurm_multinode as mn
+    from nel_resources.services.launch import service_command
+
+    try:
+        command = service_command(name, svc, svc.port or 8000)
+    except NelError as exc:
+        return [f"# nel launches services.{name} ({svc.type}) over {svc.num_nodes} nodes "
+                f"(cannot be built here: {exc})"]
+    env = {"SLURM_JOB_ID": "<job>", "HOME": str(Path.home())}
+    logs = Path(cfg.output.dir).expanduser().resolve() / "logs"
+    shown = mn.describe(name, svc, command, logs, mn.pyxis_options(cfg.cluster, svc, logs, env))
+    return [f"# nel launches services.{name} ({svc.type}) over {svc.num_nodes} nodes of the job, "
+            "its head on this node:", *(f"#   {ln}" for ln in shown)]
 
 
 def write_partitions(run_dir: Path, attempt: int, parts: list[Partition], array: int | None = None) -> Path:

@@ -44,6 +44,9 @@ class SandboxSpec:
     files: dict[str, str] = field(default_factory=dict)
     entrypoint: str | None = None
     volumes: list[VolumeMount] = field(default_factory=list)
+    #: a Harbor task's `environment/` (its Dockerfile's build context): an `ecs_fargate`
+    #: block with `ecr_repository` builds the task's image from it (0.3.0's field)
+    environment_dir: str | None = None
 
 
 @dataclass(frozen=True)

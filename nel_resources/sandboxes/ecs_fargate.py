@@ -17,8 +17,9 @@ How it runs (the same shape as NeMo Evaluator 0.3.0's, written for nel):
 The control plane is tested against moto's server; the data plane's exec server against a
 real local process. What an emulator cannot give is a running container and sshd: the tunnel
 itself needs real AWS. A block without `cluster` finds its infrastructure in SSM when it
-starts (ssm_discovery, as 0.3.0). The block is refused before any request without AWS
-credentials, and for the keys nel has not built (S3 transfer, image builds, EFS).
+starts (ssm_discovery, as 0.3.0). A task whose environment must be built is built by
+CodeBuild into `ecr_repository` first (ecr_build). The block is refused before any request
+without AWS credentials, and for the keys nel has not built (EFS, a container port).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from nel_resources.sandboxes.base import (
     SandboxError,
     SandboxSpec,
 )
+from nel_resources.sandboxes.ecr_build import BuildSettings, EcrImageBuilder, build_refusal
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
 from nel_resources.sandboxes.slurm import parse_memory_mb
@@ -58,13 +60,8 @@ from nel_resources.sandboxes.ssm_discovery import Discovered
 
 DEFAULT_EXEC_PORT = 19542
 #: keys of NeMo Evaluator's ecs_fargate block whose feature nel has not built, and what it is
+# (`ecr_repository`, `s3_bucket` and the `codebuild_*` keys build task images: ecr_build)
 UNBUILT_KEYS = {
-    "s3_bucket": "large uploads through S3", "s3_prefix": "large uploads through S3",
-    "ecr_repository": "building images into ECR", "codebuild_project": "CodeBuild image builds",
-    "codebuild_service_role": "CodeBuild image builds",
-    "codebuild_build_timeout": "CodeBuild image builds",
-    "codebuild_compute_type": "CodeBuild image builds",
-    "dockerhub_secret_arn": "Docker Hub pulls with a secret",
     "efs_filesystem_id": "EFS volumes", "efs_access_point_id": "EFS volumes",
     "container_port": "exposing a container port",
 }
@@ -108,6 +105,8 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
     if not cfg.cluster and not cfg.region:
         return Refusal("cluster", "an ecs_fargate sandbox needs `cluster` (or `region`, to find "
                        "the cluster, subnets and roles in SSM: ssm_discovery)")
+    if (r := build_refusal(cfg)) is not None:
+        return r
     # What the block leaves out (the cluster, subnets, execution role, the SSH sidecar's key
     # secrets) is read from SSM when the sandbox starts (ssm_discovery), key by key, as 0.3.0
     # does; what SSM lacks is one line then.
@@ -154,6 +153,8 @@ class EcsSettings:
     sidecar_image: str = "alpine:latest"
     exec_server_port: int = DEFAULT_EXEC_PORT
     ready_timeout_s: float = 300.0
+    #: task image builds into ECR (`ecr_repository`), None when the block builds nothing
+    build: BuildSettings | None = None
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig) -> EcsSettings:
@@ -180,7 +181,12 @@ class EcsSettings:
                    env=dict(cfg.container_env), sshd_port=d.sshd_port,
                    sidecar_image=sc.get("image") or "alpine:latest",
                    exec_server_port=int(sc.get("exec_server_port") or DEFAULT_EXEC_PORT),
-                   ready_timeout_s=float(sc.get("ssh_ready_timeout_sec") or 300.0))
+                   ready_timeout_s=float(sc.get("ssh_ready_timeout_sec") or 300.0),
+                   build=BuildSettings.of(
+                       cfg, region=cfg.region, s3_bucket=d.s3_bucket,
+                       ecr_repository=d.ecr_repository,
+                       codebuild_service_role=d.codebuild_service_role,
+                       dockerhub_secret_arn=d.dockerhub_secret_arn))
 
 
 def _log_config(s: EcsSettings, prefix: str) -> dict[str, Any] | None:
@@ -250,6 +256,23 @@ class EcsTaskControl:
         self._secrets = boto3.client("secretsmanager", region_name=settings.region)
         self._lock = threading.Lock()
         self._registered: dict[str, str] = {}
+        self.builder = EcrImageBuilder(settings.build) if settings.build else None
+
+    def image_for(self, spec: SandboxSpec) -> str:
+        """The task's image: built into ECR from its `environment_dir` (a task whose image
+        must be built), else the spec's or the block's `image`."""
+        if spec.environment_dir:
+            env_dir = Path(spec.environment_dir)
+            if self.builder is None:
+                raise SandboxError(f"task {env_dir.parent.name}: its environment/Dockerfile must "
+                                   "be built and the ecs_fargate block has no `ecr_repository` "
+                                   "(nor has its SSM parameter): set `ecr_repository`, "
+                                   "`s3_bucket` and `codebuild_service_role`")
+            return self.builder.ensure(env_dir)
+        image = spec.image or self.s.image
+        if not image:
+            raise SandboxError("an ecs_fargate sandbox needs an image (`image:` or the spec's)")
+        return image
 
     def secret(self, arn: str) -> str:
         """A Secrets Manager secret's string value."""
@@ -422,14 +445,12 @@ class EcsFargateSandbox:
     async def launch(self) -> None:
         """Register the task definition, run the task and wait until it runs (AWS calls)."""
         s = self._control.s
-        image = self._spec.image or s.image
-        if not image:
-            raise SandboxError("an ecs_fargate sandbox needs an image (`image:` or the spec's)")
         env = {**s.env, **self._spec.env}
         # the spec's files are written by the exec server after connect, never put in the
         # task definition (whose environment is visible to anyone who can describe it)
 
         def go() -> None:
+            image = self._control.image_for(self._spec)  # may build it first (CodeBuild)
             public_key = self._control.secret(s.public_key_secret_arn)
             self._key_dir = tempfile.mkdtemp(prefix="nel-ecs-key-")
             key = Path(self._key_dir) / "id"

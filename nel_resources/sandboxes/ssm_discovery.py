@@ -6,6 +6,8 @@ and the SSH sidecar's key secrets; a value the block sets wins over the paramete
 
 Read when the sandbox starts (a run), never by the config checks or a dry run (which list it
 as a check the run makes: it needs AWS). What is missing is one line naming the parameter.
+The parameter's `s3_bucket`, `ecr_repository`, `codebuild_service_role` and
+`dockerhub_secret_arn` serve task image builds (ecr_build), as in 0.3.0.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class Discovered:
     task_role_arn: str | None = None
     log_group: str | None = None
     sshd_port: int = DEFAULT_SSHD_PORT
+    #: task image builds (ecr_build): 0.3.0 also reads these from the parameter
+    s3_bucket: str | None = None
+    ecr_repository: str | None = None
+    codebuild_service_role: str | None = None
+    dockerhub_secret_arn: str | None = None
 
     @classmethod
     def of_block(cls, cfg: SandboxConfig, ssm: dict[str, Any] | None = None,
@@ -64,7 +71,11 @@ class Discovered:
                                        True)),
             task_role_arn=cfg.task_role_arn or ssm.get("task_role_arn"),
             log_group=cfg.log_group or ssm.get("log_group"),
-            sshd_port=int(sc.get("sshd_port") or ssm_sc.get("sshd_port") or DEFAULT_SSHD_PORT))
+            sshd_port=int(sc.get("sshd_port") or ssm_sc.get("sshd_port") or DEFAULT_SSHD_PORT),
+            s3_bucket=cfg.s3_bucket or ssm.get("s3_bucket"),
+            ecr_repository=cfg.ecr_repository or ssm.get("ecr_repository"),
+            codebuild_service_role=cfg.codebuild_service_role or ssm.get("codebuild_service_role"),
+            dockerhub_secret_arn=cfg.dockerhub_secret_arn or ssm.get("dockerhub_secret_arn"))
 
 
 def needs_discovery(cfg: SandboxConfig) -> bool:

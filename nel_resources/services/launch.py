@@ -1,4 +1,4 @@
-"""Model services nel starts and stops itself (llama.cpp, vLLM, SGLang, TRT-LLM).
+"""Model services nel starts and stops itself (llama.cpp, vLLM, SGLang, TRT-LLM, Dynamo).
 
 A launched service lives for the duration of a run: started before the first shard that
 needs it, health-checked with a timeout, its log kept under `<output>/logs/`, and torn
@@ -198,22 +198,44 @@ def in_container(svc: ServiceConfig, cluster_type: str) -> bool:
 
 
 def make_server(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                shm_size: str | None = None, prefix: Sequence[str] = ()) -> Any:
-    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), or a `ContainerService` (same
-    face) when `container` (`cluster.type: docker`)."""
+                shm_size: str | None = None, prefix: Sequence[str] = (),
+                away: Mapping[str, str] | None = None, log_name: str | None = None,
+                cluster: Any = None) -> Any:
+    """A `LaunchedService` (behind `prefix`: Pyxis on SLURM), a `ContainerService` (same
+    face) when `container` (`cluster.type: docker`), a `DynamoServer` (same face) for a
+    `type: dynamo` service (`away`: its roles on other node pools, nel_resources.services.dynamo),
+    or a `MultiNodeService` for `num_nodes > 1` (over the nodes of the SLURM job, `cluster`
+    its `cluster:`)."""
+    if svc.type == "dynamo":
+        from nel_resources.services.dynamo import DynamoServer
+        from nel_resources.services.dynamo_remote import rendezvous_here
+
+        where = rendezvous_here(away)
+        return DynamoServer(name, svc, log_dir, log_name, prefix=prefix, away=away,
+                            rendezvous=where[0] if where else None, infra_host=where[1] if where else None)
+    if svc.num_nodes > 1:
+        if cluster is None:  # never silently on one node
+            raise NelError(f"service {name!r}: num_nodes {svc.num_nodes} runs only in the SLURM "
+                           "jobs `nel eval run` submits (cluster.type: slurm)")
+        from nel_resources.services.multinode_server import MultiNodeService
+
+        return MultiNodeService(name, svc, log_dir, cluster)
     if container:
         from nel_resources.services.container_server import ContainerService
 
         return ContainerService(name, svc, log_dir, shm_size=shm_size)
-    return LaunchedService(name, svc, log_dir, prefix=prefix)
+    return LaunchedService(name, svc, log_dir, log_name, prefix=prefix)
 
 
 @contextmanager
 def launched_service(name: str, svc: ServiceConfig, log_dir: Path, *, container: bool = False,
-                     shm_size: str | None = None, prefix: Sequence[str] = ()) -> Iterator[str]:
-    """Start one service (a container on Docker, behind `prefix` on SLURM: see make_server),
-    wait until it answers, yield its base URL, then stop it."""
-    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix)
+                     shm_size: str | None = None, prefix: Sequence[str] = (),
+                     away: Mapping[str, str] | None = None,
+                     cluster: Any = None) -> Iterator[str]:
+    """Start one service (a container on Docker, behind `prefix` on SLURM, over several
+    nodes: see make_server), wait until it answers, yield its base URL, then stop it."""
+    server = make_server(name, svc, log_dir, container=container, shm_size=shm_size, prefix=prefix,
+                         away=away, cluster=cluster)
     try:
         yield server.start()
     finally:
@@ -327,6 +349,15 @@ def launched_resources(resolved: ResolvedConfig, resources: dict[str, Any],
     return out
 
 
+def roles_away(name: str, elsewhere: Mapping[str, str | None]) -> dict[str, str]:
+    """Roles of Dynamo service `name` that components of a heterogeneous SLURM job run
+    (`elsewhere` lists them as `<name>@<role>` -> their node pool)."""
+    from nel_resources.services.dynamo import role_key
+
+    return {r: str(pool) for r in ("prefill", "decode")
+            if (pool := elsewhere.get(role_key(name, r))) is not None}
+
+
 @contextmanager
 def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                       elsewhere: Mapping[str, str | None] | None = None) -> Iterator[dict[str, str]]:
@@ -353,7 +384,8 @@ def launched_services(resolved: ResolvedConfig, resources: dict[str, Any],
                     name, spec.config, Path(resolved.output_dir) / "logs",
                     container=in_container(spec.config, resolved.cluster.type),
                     shm_size=resolved.cluster.shm_size,
-                    prefix=service_prefix(resolved.cluster, spec.config)))  # in its image, on SLURM
+                    prefix=service_prefix(resolved.cluster, spec.config),  # in its image, on SLURM
+                    away=roles_away(name, away), cluster=resolved.cluster))
             urls[name] = url
             key = spec.resource_key
             old: ModelService = resources[key]

@@ -90,8 +90,11 @@ def test_terminal_bench_task_dirs_load_into_seeds_a_tool_calling_solver_can_run(
     assert m["agent_timeout_s"] == 600.0 and m["verifier_timeout_s"] == 120.0
     # /tests and /logs: per-sample scratch mounts the verifier writes to
     scratch = ["/tests", "/logs"]
+    # its Dockerfile COPYs: its build context rides along (an ecs_fargate block builds it)
     assert fix.sandbox_spec == {"image": "localdebian:bookworm-py", "workdir": "/app",
-                                "scratch_dirs": scratch}
+                                "scratch_dirs": scratch, "environment_dir": str(
+                                    no_data / "data" / "terminal-bench-v1" / "fix-greeting"
+                                    / "environment")}
     # task.toml's docker_image wins over the Dockerfile's FROM; the last WORKDIR counts
     assert count.sandbox_spec == {"image": "nel-tasks/count-lines:1", "workdir": "/srv/work",
                                   "scratch_dirs": scratch}

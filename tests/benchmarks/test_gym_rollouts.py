@@ -191,3 +191,29 @@ def test_aggregate_metrics_has_gyms_keys_and_values() -> None:
         for key, value in theirs.items():
             assert key in mine, key
             assert mine[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_native_without_data_against_a_nemo_gym_resources_server_is_one_line(
+        gym_stack: SharedGym, tmp_path: Path) -> None:
+    """A real Gym resources server holds no problems (no /dataset_size): nel's run refuses in
+    one line naming the fix, before any model request; NeMo Evaluator 0.3.0's own run of the
+    same benchmark stops on it too."""
+    from nel_resources.reference_server import start_reference_server
+    from tests.support.peers import run_peer_nemo
+    from tests.support.reference import server_stats
+
+    name = f"gym://{gym_stack.url('mcqa').removeprefix('http://')}?protocol=native"
+    model, url = start_reference_server()
+    try:
+        p = run_nel("eval", "run", "-b", name, "--model-url", url, "--model-id", "ref",
+                    "-o", str(tmp_path / "out"), "--no-progress")
+        assert server_stats(url)["total_requests"] == 0
+    finally:
+        model.stop()
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+    assert p.returncode != 0 and len(errors) == 1, p.stderr
+    assert "has no /dataset_size" in errors[0] and "add data=ROWS.jsonl" in errors[0], errors
+    assert "Traceback" not in p.stderr
+    peer = run_peer_nemo("eval", "run", "-b", name, "--model-url", url, "--model-id", "ref",
+                         "-o", str(tmp_path / "peer"), timeout=180)
+    assert peer.returncode != 0 and "invalid dataset_size=-1" in peer.stdout + peer.stderr

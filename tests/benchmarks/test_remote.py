@@ -358,7 +358,6 @@ def _write_rows(path: Path, n: int) -> Path:
     [
         ("?protocl=native", "unknown query parameter 'protocl'"),
         ("?protocol=grpc", "expected evaluator or native"),
-        ("?protocol=native", "protocol=native needs data=ROWS.jsonl"),
         ("?data=", "names no file"),
         ("?protocol=native&protocol=native&data=x", "given twice"),
     ],

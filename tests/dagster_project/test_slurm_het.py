@@ -218,7 +218,7 @@ def test_submit_false_writes_a_hetjob_script_with_each_pools_flags(
         *common, "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --partition=gpu-batch",
         "#SBATCH --gres=gpu:8", "#SBATCH --account=proj-a", "#SBATCH --comment=nightly",
         "#SBATCH --qos=normal", "#SBATCH --constraint=h100"]
-    assert re.search(r'^srun --het-group=1 --nodes=1 --ntasks=1 --overlap \S+ -m dagster_project\.cli\.main '
+    assert re.search(r'^NEL_SLURM_HET_GROUP=1 srun --het-group=1 --nodes=1 --ntasks=1 --overlap \S+ -m dagster_project\.cli\.main '
                      r'eval run \S*het\.yaml --no-progress --slurm-service tiny --slurm-services "\$svc_dir" &$',
                      script, re.M), script
     assert re.search(r'--slurm-task "\$1" --slurm-index "\$2" --slurm-services "\$svc_dir"$', script, re.M)

@@ -30,7 +30,7 @@ REFUSED_KEY = {
     "07_swebench_harbor_prod": "benchmarks.0.name",
     # the harbor solver runs here (Harbor 0.24.0, `make peers`): these are refused on what
     # they run it in
-    "07_swebench_multilingual_harbor": "benchmarks.0.sandbox.ecr_repository",
+    "07_swebench_multilingual_harbor": "benchmarks.0.sandbox.type",  # no AWS credentials here
     "07_swebench_pro_harbor": "benchmarks.0.name",
     "07a_swebench_harbor_docker": "benchmarks.0.name",
     "08_terminalbench_harbor": "benchmarks.0.name",
@@ -40,19 +40,20 @@ REFUSED_KEY = {
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
     "10_gym_full": None, "10_nmp_harbor": None,
     "11_gym_env_harbor": None,
-    # its interceptors (turn_counter, reasoning_replay) are built; the OpenClaw solver its
-    # playbook implies is refused for want of the `openclaw` CLI on PATH, else for its web search
-    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin",
-                               "benchmarks.0.solver.web_search_provider"),
+    # its interceptors (turn_counter, reasoning_replay) and the OpenClaw web search its
+    # playbook sets are built; the OpenClaw solver is refused for want of the `openclaw` CLI
+    # on PATH, else for running in the playbook's (ECS) sandbox
+    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin", "benchmarks.0.sandbox"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
-    # run through Pyxis (test_slurm_containers.py): the dynamo ones stop on the server type.
+    # run through Pyxis (test_slurm_containers.py). Dynamo (aggregated and disaggregated) runs
+    # end to end on the same cluster: tests/dagster_project/test_slurm_dynamo.py.
     # A slurm or apptainer sandbox goes on its node pool (test_apptainer_pool.py); Apptainer
     # is not installed here (Debian bookworm has no package): the run checks it, a dry run lists it.
     "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
-    "15c_slurm_gsm8k_dynamo": "services.glm5-dynamo.type",
-    "15d_slurm_gsm8k_dynamo_disagg": "services.glm5-dynamo-disagg.type",
+    "15c_slurm_gsm8k_dynamo": None,
+    "15d_slurm_gsm8k_dynamo_disagg": None,
     "16_slurm_swebench_harbor": None,
     "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.type",
     # ecs_fargate finds its cluster in SSM (as 0.3.0), given AWS credentials: none here
@@ -97,10 +98,11 @@ RUN_REFUSED = {
     "wt07_gym_delegation": "swebench-multilingual: no local task files in ",
     "wt08_tool_calling_gym": "swebench-multilingual: no local task files in ",
     "wt10_tool_calling_combined": "unknown benchmark 'research-bench'",
-    # a Gym resources server's native protocol serves no problems of its own
-    "11_gym_env_harbor": "protocol=native needs data=ROWS.jsonl",
-    # Harbor tasks run in a slurm sandbox on its node pool (test_harbor_slurm_e2e.py), and
-    # gym_delegation's patch is verified there; the SWE-bench task files are not here
+    # its problems are the Gym server's at localhost:8000 (none runs here); against a real
+    # `nel serve` and NeMo Gym: tests/benchmarks/test_gym_native_served.py, test_gym_rollouts.py
+    "11_gym_env_harbor": "has no /dataset_size",
+    # Harbor tasks run in a slurm sandbox on its node pool (test_harbor_cluster_sandboxes_e2e.py),
+    # and gym_delegation's patch is verified there; the SWE-bench task files are not here
     "16_slurm_swebench_harbor": "swebench-verified: no local task files in ",
     "wt14_slurm_sandbox_harbor": "swebench-verified: no local task files in ",
     "20_slurm_gym_runtime": "swebench-multilingual: no local task files in ",
@@ -116,6 +118,14 @@ DRY_RUN_DEFERS = {
     "wt07_gym_delegation": "needs the data here", "wt08_tool_calling_gym": "needs the data here",
     "14_container_nemo_skills": "needs the Docker engine", "wt16_container_uri": "needs the Docker engine",
     "18_humaneval_ecs": "needs AWS",
+    # gym:// without data=: the server's problems, asked when the run starts (as 0.3.0 does)
+    "11_gym_env_harbor": "needs the server up",
+    # Harbor tasks in ecs_fargate: AWS credentials, and the task images CodeBuild builds
+    "07_swebench_harbor": "needs AWS", "07_swebench_harbor_prod": "needs AWS",
+    "07_swebench_multilingual_harbor": "needs AWS", "07_swebench_pro_harbor": "needs AWS",
+    "08_terminalbench_harbor": "needs AWS", "08b_terminalbench_v1_harbor": "needs AWS",
+    "09f_skills_eval_caveman_local_ecs": "needs AWS", "19_gym_runtime_ecs": "needs AWS",
+    "wt06_swebench_harbor_ecs": "needs AWS",
     # lm-eval's task data, NeMo Skills' prepared data and VLMEvalKit's TSV are not on this machine
     "03_mmlu_lmeval": "needs the data here", "wt03_harness_uris": "needs the data here",
     "04_mmlu_pro_skills": "needs the data here", "13_vlmevalkit_mmbench": "needs the data here",
@@ -127,15 +137,7 @@ DRY_RUN_DEFERS = {
     "20a_slurm_gym_runtime_apptainer": "needs the program installed",
 }
 # ... and where it goes on past such a check to a key the run did not reach: refused there.
-DRY_RUN_KEY = {
-    "07_swebench_harbor": "benchmarks.0.sandbox.ecr_repository",
-    "07_swebench_harbor_prod": "benchmarks.0.sandbox.ecr_repository",
-    "07_swebench_pro_harbor": "benchmarks.0.sandbox.ecr_repository",
-    "08_terminalbench_harbor": "benchmarks.0.sandbox", "08b_terminalbench_v1_harbor": "benchmarks.0.sandbox",
-    "09f_skills_eval_caveman_local_ecs": "benchmarks.0.sandbox",
-    "19_gym_runtime_ecs": "benchmarks.0.sandbox",
-    "wt06_swebench_harbor_ecs": "benchmarks.0.sandbox",
-}
+DRY_RUN_KEY: dict[str, str] = {}
 # Suites with a benchmark that cannot run as written (simpleqa is graded by an LLM judge and
 # these suites give it none): it fails alone, the others run (test_suite_failures.py runs one).
 SUITE_PARTIAL = {
@@ -145,7 +147,8 @@ SUITE_PARTIAL = {
 # Launched GPU servers on a SLURM node pool: they plan here and run end to end on the test
 # SLURM cluster with fake GPUs (tests/dagster_project/test_slurm_gpu_servers.py), not against
 # the reference server below.
-SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards"}
+SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards",
+             "15c_slurm_gsm8k_dynamo", "15d_slurm_gsm8k_dynamo_disagg"}  # test_slurm_dynamo.py
 # SLURM configs whose dry run writes the sbatch scripts (as NeMo Evaluator's does).
 SLURM_SCRIPTS = SLURM_GPU | {"16_slurm_swebench_harbor", "16a_slurm_swebench_harbor_apptainer",
                              "20_slurm_gym_runtime", "20a_slurm_gym_runtime_apptainer",
@@ -478,7 +481,7 @@ def test_nemo_evaluator_interceptors_are_accepted(tmp_path: Path, service_yaml: 
     check_supported(cfg)
 
 
-@pytest.mark.parametrize("typ", ["dynamo", "nim", "nat_agent", "nat"])
+@pytest.mark.parametrize("typ", ["nim", "nat_agent", "nat"])
 def test_service_types_nel_cannot_start_are_refused(tmp_path: Path, typ: str) -> None:
     p, cfg = _load(tmp_path, BASE.replace("benchmarks:\n", f"  other:\n    type: {typ}\nbenchmarks:\n"))
     with pytest.raises(ConfigError) as err:
@@ -616,10 +619,10 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
 def test_a_shard_process_refuses_with_the_file_and_line(tmp_path: Path) -> None:
     """One shard of a distributed run re-reads the config with its shard count: the refusal
     still names the file and the key's line (it read `<config>:?` before)."""
-    path = FIXTURES / "examples" / "07_swebench_harbor.yaml"
+    path = FIXTURES / "examples" / "15c_slurm_gsm8k_dynamo.yaml"
     p = run_nel("eval", "run", str(path), "--dry-run", "-o", str(tmp_path / "out"),
                 env={"NEL_SHARD_IDX": "1", "NEL_TOTAL_SHARDS": "2"})
     assert p.returncode == 2, p.stdout + p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key benchmarks\.0\.sandbox\.ecr_repository: ", line)
-    assert m and "ecr_repository:" in _yaml_line(path, int(m.group(1))), line
+    m = re.match(rf"error: {re.escape(str(path))}:(\d+): key services\.glm5-dynamo\.type: ", line)
+    assert m and "type:" in _yaml_line(path, int(m.group(1))), line

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -49,7 +50,7 @@ from nel_resources.sandboxes.base import (
 from nel_resources.specs import RunSpec
 
 #: Sandbox types that run each problem in the image its seed names (Harbor tasks).
-_PER_TASK_IMAGE_TYPES = ("docker", "slurm", "apptainer")
+_PER_TASK_IMAGE_TYPES = ("docker", "slurm", "apptainer", "ecs_fargate")
 #: Where a stateless pair's shared volume is mounted in both sandboxes.
 SHARED_MOUNT = "/shared"
 
@@ -131,7 +132,8 @@ def spec_for(seed: SeedResult) -> SandboxSpec:
         return raw
     data = dict(raw)
     vols = [v if isinstance(v, VolumeMount) else VolumeMount(**v) for v in data.pop("volumes", None) or []]
-    known = {k: data[k] for k in ("image", "workdir", "env", "files", "entrypoint") if data.get(k) is not None}
+    known = {k: data[k] for k in ("image", "workdir", "env", "files", "entrypoint",
+                                  "environment_dir") if data.get(k) is not None}
     return SandboxSpec(**known, volumes=vols)
 
 
@@ -166,8 +168,8 @@ class SampleSandboxes:
                 d.chmod(0o777)  # the sandbox's unprivileged uid writes there
             self._scratch.chmod(0o755)
         vols = [VolumeMount(str(self._scratch / str(i)), p) for i, p in enumerate(self._scratch_paths)]
-        return SandboxSpec(spec.image, spec.workdir, dict(spec.env), dict(spec.files),
-                           spec.entrypoint, [*spec.volumes, *vols])
+        return dataclasses.replace(spec, env=dict(spec.env), files=dict(spec.files),
+                                   volumes=[*spec.volumes, *vols])
 
     async def _start(self, spec: SandboxSpec) -> Sandbox:
         sb = self._pool.factory.create(self._with_scratch(spec))
@@ -181,8 +183,8 @@ class SampleSandboxes:
             # Each sandbox may run as its own unprivileged uid: both must reach the volume.
             self._shared.chmod(0o777)
         vol = VolumeMount(str(self._shared), SHARED_MOUNT)
-        return SandboxSpec(self._spec.image, self._spec.workdir, dict(self._spec.env),
-                           dict(self._spec.files), self._spec.entrypoint, [*self._spec.volumes, vol])
+        return dataclasses.replace(self._spec, env=dict(self._spec.env),
+                                   files=dict(self._spec.files), volumes=[*self._spec.volumes, vol])
 
     async def solve_sandbox(self) -> Sandbox:
         """The sandbox a solver works in (an agent's tools)."""
@@ -272,8 +274,12 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
 
 async def _probe_spec(run: RunSpec, env: EvalEnvironment) -> SandboxSpec:
     """What the pre-flight sandbox starts from: the default spec, or, for a block of an
-    image type that names no image (agent tasks bring their own), the first problem's image."""
+    image type that names no image (agent tasks bring their own), the first problem's image
+    (and, for ecs_fargate, its build context: ecr_build builds it)."""
     assert run.sandbox is not None
     if run.sandbox.type not in _PER_TASK_IMAGE_TYPES or run.sandbox.image or not len(env):
         return SandboxSpec()
-    return SandboxSpec(image=spec_for(await env.seed(0)).image)
+    first = spec_for(await env.seed(0))
+    if run.sandbox.type == "ecs_fargate":
+        return SandboxSpec(image=first.image, environment_dir=first.environment_dir)
+    return SandboxSpec(image=first.image)

@@ -119,7 +119,8 @@ def _openclaw(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
         inp.service, openclaw_bin=cfg.openclaw_bin, thinking=cfg.thinking,
         timeout=inp.timeout or DEFAULT_TIMEOUT, max_concurrent=cfg.max_concurrent,
         context_window=cfg.context_window, idle_timeout_seconds=cfg.idle_timeout_seconds,
-        system_prompt=inp.system_prompt, model_id=inp.model_id or "")
+        system_prompt=inp.system_prompt, model_id=inp.model_id or "",
+        web_search_provider=cfg.web_search_provider, config_path=cfg.config_path)
 
 
 def _harbor(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:

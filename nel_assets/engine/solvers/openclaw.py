@@ -16,6 +16,10 @@ its processes killed: category `timeout`. A run that exits non-zero is a
 `model_error` when a model call through the proxy failed, else an `agent_error`; stdout
 that holds no result is `malformed_output`, a result without text `empty_response`. Each
 is the sample's error; the trajectory keeps what was captured up to then.
+
+With `web_search_provider: tavily` the agent has OpenClaw's `web_search` tool, served by the
+shard's search relay (`openclaw_search`: the key stays in nel); each sample's searches are
+in its `scoring_details` (`web_searches`).
 """
 
 from __future__ import annotations
@@ -28,12 +32,18 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.errors import NelError
 from nel_assets.engine.solvers import openclaw_steps as oc
 from nel_assets.engine.solvers.base import SolveContext, SolveResult
-from nel_assets.engine.solvers.openclaw_home import agent_command, agent_env, make_home
+from nel_assets.engine.solvers.openclaw_home import (
+    agent_command,
+    agent_env,
+    make_home,
+    read_user_config,
+)
+from nel_assets.engine.solvers.openclaw_search import API_KEY_ENV, SearchRelay
 from nel_assets.engine.solvers.shard_proxy import ShardProxy
 from nel_resources.model_client import ModelResponse
 
@@ -64,13 +74,16 @@ class OpenClawSolver:
         system_prompt: written to the workspace's `AGENTS.md` (OpenClaw puts it in the
             system message of every model call).
         model_id: the model under test as trajectories name it.
+        web_search_provider: "tavily" gives the agent web search (key: `TAVILY_API_KEY`).
+        config_path: the user's `openclaw.json`, under nel's required settings.
     """
 
     def __init__(self, service: ServiceConfig, *, openclaw_bin: str = "openclaw",
                  thinking: str = "high", timeout: float = DEFAULT_TIMEOUT,
                  max_concurrent: int = 4, context_window: int | None = None,
                  idle_timeout_seconds: int = 600, system_prompt: str | None = None,
-                 model_id: str = "") -> None:
+                 model_id: str = "", web_search_provider: str | None = None,
+                 config_path: str | None = None) -> None:
         self.service = service
         self.openclaw_bin = openclaw_bin
         self.thinking = thinking
@@ -82,6 +95,10 @@ class OpenClawSolver:
         self.model_id = model_id or str(service.model or "")
         self._slots = asyncio.Semaphore(max_concurrent)
         self._shard = ShardProxy(service, "nel-openclaw-")
+        self.web_search_provider = web_search_provider
+        self.config_path = config_path
+        self._user_config: dict[str, Any] | None = None
+        self._search: SearchRelay | None = None
 
     @property
     def _root(self) -> Path | None:
@@ -99,10 +116,27 @@ class OpenClawSolver:
             raise NelError(f"the 'openclaw' solver cannot run here: the OpenClaw CLI "
                            f"`{self.openclaw_bin}` is not on PATH (install it with `make "
                            "peers`, or give its path in `solver.openclaw_bin`)")
+        if self.config_path:
+            try:
+                self._user_config = read_user_config(self.config_path)
+            except ValueError as exc:
+                raise NelError(f"the 'openclaw' solver's {exc}") from None
+        if self.web_search_provider and self._search is None:
+            relay = SearchRelay.from_env()
+            if not os.environ.get(API_KEY_ENV):
+                raise NelError(f"web_search_provider: {self.web_search_provider} needs "
+                               f"{API_KEY_ENV} set in the environment (the search provider's "
+                               "key, as NeMo Evaluator reads it)")
+            await relay.start()
+            self._search = relay
         await self._shard.start()
 
     async def close_tools(self) -> None:
-        """Stop the proxy and remove the shard's OpenClaw homes (the shard's end)."""
+        """Stop the proxy and the search relay, remove the shard's OpenClaw homes (the
+        shard's end)."""
+        if self._search is not None:
+            await self._search.stop()
+            self._search = None
         await self._shard.stop()
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
@@ -118,7 +152,10 @@ class OpenClawSolver:
                              system_prompt=self.system_prompt,
                              context_window=self.context_window,
                              max_concurrent=self.max_concurrent,
-                             idle_timeout_seconds=self.idle_timeout_seconds)
+                             idle_timeout_seconds=self.idle_timeout_seconds,
+                             search_url=(self._search.session_url(name)
+                                         if self._search is not None else None),
+                             user_config=self._user_config)
             try:
                 cmd = agent_command(self.openclaw_bin, task.prompt, name,
                                     thinking=self.thinking, timeout=self.timeout)
@@ -136,7 +173,9 @@ class OpenClawSolver:
         captured = self._shard.session(sample)
         steps, n_calls = oc.tool_steps(captured.steps(), oc.transcript_tool_results(state, session))
         turns = sum(1 for s in steps if s.get("source") == "agent")
-        details = {"tool_calls": n_calls, "agent": "openclaw"}
+        details: dict[str, Any] = {"tool_calls": n_calls, "agent": "openclaw"}
+        if self._search is not None:
+            details["web_searches"] = self._search.searches(session)
 
         def failed(message: str, category: str) -> SolveResult:
             return SolveResult("", error=message, failure_category=category, steps=steps,

@@ -10,6 +10,12 @@ passes the service's interceptor chain and is recorded. It carries no API key: O
 local-endpoint path needs none, and the proxy adds the service's key on the way out, so the
 agent (and the shell commands it runs) never holds it. For the same reason the agent gets
 a small allowlisted environment, not nel's.
+
+With `web_search_provider: tavily` the config enables nel's Tavily plugin
+(`openclaw_tavily/`) as OpenClaw's `web_search` provider, pointed at the sample's session on
+the shard's search relay (`openclaw_search`), which holds the key. A user's own
+`openclaw.json` (`config_path`) is the base of each sample's config; nel's settings (the
+provider, the model, the workspace, the search plugin) are merged over it.
 """
 
 from __future__ import annotations
@@ -51,12 +57,13 @@ class OpenClawHome:
 
 
 def openclaw_config(base_url: str, model: str, *, workspace: Path, context_window: int | None,
-                    max_concurrent: int, idle_timeout_seconds: int) -> dict[str, Any]:
+                    max_concurrent: int, idle_timeout_seconds: int,
+                    search_url: str | None = None) -> dict[str, Any]:
     """The `openclaw.json` of one sample (see the module docstring)."""
     entry: dict[str, Any] = {"id": model, "name": model, "input": ["text"]}
     if context_window is not None:
         entry["contextWindow"] = context_window
-    return {
+    cfg: dict[str, Any] = {
         "models": {"mode": "merge", "providers": {PROVIDER: {
             "baseUrl": base_url, "api": "openai-completions", "models": [entry],
             "timeoutSeconds": idle_timeout_seconds}}},
@@ -67,11 +74,54 @@ def openclaw_config(base_url: str, model: str, *, workspace: Path, context_windo
         # The agent's file tools may leave the workspace, as NeMo Evaluator sets it.
         "tools": {"fs": {"workspaceOnly": False}},
     }
+    if search_url is not None:
+        from nel_assets.engine.solvers.openclaw_tavily import PLUGIN_DIR
+
+        # NeMo Evaluator 0.3.0's web search settings; the plugin is nel's (see above)
+        cfg["tools"]["web"] = {"search": {"provider": "tavily"}}
+        cfg["plugins"] = {"load": {"paths": [str(PLUGIN_DIR)]}, "entries": {"tavily": {
+            "enabled": True, "config": {"webSearch": {"baseUrl": search_url}}}}}
+    return cfg
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over` merged in: objects key by key, anything else replaced by `over`'s,
+    so nel's required settings win and the user's others stay."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = merged(old, value)
+        elif isinstance(old, list) and isinstance(value, list) and key == "paths":
+            out[key] = [*old, *(v for v in value if v not in old)]  # plugin paths add up
+        else:
+            out[key] = value
+    return out
+
+
+def read_user_config(path: str | Path) -> dict[str, Any]:
+    """A user's `openclaw.json` (JSON) as a dict.
+
+    Raises:
+        ValueError: one line naming the file, when it cannot be read or is not an object.
+    """
+    file = Path(path).expanduser()
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"config_path {file}: cannot read it ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config_path {file}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"config_path {file}: expected a JSON object, got {type(doc).__name__}")
+    return doc
 
 
 def make_home(root: Path, name: str, *, base_url: str, model: str,
               system_prompt: str | None = None, context_window: int | None = None,
-              max_concurrent: int = 4, idle_timeout_seconds: int = 600) -> OpenClawHome:
+              max_concurrent: int = 4, idle_timeout_seconds: int = 600,
+              search_url: str | None = None,
+              user_config: dict[str, Any] | None = None) -> OpenClawHome:
     """Create `root/name` with the config and an empty workspace.
 
     A system prompt goes into the workspace's `AGENTS.md`, which OpenClaw puts into the
@@ -82,7 +132,9 @@ def make_home(root: Path, name: str, *, base_url: str, model: str,
     home.workspace.mkdir()
     cfg = openclaw_config(base_url, model, workspace=home.workspace,
                           context_window=context_window, max_concurrent=max_concurrent,
-                          idle_timeout_seconds=idle_timeout_seconds)
+                          idle_timeout_seconds=idle_timeout_seconds, search_url=search_url)
+    if user_config:
+        cfg = merged(user_config, cfg)
     (home.state / "openclaw.json").write_text(json.dumps(cfg, indent=2))
     if system_prompt:
         (home.workspace / "AGENTS.md").write_text(system_prompt.rstrip() + "\n")

@@ -19,6 +19,7 @@ from nel_resources.sandboxes.factory import make_factory
 from nel_resources.sandboxes.limits import Limits
 from tests.support import require_bwrap
 from tests.support.docker_engine import BASE_IMAGE
+from tests.support.moto_server import moto_endpoint  # noqa: F401 (moto's server, for AWS types)
 
 T = TypeVar("T")
 

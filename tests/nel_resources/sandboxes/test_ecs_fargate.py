@@ -37,10 +37,9 @@ from nel_resources.sandboxes.ecs_fargate import (
     refusal,
     ssh_argv,
 )
-from tests.support.realcomponents import require_real_component
-from tests.support.waiting import PROCESS_START_S, wait_for
+from tests.support.moto_server import REGION, port_from_log
+from tests.support.waiting import wait_for
 
-REGION = "us-east-1"
 ECS_CONFIG = """\
 services:
   model: {{type: api, url: "http://127.0.0.1:9/v1/chat/completions", model: m}}
@@ -61,40 +60,6 @@ sandboxes:
     cpu: "1024"
     memory: "2048"
 """
-
-
-def _port_from_log(proc: ManagedProcess, pattern: str) -> int:
-    found = wait_for(lambda: re.search(pattern, proc.log_tail(4000)), timeout=PROCESS_START_S,
-                     what=f"{proc.name} to print its port", interval=0.05, alive=proc)
-    return int(found.group(1))
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    """moto's server on a port of its choosing, with fake credentials pointed at it."""
-    binary = Path(sys.executable).parent / "moto_server"
-    if not binary.exists():
-        require_real_component("moto_server is not installed (pip install 'moto[server]')")
-    proc = ManagedProcess([str(binary), "-H", "127.0.0.1", "-p", "0"], name="moto").start()
-    mp = pytest.MonkeyPatch()
-    try:
-        port = _port_from_log(proc, r"Running on http://127\.0\.0\.1:(\d+)")
-        url = f"http://127.0.0.1:{port}"
-        for k, v in {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing",
-                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-            mp.setenv(k, v)
-        mp.delenv("AWS_PROFILE", raising=False)
-        # moto moves a task one lifecycle step per describe-tasks by default (RUNNING ->
-        # DEACTIVATING -> ... at once); as on AWS, a task keeps running until it is stopped
-        req = urllib.request.Request(
-            f"{url}/moto-api/state-manager/set-transition", method="POST",
-            data=json.dumps({"model_name": "ecs::task", "transition": {
-                "progression": "manual", "times": 1_000_000}}).encode())
-        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=30)
-        yield url
-    finally:
-        mp.undo()
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -212,8 +177,8 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
                                     tmp_path: Path) -> None:
     cfg = _config(aws)
     assert refusal(cfg) is None
-    s3 = refusal(_config(aws, s3_bucket="b"))
-    assert s3 is not None and (s3.key, s3.unbuilt) == ("s3_bucket", True)
+    s3 = refusal(_config(aws, efs_filesystem_id="fs-1"))
+    assert s3 is not None and (s3.key, s3.unbuilt) == ("efs_filesystem_id", True)
     assert refusal(_config(aws, cluster=None)) is None  # found in SSM when it starts
     assert (refusal(_config(aws, cluster=None, region=None)) or s3).key == "cluster"
     # a cluster without the sidecar's key secrets: found in SSM when it starts (as in 0.3.0)
@@ -223,12 +188,12 @@ def test_refused_before_any_request(aws: dict[str, Any], monkeypatch: pytest.Mon
     path = tmp_path / "ecs.yaml"
     path.write_text(ECS_CONFIG.format(**aws))
     check_supported(load_config(path))
-    path.write_text(ECS_CONFIG.format(**aws) + "    s3_bucket: my-bucket\n")
+    path.write_text(ECS_CONFIG.format(**aws) + "    efs_filesystem_id: fs-1\n")
     with pytest.raises(ConfigError) as err:
         check_supported(load_config(path))
     assert str(err.value) == (
-        f"{path}:19: key sandboxes.box.s3_bucket: large uploads through S3 in ecs_fargate "
-        "sandboxes is not supported yet in nel; remove `s3_bucket`")
+        f"{path}:19: key sandboxes.box.efs_filesystem_id: EFS volumes in ecs_fargate "
+        "sandboxes is not supported yet in nel; remove `efs_filesystem_id`")
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -270,7 +235,7 @@ def exec_port() -> Iterator[int]:
     proc = ManagedProcess([sys.executable, exec_server.__file__], name="exec-server",
                           env={"NEL_EXEC_PORT": "0", "NEL_EXEC_BIND": "127.0.0.1"}).start()
     try:
-        yield _port_from_log(proc, r"listening (\d+)")
+        yield port_from_log(proc, r"listening (\d+)")
     finally:
         proc.stop()
 

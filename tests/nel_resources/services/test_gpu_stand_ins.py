@@ -72,3 +72,48 @@ def test_too_few_gpus_fails_with_the_log_tail(tmp_path: Path, stand_ins: Path) -
 def _tool_args(argv: list[str]) -> list[str]:
     """What the tool itself sees of nel's command line (after `python -m sglang.launch_server`)."""
     return argv[3:] if argv[1:3] == ["-m", "sglang.launch_server"] else argv[1:]
+
+
+def test_the_ray_stand_in_takes_rays_flags_only_and_counts_the_nodes_that_joined(
+        tmp_path: Path, stand_ins: Path) -> None:
+    """`ray start --head`, a worker's `ray start --address`, `ray status`: Ray's output lines
+    the multi-node script counts; an unknown flag exits 2 as Ray's CLI does."""
+    import os
+    import subprocess
+
+    from nel_resources.runtime.processes import ManagedProcess, free_port
+    from tests.support.waiting import wait_for
+
+    bad = subprocess.run(["ray", "start", "--head", "--no-such-flag"], capture_output=True, text=True,
+                         env=os.environ, timeout=60)
+    assert bad.returncode == 2 and "No such option: --no-such-flag" in bad.stderr
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    head = ManagedProcess(["ray", "start", "--head", f"--port={port}", "--num-gpus=4", "--block"],
+                          log_path=tmp_path / "head.log")
+    worker = ManagedProcess(["ray", "start", f"--address={address}", "--num-gpus=4", "--block"],
+                            log_path=tmp_path / "worker.log", env={"SLURM_NODEID": "1"})
+
+    def nodes() -> int:
+        out = subprocess.run(["ray", "status", f"--address={address}"], capture_output=True, text=True,
+                             env=os.environ, timeout=60).stdout
+        return sum(1 for ln in out.splitlines() if ln.startswith(" 1 node_"))
+
+    with head, worker:
+        wait_for(lambda: nodes() == 2, timeout=60, what="the worker to join the Ray head")
+        # vLLM's Ray executor counts the GPUs of every node of the cluster (8), not this one's
+        svc = ServiceConfig(type="vllm", model_path="org/model", tensor_parallel_size=4,
+                            pipeline_parallel_size=2, startup_timeout=60,
+                            extra_args=["--distributed-executor-backend", "ray"],
+                            env={"RAY_ADDRESS": address, "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+        server = LaunchedService("m", svc, tmp_path / "logs")
+        try:
+            server.start()
+        finally:
+            server.stop()
+    assert "Ray cluster at" in server.log_path.read_text() and "2 node(s), 8 GPU(s)" in server.log_path.read_text()
+    lone = ServiceConfig(type="vllm", model_path="org/model", tensor_parallel_size=4, startup_timeout=60,
+                         extra_args=["--distributed-executor-backend", "ray"],
+                         env={"RAY_ADDRESS": address, "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    with pytest.raises(NelError, match="no Ray cluster at RAY_ADDRESS"):
+        LaunchedService("m", lone, tmp_path / "logs2").start()

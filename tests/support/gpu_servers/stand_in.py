@@ -18,6 +18,12 @@ Environment (set by the test; a SLURM job inherits it from `nel eval run`):
                             (the first start creates FILE with its pid and never serves;
                             later ones serve at once)
   NEL_STANDIN_ANSWERS       the reference server's `--answers` JSONL (deterministic replies)
+  NEL_STANDIN_NEVER_JOIN=1  a worker rank of a multi-node server never reaches its head
+
+Multi-node (multinode.py): SGLang's `--nnodes/--node-rank/--dist-init-addr` (rank 0 serves
+once the others reached it; the others join and never serve HTTP), vLLM's
+`--distributed-executor-backend ray` (the GPUs counted are the Ray cluster's at RAY_ADDRESS,
+see ray_stand_in.py, `ray` on PATH).
 """
 
 from __future__ import annotations
@@ -120,30 +126,80 @@ def _slurm_task() -> str | None:
 TOOLS = {"vllm": _vllm, "sglang": _sglang, "trtllm-serve": _trtllm}
 
 
-def main(tool: str, argv: list[str]) -> None:
-    """Parse `argv` as `tool` would, record it, wait, then serve (never returns)."""
-    ns = TOOLS[tool](argv)
+def visible_gpus() -> str | None:
+    """CUDA_VISIBLE_DEVICES, else a container's NVIDIA_VISIBLE_DEVICES."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None and os.environ.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "all", "none", "void"):
         # In a container the NVIDIA runtime exposes the GPUs asked for (`docker run --gpus`)
         # and names them in NVIDIA_VISIBLE_DEVICES; CUDA sees exactly those.
         visible = os.environ["NVIDIA_VISIBLE_DEVICES"]
+    return visible
+
+
+def record_start(tool: str, argv: list[str]) -> None:
+    """Append what `tool` was given (and where: the job, the node) to NEL_STANDIN_RECORD."""
     record = os.environ.get("NEL_STANDIN_RECORD")
     if record:
         with open(record, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"tool": tool, "argv": argv, "cuda_visible_devices": visible,
+            f.write(json.dumps({"tool": tool, "argv": argv, "cuda_visible_devices": visible_gpus(),
                                 "nvidia_visible_devices": os.environ.get("NVIDIA_VISIBLE_DEVICES"),
                                 "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                                 "slurm_task": _slurm_task(),
+                                "slurm_node": os.environ.get("SLURMD_NODENAME"),
+                                "slurm_nodeid": os.environ.get("SLURM_NODEID"),
+                                "ray_address": os.environ.get("RAY_ADDRESS"),
                                 "pid": os.getpid()}) + "\n")
+
+
+def _ray_gpus(ns: argparse.Namespace) -> int:
+    """vLLM's Ray executor places its tensor x pipeline parallel workers on the GPUs of the
+    Ray cluster at RAY_ADDRESS (every node's, not this one's)."""
+    from multinode import status
+
+    address = os.environ.get("RAY_ADDRESS", "")
+    nodes = status(address) if address else None
+    if nodes is None:
+        print(f"ConnectionError: --distributed-executor-backend ray but no Ray cluster at "
+              f"RAY_ADDRESS={address!r}", flush=True)
+        raise SystemExit(1)
+    print(f"INFO Ray cluster at {address}: {len(nodes)} node(s), {sum(nodes.values())} GPU(s)", flush=True)
+    return sum(nodes.values())
+
+
+def _multinode(tool: str, ns: argparse.Namespace) -> None:
+    """SGLang's `--nnodes N --node-rank R --dist-init-addr HOST:PORT`: rank 0 waits until
+    the N-1 others reached it, then serves; another rank joins and never serves HTTP."""
+    from multinode import Head, join
+
+    if tool != "sglang" or ns.nnodes <= 1:
+        return
+    if not ns.dist_init_addr:
+        print("ValueError: --nnodes > 1 needs --dist-init-addr", flush=True)
+        raise SystemExit(2)
+    if ns.node_rank:
+        join(ns.dist_init_addr, ns.node_rank, ns.gpus)
+        raise SystemExit(0)
+    port = ns.dist_init_addr.rsplit(":", 1)[1]
+    Head("127.0.0.1", int(port), own_gpus=ns.gpus).start().wait_for(ns.nnodes - 1)
+
+
+def main(tool: str, argv: list[str]) -> None:
+    """Parse `argv` as `tool` would, record it, wait, then serve (never returns)."""
+    ns = TOOLS[tool](argv)
+    visible = visible_gpus()
+    record_start(tool, argv)
     devices = [d for d in (visible or "").split(",") if d.strip()]
+    ray = getattr(ns, "distributed_executor_backend", None) == "ray"
+    have = _ray_gpus(ns) if ray else len(devices)
     print(f"INFO {tool} stand-in: model {ns.served!r}, {ns.gpus} GPU(s) needed, "
           f"CUDA_VISIBLE_DEVICES={visible}", flush=True)
-    if len(devices) < ns.gpus:
+    if have < ns.gpus:
         # What vLLM / SGLang / TRT-LLM do on a node without the GPUs their sizes need.
+        where = "in the Ray cluster" if ray else f"visible (CUDA_VISIBLE_DEVICES={visible})"
         print(f"RuntimeError: {ns.gpus} GPUs are needed (tensor x pipeline x data parallel) "
-              f"but {len(devices)} are visible (CUDA_VISIBLE_DEVICES={visible})", flush=True)
+              f"but {have} are {where}", flush=True)
         raise SystemExit(1)
+    _multinode(tool, ns)
     delay = os.environ.get("NEL_STANDIN_HEALTH_DELAY", "0")
     if delay.startswith("never-once:"):
         # Only the first server started with this setting is stuck (it claims the file).

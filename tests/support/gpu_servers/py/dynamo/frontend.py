@@ -1,0 +1,10 @@
+"""`python -m dynamo.frontend ...`: the stand-in of tests/support/gpu_servers/dynamo_stand_in.py."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dynamo_stand_in import TOOLS
+
+if __name__ == "__main__":
+    TOOLS["frontend"](sys.argv[1:])
