@@ -8,7 +8,8 @@ ways, and drives each with the same concurrent aiohttp client in alternating rou
 - the ceiling: a bare FastAPI app with plain request->response routes doing the same work
   inline (`env.seed`, `env.verify` on the event loop, orjson in and out), run by uvicorn
   with the very settings `nel serve` uses (`benchmarks.serve.server_settings`: the same
-  parser, head deadline, keep-alive and shutdown limits) and the same worker count;
+  protocol class, parser, head deadline, keep-alive and shutdown limits; its plain app has
+  no hot routes, so its requests take uvicorn's ASGI path) and the same worker count;
 - NeMo Evaluator 0.3.0's own `nel serve` (its default settings, one worker), from the peer
   venv (`make peers`; `NEL_PEER_NEMO` names another `nel` of the peer; skipped if absent).
 
@@ -17,8 +18,9 @@ ways, and drives each with the same concurrent aiohttp client in alternating rou
 `--baseline DIR` also serves it with the `nel serve` of another checkout (e.g. the previous
 main) in the same alternating rounds, and prints nel/baseline.
 
-It prints every round, the medians and the ratios nel/ceiling and nel/peer; the exit status
-is 0 when both meet their targets.
+It prints every round, the medians and the ratios nel/ceiling and nel/peer, and each
+server's CPU time per pair (its whole process tree: scoring workers included; less noisy
+than pairs/s on a shared machine); the exit status is 0 when both ratios meet their targets.
 """
 
 from __future__ import annotations
@@ -211,6 +213,32 @@ def _measure(port: int, size: int, args: argparse.Namespace) -> float:
         return asyncio.run(_drive(port, size, args.concurrency, args.warmup, args.duration))
 
 
+def _tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) used so far by `root` and its live descendants (Linux
+    /proc; 0 elsewhere)."""
+    stats: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    tree, total, grew = {root}, 0.0, True
+    while grew:
+        grew = False
+        for pid, (ppid, _) in stats.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    for pid in tree:
+        total += stats.get(pid, (0, 0.0))[1]
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 0 when both ratios meet their targets."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -278,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--host", "127.0.0.1"], ports["peer"], cwd=Path(tmp), env=peer_env)
         procs: dict[str, subprocess.Popen[bytes]] = {}
         rates: dict[str, list[float]] = {name: [] for name in starts}
+        cpu: dict[str, list[float]] = {name: [] for name in starts}
         try:
             # All stay up (an idle server costs no CPU) and are driven in alternating
             # rounds, so a change in background load on a shared machine hits all alike.
@@ -285,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
                 procs[name] = start()
             for _ in range(args.rounds):
                 for name in starts:
-                    rates[name].append(_measure(ports[name], SIZE, args))
+                    cpu0, t0 = _tree_cpu(procs[name].pid), time.perf_counter()
+                    rate = _measure(ports[name], SIZE, args)
+                    # CPU over warm-up and rounds alike, per pair at the measured rate.
+                    pairs = rate * (time.perf_counter() - t0)
+                    cpu[name].append((_tree_cpu(procs[name].pid) - cpu0) / pairs * 1000)
+                    rates[name].append(rate)
         finally:
             for proc in procs.values():
                 _stop(proc)
@@ -294,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"workers={args.workers} concurrency={args.concurrency} "
           f"rounds={args.rounds}x{args.duration}s cores={os.cpu_count()}")
     for name, r in rates.items():
-        print(f"{name:8s}: median {med[name]:7.0f} pairs/s; rounds {[round(x) for x in r]}")
+        print(f"{name:8s}: median {med[name]:7.0f} pairs/s, "
+              f"{statistics.median(cpu[name]):.3f} server CPU ms/pair; rounds {[round(x) for x in r]}")
     ratio = med["nel"] / med["ceiling"]
     ok = ratio >= args.target
     print(f"nel / ceiling (bare FastAPI route, same settings, same scoring): {ratio:.2f} "

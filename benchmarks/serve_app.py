@@ -26,7 +26,7 @@ from benchmarks.serve_pool import DEFAULT_SCORER_MEMORY_MB, ScoringPool, default
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from benchmarks.serve_routes import ServeRoutes
+    from benchmarks.serve_routes import HotRoutes, ServeRoutes
 
 __all__ = ["generate_app"]
 
@@ -119,6 +119,8 @@ def generate_app(
                      pool=pool)
     _add_routes(app, routes)
     app.hot_routes = {"/verify": routes.post_verify, "/seed_session": routes.post_seed_session}
+    # Answered by the server's protocol itself (benchmarks.serve_http) under `nel serve`.
+    app.hot_answers = routes.hot()
     return app
 
 
@@ -181,6 +183,7 @@ def _serve_app_class() -> type[FastAPI]:
     class ServeApp(FastAPI):
         # Set per app by generate_app; none until then.
         hot_routes: Mapping[str, Callable[[Request], Awaitable[Response]]] = MappingProxyType({})
+        hot_answers: HotRoutes | None = None
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] == "http" and scope["method"] == "POST" and not self.user_middleware:

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-__all__ = ["DEFAULT_BODY_TIMEOUT", "ApiError", "dumps", "invalid", "json_response", "loads",
-           "read_json_object"]
+__all__ = ["DEFAULT_BODY_TIMEOUT", "ApiError", "body_timed_out", "check_body_head", "dumps",
+           "invalid", "json_response", "loads", "parse_json_object", "read_body",
+           "read_json_object", "too_large"]
 
 # A body must arrive completely within this (a client sending it byte by byte is cut off).
 DEFAULT_BODY_TIMEOUT = 30.0
@@ -161,9 +162,7 @@ async def _receive_body(request: Request, limit: int, timeout: float) -> bytes:
                 # client can lie.
                 received += len(chunk)
                 if received > limit:
-                    raise ApiError(
-                        413, "body_too_large", f"body exceeds the {limit}-byte limit", "body"
-                    )
+                    raise too_large(limit)
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -171,27 +170,15 @@ async def _receive_body(request: Request, limit: int, timeout: float) -> bytes:
         if not fired:
             raise
         task.uncancel()
-        raise ApiError(
-            408, "body_timeout", f"body not received within {timeout:g} s", "body"
-        ) from None
+        raise body_timed_out(timeout) from None
     finally:
         timer.cancel()
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def read_json_object(
-    request: Request,
-    limit: int,
-    timeout: float = DEFAULT_BODY_TIMEOUT,
-    *,
-    allow_empty: bool = False,
-) -> dict[str, Any]:
-    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object.
-
-    With `allow_empty`, a body-less request reads as `{}` (NeMo Evaluator's `/seed_session`
-    takes one); otherwise an empty body is a 422.
-    """
-    ctype, declared = _body_headers(request.scope)
+def check_body_head(ctype: str | None, declared: str | None, limit: int) -> None:
+    """Refuse a request from its head alone: a non-JSON content type (415), a Content-Length
+    that is no integer (400) or over `limit` (413, before any of the body is read)."""
     _check_content_type(ctype)
     if declared is not None:
         try:
@@ -207,7 +194,24 @@ async def read_json_object(
                 f"body of {size} bytes exceeds the {limit}-byte limit",
                 "body",
             )
-    raw = await _receive_body(request, limit, timeout)
+
+
+def too_large(limit: int) -> ApiError:
+    """The 413 for a body that grew past `limit` while streaming (chunked, or a lying client)."""
+    return ApiError(413, "body_too_large", f"body exceeds the {limit}-byte limit", "body")
+
+
+def body_timed_out(timeout: float) -> ApiError:
+    """The 408 for a body that did not arrive within `timeout` s."""
+    return ApiError(408, "body_timeout", f"body not received within {timeout:g} s", "body")
+
+
+def parse_json_object(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    """A request body as a JSON object (422 naming `body` otherwise).
+
+    With `allow_empty`, an empty body reads as `{}` (NeMo Evaluator's `/seed_session` takes
+    one); otherwise an empty body is a 422.
+    """
     if not raw.strip():
         if allow_empty:
             return {}
@@ -221,3 +225,24 @@ async def read_json_object(
             "body",
         )
     return data
+
+
+async def read_body(request: Request, limit: int,
+                    timeout: float = DEFAULT_BODY_TIMEOUT) -> bytes:
+    """The raw body of a JSON request, checked as `check_body_head` says, at most `limit`
+    bytes, all of it within `timeout` s."""
+    ctype, declared = _body_headers(request.scope)
+    check_body_head(ctype, declared, limit)
+    return await _receive_body(request, limit, timeout)
+
+
+async def read_json_object(
+    request: Request,
+    limit: int,
+    timeout: float = DEFAULT_BODY_TIMEOUT,
+    *,
+    allow_empty: bool = False,
+) -> dict[str, Any]:
+    """Read the body (at most `limit` bytes, within `timeout` s) and parse a JSON object
+    (`parse_json_object`)."""
+    return parse_json_object(await read_body(request, limit, timeout), allow_empty=allow_empty)

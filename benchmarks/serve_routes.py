@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,12 @@ from benchmarks.serve_extract import extract_response_text, find_expected
 from benchmarks.serve_json import (
     JSON_HEADERS,
     ApiError,
+    dumps,
     invalid,
     json_response,
     loads,
+    parse_json_object,
+    read_body,
     read_json_object,
 )
 from benchmarks.serve_pool import ScoringFailed, ScoringPool, ScoringTimeout
@@ -32,13 +36,33 @@ if TYPE_CHECKING:
 
     from benchmarks.serve_environment import SandboxProvider
 
-__all__ = ["ServeRoutes", "on_api_error", "on_unexpected"]
+__all__ = ["Answer", "HotRoutes", "ServeRoutes", "error_answer", "on_api_error", "on_unexpected"]
+
+#: A reply as the hot routes produce it: status and JSON body (`benchmarks.serve_http`
+#: writes it straight to the connection; the ASGI path wraps it in a Response).
+Answer = tuple[int, bytes]
 
 log = logging.getLogger("nel.serve")
 
 # Seed metadata keys that would collide with verify()'s own parameters if splatted.
 # `sandbox` is the server's own (a client must never choose what the code runs in).
 _RESERVED_KWARGS = frozenset({"response", "expected", "self", "sandbox"})
+
+
+@dataclass(frozen=True, slots=True)
+class HotRoutes:
+    """What `benchmarks.serve_http` needs to answer the per-rollout routes itself.
+
+    `answers` maps a raw request path to its handler (raw body in, `Answer` out); `taskless`
+    names the paths whose handler may run outside a task (it touches only nel's own code,
+    local data and the scoring pool's futures: nothing that asks for `current_task()`, as
+    `asyncio.timeout` or an HTTP client does), which spares a task per request.
+    """
+
+    answers: dict[bytes, Callable[[bytes], Coroutine[Any, Any, Answer]]]
+    max_body_bytes: int
+    body_timeout: float
+    taskless: frozenset[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +93,26 @@ class ServeRoutes:
     sandbox: SandboxProvider | None
     pool: ScoringPool | None
 
+    def hot(self) -> HotRoutes:
+        """The routes `benchmarks.serve_http` answers below the ASGI app."""
+        return HotRoutes(
+            answers={b"/verify": self.verify_answer, b"/seed_session": self.seed_answer},
+            max_body_bytes=self.max_body_bytes, body_timeout=self.body_timeout,
+            taskless=self._taskless(),
+        )
+
+    def _taskless(self) -> frozenset[bytes]:
+        """The hot paths that need no task: a verify scored by the pool (sandboxed and
+        remote scoring need one for their timeouts and HTTP), and a seed of one of nel's own
+        local environments (a user's `seed` may await anything)."""
+        from benchmarks.serve_environment import LimitedEnvironment
+
+        if self.pool is None:
+            return frozenset()
+        env = self.env.inner if isinstance(self.env, LimitedEnvironment) else self.env
+        own_seed = type(env).seed.__module__.startswith("benchmarks.")
+        return frozenset({b"/verify", b"/seed_session"} if own_seed else {b"/verify"})
+
     async def get_health(self, request: Request) -> Response:
         """`GET /health`: the benchmark, its size and the protocol (built once)."""
         return Response(self.health_body, headers=JSON_HEADERS)
@@ -79,12 +123,24 @@ class ServeRoutes:
 
     async def post_seed_session(self, request: Request) -> Response:
         """`POST /seed_session {idx}`: problem `idx` (NeMo Gym's session start with `--gym-compat`)."""
-        body = await read_json_object(request, self.max_body_bytes, self.body_timeout,
-                                      allow_empty=True)
+        raw = await read_body(request, self.max_body_bytes, self.body_timeout)
+        status, body = await self.seed_answer(raw)
+        return Response(body, status_code=status, headers=JSON_HEADERS)
+
+    async def seed_answer(self, raw: bytes) -> Answer:
+        """`/seed_session` for a body already read: every error is its answer, not raised."""
+        try:
+            return 200, await self._seed_json(parse_json_object(raw, allow_empty=True))
+        except ApiError as exc:
+            return error_answer(exc)
+        except Exception as exc:
+            return _unexpected_answer("/seed_session", exc)
+
+    async def _seed_json(self, body: dict[str, Any]) -> bytes:
         if "idx" not in body and self.gym_compat:
             # NeMo Gym agents post the dataset row to start a session; our sessions are
             # stateless, so there is nothing to set up: Gym's BaseSeedSessionResponse is {}.
-            return Response(b"{}", headers=JSON_HEADERS)
+            return b"{}"
         idx = self._seed_index(body)
         try:
             seed = await self.env.seed(idx)
@@ -93,7 +149,7 @@ class ServeRoutes:
             raise ApiError(
                 422, "seed_error", f"seed({idx}) failed: {type(exc).__name__}: {exc}"[:500], "idx"
             ) from None
-        return json_response(seed.to_dict())
+        return dumps(seed.to_dict())
 
     def _seed_index(self, body: dict[str, Any]) -> int:
         """The problem a `/seed_session` body asks for (400 naming `idx` if it is bad)."""
@@ -114,13 +170,26 @@ class ServeRoutes:
 
     async def post_verify(self, request: Request) -> Response:
         """`POST /verify`: score one response (NeMo Evaluator's form, or Gym's)."""
-        body = await read_json_object(request, self.max_body_bytes, self.body_timeout)
+        raw = await read_body(request, self.max_body_bytes, self.body_timeout)
+        status, body = await self.verify_answer(raw)
+        return Response(body, status_code=status, headers=JSON_HEADERS)
+
+    async def verify_answer(self, raw: bytes) -> Answer:
+        """`/verify` for a body already read: every error is its answer, not raised."""
+        try:
+            return 200, await self._verify_json(parse_json_object(raw))
+        except ApiError as exc:
+            return error_answer(exc)
+        except Exception as exc:
+            return _unexpected_answer("/verify", exc)
+
+    async def _verify_json(self, body: dict[str, Any]) -> bytes:
         req = parse_verify(body)
         verdict = await self._verdict(req)
         if not req.gym_form:
             if isinstance(verdict, bytes):  # the scoring worker's JSON, as it wrote it
-                return Response(verdict, headers=JSON_HEADERS)
-            return json_response(verdict)
+                return verdict
+            return dumps(verdict)
         if isinstance(verdict, bytes):
             verdict = loads(verdict)
         # NeMo Gym's BaseVerifyResponse is the request plus `reward`; agents validate the
@@ -130,7 +199,7 @@ class ServeRoutes:
         echoed["metadata"] = {**req.metadata, **(verdict.get("metadata") or {})}
         # NeMo Evaluator's Gym-form reply always names the answer it scored against.
         echoed.setdefault("expected_answer", req.expected)
-        return json_response(echoed)
+        return dumps(echoed)
 
     async def _scored(self, req: VerifyRequest) -> VerifyResult:
         """Score on this loop: the environment's own verify, in a sandbox if it has one."""
@@ -225,6 +294,21 @@ def parse_verify(body: dict[str, Any]) -> VerifyRequest:
     if reasoning is not None and "reasoning" not in kwargs:
         kwargs["reasoning"] = reasoning
     return VerifyRequest(body, text, expected, kwargs, metadata, gym_form)
+
+
+def error_answer(exc: ApiError) -> Answer:
+    """An `ApiError` as its structured JSON answer."""
+    return exc.status, dumps(exc.to_dict())
+
+
+def _unexpected_answer(path: str, exc: Exception) -> Answer:
+    """Anything else: logged with its traceback here; the client only learns it was ours."""
+    log.error("unhandled error on %s", path, exc_info=exc)
+    return 500, _INTERNAL_ERROR
+
+
+_INTERNAL_ERROR = dumps({"error": "internal_error", "detail": "internal server error",
+                         "field": None})
 
 
 async def on_api_error(request: Request, exc: Exception) -> Response:

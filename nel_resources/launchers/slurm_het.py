@@ -23,8 +23,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from nel_resources.config import NelConfig
 from nel_resources.config.services import LAUNCHED_TYPES
 from nel_resources.launchers.pyxis import HET_GROUP_ENV
 from nel_resources.launchers.slurm import SbatchHeader, render_het_script, render_script
+from nel_resources.launchers.slurm_nodes import node_address
 
 # A component's services write these into the job's services directory; the job script
 # writes STOP_FILE when the eval client ended (each service then stops and exits).
@@ -170,22 +169,6 @@ def write_het_script(cfg: NelConfig, plan: HetPlan, pools: tuple[str, ...], run_
 
 
 # -- inside the jobs -------------------------------------------------------------------------
-
-def node_address() -> str:
-    """This node's address as the cluster knows it (`NodeAddr`), so the eval component on
-    another node can reach a service started here; the host name when scontrol cannot say."""
-    node = os.environ.get("SLURMD_NODENAME", "")
-    if node:
-        try:
-            out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True,
-                                 text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        for tok in out.split():
-            if tok.startswith("NodeAddr="):
-                return tok.split("=", 1)[1]
-    return socket.gethostname()
-
 
 def serve_service(cfg: NelConfig, name: str, svc_dir: Path) -> int:
     """`--slurm-service NAME`: start launched service NAME on this node, write its URL to

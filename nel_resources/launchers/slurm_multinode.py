@@ -177,9 +177,9 @@ def describe(name: str, svc: ServiceConfig, command: list[str], log_dir: Path,
 def head_address() -> str:
     """This node's address as the cluster knows it (`NodeAddr`): the head's, since the eval
     client that starts the server runs on the job's first node."""
-    from nel_resources.launchers.slurm_het import _node_address
+    from nel_resources.launchers.slurm_nodes import node_address
 
-    return _node_address()
+    return node_address()
 
 
 def check_in_job(name: str, svc: ServiceConfig, environ: Mapping[str, str]) -> None:

@@ -41,7 +41,7 @@ def rendezvous_here(away: Mapping[str, str] | None) -> tuple[Path, str] | None:
     if not where:
         raise NelError(f"Dynamo {', '.join(away)} workers on another node pool run only in nel's "
                        f"heterogeneous SLURM job ({SERVICES_DIR_ENV} is not set)")
-    from nel_resources.launchers.slurm_het import node_address
+    from nel_resources.launchers.slurm_nodes import node_address
 
     return Path(where), node_address()
 

@@ -116,18 +116,25 @@ def test_health_answers_while_a_huge_verify_is_scored(served) -> None:
 
 
 def test_sigterm_stops_the_server_while_scoring(served) -> None:
+    """The request still being scored when the graceful-shutdown time is up is answered 503
+    `server_stopping` (never a reward, never a dropped connection), then the server exits."""
     proc, port, flags = served
+    result: dict[str, Any] = {}
 
     def call() -> None:
         # The server going away mid-request is what this test causes.
         with contextlib.suppress(OSError):
-            _post(port, "/verify", _huge_verify_body())
+            result["status"], result["body"] = _post(port, "/verify", _huge_verify_body())
 
-    threading.Thread(target=call, daemon=True).start()
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
     _wait_for(lambda: (flags / "started").exists(), "scoring starting")
 
     os.kill(proc.pid, signal.SIGTERM)  # the server itself, as a service manager would
     _wait_for(lambda: not proc.is_running(), "nel serve exiting after SIGTERM during scoring", 20)
+    caller.join(WAIT_S)
+    assert result.get("status") == 503, result
+    assert result["body"]["error"] == "server_stopping", result
 
 
 @pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", "image/png"])
