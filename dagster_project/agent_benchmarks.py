@@ -5,12 +5,16 @@ A Harbor-format benchmark runs when the task's own verifier runs in the task's s
 (`benchmarks.agentic.harbor_verifier`) after the agent's work: an agent that works in it
 (`tool_calling` with `sandbox_tools: true`, the `harbor` solver), or one that works elsewhere
 and hands back a patch nel applies there (`gym_delegation`, `tool_calling` with only a Gym
-`resource_service`), in a `docker` sandbox (the task's image), a `local` one (this
-machine's tools) or an `ecs_fargate` one (a Fargate task per sample: agent_ecs_images).
-`gym_delegation` with `trust_reward: true` takes Gym's reward and needs no sandbox.
-Everything else is refused in one line naming the key: another solver (`simple`: no agent), no sandbox for a verifier that needs one, another sandbox
-type (nel makes the verifier's /tests and /logs only in these), a task image the local
-Docker engine does not have (nothing is pulled). PinchBench (graded by its automated checks
+`resource_service`), in a `docker` sandbox (the task's image), a `slurm` one (the task's
+image through Pyxis in the sandbox's allocation), an `apptainer` one (the task's image as a
+SIF; on a node pool its commands are steps of an allocation on the pool's partition), an
+`ecs_fargate` one (a Fargate task per sample: agent_ecs_images) or a `local` one (this
+machine's tools). `gym_delegation` with `trust_reward: true` takes Gym's reward and needs no
+sandbox. Everything else is refused in one line naming the key: another solver (`simple`: no
+agent), no sandbox for a verifier that needs one, another sandbox type (nel makes the
+verifier's /tests and /logs only in these), a task image the local Docker engine does not
+have for a docker sandbox (nothing is pulled; Pyxis and Apptainer take the image from where
+the cluster does). PinchBench (graded by its automated checks
 and an LLM judge on the workspace the agent leaves) runs with `tool_calling` and
 `sandbox_tools: true`, whose sandbox workdir is the workspace.
 """
@@ -20,7 +24,15 @@ from __future__ import annotations
 from typing import Any
 
 #: Sandbox types a Harbor task runs in (the verifier's scratch mounts exist in these).
-HARBOR_SANDBOXES = ("docker", "local", "ecs_fargate")
+HARBOR_SANDBOXES = ("docker", "slurm", "apptainer", "local", "ecs_fargate")
+#: Of those, the types that run each task in its own image from the config checks' view (an
+#: ecs_fargate one checks its images itself: agent_ecs_images).
+_IMAGE_SANDBOXES = ("docker", "slurm", "apptainer")
+#: Of those, the types whose every command is a process tree of its own that ends with it
+#: (an srun step; an `apptainer exec` in its own PID namespace): nothing runs between commands.
+_COMMAND_SCOPED_SANDBOXES = ("slurm", "apptainer")
+#: Sandbox types PinchBench's workspace is graded in.
+_PINCHBENCH_SANDBOXES = ("docker", "local")
 #: Dockerfile instructions nel honours without building (the image, the workdir).
 _NO_BUILD = frozenset({"FROM", "WORKDIR", "ARG", "LABEL", "MAINTAINER"})
 
@@ -89,9 +101,16 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                 "(each task brings its image), or set `trust_reward: true` on a "
                                 "gym_delegation solver")
     if sandbox.type not in HARBOR_SANDBOXES:
-        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker or local sandbox "
-                                f"in nel; a {sandbox.type} sandbox is not supported yet in nel "
-                                "for them")
+        raise refuse("sandbox", f"{bench.name!r}: Harbor tasks run in a docker, slurm, "
+                                "apptainer, ecs_fargate or local sandbox in nel; a "
+                                f"{sandbox.type} sandbox is not supported yet in nel for them")
+    if solver.type == "harbor" and str(solver.agent).startswith("terminus") \
+            and sandbox.type in _COMMAND_SCOPED_SANDBOXES:
+        raise refuse("solver.agent", f"{solver.agent} drives a tmux session that must outlive "
+                                     f"each command, and a {sandbox.type} sandbox ends every "
+                                     "command's processes with it (one srun step or apptainer "
+                                     "exec each): use a docker or local sandbox for it, or an "
+                                     "agent that works in one command (openhands, ...)")
     env = _load_tasks(bench)
     if sandbox.type == "ecs_fargate":  # task images: prebuilt, or built by CodeBuild
         from dagster_project.agent_ecs_images import check_ecs_task_images
@@ -99,9 +118,8 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
         return check_ecs_task_images(bench, sandbox, env, refuse)
     if env is None:
         return
-    if sandbox.type != "docker":
+    if sandbox.type not in _IMAGE_SANDBOXES:
         return
-    from nel_resources.images.harness_image import missing_image_reason
 
     images: dict[str, str] = {}
     for task in env.tasks:  # type: ignore[attr-defined]
@@ -117,7 +135,10 @@ def check_agent_benchmark(cfg: Any, bench: Any) -> None:
                                     "[environment] docker_image, or environment/Dockerfile's FROM) "
                                     "and the sandbox sets no `image:`")
         images.setdefault(image, task.name)
+    if sandbox.type != "docker":
+        return  # Pyxis (enroot import) and `apptainer build` fetch the image as the cluster does
     from nel_resources.checks.deferred import defer
+    from nel_resources.images.harness_image import missing_image_reason
 
     names = sorted(images)
     shown = ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
@@ -139,7 +160,7 @@ def _check_pinchbench(bench: Any, refuse: Any) -> None:
                                f"sandbox; the {solver.type} solver works in a workspace of its "
                                "own, which is not supported yet in nel for these tasks: use "
                                "`solver: {type: tool_calling, sandbox_tools: true}`")
-    if sandbox is not None and sandbox.type not in ("none", *HARBOR_SANDBOXES):
+    if sandbox is not None and sandbox.type not in ("none", *_PINCHBENCH_SANDBOXES):
         raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
                                 f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")
 

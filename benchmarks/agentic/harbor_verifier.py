@@ -47,10 +47,14 @@ _REPORT_MAX = 64 * 1024
 # Tool directories test scripts expect on PATH (as NeMo Evaluator puts them there).
 _PATH = ('export PATH="$HOME/.local/bin:$HOME/.cargo/bin:/usr/local/go/bin:/usr/local/cargo/bin'
          ':$HOME/go/bin:$PATH"; ')
-# Kill what the agent left running (`kill -1` spares PID 1 and the caller; every sandbox
-# type runs in its own PID namespace), then empty the scratch directories.
-_RESET = (f"kill -9 -1 2>/dev/null; find {TESTS_DIR} {LOGS_DIR} -mindepth 1 -delete 2>/dev/null; "
+# Empty the scratch directories (and make sure they are writable).
+_EMPTY = (f"find {TESTS_DIR} {LOGS_DIR} -mindepth 1 -delete 2>/dev/null; "
           f"mkdir -p {TESTS_DIR} {LOGS_DIR}/verifier && test -w {TESTS_DIR} && test -w {LOGS_DIR}/verifier")
+# First kill what the agent left running (`kill -1` spares PID 1 and the caller) where the
+# sandbox has a PID namespace of its own. Where it shares the node's (a Pyxis/enroot
+# container: `shares_host_pids`), `kill -1` would reach every process of the job's user on
+# the node; there SLURM ends each step's processes with the step instead.
+_RESET = f"kill -9 -1 2>/dev/null; {_EMPTY}"
 
 
 async def _read(sandbox: Any, path: str, limit: int) -> str | None:
@@ -88,7 +92,8 @@ async def run_verifier(sandbox: Any, *, tests: dict[str, str], task_id: str,
     Raises:
         NelError: the sandbox has no writable `/tests` and `/logs` (one line).
     """
-    prep = await sandbox.exec(["sh", "-c", _RESET], timeout_sec=60)
+    reset = _EMPTY if getattr(sandbox, "shares_host_pids", False) else _RESET
+    prep = await sandbox.exec(["sh", "-c", reset], timeout_sec=60)
     if prep.stopped is not None or prep.return_code != 0:
         raise NelError(f"task {task_id}: its sandbox has no writable {TESTS_DIR} and {LOGS_DIR} "
                        f"for the verifier ({(prep.stderr or prep.stdout).strip()[-200:]})")

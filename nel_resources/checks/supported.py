@@ -193,7 +193,8 @@ def _check_sandbox_pool(cfg: NelConfig, sandbox_type: str, at: tuple[Any, ...]) 
                       "remove `node_pool`, or use `cluster: {type: slurm, node_pools: ...}`")
     if placeable_on_pool(sandbox_type) is None:
         raise Refusal(at, f"placing a `{sandbox_type}` sandbox on a node pool (nel runs it "
-                      "where the eval client runs)", "use `type: slurm` or remove `node_pool`")
+                      "where the eval client runs)",
+                      "use `type: slurm` or `type: apptainer`, or remove `node_pool`")
 
 
 def _check_exporter_settings(cfg: NelConfig) -> None:

@@ -6,7 +6,10 @@ same way: `--containall` (own PID and IPC namespaces, a minimal /dev, an empty /
 `--cleanenv` (none of nel's variables, API keys included), `--net --network none` (no
 network), the spec's volumes bound as asked, and `--memory` / `--cpus` when configured (which
 Apptainer enforces through cgroups). Killing the `apptainer` process ends the container's
-PID namespace, so a timeout or the output cap leaves nothing running.
+PID namespace, so a timeout or the output cap leaves nothing running. A problem's image that
+is not a SIF becomes one first (`nel_resources.sandboxes.sif_cache`, NeMo Evaluator 0.3.0's
+rules); with a `node_pool` the commands run as srun steps of an allocation on the pool
+(`nel_resources.sandboxes.apptainer_pool`).
 
 Apptainer (>= 1.1) must be installed where nel runs; Debian bookworm does not package it, so
 on such a machine the config check refuses the sandbox in one line before any request.
@@ -19,8 +22,10 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nel_resources.config.benchmarks import SandboxConfig
 from nel_resources.sandboxes._capped import run_capped
@@ -28,11 +33,17 @@ from nel_resources.sandboxes.base import (
     ExecResult,
     FixedConcurrencyFactory,
     SandboxError,
+    SandboxFactory,
     SandboxSpec,
 )
+from nel_resources.sandboxes.hostfiles import HostFiles
 from nel_resources.sandboxes.limits import Limits
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
+from nel_resources.sandboxes.sif_cache import SifCache, sif_cache_dir
 from nel_resources.sandboxes.slurm import parse_memory_mb
+
+if TYPE_CHECKING:
+    from nel_resources.config.deployment import NodePool
 
 _CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -73,14 +84,38 @@ def image_ref(image: str, sif_cache_dir: str | None) -> str:
     return f"docker://{image}"
 
 
+def exec_argv(spec: SandboxSpec, settings: ApptainerSettings, image: str,
+              command: str | list[str], *, host_dir: Path, cwd: str | None = None,
+              env: Mapping[str, str] | None = None) -> list[str]:
+    """The contained `apptainer exec` of `command` in `image`, the workdir `host_dir` bound at
+    `spec.workdir` and the spec's volumes bound as asked (module docstring)."""
+    workdir = spec.workdir
+    pwd = workdir if cwd is None else str(Path(workdir) / cwd)
+    argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
+            "--writable-tmpfs", "--pwd", pwd, "--bind", f"{host_dir}:{workdir}"]
+    for v in spec.volumes:
+        argv += ["--bind", f"{v.host_path}:{v.container_path}" + (":ro" if v.readonly else "")]
+    if settings.memory_mb is not None:
+        argv += ["--memory", f"{settings.memory_mb}M"]
+    if settings.cpus is not None:
+        argv += ["--cpus", f"{settings.cpus:g}"]
+    variables = {"HOME": workdir, **settings.env, **spec.env, **(env or {})}
+    for k, v in variables.items():
+        argv += ["--env", f"{k}={v}"]
+    argv.append(image)
+    argv += ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+    return argv
+
+
 class ApptainerSandbox:
     """One problem's sandbox: a host workdir, and one contained `apptainer exec` per command."""
 
-    def __init__(self, spec: SandboxSpec, settings: ApptainerSettings) -> None:
+    def __init__(self, spec: SandboxSpec, settings: ApptainerSettings,
+                 sifs: SifCache | None = None) -> None:
         image = spec.image or settings.image
         if not image:
             raise SandboxError("an apptainer sandbox needs an image (`image:` or the spec's)")
-        self._spec, self._s = spec, settings
+        self._spec, self._s, self._sifs, self._wanted = spec, settings, sifs, image
         self._image = image_ref(image, settings.sif_cache_dir)
         self._host_dir: Path | None = None
         self._name = f"nel-apptainer-{uuid.uuid4().hex[:12]}"
@@ -92,30 +127,16 @@ class ApptainerSandbox:
     def exec_argv(self, command: str | list[str], *, host_dir: Path, cwd: str | None = None,
                   env: dict[str, str] | None = None) -> list[str]:
         """The `apptainer exec` command line for one command."""
-        workdir = self._spec.workdir
-        pwd = workdir if cwd is None else str(Path(workdir) / cwd)
-        argv = ["apptainer", "exec", "--containall", "--cleanenv", "--net", "--network", "none",
-                "--writable-tmpfs", "--pwd", pwd, "--bind", f"{host_dir}:{workdir}"]
-        for v in self._spec.volumes:
-            argv += ["--bind", f"{v.host_path}:{v.container_path}" + (":ro" if v.readonly else "")]
-        if self._s.memory_mb is not None:
-            argv += ["--memory", f"{self._s.memory_mb}M"]
-        if self._s.cpus is not None:
-            argv += ["--cpus", f"{self._s.cpus:g}"]
-        variables = {"HOME": workdir, **self._s.env, **self._spec.env, **(env or {})}
-        for k, v in variables.items():
-            argv += ["--env", f"{k}={v}"]
-        argv.append(self._image)
-        argv += ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
-        return argv
+        return exec_argv(self._spec, self._s, self._image, command, host_dir=host_dir, cwd=cwd,
+                         env=env)
 
     async def start(self) -> None:
-        """Make the workdir and write `spec.files` into it."""
+        """Build (or find) the image's SIF, make the workdir and write `spec.files` into it."""
+        if self._sifs is not None:
+            self._image = await self._sifs.sif_for(self._wanted)
         self._host_dir = Path(tempfile.mkdtemp(prefix=f"{self._name}-"))
         for rel, content in self._spec.files.items():
-            target = self._on_host(rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            self._files().write(rel, content.encode())
 
     async def exec(self, command: str | list[str], timeout_sec: float = 180, *,
                    cwd: str | None = None, env: dict[str, str] | None = None,
@@ -129,18 +150,13 @@ class ApptainerSandbox:
                                 stdin=stdin, env={"PATH": os.environ.get("PATH", _CONTAINER_PATH)})
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
-        """Copy into the bound workdir (no shell, no command line)."""
-        target = self._on_host(remote_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, local_path, target)
+        """Copy into the bound workdir or a bound volume (no shell, no command line)."""
+        data = await asyncio.to_thread(Path(local_path).read_bytes)
+        await asyncio.to_thread(self._files().write, remote_path, data)
 
     async def download(self, remote_path: str, local_path: Path) -> None:
-        """Copy out of the bound workdir."""
-        source = self._on_host(remote_path)
-        if not source.is_file():
-            raise SandboxError(f"{remote_path}: no such file in the sandbox")
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, source, local_path)
+        """Copy out of the bound workdir or a bound volume."""
+        await asyncio.to_thread(self._files().read_to, remote_path, local_path)
 
     async def stop(self) -> None:
         """Remove the workdir (no container outlives its exec)."""
@@ -148,19 +164,14 @@ class ApptainerSandbox:
             await asyncio.to_thread(shutil.rmtree, self._host_dir, True)
             self._host_dir = None
 
-    def _on_host(self, path: str) -> Path:
+    def _files(self) -> HostFiles:
+        """The host directories behind the sandbox's paths: the workdir and the spec's volumes
+        (a Harbor task's /tests and /logs); planted symlinks that lead out are refused."""
         if self._host_dir is None:
             raise SandboxError("the apptainer sandbox is not started")
-        p = Path(path)
-        if p.is_absolute():
-            try:
-                p = p.relative_to(self._spec.workdir)
-            except ValueError:
-                raise SandboxError(f"{path}: an apptainer sandbox moves files through its "
-                                   f"workdir ({self._spec.workdir}); use a path inside it") from None
-        if ".." in p.parts:
-            raise SandboxError(f"{path}: '..' would leave the sandbox's workdir")
-        return self._host_dir / p
+        roots = [(self._spec.workdir, self._host_dir)]
+        roots += [(v.container_path, Path(v.host_path)) for v in self._spec.volumes]
+        return HostFiles(tuple(roots), self._spec.workdir)
 
 
 class ApptainerSandboxFactory(FixedConcurrencyFactory):
@@ -171,11 +182,12 @@ class ApptainerSandboxFactory(FixedConcurrencyFactory):
         if reason:
             raise SandboxError(f"apptainer sandbox: {reason}")
         self.settings = ApptainerSettings.from_config(cfg)
+        self.sifs = SifCache(sif_cache_dir(cfg.sif_cache_dir))
         super().__init__(cfg.concurrency)
 
     def create(self, spec: SandboxSpec) -> ApptainerSandbox:
         """A new sandbox for `spec` (not started)."""
-        return ApptainerSandbox(spec, self.settings)
+        return ApptainerSandbox(spec, self.settings, self.sifs)
 
 
 def refusal(cfg: SandboxConfig) -> Refusal | None:
@@ -183,7 +195,8 @@ def refusal(cfg: SandboxConfig) -> Refusal | None:
     if (r := image_template_refusal(cfg)) is not None:
         return r
     why = unavailable_reason()
-    return Refusal("type", why) if why else None
+    # the run needs the program; a dry run lists the check (nel_resources.checks.deferred)
+    return Refusal("type", why, needs="program") if why else None
 
 
 def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxFactory:
@@ -195,3 +208,17 @@ def build(cfg: SandboxConfig, limits: Limits | None = None) -> ApptainerSandboxF
     if cfg.memory is None and limits is not None:
         cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
     return ApptainerSandboxFactory(cfg)
+
+
+def build_on_pool(cfg: SandboxConfig, limits: Limits | None, pool: NodePool) -> SandboxFactory:
+    """An `apptainer` factory whose sandboxes are allocations on node pool `pool` (the
+    block's `node_pool`): each `apptainer exec` is an srun step there
+    (`nel_resources.sandboxes.apptainer_pool`)."""
+    from nel_resources.sandboxes.apptainer_pool import PooledApptainerFactory
+
+    if cfg.image_template:
+        raise SandboxError("`image_template` (an image per problem) is not supported by nel's "
+                           "apptainer sandbox yet: give one `image`")
+    if cfg.memory is None and limits is not None:
+        cfg = cfg.model_copy(update={"memory": max(1, limits.memory_bytes >> 20)})
+    return PooledApptainerFactory(cfg, pool)

@@ -59,7 +59,8 @@ def make_factory(cfg: SandboxConfig, *, limits: Limits | None = None,
         on_pool = placeable_on_pool(cfg.type)
         if on_pool is None:
             raise SandboxError(f"a `{cfg.type}` sandbox cannot be placed on a node pool "
-                               f"(node_pool {cfg.node_pool!r}): use `type: slurm`, or remove `node_pool`")
+                               f"(node_pool {cfg.node_pool!r}): use `type: slurm` or "
+                               "`type: apptainer`, or remove `node_pool`")
         if pool is None:
             raise SandboxError(f"sandbox node_pool {cfg.node_pool!r} needs the config's "
                                "cluster.node_pools (run it from `nel eval run` with a slurm cluster)")

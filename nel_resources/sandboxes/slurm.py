@@ -49,6 +49,7 @@ from nel_resources.sandboxes.base import (
     SandboxError,
     SandboxSpec,
 )
+from nel_resources.sandboxes.hostfiles import HostFiles
 from nel_resources.sandboxes.limits import Limits, stop_reason
 from nel_resources.sandboxes.local import bwrap_argv, host_python
 from nel_resources.sandboxes.refusal import Refusal, image_template_refusal
@@ -161,6 +162,13 @@ class SlurmSandbox:
         return self._spec
 
     @property
+    def shares_host_pids(self) -> bool:
+        """A Pyxis/enroot container has no PID namespace of its own: its processes see (and
+        may signal) the node's; SLURM ends them with their step. A bare-node step runs in
+        bubblewrap's own PID namespace."""
+        return bool(self._image)
+
+    @property
     def host_dir(self) -> Path | None:
         """The sandbox's workdir as nel sees it (on the shared filesystem)."""
         return self._host_dir
@@ -181,9 +189,8 @@ class SlurmSandbox:
             argv.append(f"--mem={s.memory_mb}M")
         return argv
 
-    def step_argv(self, command: str | list[str], *, timeout_sec: float, step_name: str,
-                  cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
-        """One `srun` step running `command` in the allocation (and the container, if any)."""
+    def srun_prefix(self, *, timeout_sec: float, step_name: str) -> list[str]:
+        """`srun` of one step in the allocation, up to the program it runs."""
         if self.job_id is None or self._host_dir is None:
             raise SandboxError("the slurm sandbox is not started")
         argv = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
@@ -191,6 +198,13 @@ class SlurmSandbox:
                 f"--time={_minutes(timeout_sec) + 1}"]
         if self._s.cpus is not None:
             argv.append(f"--cpus-per-task={math.ceil(self._s.cpus)}")
+        return argv
+
+    def step_argv(self, command: str | list[str], *, timeout_sec: float, step_name: str,
+                  cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+        """One `srun` step running `command` in the allocation (and the container, if any)."""
+        argv = self.srun_prefix(timeout_sec=timeout_sec, step_name=step_name)
+        assert self._host_dir is not None
         variables = {**self._s.env, **self._spec.env, **(env or {})}
         if self._image:
             workdir = self._spec.workdir
@@ -319,30 +333,30 @@ class SlurmSandbox:
             await asyncio.sleep(0.1)
 
     async def upload(self, local_path: Path, remote_path: str) -> None:
-        """Copy into the workdir on the shared filesystem (no shell, no command line)."""
+        """Copy into the workdir (or a volume) on the shared filesystem (no shell, no
+        command line)."""
+        if self._host_dir is None:
+            raise SandboxError("the slurm sandbox is not started")
         data = await asyncio.to_thread(local_path.read_bytes)
         await asyncio.to_thread(self._write, remote_path, data)
 
+    def _files(self) -> HostFiles:
+        """The host directories behind the sandbox's paths: the workdir and the spec's volumes
+        (a Harbor task's /tests and /logs scratch mounts), all on the shared filesystem."""
+        assert self._host_dir is not None
+        roots = [(self._spec.workdir, self._host_dir)]
+        roots += [(v.container_path, Path(v.host_path)) for v in self._spec.volumes]
+        return HostFiles(tuple(roots), self._spec.workdir, owner=self._uid)
+
     def _write(self, remote: str, data: bytes) -> None:
-        host = self._on_host(remote)
-        host.parent.mkdir(parents=True, exist_ok=True)
-        # O_NOFOLLOW: a symlink the program planted must not redirect nel's write
-        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if self._uid is not None and self._host_dir is not None:
-            for p in [host, *host.parents]:
-                if p == self._host_dir:
-                    break
-                os.chown(p, self._uid, self._uid)
+        # no shell, and O_NOFOLLOW: a symlink the program planted must not redirect nel's write
+        self._files().write(remote, data)
 
     async def download(self, remote_path: str, local_path: Path) -> None:
-        """Copy out of the workdir on the shared filesystem."""
-        source = self._on_host(remote_path)
-        if not source.is_file():
-            raise SandboxError(f"{remote_path}: no such file in the sandbox")
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copyfile, source, local_path)
+        """Copy out of the workdir (or a volume) on the shared filesystem."""
+        if self._host_dir is None:
+            raise SandboxError("the slurm sandbox is not started")
+        await asyncio.to_thread(self._files().read_to, remote_path, local_path)
 
     async def stop(self) -> None:
         """Cancel our allocation (every step in it dies with it) and remove the workdir."""
@@ -417,6 +431,11 @@ class SlurmSandboxFactory(FixedConcurrencyFactory):
         pool = (node_pools or {}).get(cfg.node_pool or "")
         # each sandbox cancels its own allocation: nothing is kept between them
         super().__init__(min(cfg.concurrency, (pool.nodes if pool else 1) * cfg.slots_per_node))
+
+    @property
+    def shared_dir(self) -> Path | None:
+        """The directory the nodes share with nel (None: the system temp directory)."""
+        return self.settings.shared_dir
 
     def create(self, spec: SandboxSpec) -> SlurmSandbox:
         """A new sandbox for `spec` (not started)."""

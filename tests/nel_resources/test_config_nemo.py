@@ -49,16 +49,17 @@ REFUSED_KEY = {
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
     # run through Pyxis (test_slurm_containers.py). Dynamo (aggregated and disaggregated) runs
     # end to end on the same cluster: tests/dagster_project/test_slurm_dynamo.py.
-    # A slurm sandbox goes on its node pool; nel's apptainer sandbox cannot be placed on one.
+    # A slurm or apptainer sandbox goes on its node pool (test_apptainer_pool.py); Apptainer
+    # is not installed here (Debian bookworm has no package): the run checks it, a dry run lists it.
     "15_slurm_gsm8k_vllm": None, "15a_slurm_gsm8k_vllm_sharded": None,
     "15c_slurm_gsm8k_dynamo": None,
     "15d_slurm_gsm8k_dynamo_disagg": None,
     "16_slurm_swebench_harbor": None,
-    "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.node_pool",
+    "16a_slurm_swebench_harbor_apptainer": "sandboxes.swebench.type",
     # ecs_fargate finds its cluster in SSM (as 0.3.0), given AWS credentials: none here
     "17_suite_release": None, "18_humaneval_ecs": "benchmarks.0.sandbox.type",
     "19_gym_runtime_ecs": "benchmarks.0.sandbox.type", "20_slurm_gym_runtime": None,
-    "20a_slurm_gym_runtime_apptainer": "sandboxes.verify.node_pool",
+    "20a_slurm_gym_runtime_apptainer": "sandboxes.verify.type",
     "21_tool_calling_gym": None,
     "22_tool_calling_sandbox": None,
     "23_tool_calling_combined": None,
@@ -100,12 +101,11 @@ RUN_REFUSED = {
     # its problems are the Gym server's at localhost:8000 (none runs here); against a real
     # `nel serve` and NeMo Gym: tests/benchmarks/test_gym_native_served.py, test_gym_rollouts.py
     "11_gym_env_harbor": "has no /dataset_size",
-    # the slurm sandbox is placed on its node pool; Harbor tasks and these agents do not
-    # run in a slurm sandbox yet
-    "16_slurm_swebench_harbor": "a slurm sandbox is not supported yet in nel for them",
-    "wt14_slurm_sandbox_harbor": "a slurm sandbox is not supported yet in nel for them",
-    # gym_delegation runs it; its verifier's slurm sandbox does not (yet) for Harbor tasks
-    "20_slurm_gym_runtime": "a slurm sandbox is not supported yet in nel for them",
+    # Harbor tasks run in a slurm sandbox on its node pool (test_harbor_cluster_sandboxes_e2e.py),
+    # and gym_delegation's patch is verified there; the SWE-bench task files are not here
+    "16_slurm_swebench_harbor": "swebench-verified: no local task files in ",
+    "wt14_slurm_sandbox_harbor": "swebench-verified: no local task files in ",
+    "20_slurm_gym_runtime": "swebench-multilingual: no local task files in ",
 }
 # What the dry run plans although the run refuses it: a check that needs what only the run
 # has (the task files, a Docker engine and its images, AWS) is listed, not made
@@ -130,6 +130,11 @@ DRY_RUN_DEFERS = {
     "03_mmlu_lmeval": "needs the data here", "wt03_harness_uris": "needs the data here",
     "04_mmlu_pro_skills": "needs the data here", "13_vlmevalkit_mmbench": "needs the data here",
     "wt11_vlm_image_detail": "needs the data here",
+    "16_slurm_swebench_harbor": "needs the data here", "wt14_slurm_sandbox_harbor": "needs the data here",
+    "20_slurm_gym_runtime": "needs the data here",
+    # an apptainer sandbox (on a node pool) needs `apptainer` where nel runs (it builds the SIFs)
+    "16a_slurm_swebench_harbor_apptainer": "needs the program installed",
+    "20a_slurm_gym_runtime_apptainer": "needs the program installed",
 }
 # ... and where it goes on past such a check to a key the run did not reach: refused there.
 DRY_RUN_KEY: dict[str, str] = {}
@@ -144,6 +149,10 @@ SUITE_PARTIAL = {
 # the reference server below.
 SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards",
              "15c_slurm_gsm8k_dynamo", "15d_slurm_gsm8k_dynamo_disagg"}  # test_slurm_dynamo.py
+# SLURM configs whose dry run writes the sbatch scripts (as NeMo Evaluator's does).
+SLURM_SCRIPTS = SLURM_GPU | {"16_slurm_swebench_harbor", "16a_slurm_swebench_harbor_apptainer",
+                             "20_slurm_gym_runtime", "20a_slurm_gym_runtime_apptainer",
+                             "wt14_slurm_sandbox_harbor"}
 # The docs write `interceptors:` on a service; NeMo Evaluator 0.3.0's own schema rejects it
 # (only `proxy.interceptors` exists there). nel accepts both spellings.
 PEER_REJECTS = {"wt06_swebench_harbor_ecs"}
@@ -574,7 +583,7 @@ def test_dry_run_plans_or_refuses_each_copy(path: Path, tmp_path: Path, data_dir
     captured = capsys.readouterr()
     key = DRY_RUN_KEY.get(path.stem, REFUSED_KEY[path.stem])
     # nothing but a SLURM config's sbatch scripts (as NeMo Evaluator's dry run writes them)
-    assert not out.exists() or (path.stem in SLURM_GPU and [q.name for q in out.iterdir()] == ["slurm"]), \
+    assert not out.exists() or (path.stem in SLURM_SCRIPTS and [q.name for q in out.iterdir()] == ["slurm"]), \
         "a dry run wrote its output directory"
     if path.stem in DRY_RUN_DEFERS:
         plan = json.loads(captured.out)

@@ -15,7 +15,8 @@ its configured type as `verify(..., sandbox=...)`, as NeMo Evaluator passes it. 
   sandbox during verify only. Every sandbox started is stopped, whatever happens.
 - A seed may ask for scratch directories (`sandbox_spec["scratch_dirs"]`, e.g. a Harbor
   task's `/tests` and `/logs`, which its verifier writes to on a read-only root): each is
-  a fresh host directory of the sample, mounted writable in every sandbox of the sample
+  a fresh host directory of the sample (in the factory's `shared_dir` when it has one: the
+  filesystem a cluster's nodes share), mounted writable in every sandbox of the sample
   and removed with it.
 
 Sandbox work is asynchronous end to end (the types run their processes with asyncio), so
@@ -48,6 +49,8 @@ from nel_resources.sandboxes.base import (
 )
 from nel_resources.specs import RunSpec
 
+#: Sandbox types that run each problem in the image its seed names (Harbor tasks).
+_PER_TASK_IMAGE_TYPES = ("docker", "slurm", "apptainer", "ecs_fargate")
 #: Where a stateless pair's shared volume is mounted in both sandboxes.
 SHARED_MOUNT = "/shared"
 
@@ -147,11 +150,18 @@ class SampleSandboxes:
         self._shared: Path | None = None
         self._started: list[Sandbox] = []
 
+    def _mkdtemp(self, prefix: str) -> Path:
+        """A new host directory of the sample, where the pool's sandboxes can reach it."""
+        base = self._pool.shared_dir
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
     def _with_scratch(self, spec: SandboxSpec) -> SandboxSpec:
         if not self._scratch_paths:
             return spec
         if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="nel-sbx-scratch-"))
+            self._scratch = self._mkdtemp("nel-sbx-scratch-")
             for i in range(len(self._scratch_paths)):
                 d = self._scratch / str(i)
                 d.mkdir()
@@ -169,7 +179,7 @@ class SampleSandboxes:
 
     def _with_shared(self) -> SandboxSpec:
         if self._shared is None:
-            self._shared = Path(tempfile.mkdtemp(prefix="nel-sbx-shared-"))
+            self._shared = self._mkdtemp("nel-sbx-shared-")
             # Each sandbox may run as its own unprivileged uid: both must reach the volume.
             self._shared.chmod(0o777)
         vol = VolumeMount(str(self._shared), SHARED_MOUNT)
@@ -217,6 +227,9 @@ class SandboxPool:
     def __init__(self, factory: SandboxFactory, *, stateful: bool = False) -> None:
         self.factory = factory
         self.stateful = stateful
+        #: where a sample's host directories (scratch, shared volume) are made: the directory
+        #: a cluster factory's nodes share with nel (`shared_dir`), else the system temp dir
+        self.shared_dir: Path | None = getattr(factory, "shared_dir", None)
 
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:
@@ -260,11 +273,11 @@ async def sandbox_pool(run: RunSpec, env: EvalEnvironment,
 
 
 async def _probe_spec(run: RunSpec, env: EvalEnvironment) -> SandboxSpec:
-    """What the pre-flight sandbox starts from: the default spec, or, for a docker or
-    ecs_fargate block that names no image (agent tasks bring their own), the first
-    problem's image (and, for ecs_fargate, its build context: ecr_build builds it)."""
+    """What the pre-flight sandbox starts from: the default spec, or, for a block of an
+    image type that names no image (agent tasks bring their own), the first problem's image
+    (and, for ecs_fargate, its build context: ecr_build builds it)."""
     assert run.sandbox is not None
-    if run.sandbox.type not in ("docker", "ecs_fargate") or run.sandbox.image or not len(env):
+    if run.sandbox.type not in _PER_TASK_IMAGE_TYPES or run.sandbox.image or not len(env):
         return SandboxSpec()
     first = spec_for(await env.seed(0))
     if run.sandbox.type == "ecs_fargate":

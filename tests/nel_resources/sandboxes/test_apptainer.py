@@ -63,7 +63,7 @@ def test_files_stay_in_the_bound_workdir(tmp_path: Path) -> None:
             await sb.upload(src, "/workspace/data/in.txt")
             await sb.download("data/in.txt", tmp_path / "back.txt")
             await sb.download("t/a.py", tmp_path / "a.py")
-            with pytest.raises(SandboxError, match="inside it"):
+            with pytest.raises(SandboxError, match="outside the sandbox's workdir"):
                 await sb.upload(src, "/etc/x")
         finally:
             await sb.stop()

@@ -4,8 +4,10 @@ allocations, steps, limits, cleanup; and the Pyxis command lines, which cannot r
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,21 +161,35 @@ def test_files_move_through_the_workdir_never_outside_it(
         factory: SlurmSandboxFactory, tmp_path: Path) -> None:
     src = tmp_path / "in.bin"
     src.write_bytes(bytes(range(256)) * 10)
+    # the step's own uid writes there: a directory it can reach (pytest's are root's only)
+    vol = Path(tempfile.mkdtemp(prefix="nel-test-vol-"))
+    vol.chmod(0o777)
 
     async def go() -> None:
-        async with running(factory.create(SandboxSpec(workdir="/workspace"))) as sb:
+        spec = SandboxSpec(workdir="/workspace", volumes=[VolumeMount(str(vol), "/vol")])
+        async with running(factory.create(spec)) as sb:
             await sb.upload(src, "/workspace/data/in.bin")
             r = await sb.exec("sha256sum data/in.bin | cut -c1-64; "
                               "cp data/in.bin out.bin && echo made > made.txt")
             assert r.ok
             await sb.download("out.bin", tmp_path / "back.bin")
             assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
-            with pytest.raises(SandboxError, match="inside it"):
+            with pytest.raises(SandboxError, match="outside the sandbox's workdir"):
                 await sb.upload(src, "/etc/passwd")
-            with pytest.raises(SandboxError, match=r"'\.\.'"):
+            with pytest.raises(SandboxError, match="outside the sandbox's workdir"):
                 await sb.download("../../etc/passwd", tmp_path / "x")
+            # a volume's path moves through its host directory (a Harbor task's /tests, /logs)
+            await sb.upload(src, "/vol/sub/in.bin")
+            assert (vol / "sub" / "in.bin").read_bytes() == src.read_bytes()
+            r = await sb.exec("cp /vol/sub/in.bin /vol/copy.bin")
+            assert r.ok, r
+            await sb.download("/vol/copy.bin", tmp_path / "vol-back.bin")
+            assert (tmp_path / "vol-back.bin").read_bytes() == src.read_bytes()
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    finally:
+        shutil.rmtree(vol, ignore_errors=True)
 
 
 def test_an_image_needs_pyxis_and_says_so_when_the_cluster_lacks_it(
@@ -338,10 +354,15 @@ def test_a_sandbox_node_pool_places_its_allocations_on_that_pool(tmp_path: Path)
 
 
 def test_a_sandbox_node_pool_is_refused_where_nothing_can_place_it(tmp_path: Path) -> None:
-    # nel's apptainer sandbox runs where the eval client runs: a pool would be ignored
+    # only a slurm cluster has node pools
     apptainer = "{type: apptainer, image: x.sif, node_pool: sandbox, sif_cache_dir: /tmp}"
-    with pytest.raises(ConfigError, match=r"key sandboxes\.hpc\.node_pool: placing a `apptainer` "
-                       r"sandbox on a node pool .*use `type: slurm` or remove `node_pool`"):
-        check_supported(load_config(_pool_config(tmp_path, apptainer)))
+    with pytest.raises(ConfigError, match=r"key sandboxes\.hpc\.node_pool: a sandbox node pool "
+                       r"without a slurm cluster"):
+        check_supported(load_config(_pool_config(tmp_path, apptainer, cluster="local")))
+    # a type that runs where the eval client runs (only the config's schema keeps it from
+    # naming a pool): the factory refuses rather than ignore the pool
+    with pytest.raises(SandboxError, match=r"a `local` sandbox cannot be placed on a node pool "
+                       r"\(node_pool 'sandbox'\): use `type: slurm` or `type: apptainer`"):
+        make_factory(SandboxConfig.model_construct(type="local", node_pool="sandbox"))
     with pytest.raises(SandboxError, match=r"needs the config's cluster\.node_pools"):
         make_factory(SandboxConfig(type="slurm", node_pool="sandbox"))

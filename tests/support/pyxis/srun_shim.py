@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ FLAGS = {"--container-mount-home", "--no-container-mount-home", "--container-rem
          "--no-container-remap-root", "--container-entrypoint", "--no-container-entrypoint",
          "--container-writable", "--container-readonly"}
 HERE = Path(__file__).resolve().parent / "bin"
+#: When set, a step with an image runs in the image's root filesystem (docker export) under
+#: bubblewrap instead of on the host (`in_image`).
+IN_IMAGE = "NEL_PYXIS_IN_IMAGE"
 
 
 def fail(msg: str) -> None:
@@ -30,7 +34,22 @@ def real_srun() -> str:
     raise AssertionError
 
 
+# What the Pyxis plugin adds to `srun --help` (how nel tells a Pyxis cluster).
+PLUGIN_HELP = """
+Options provided by plugins:
+      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH
+                              [pyxis] the image to use for the container
+                              filesystem. Can be either a docker image given as
+                              an enroot URI, or a path to a squashfs file on the
+                              remote host filesystem.
+"""
+
+
 def main(argv: list[str]) -> None:
+    if argv == ["--help"]:
+        out = subprocess.run([real_srun(), "--help"], capture_output=True, text=True)
+        sys.stdout.write(out.stdout + PLUGIN_HELP)
+        sys.exit(out.returncode)
     opts: dict[str, str | bool] = {}
     rest: list[str] = []
     i = 0
@@ -71,9 +90,33 @@ def main(argv: list[str]) -> None:
         with open(os.environ["NEL_PYXIS_RECORD"], "a") as f:
             f.write(json.dumps({"options": opts, "command": rest,
                                 "slurm_job_id": os.environ.get("SLURM_JOB_ID")}) + "\n")
-    if "--container-workdir" in opts:
+    if opts and os.environ.get(IN_IMAGE):
+        rest = in_image(opts, rest)
+    elif "--container-workdir" in opts:
         os.chdir(str(opts["--container-workdir"]))
     os.execv(real_srun(), [real_srun(), *rest])
+
+
+def in_image(opts: dict[str, str | bool], rest: list[str]) -> list[str]:
+    """`rest` (srun's own options, then the program) with the program run in the image's
+    root filesystem, exported from the local Docker engine, under bubblewrap: the mounts
+    bound, the workdir its directory, the image's environment; the host's network, as an
+    enroot container has (tests/support/rootfs.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from tests.support.rootfs import bwrap_in_rootfs, exported_rootfs, image_env
+
+    image = str(opts.get("--container-image", ""))
+    if not image:
+        fail("the in-image stand-in needs --container-image on every step")
+    binds = []
+    for m in str(opts.get("--container-mounts", "")).split(","):
+        if m:
+            src, dst, *flags = m.split(":")
+            binds.append((src, dst, "ro" in flags))
+    at = next(i for i, a in enumerate(rest) if not a.startswith("-"))
+    wrap = bwrap_in_rootfs(exported_rootfs(image), binds=binds, share_net=True,
+                           chdir=str(opts.get("--container-workdir") or "/"), env=image_env(image))
+    return [*rest[:at], *wrap, *rest[at:]]
 
 
 if __name__ == "__main__":
