@@ -162,6 +162,8 @@ class SampleSandboxes:
                                    volumes=[*spec.volumes, *vols])
 
     async def _start(self, spec: SandboxSpec) -> Sandbox:
+        if self._pool.volumes:  # what the solver's agent needs mounted (OpenClaw's runtime)
+            spec = dataclasses.replace(spec, volumes=[*spec.volumes, *self._pool.volumes])
         sb = self._pool.factory.create(self._with_scratch(spec))
         self._started.append(sb)  # stopped by close(), even when its start fails
         await sb.start()  # waits for one of the factory's `concurrency` slots
@@ -217,6 +219,8 @@ class SandboxPool:
     def __init__(self, factory: SandboxFactory, *, stateful: bool = False) -> None:
         self.factory = factory
         self.stateful = stateful
+        #: mounted in every sandbox of the shard (a solver's `sandbox_volumes`)
+        self.volumes: list[VolumeMount] = []
 
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:
