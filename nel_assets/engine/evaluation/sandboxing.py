@@ -162,8 +162,9 @@ class SampleSandboxes:
                                    volumes=[*spec.volumes, *vols])
 
     async def _start(self, spec: SandboxSpec) -> Sandbox:
-        if self._pool.volumes:  # what the solver's agent needs mounted (OpenClaw's runtime)
-            spec = dataclasses.replace(spec, volumes=[*spec.volumes, *self._pool.volumes])
+        if self._pool.volumes or self._pool.reach_ports:  # what the solver's agent needs
+            spec = dataclasses.replace(spec, volumes=[*spec.volumes, *self._pool.volumes],
+                                       reach_ports=(*spec.reach_ports, *self._pool.reach_ports))
         sb = self._pool.factory.create(self._with_scratch(spec))
         self._started.append(sb)  # stopped by close(), even when its start fails
         await sb.start()  # waits for one of the factory's `concurrency` slots
@@ -221,6 +222,8 @@ class SandboxPool:
         self.stateful = stateful
         #: mounted in every sandbox of the shard (a solver's `sandbox_volumes`)
         self.volumes: list[VolumeMount] = []
+        #: host ports every sandbox of the shard must reach (a solver's `sandbox_ports`)
+        self.reach_ports: tuple[int, ...] = ()
 
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:

@@ -157,6 +157,14 @@ class OpenClawSolver:
         """What every sandbox of the shard must mount for the agent (after `prepare`)."""
         return list(self._layout.volumes) if self._layout is not None else []
 
+    @property
+    def sandbox_ports(self) -> tuple[int, ...]:
+        """Host ports a sandbox with a network path of its own (`ecs_fargate`) must reach:
+        the proxy's and the search relay's (a docker sandbox reaches them by socket)."""
+        if self._layout is None or self._layout.bridge is not None:
+            return ()
+        return tuple(self._ports())
+
     def _ports(self) -> list[int]:
         from urllib.parse import urlsplit
 
