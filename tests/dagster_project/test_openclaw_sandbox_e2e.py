@@ -5,9 +5,11 @@ real Docker engine, a scripted model server behind nel's capture proxy.
 
 The scripted model has OpenClaw's `exec` tool write the task's file and try to reach a
 listener the test runs on the Docker bridge's gateway (what a networked container would
-reach); then it answers. The task's automated checks grade the sandbox's workspace as they
-grade a `tool_calling` run (1.0); the connection fails (the container has no network: only
-the proxy's Unix socket), the listener sees nobody, and no container is left behind.
+reach), then searches the web (`web_search_provider: tavily`, the playbook's), then answers.
+The task's automated checks grade the sandbox's workspace as they grade a `tool_calling` run
+(1.0); the connection fails (the container has no network: only the proxy's and the search
+relay's Unix sockets), the listener sees nobody, the search reaches the Tavily stand-in
+through nel's relay with nel's key, and no container is left behind.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from tests.support.agents import openclaw_bin
 from tests.support.cli import run_nel
 from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.pinchbench_checkout import write_checkout
+from tests.support.tavily_standin import MARKER, start_tavily_standin
+
+KEY = "tvly-nel-sandbox-secret-4410"
 
 PROBE = ("python3 -c \"import socket; socket.create_connection(('{ip}', {port}), timeout=3)\" "
          "2>/dev/null && echo EGRESS-OPEN || echo EGRESS-BLOCKED")
@@ -73,7 +78,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         {"tool_calls": [{"name": "exec", "arguments": {
             "command": "printf hello > greeting.txt; "
                        + PROBE.format(ip=ip, port=listener.getsockname()[1])}}]},
+        {"tool_calls": [{"name": "tool_call", "arguments": {
+            "id": "web_search", "args": {"query": "greeting words"}}}]},
         {"content": "Wrote greeting.txt."}]}]
+    search, search_url, search_log = start_tavily_standin(root)
     proc, url = start_reference_server(tool_script=script, match_conversation=True)
     try:
         cfg = {
@@ -86,7 +94,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "name": "pinchbench", "max_problems": 1,
                 "params": {"tasks_dir": str(write_checkout(root / "skill"))},
                 "solver": {"type": "openclaw", "service": "model",
-                           "openclaw_bin": str(openclaw_bin()), "thinking": "off"},
+                           "openclaw_bin": str(openclaw_bin()), "thinking": "off",
+                           "web_search_provider": "tavily"},
                 "sandbox": {"type": "docker", "image": BASE_IMAGE, "concurrency": 1},
                 "scoring": {"metrics": [{"type": "judge", "name": "pinchbench_rubric",
                                          "service": "judge"}]}}],
@@ -95,11 +104,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         path = root / "nel.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         p = run_nel("eval", "run", str(path), "--json", "--no-progress",
-                    env={"DOCKER_HOST": host}, timeout=600)
-        yield {"proc": p, "out": root / "out", "hits": hits, "host": host}
+                    env={"DOCKER_HOST": host, "TAVILY_API_KEY": KEY,
+                         "TAVILY_BASE_URL": search_url}, timeout=600)
+        yield {"proc": p, "out": root / "out", "hits": hits, "host": host, "log": search_log}
     finally:
         listener.close()
         proc.stop()
+        search.stop()  # type: ignore[attr-defined]
 
 
 def _trajectory(out: Path) -> dict[str, Any]:
@@ -117,7 +128,7 @@ def test_the_agent_works_in_the_sandbox_and_is_graded_there(run: dict[str, Any])
                                                  "said_so": 1.0}
     steps = t["trajectory"][0]["steps"]
     calls = [c for s in steps for c in s.get("tool_calls") or []]
-    assert [c["function_name"] for c in calls] == ["exec"]
+    assert [c["function_name"] for c in calls] == ["exec", "tool_call"]
 
 
 def test_the_sandbox_reaches_only_the_proxy(run: dict[str, Any]) -> None:
@@ -126,3 +137,14 @@ def test_the_sandbox_reaches_only_the_proxy(run: dict[str, Any]) -> None:
     assert result["message"].strip() == "EGRESS-BLOCKED"
     assert run["hits"] == []
     assert _leftovers(run["host"]) == []
+
+
+def test_the_agents_search_goes_through_nels_relay(run: dict[str, Any]) -> None:
+    requests = [json.loads(line) for line in run["log"].read_text().splitlines()]
+    assert [(r["path"], r["body"]["query"]) for r in requests] == [("/search", "greeting words")]
+    assert requests[0]["authorization"] == f"Bearer {KEY}"  # added on the host, by nel
+    t = _trajectory(run["out"])
+    assert [(s["query"], s["status"]) for s in t["scoring_details"]["web_searches"]] == [
+        ("greeting words", 200)]
+    assert MARKER in json.dumps(t["trajectory"])  # the result reached the model
+    assert KEY not in json.dumps(t)
