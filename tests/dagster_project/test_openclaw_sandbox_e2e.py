@@ -103,10 +103,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         }
         path = root / "nel.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        sockets_before = set(Path("/tmp").glob("nel-uds-*"))
         p = run_nel("eval", "run", str(path), "--json", "--no-progress",
                     env={"DOCKER_HOST": host, "TAVILY_API_KEY": KEY,
                          "TAVILY_BASE_URL": search_url}, timeout=600)
-        yield {"proc": p, "out": root / "out", "hits": hits, "host": host, "log": search_log}
+        yield {"proc": p, "out": root / "out", "hits": hits, "host": host, "log": search_log,
+               "sockets": set(Path("/tmp").glob("nel-uds-*")) - sockets_before}
     finally:
         listener.close()
         proc.stop()
@@ -136,7 +138,8 @@ def test_the_sandbox_reaches_only_the_proxy(run: dict[str, Any]) -> None:
     (result,) = [s for s in steps if (s.get("extra") or {}).get("function_name") == "exec"]
     assert result["message"].strip() == "EGRESS-BLOCKED"
     assert run["hits"] == []
-    assert _leftovers(run["host"]) == []
+    assert _leftovers(run["host"]) == []  # no container
+    assert run["sockets"] == set()  # the relay's socket directory is gone too
 
 
 def test_the_agents_search_goes_through_nels_relay(run: dict[str, Any]) -> None:

@@ -51,6 +51,20 @@ def test_the_image_layout_is_nemo_evaluators() -> None:
     assert 'f"node {_OPENCLAW_BIN} agent"' in src and layout.node == "node"
 
 
+def test_an_openclaw_bin_that_cannot_be_mounted_is_one_line(tmp_path: Path) -> None:
+    from benchmarks.errors import NelError
+
+    other = tmp_path / "openclaw"
+    other.write_text("#!/bin/sh\necho not openclaw\n")
+    other.chmod(0o755)
+    with pytest.raises(NelError) as exc:
+        host_install(str(other))
+    msg = str(exc.value)
+    assert "\n" not in msg and f"`{other}` is neither" in msg and "solver.openclaw_bin" in msg
+    with pytest.raises(NelError, match="is not on PATH"):
+        host_install(str(tmp_path / "missing"))
+
+
 @pytest.fixture(scope="module")
 def exec_port() -> Iterator[int]:
     proc = ManagedProcess([sys.executable, exec_server.__file__], name="exec-server",
