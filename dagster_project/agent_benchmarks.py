@@ -155,7 +155,9 @@ def _check_pinchbench(bench: Any, refuse: Any) -> None:
     """PinchBench is graded on the workspace the agent leaves (benchmarks.agentic.
     pinchbench_grading): the agent must work in the sample's sandbox, whose workdir is it."""
     solver, sandbox = bench.solver, bench.sandbox
-    if solver.type != "tool_calling" or not solver.sandbox_tools:
+    # OpenClaw in the sandbox (NeMo Evaluator's way): its workspace is the sandbox's workdir
+    in_sandbox = solver.type == "openclaw" and sandbox is not None and sandbox.type != "none"
+    if not in_sandbox and (solver.type != "tool_calling" or not solver.sandbox_tools):
         raise refuse("solver", f"{bench.name!r} is graded on the agent's workspace in the sample's "
                                f"sandbox; the {solver.type} solver works in a workspace of its "
                                "own, which is not supported yet in nel for these tasks: use "

@@ -8,13 +8,21 @@ sandbox). nel gives such a benchmark a `docker` sandbox: each task names its own
 (task.toml `[environment] docker_image`, else its Dockerfile's `FROM`), and the block has
 nel's defaults (no network, limits). A benchmark that names a sandbox keeps it, and an
 explicit `type: none` stays none (then refused in one line unless Gym's reward is trusted).
+
+The `openclaw` solver in a `docker` sandbox runs Node inside it, whose V8 isolates (one per
+worker thread) reserve more address space than the sandbox's default 4 GB per-process data
+limit allows (a worker died with "Failed to reserve virtual memory for CodeRange"): a block
+that sets no `memory` gets `OPENCLAW_MEMORY` (the container's real use is far lower).
 """
 
 from __future__ import annotations
 
 from nel_resources.config import BenchmarkConfig, SandboxConfig
 
-__all__ = ["agent_works_outside", "effective_sandbox"]
+__all__ = ["OPENCLAW_MEMORY", "agent_works_outside", "effective_sandbox"]
+
+#: A docker sandbox's `memory` for OpenClaw when the block sets none (module docstring).
+OPENCLAW_MEMORY = "8g"
 
 
 def agent_works_outside(bench: BenchmarkConfig) -> bool:
@@ -28,8 +36,12 @@ def agent_works_outside(bench: BenchmarkConfig) -> bool:
 
 def effective_sandbox(bench: BenchmarkConfig) -> SandboxConfig | None:
     """The benchmark's sandbox block, or the `docker` one nel provides (module docstring)."""
-    if bench.sandbox is not None or not agent_works_outside(bench):
-        return bench.sandbox
+    sb = bench.sandbox
+    if (sb is not None and bench.solver.type == "openclaw" and sb.type == "docker"
+            and sb.memory is None):
+        return sb.model_copy(update={"memory": OPENCLAW_MEMORY})
+    if sb is not None or not agent_works_outside(bench):
+        return sb
     from benchmarks import get_factory
     from benchmarks.errors import NelError
 

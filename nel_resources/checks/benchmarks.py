@@ -125,7 +125,8 @@ def _check_external_agent(cfg: NelConfig, b: BenchmarkConfig, at: tuple[Any, ...
     binary = b.solver.openclaw_bin
     # `skip_preflight` (NeMo Evaluator's) skips the checks of what the run's machine has
     # (the CLI, the search key): a run without them fails per sample instead
-    if not b.solver.skip_preflight and shutil.which(binary) is None:
+    in_image = b.sandbox is not None and b.sandbox.type == "ecs_fargate"  # the image has it
+    if not b.solver.skip_preflight and not in_image and shutil.which(binary) is None:
         external("program", as_config_error(cfg, Unavailable((*at, "solver", "openclaw_bin"), f"the 'openclaw' solver cannot run "
                           f"here: the OpenClaw CLI `{binary}` is not on PATH", "install it with "
                           "`make peers` (deploy/agents/install_openclaw.sh) and put "
@@ -180,11 +181,13 @@ def _check_openclaw(b: BenchmarkConfig, at: tuple[Any, ...]) -> None:
     for key, (what, fix) in OPENCLAW_UNBUILT.items():
         if key in b.solver.model_fields_set and getattr(b.solver, key) not in (None, False):
             raise Refusal((*at, "solver", key), what, fix)
-    if b.sandbox is not None and b.sandbox.type != "none":
-        raise Refusal((*at, "sandbox"), "the 'openclaw' solver in a sandbox (nel runs the "
-                      "OpenClaw CLI on this machine, in a fresh home per sample; no image "
-                      "with Node 24 and OpenClaw is built here)", "remove `sandbox` from "
-                      "this benchmark")
+    # In `docker` nel mounts the host's OpenClaw into the container; in `ecs_fargate` the
+    # image brings it (0.3.0's). Elsewhere nothing puts OpenClaw into the sandbox yet.
+    if b.sandbox is not None and b.sandbox.type not in ("none", "docker", "ecs_fargate"):
+        raise Refusal((*at, "sandbox", "type"), f"the 'openclaw' solver in a "
+                      f"{b.sandbox.type} sandbox (nel runs it in `docker`, with the host's "
+                      "OpenClaw mounted in, or in `ecs_fargate`, from OpenClaw's image)",
+                      "use `type: docker` or `ecs_fargate`, or remove `sandbox`")
 
 
 def _check_harbor_name(cfg: NelConfig, name: str, at: tuple[Any, ...]) -> None:

@@ -47,6 +47,9 @@ class SandboxSpec:
     #: a Harbor task's `environment/` (its Dockerfile's build context): an `ecs_fargate`
     #: block with `ecr_repository` builds the task's image from it (0.3.0's field)
     environment_dir: str | None = None
+    #: nel's: host ports on 127.0.0.1 the sandbox must reach as its own 127.0.0.1 ports (an
+    #: agent inside calling nel's proxy; `ecs_fargate` forwards them back over its SSH tunnel)
+    reach_ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

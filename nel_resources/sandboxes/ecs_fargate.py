@@ -214,7 +214,7 @@ def task_definition(s: EcsSettings, *, image: str, env: Mapping[str, str],
             f'printf "%s\\n" "$SSH_PUBLIC_KEY" > /root/.ssh/authorized_keys && '
             f"chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys && ssh-keygen -A && "
             f"{watchdog}exec /usr/sbin/sshd -D -e -p {s.sshd_port} -o PasswordAuthentication=no "
-            f"-o AllowTcpForwarding=local -o PermitRootLogin=prohibit-password")
+            f"-o AllowTcpForwarding=yes -o PermitRootLogin=prohibit-password")
     sidecar: dict[str, Any] = {
         "name": "ssh-tunnel", "image": s.sidecar_image, "essential": True,
         "entryPoint": ["sh", "-c"], "command": [sshd], "memoryReservation": sidecar_mib,
@@ -349,14 +349,17 @@ class EcsTaskControl:
                 self._ecs.deregister_task_definition(taskDefinition=arn)
 
 
-def ssh_argv(*, host: str, port: int, key_file: str, local_port: int, remote_port: int) -> list[str]:
+def ssh_argv(*, host: str, port: int, key_file: str, local_port: int, remote_port: int,
+             reach_ports: tuple[int, ...] = ()) -> list[str]:
     """The tunnel: local 127.0.0.1:local_port -> the exec server at 127.0.0.1:remote_port in the
-    task (the sidecar shares the task's network namespace)."""
+    task (the sidecar shares the task's network namespace); each of `reach_ports` (nel's
+    proxy, for an agent in the task) forwarded back from the task's 127.0.0.1 to the host's."""
+    back = [a for p in reach_ports for a in ("-R", f"127.0.0.1:{p}:127.0.0.1:{p}")]
     return ["ssh", "-N", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
             "-o", "ServerAliveInterval=30", "-o", "ExitOnForwardFailure=yes",
             "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes",
             "-i", key_file, "-p", str(port),
-            "-L", f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}", f"root@{host}"]
+            "-L", f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}", *back, f"root@{host}"]
 
 
 class ExecClient:
@@ -476,7 +479,8 @@ class EcsFargateSandbox:
             local_port = sock.getsockname()[1]
         self._tunnel = await asyncio.create_subprocess_exec(
             *ssh_argv(host=self.address, port=s.sshd_port, key_file=f"{self._key_dir}/id",
-                      local_port=local_port, remote_port=s.exec_server_port),
+                      local_port=local_port, remote_port=s.exec_server_port,
+                      reach_ports=self._spec.reach_ports),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_restore_default_signals)

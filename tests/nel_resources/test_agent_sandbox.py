@@ -34,6 +34,24 @@ def test_which_benchmarks_get_a_docker_sandbox() -> None:
     assert effective_sandbox(gsm8k) is None  # no agent benchmark: nothing added
 
 
+
+def test_openclaw_in_docker_gets_room_for_nodes_reservations() -> None:
+    """OpenClaw's Node reserves more address space than the default 4 GB data limit: a
+    docker block without `memory` gets `OPENCLAW_MEMORY`; one that sets it keeps it."""
+    from nel_resources.agent_sandbox import OPENCLAW_MEMORY
+    from nel_resources.config import BenchmarkConfig
+
+    def bench(**sandbox: object) -> BenchmarkConfig:
+        return BenchmarkConfig.model_validate({"name": "pinchbench", "sandbox": sandbox,
+                                               "solver": {"type": "openclaw", "service": "m"}})
+    got = effective_sandbox(bench(type="docker"))
+    assert got is not None and got.memory == OPENCLAW_MEMORY == "8g" and got.network == "none"
+    kept = effective_sandbox(bench(type="docker", memory="12g"))
+    assert kept is not None and kept.memory == "12g"
+    ecs = effective_sandbox(bench(type="ecs_fargate", region="us-west-2"))
+    assert ecs is not None and ecs.memory is None  # Fargate's memory is the task's own
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")

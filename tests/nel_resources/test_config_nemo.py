@@ -40,10 +40,11 @@ REFUSED_KEY = {
     "09f_skills_eval_caveman_local_ecs": "benchmarks.0.name",
     "10_gym_full": None, "10_nmp_harbor": None,
     "11_gym_env_harbor": None,
-    # its interceptors (turn_counter, reasoning_replay) and the OpenClaw web search its
-    # playbook sets are built; the OpenClaw solver is refused for want of the `openclaw` CLI
-    # on PATH, else for running in the playbook's (ECS) sandbox
-    "12_pinchbench_openclaw": ("benchmarks.0.solver.openclaw_bin", "benchmarks.0.sandbox"),
+    # its interceptors (turn_counter, reasoning_replay), the OpenClaw web search its playbook
+    # sets and OpenClaw in its ECS sandbox (0.3.0's image) are built: a run here stops for
+    # want of the search key, else of AWS credentials
+    "12_pinchbench_openclaw": ("benchmarks.0.solver.web_search_provider",
+                               "benchmarks.0.sandbox.type"),
     "13_vlmevalkit_mmbench": "benchmarks.0.name", "14_container_nemo_skills": "benchmarks.0.name",
     # vLLM on a SLURM node pool: run end to end on the test cluster's fake GPUs by
     # tests/dagster_project/test_slurm_gpu_servers.py (SLURM_GPU below). Container mounts
@@ -126,6 +127,8 @@ DRY_RUN_DEFERS = {
     "08_terminalbench_harbor": "needs AWS", "08b_terminalbench_v1_harbor": "needs AWS",
     "09f_skills_eval_caveman_local_ecs": "needs AWS", "19_gym_runtime_ecs": "needs AWS",
     "wt06_swebench_harbor_ecs": "needs AWS",
+    # OpenClaw in the playbook's ecs_fargate sandbox (0.3.0's OpenClaw image)
+    "12_pinchbench_openclaw": "needs AWS",
     # lm-eval's task data, NeMo Skills' prepared data and VLMEvalKit's TSV are not on this machine
     "03_mmlu_lmeval": "needs the data here", "wt03_harness_uris": "needs the data here",
     "04_mmlu_pro_skills": "needs the data here", "13_vlmevalkit_mmbench": "needs the data here",
@@ -182,7 +185,8 @@ def test_copy_loads_and_is_run_or_refused_on_the_right_key(path: Path) -> None:
     m = re.fullmatch(rf"{re.escape(str(path))}:(\d+): key ({'|'.join(map(re.escape, keys))}): (.+)", msg)
     # not built yet, or built but unable to run on this machine (Harbor, a harbor:// cache,
     # a container:// image not in the local Docker engine): each says so
-    assert m and re.search(r".+ is not supported yet in nel; .+|cannot (run|be had) here|Docker engine",
+    assert m and re.search(r".+ is not supported yet in nel; .+|cannot (run|be had) here|Docker engine"
+                           r"|needs \w+ set in the environment",
                            m.group(3)), msg
     assert "\n" not in msg
     # the line named is where that key is written (or the entry whose playbook implies it)

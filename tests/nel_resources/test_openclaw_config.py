@@ -46,7 +46,8 @@ def test_what_nel_does_not_honour_is_refused_in_one_line(tmp_path: Path) -> None
         check_supported(load_config(config(tmp_path, sandbox={"type": "local"})))
     msg = str(exc.value)
     assert len(msg.splitlines()) == 1
-    assert "key benchmarks.0.sandbox: the 'openclaw' solver in a sandbox" in msg
+    # nel puts OpenClaw into docker (mounted) and ecs_fargate (its image) sandboxes only
+    assert "key benchmarks.0.sandbox.type: the 'openclaw' solver in a local sandbox" in msg
 
 
 def test_web_search_needs_its_key_by_name_unless_preflight_is_skipped(

@@ -295,6 +295,9 @@ def evaluate_shard(
                 prepare = getattr(spec.solver, "prepare", None)
                 if idx and prepare is not None:
                     await prepare()  # tool sources listed, names checked: before any request
+                if pool is not None:  # an agent that runs in the sandbox brings its mounts
+                    pool.volumes = list(getattr(spec.solver, "sandbox_volumes", None) or [])
+                    pool.reach_ports = tuple(getattr(spec.solver, "sandbox_ports", None) or ())
                 if idx:
                     await client.check()
                     provenance.update(await served_provenance(svc, base_url, client, run.model_id))

@@ -172,6 +172,9 @@ class SampleSandboxes:
                                    volumes=[*spec.volumes, *vols])
 
     async def _start(self, spec: SandboxSpec) -> Sandbox:
+        if self._pool.volumes or self._pool.reach_ports:  # what the solver's agent needs
+            spec = dataclasses.replace(spec, volumes=[*spec.volumes, *self._pool.volumes],
+                                       reach_ports=(*spec.reach_ports, *self._pool.reach_ports))
         sb = self._pool.factory.create(self._with_scratch(spec))
         self._started.append(sb)  # stopped by close(), even when its start fails
         await sb.start()  # waits for one of the factory's `concurrency` slots
@@ -230,6 +233,10 @@ class SandboxPool:
         #: where a sample's host directories (scratch, shared volume) are made: the directory
         #: a cluster factory's nodes share with nel (`shared_dir`), else the system temp dir
         self.shared_dir: Path | None = getattr(factory, "shared_dir", None)
+        #: mounted in every sandbox of the shard (a solver's `sandbox_volumes`)
+        self.volumes: list[VolumeMount] = []
+        #: host ports every sandbox of the shard must reach (a solver's `sandbox_ports`)
+        self.reach_ports: tuple[int, ...] = ()
 
     @contextlib.asynccontextmanager
     async def sample(self, seed: SeedResult) -> AsyncIterator[SampleSandboxes]:

@@ -120,7 +120,9 @@ def _openclaw(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:
         timeout=inp.timeout or DEFAULT_TIMEOUT, max_concurrent=cfg.max_concurrent,
         context_window=cfg.context_window, idle_timeout_seconds=cfg.idle_timeout_seconds,
         system_prompt=inp.system_prompt, model_id=inp.model_id or "",
-        web_search_provider=cfg.web_search_provider, config_path=cfg.config_path)
+        web_search_provider=cfg.web_search_provider, config_path=cfg.config_path,
+        sandbox_type=(inp.sandbox.type if inp.sandbox is not None and inp.sandbox.type != "none"
+                      else None))
 
 
 def _harbor(cfg: SolverConfig, inp: SolverInputs) -> Solver | None:

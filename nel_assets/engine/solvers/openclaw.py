@@ -20,6 +20,10 @@ is the sample's error; the trajectory keeps what was captured up to then.
 With `web_search_provider: tavily` the agent has OpenClaw's `web_search` tool, served by the
 shard's search relay (`openclaw_search`: the key stays in nel); each sample's searches are
 in its `scoring_details` (`web_searches`).
+
+With a `sandbox:` block (`docker`, `ecs_fargate`) the agent runs inside the sample's
+sandbox instead, as NeMo Evaluator 0.3.0 runs it: its workspace is the sandbox's workdir,
+which the benchmark's grading then reads (`openclaw_sandbox`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ from nel_assets.engine.solvers.openclaw_home import (
     make_home,
     read_user_config,
 )
+from nel_assets.engine.solvers.openclaw_sandbox import (
+    PLUGIN_MOUNT,
+    SandboxLayout,
+    image_layout,
+    mounted_layout,
+    run_in_sandbox,
+)
 from nel_assets.engine.solvers.openclaw_search import API_KEY_ENV, SearchRelay
 from nel_assets.engine.solvers.shard_proxy import ShardProxy
 from nel_resources.model_client import ModelResponse
@@ -50,6 +61,8 @@ from nel_resources.model_client import ModelResponse
 if TYPE_CHECKING:
     from benchmarks._types import SeedResult
     from nel_resources.config import ServiceConfig
+    from nel_resources.sandboxes.base import VolumeMount
+    from nel_resources.sandboxes.unix_relay import UnixRelay
 
 __all__ = ["DEFAULT_TIMEOUT", "OpenClawSolver"]
 
@@ -76,6 +89,8 @@ class OpenClawSolver:
         model_id: the model under test as trajectories name it.
         web_search_provider: "tavily" gives the agent web search (key: `TAVILY_API_KEY`).
         config_path: the user's `openclaw.json`, under nel's required settings.
+        sandbox_type: the benchmark's sandbox type when the agent runs in its sandbox
+            (`docker`: the host's OpenClaw mounted in; `ecs_fargate`: 0.3.0's image).
     """
 
     def __init__(self, service: ServiceConfig, *, openclaw_bin: str = "openclaw",
@@ -83,7 +98,7 @@ class OpenClawSolver:
                  max_concurrent: int = 4, context_window: int | None = None,
                  idle_timeout_seconds: int = 600, system_prompt: str | None = None,
                  model_id: str = "", web_search_provider: str | None = None,
-                 config_path: str | None = None) -> None:
+                 config_path: str | None = None, sandbox_type: str | None = None) -> None:
         self.service = service
         self.openclaw_bin = openclaw_bin
         self.thinking = thinking
@@ -99,6 +114,9 @@ class OpenClawSolver:
         self.config_path = config_path
         self._user_config: dict[str, Any] | None = None
         self._search: SearchRelay | None = None
+        self.sandbox_type = sandbox_type
+        self._layout: SandboxLayout | None = None
+        self._relay: UnixRelay | None = None
 
     @property
     def _root(self) -> Path | None:
@@ -112,7 +130,8 @@ class OpenClawSolver:
 
     async def prepare(self) -> None:
         """Check the CLI and start the capture proxy (before any sample runs)."""
-        if shutil.which(self.openclaw_bin) is None:
+        # In an image that brings OpenClaw (ecs_fargate) the host needs no CLI.
+        if self.sandbox_type in (None, "docker") and shutil.which(self.openclaw_bin) is None:
             raise NelError(f"the 'openclaw' solver cannot run here: the OpenClaw CLI "
                            f"`{self.openclaw_bin}` is not on PATH (install it with `make "
                            "peers`, or give its path in `solver.openclaw_bin`)")
@@ -130,6 +149,42 @@ class OpenClawSolver:
             await relay.start()
             self._search = relay
         await self._shard.start()
+        if self.sandbox_type is not None and self._layout is None:
+            await self._prepare_sandbox()
+
+    @property
+    def sandbox_volumes(self) -> list[VolumeMount]:
+        """What every sandbox of the shard must mount for the agent (after `prepare`)."""
+        return list(self._layout.volumes) if self._layout is not None else []
+
+    @property
+    def sandbox_ports(self) -> tuple[int, ...]:
+        """Host ports a sandbox with a network path of its own (`ecs_fargate`) must reach:
+        the proxy's and the search relay's (a docker sandbox reaches them by socket)."""
+        if self._layout is None or self._layout.bridge is not None:
+            return ()
+        return tuple(self._ports())
+
+    def _ports(self) -> list[int]:
+        from urllib.parse import urlsplit
+
+        urls = [self._shard.session_url("x")]
+        if self._search is not None:
+            urls.append(self._search.session_url("x"))
+        return [int(urlsplit(u).port or 80) for u in urls]
+
+    async def _prepare_sandbox(self) -> None:
+        if self.sandbox_type != "docker":
+            self._layout = image_layout()
+            return
+        from nel_assets.engine.solvers.openclaw_tavily import PLUGIN_DIR
+        from nel_resources.sandboxes.unix_relay import UnixRelay
+
+        relay = UnixRelay(self._ports())
+        socket_dir = await relay.start()
+        self._relay = relay
+        self._layout = mounted_layout(self.openclaw_bin, socket_dir,
+                                      plugin_dir=PLUGIN_DIR if self._search is not None else None)
 
     async def close_tools(self) -> None:
         """Stop the proxy and the search relay, remove the shard's OpenClaw homes (the
@@ -137,6 +192,10 @@ class OpenClawSolver:
         if self._search is not None:
             await self._search.stop()
             self._search = None
+        if self._relay is not None:
+            await self._relay.stop()
+            self._relay = None
+        self._layout = None
         await self._shard.stop()
 
     async def solve(self, task: SeedResult, ctx: SolveContext | None = None) -> SolveResult:
@@ -146,6 +205,9 @@ class OpenClawSolver:
         assert self._root is not None
         sample = ctx.sample_id if ctx is not None else "0:0"
         name = _SAFE.sub("-", f"nel-{sample}")
+        if self._layout is not None and ctx is not None and ctx.sandbox is not None:
+            async with self._slots:
+                return await self._solve_in_sandbox(task, ctx.sandbox, sample, name)
         async with self._slots:
             home = make_home(self._root / "homes", name, base_url=self._shard.session_url(sample),
                              model=self.service.model or "model",
@@ -167,6 +229,33 @@ class OpenClawSolver:
                                     latency_ms)
             finally:
                 shutil.rmtree(home.home, ignore_errors=True)
+
+    async def _solve_in_sandbox(self, task: SeedResult, sandbox: Any, sample: str,
+                                name: str) -> SolveResult:
+        """One run inside the sample's sandbox (`openclaw_sandbox`)."""
+        assert self._layout is not None
+        from nel_assets.engine.solvers.openclaw_home import merged, openclaw_config
+
+        cfg = openclaw_config(self._shard.session_url(sample), self.service.model or "model",
+                              workspace=Path(sandbox.spec.workdir),
+                              context_window=self.context_window,
+                              max_concurrent=self.max_concurrent,
+                              idle_timeout_seconds=self.idle_timeout_seconds,
+                              search_url=(self._search.session_url(name)
+                                          if self._search is not None else None))
+        if self._search is not None:
+            cfg["plugins"]["load"]["paths"] = [PLUGIN_MOUNT]
+        if self._user_config:
+            cfg = merged(self._user_config, cfg)
+        argv = agent_command("openclaw", task.prompt, name, thinking=self.thinking,
+                             timeout=self.timeout)[1:]
+        run = await run_in_sandbox(sandbox, self._layout, cfg, argv, ports=self._ports(),
+                                   system_prompt=self.system_prompt, timeout=self.timeout)
+        try:
+            return self._result(task.prompt, sample, run.state, name, run.rc, run.stdout,
+                                run.stderr, run.latency_ms)
+        finally:
+            shutil.rmtree(run.state, ignore_errors=True)
 
     def _result(self, prompt: str, sample: str, state: Path, session: str, rc: int | None,
                 stdout: str, stderr: str, latency_ms: float) -> SolveResult:

@@ -36,6 +36,7 @@ from nel_resources.sandboxes.ecs_fargate import (
     has_aws_credentials,
     refusal,
     ssh_argv,
+    task_definition,
 )
 from tests.support.moto_server import REGION, port_from_log
 from tests.support.waiting import wait_for
@@ -226,6 +227,20 @@ def test_tunnel_command_line() -> None:
         "-o", "ServerAliveInterval=30", "-o", "ExitOnForwardFailure=yes",
         "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes",
         "-i", "/k/id", "-p", "2022", "-L", "127.0.0.1:40001:127.0.0.1:19542", "root@10.7.1.5"]
+
+
+def test_an_agent_in_the_task_reaches_nels_proxy_back_through_the_tunnel(
+        aws: dict[str, Any]) -> None:
+    """The OpenClaw solver in the task calls nel's proxy at its 127.0.0.1 port: the tunnel
+    forwards that port back (and the sidecar's sshd allows remote forwards)."""
+    argv = ssh_argv(host="10.7.1.5", port=2022, key_file="/k/id", local_port=40001,
+                    remote_port=19542, reach_ports=(41234, 41235))
+    assert argv[-5:] == ["-R", "127.0.0.1:41234:127.0.0.1:41234",
+                         "-R", "127.0.0.1:41235:127.0.0.1:41235", "root@10.7.1.5"]
+    settings = EcsSettings.from_config(_config(aws))
+    td = task_definition(settings, image="img", env={}, public_key="ssh-ed25519 AAAA")
+    (sshd,) = td["containerDefinitions"][1]["command"]
+    assert "AllowTcpForwarding=yes" in sshd
 
 
 # -- the exec server, as the task's main container runs it --------------------------------
