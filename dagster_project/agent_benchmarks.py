@@ -32,7 +32,7 @@ _IMAGE_SANDBOXES = ("docker", "slurm", "apptainer")
 #: (an srun step; an `apptainer exec` in its own PID namespace): nothing runs between commands.
 _COMMAND_SCOPED_SANDBOXES = ("slurm", "apptainer")
 #: Sandbox types PinchBench's workspace is graded in.
-_PINCHBENCH_SANDBOXES = ("docker", "local")
+_PINCHBENCH_SANDBOXES = ("docker", "local", "ecs_fargate")
 #: Dockerfile instructions nel honours without building (the image, the workdir).
 _NO_BUILD = frozenset({"FROM", "WORKDIR", "ARG", "LABEL", "MAINTAINER"})
 
@@ -163,8 +163,9 @@ def _check_pinchbench(bench: Any, refuse: Any) -> None:
                                "own, which is not supported yet in nel for these tasks: use "
                                "`solver: {type: tool_calling, sandbox_tools: true}`")
     if sandbox is not None and sandbox.type not in ("none", *_PINCHBENCH_SANDBOXES):
-        raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker or local sandbox in "
-                                f"nel; a {sandbox.type} sandbox is not supported yet in nel for it")
+        raise refuse("sandbox", f"{bench.name!r}: its workspace is a docker, local or "
+                                f"ecs_fargate sandbox in nel; a {sandbox.type} sandbox is not "
+                                "supported yet in nel for it")
 
 
 def _load_tasks(bench: Any) -> Any | None:
