@@ -81,7 +81,8 @@ def test_the_second_slurm_cluster_runs_heterogeneous_jobs_on_its_own_nodes(tmp_p
     host = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %P"], env=env, capture_output=True, text=True,
                            check=True).stdout.split("\n")
-    assert sorted(n for n in nodes if n) == [f"{host} debug*", f"{host}-het het"]
+    assert sorted(n for n in nodes if n) == [f"{host} debug*", f"{host} multi", f"{host}-het het",
+                                             f"{host}-het multi"]
     shown = subprocess.run(["scontrol", "show", "node", f"{host}-het"], env=env, capture_output=True,
                            text=True, check=True).stdout
     assert " Port=6840 " in shown, shown
