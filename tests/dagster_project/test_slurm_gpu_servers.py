@@ -37,6 +37,8 @@ EXAMPLE = COPIES / "examples" / "15_slurm_gsm8k_vllm.yaml"
 GPU_COPIES = [COPIES / "examples" / "15_slurm_gsm8k_vllm.yaml",
               COPIES / "examples" / "15a_slurm_gsm8k_vllm_sharded.yaml",
               COPIES / "walkthrough" / "wt13_slurm_vllm.yaml", COPIES / "walkthrough" / "wt15_slurm_shards.yaml"]
+# NeMo Evaluator's deployment pattern §7 (slurm_eval.yaml): gsm8k repeats 8 in 16 shards.
+PATTERN_7 = COPIES / "deployment" / "dp07_slurm_eval.yaml"
 N_SHARDS, N_PROBLEMS = 2, 6
 
 
@@ -51,12 +53,13 @@ def data_env(data_dir: Path) -> dict[str, str]:
 
 
 def example_config(path: Path, out: Path, *, typ: str = "vllm", local: bool = False,
-                   copy: Path = EXAMPLE, shards: int | None = N_SHARDS, **svc: Any) -> Path:
+                   copy: Path = EXAMPLE, shards: int | None = N_SHARDS, problems: int = N_PROBLEMS,
+                   **svc: Any) -> Path:
     """The peer's config `copy` with this cluster's names (`local`: the same run on this
-    machine); `shards=None` keeps the copy's own shard count."""
+    machine) and `problems` problems; `shards=None` keeps the copy's own shard count."""
     cfg = yaml.safe_load(copy.read_text())
     cfg["services"]["model"].update({"type": typ, "port": free_port(), "startup_timeout": 120, **svc})
-    cfg["benchmarks"][0]["max_problems"] = N_PROBLEMS
+    cfg["benchmarks"][0]["max_problems"] = problems
     cfg["cluster"]["node_pools"]["compute"]["partition"] = "debug"
     cfg["cluster"]["shards"] = shards or cfg["cluster"].get("shards", 1)
     if local:
@@ -133,6 +136,53 @@ def test_the_example_runs_its_server_in_the_jobs_and_equals_a_local_run(
     assert our_jobs(gpu_slurm, out) == []
     slurm_rows = rows(out)
     assert slurm_rows == rows(local_out) and len(slurm_rows) == N_PROBLEMS
+
+
+def test_deployment_pattern_7_runs_its_16_shards_with_a_server_in_each_task_and_equals_a_local_run(
+        tmp_path: Path, gpu_slurm: dict[str, str], data_env: dict[str, str], cleanup: list[Path]) -> None:
+    """slurm_eval.yaml as written (16 shards, repeats 8) but for the partition, the port and
+    16 problems: 16 array tasks, each with its own vLLM server on the task's 4 GPUs, then
+    the merge job; the results equal the same config run on this machine, item by item."""
+    n_shards, problems, repeats = 16, 16, 8
+    record = tmp_path / "record.jsonl"
+    # No load delay: the 16 tasks take turns on the node's 4 GPUs, and the test stays lean.
+    env = stand_in_env(record, base=nel_env({**gpu_slurm, **data_env}))
+    local_out, out = tmp_path / "local", tmp_path / "slurm"
+    cleanup.append(out)
+    # The local reference in one shard (16 would cost 16 shard runs more): how the 16 tasks
+    # split the problems and repeats must change no item.
+    local = example_config(tmp_path / "local.yaml", local_out, local=True, copy=PATTERN_7, shards=1,
+                           problems=problems)
+    r = run_nel("eval", "run", str(local), "--no-progress", env={**env, "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                timeout=600)
+    assert r.returncode == 0, r.stderr
+    n_local = len(records(record))
+    cfg = example_config(tmp_path / "slurm.yaml", out, copy=PATTERN_7, shards=None, problems=problems)
+    assert yaml.safe_load(cfg.read_text())["cluster"]["shards"] == n_shards
+    r = run_nel("eval", "run", str(cfg), "--no-progress", env=env, cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert re.search(rf"submitted .*\({n_shards} tasks; 0 shards up to date", r.stderr), r.stderr
+
+    started = records(record)[n_local:]
+    assert sorted(int(s["slurm_task"].rsplit("_", 1)[-1]) for s in started) == list(range(n_shards)), started
+    for s in started:
+        assert s["cuda_visible_devices"] == "0,1,2,3", s
+        log = out / "logs" / f"model.slurm-{s['slurm_task']}.log"
+        assert "Uvicorn running" in log.read_text(), log  # it served: past its weights
+        assert not pid_alive(s["pid"]), f"the server of task {s['slurm_task']} is still running"
+    assert our_jobs(gpu_slurm, out) == []
+    shards = {p.parent.name for p in out.glob("gsm8k/shard_results/model=model/shard=*/*.parquet")}
+    assert shards == {f"shard={i}" for i in range(n_shards)}
+    # One array of 16 tasks and the merge job after it, which completed and merged them all.
+    (jobs,) = out.glob("slurm/*/jobs.json")
+    doc = json.loads(jobs.read_text())
+    assert len(doc["arrays"]) == 1, doc
+    assert "JobState=COMPLETED" in sh(gpu_slurm, "scontrol", "show", "job", "-o", doc["merge"]).stdout
+    (merged,), (alone,) = out.glob("gsm8k/eval-*.json"), local_out.glob("gsm8k/eval-*.json")
+    metrics = json.loads(merged.read_text())["metrics"]
+    assert metrics["n_samples"] == problems * repeats and metrics == json.loads(alone.read_text())["metrics"]
+    slurm_rows = rows(out)
+    assert slurm_rows == rows(local_out) and len(slurm_rows) == problems * repeats
 
 
 def test_a_server_that_never_becomes_healthy_fails_its_partition_with_its_log_and_a_rerun_resubmits_it(
@@ -213,7 +263,7 @@ def test_ctrl_c_while_the_server_loads_cancels_the_jobs_and_the_server(
     wait_for(lambda: not pid_alive(server["pid"]), timeout=60, what="the server to be gone with its job")
 
 
-@pytest.mark.parametrize("copy", GPU_COPIES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("copy", [*GPU_COPIES, PATTERN_7], ids=lambda p: p.stem)
 def test_the_dry_run_of_each_copy_shows_the_server_command_and_the_pool(
         copy: Path, tmp_path: Path, data_env: dict[str, str]) -> None:
     r = run_nel("eval", "run", str(copy), "--dry-run", "--json", "-o", str(tmp_path / "out"), env=data_env)

@@ -1,7 +1,7 @@
-"""NeMo Evaluator 0.3.0 configs in nel: our own copies of every example config of its sdist
-and every walkthrough config of its docs (tests/fixtures/nemo_configs/) load; the ones whose
-features nel has run end to end against the reference server; the others are refused in
-one line naming the key. The real peer accepts the same copies."""
+"""NeMo Evaluator 0.3.0 configs in nel: our own copies of every example config of its sdist,
+every walkthrough config and deployment pattern §7 of its docs (tests/fixtures/nemo_configs/)
+load; the ones whose features nel has run end to end against the reference server; the
+others are refused in one line naming the key. The real peer accepts the same copies."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from tests.support.docker_engine import BASE_IMAGE, start_docker_engine
 from tests.support.peers import peer_nemo_bin
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs"
-COPIES = sorted(FIXTURES.glob("examples/*.yaml")) + sorted(FIXTURES.glob("walkthrough/*.yaml"))
+COPIES = (sorted(FIXTURES.glob("examples/*.yaml")) + sorted(FIXTURES.glob("walkthrough/*.yaml"))
+          + sorted(FIXTURES.glob("deployment/*.yaml")))
 
 # The key each copy is refused on (None: nel runs it as it is).
 REFUSED_KEY = {
@@ -78,6 +79,8 @@ REFUSED_KEY = {
     # mlflow is built, per-sample traces too: both run (their export to a tracking server that
     # does not answer fails in one line; the results stay)
     "wt17_mlflow_traces": None, "wt18_mlflow_artifacts": None,
+    # deployment pattern §7: vLLM on a SLURM node pool, 16 shards (test_slurm_gpu_servers.py)
+    "dp07_slurm_eval": None,
 }
 # Copies whose keys nel has, refused by a run's own checks (one line, before any request).
 RUN_REFUSED = {
@@ -151,6 +154,7 @@ SUITE_PARTIAL = {
 # SLURM cluster with fake GPUs (tests/dagster_project/test_slurm_gpu_servers.py), not against
 # the reference server below.
 SLURM_GPU = {"15_slurm_gsm8k_vllm", "15a_slurm_gsm8k_vllm_sharded", "wt13_slurm_vllm", "wt15_slurm_shards",
+             "dp07_slurm_eval",
              "15c_slurm_gsm8k_dynamo", "15d_slurm_gsm8k_dynamo_disagg"}  # test_slurm_dynamo.py
 # SLURM configs whose dry run writes the sbatch scripts (as NeMo Evaluator's does).
 SLURM_SCRIPTS = SLURM_GPU | {"16_slurm_swebench_harbor", "16a_slurm_swebench_harbor_apptainer",
