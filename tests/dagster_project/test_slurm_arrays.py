@@ -318,7 +318,9 @@ def test_auto_resume_resubmits_a_timed_out_task_alone_and_not_a_failed_one(
     out, _, _ = runs["crash"]
     assert codes["crash"] == exit_codes.EVAL_FAILED, logs["crash"]
     assert [len(parts) for _, parts in arrays_of(only_run_dir(out))] == [3, 1]
-    assert re.search(r"resume_demo/ref shard 1 is missing: task \d+_1 ended FAILED \(exit 1:0", logs["crash"])
+    # The shard's process dies (exit 1); the task's nel reports it and ends EVAL_FAILED (4).
+    assert re.search(r"resume_demo/ref shard 1 is missing: task \d+_1 ended FAILED \(exit 4:0", logs["crash"])
+    assert "ended without its results (exit status 1)" in logs["crash"], logs["crash"]
     assert "resubmitted" not in logs["crash"]  # neither resubmitted nor named as not resubmitted
 
 

@@ -146,7 +146,11 @@ def test_array_with_a_failed_task_then_a_rerun_of_it_equals_the_local_run(
     parts = json.loads((first / jobs["arrays"][0]["partitions"]).read_text())
     assert [(p["model"], p["shard"]) for p in parts] == [("ref", s) for s in range(N_SHARDS)]
     assert f"submitted array job {jobs['arrays'][0]['job_id']} (4 tasks; 0 shards up to date)" in r.stderr
-    assert re.search(r"slurm_demo/ref shard 2 is missing: task \d+_2 ended FAILED \(exit 3:0", r.stderr), r.stderr
+    # The shard's process dies (exit 3); the task's nel reports it and ends EVAL_FAILED (4),
+    # with the shard process's own status in its error line.
+    assert re.search(r"slurm_demo/ref shard 2 is missing: task \d+_2 ended FAILED \(exit 4:0", r.stderr), r.stderr
+    assert re.search(r"evaluating slurm_demo/ref shard 2: ended without its results \(exit status 3\)",
+                     r.stderr), r.stderr
     assert "error: slurm_demo/ref: shard 2 is missing" in r.stderr
     stored = sorted(p.parent.name for p in out.glob("slurm_demo/shard_results/model=ref/shard=*/*.parquet"))
     assert stored == ["shard=0", "shard=1", "shard=3"]
