@@ -2,7 +2,10 @@
 
 One command serves the same BYOB benchmark (NeMo Evaluator's decorator style: a JSONL
 dataset of 1000 `i + i` problems and a last-integer scorer, written to a temp dir) three
-ways, and drives each with the same concurrent aiohttp client in alternating rounds:
+ways, and drives each with the same concurrent client in alternating rounds (`--client raw`, the
+default: hand-built HTTP/1.1 requests on asyncio protocols, so that the client's own CPU,
+which shares this machine's two cores with the server, weighs as little as it can;
+`--client aiohttp`: the aiohttp client of the earlier figures):
 
 - `nel serve` (N uvicorn workers; scoring in its worker-process pool);
 - the ceiling: a bare FastAPI app with plain request->response routes doing the same work
@@ -204,13 +207,124 @@ async def _drive(port: int, size: int, concurrency: int, warmup: float, duration
     return pairs / elapsed
 
 
+class _PairConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection doing seed+verify pairs back to back, with the
+    least client work there is: request bytes built by hand, a response read by its
+    Content-Length. On a 2-core machine the client shares the cores with the server under
+    test; aiohttp's client costs more CPU per request than `nel serve` itself, so with it
+    the figures measured the client more than the servers."""
+
+    def __init__(self, port: int, size: int, start: int, step: int, done: asyncio.Future[None]) -> None:
+        import orjson
+
+        self._dumps, self._loads = orjson.dumps, orjson.loads
+        self._host = f"127.0.0.1:{port}".encode()
+        self._size, self._idx, self._step = size, start, step
+        self._done = done
+        self._buf = bytearray()
+        self._seed: dict[str, Any] | None = None  # the seed whose verify is in flight
+        self.pairs = 0
+        self.counting = False
+        self.stop = False
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        self._send_seed()
+
+    def _post(self, path: bytes, body: bytes) -> None:
+        self._transport.write(b"POST " + path + b" HTTP/1.1\r\nHost: " + self._host
+                              + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                              + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def _send_seed(self) -> None:
+        self._seed = None
+        self._post(b"/seed_session", self._dumps({"idx": self._idx % self._size}))
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        while True:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self._buf[:end]).lower()
+            at = head.find(b"content-length:")
+            if at < 0:
+                self._fail(f"a response without Content-Length: {head[:200]!r}")
+                return
+            length = int(head[at + 15:head.find(b"\r\n", at) if head.find(b"\r\n", at) > 0 else None])
+            if len(self._buf) < end + 4 + length:
+                return
+            status = int(head[9:12])
+            body = self._loads(bytes(self._buf[end + 4:end + 4 + length]))
+            del self._buf[:end + 4 + length]
+            self._on_response(status, body)
+
+    def _on_response(self, status: int, body: Any) -> None:
+        if self._seed is None:  # the seed's answer: verify it
+            if status != 200:
+                self._fail(f"seed {status}: {body}")
+                return
+            self._seed = body
+            self._post(b"/verify", self._dumps({"response": f"The answer is {body['expected_answer']}",
+                                                "expected": body["expected_answer"],
+                                                "metadata": body["metadata"]}))
+            return
+        if status != 200 or body.get("reward") != 1.0:
+            self._fail(f"bad verdict {status}: {body}")
+            return
+        if self.counting:
+            self.pairs += 1
+        self._idx += self._step
+        if self.stop:
+            self._transport.close()
+            if not self._done.done():
+                self._done.set_result(None)
+            return
+        self._send_seed()
+
+    def _fail(self, why: str) -> None:
+        if not self._done.done():
+            self._done.set_exception(RuntimeError(why))
+        self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._done.set_exception(RuntimeError(f"connection lost: {exc}"))
+
+
+async def _drive_raw(port: int, size: int, concurrency: int, warmup: float, duration: float) -> float:
+    """`_drive` with `_PairConnection`s: the same pairs, the same checks, a leaner client."""
+    loop = asyncio.get_running_loop()
+    conns: list[_PairConnection] = []
+    waits: list[asyncio.Future[None]] = []
+    for i in range(concurrency):
+        done: asyncio.Future[None] = loop.create_future()
+        _, proto = await loop.create_connection(
+            lambda i=i, done=done: _PairConnection(port, size, i, concurrency, done), "127.0.0.1", port)
+        conns.append(proto)
+        waits.append(done)
+    await asyncio.sleep(warmup)
+    for c in conns:
+        c.counting = True
+    t0 = time.perf_counter()
+    await asyncio.sleep(duration)
+    for c in conns:
+        c.counting = False
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        c.stop = True
+    await asyncio.gather(*waits)
+    return sum(c.pairs for c in conns) / elapsed
+
+
 def _measure(port: int, size: int, args: argparse.Namespace) -> float:
+    drive = _drive_raw if args.client == "raw" else _drive
     try:
         import uvloop
 
-        return uvloop.run(_drive(port, size, args.concurrency, args.warmup, args.duration))
+        return uvloop.run(drive(port, size, args.concurrency, args.warmup, args.duration))
     except ImportError:
-        return asyncio.run(_drive(port, size, args.concurrency, args.warmup, args.duration))
+        return asyncio.run(drive(port, size, args.concurrency, args.warmup, args.duration))
 
 
 def _tree_cpu(root: int) -> float:
@@ -252,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.8, help="nel / ceiling")
     p.add_argument("--peer-target", type=float, default=2.0, help="nel / NeMo Evaluator")
     p.add_argument("--no-peer", action="store_true", help="skip NeMo Evaluator's serve")
+    p.add_argument("--client", choices=("raw", "aiohttp"), default="raw",
+                   help="the load generator: raw (hand-built HTTP/1.1 on asyncio protocols, the "
+                        "least client CPU) or aiohttp (the client of earlier figures)")
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="also run the `nel serve` of the checkout in DIR (e.g. the previous main)")
     p.add_argument("--ceiling-server", action="store_true", help=argparse.SUPPRESS)
@@ -325,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                 _stop(proc)
 
     med = {name: statistics.median(r) for name, r in rates.items()}
-    print(f"workers={args.workers} concurrency={args.concurrency} "
+    print(f"client={args.client} workers={args.workers} concurrency={args.concurrency} "
           f"rounds={args.rounds}x{args.duration}s cores={os.cpu_count()}")
     for name, r in rates.items():
         print(f"{name:8s}: median {med[name]:7.0f} pairs/s, "
