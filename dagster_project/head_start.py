@@ -54,6 +54,7 @@ class HeadStart:
         self.bench, self.task, self.run, self.store = bench, task, run, store
         self.run_id = str(uuid.uuid4())
         self.failed = False
+        self.started = False  # `evaluate` has run (once per run)
         self.with_bundle = with_bundle
         self._bundle_run_id: str | None = None  # set once a bundle (or its error) is kept
         self._child: Any = None  # the forked shard and bundle (forked_steps.ForkedSteps)
@@ -90,6 +91,7 @@ class HeadStart:
 
         from nel_assets.engine.evaluation import forked
 
+        self.started = True
         key = (self.bench.name, self.task.model, self.task.shard, self.run_id[:12])
         bundle_run_id = str(uuid.uuid4()) if self.with_bundle else None
         if advance is None and forked.can_fork() and not os.environ.get("NEL_HEAD_START_INLINE"):
@@ -175,6 +177,20 @@ class HeadStart:
 
         return ev.build_model_bundle(self.run, self.store, self.bench.name, self.task.model,
                                      config_json=config_json)
+
+    def results(self) -> tuple[Any, Any] | None:
+        """The shard's outcome and the built bundle, both left for the Dagster runs that take
+        them (waits for them); None when either failed (their runs fail the same way) or no
+        bundle is kept."""
+        if self._bundle_run_id is None or self.failed:
+            return None
+        name, model = self.bench.name, self.task.model
+        try:
+            shard = self.outcomes.peek(name, model, self.task.shard, self.run_id[:12])
+            bundle = self.outcomes.peek_bundle(name, model, self._bundle_run_id)
+        except Exception:
+            return None
+        return (shard, bundle) if shard is not None and bundle is not None else None
 
     def bundle_run_id(self, bench: Any, model: str) -> str | None:
         """The run id to give (bench, model)'s bundle run: the one its kept bundle waits

@@ -164,8 +164,15 @@ def open_instance(home: Path) -> Any:
     instance at the same time would each create its tables, and the loser would fail with
     "relation already exists": a Postgres advisory lock held while the storage opens makes
     the others wait, then find the tables.
+
+    A finished run's recording still under way in the background (background_recording)
+    is waited for first: what this process reads then includes that run.
     """
     import dagster as dg
+
+    from dagster_project.background_recording import wait_for_recording
+
+    wait_for_recording(home)
 
     url = use_psycopg2_driver()
     if url is None:

@@ -10,6 +10,10 @@ then finds the first run's results stored (and sends no request for them).
 ends (crash, SIGKILL), so there is never a stale lock to clear. The file is opened
 close-on-exec, so servers the run starts do not inherit it. Under the nel daemon each run
 is a forked child that takes the lock itself; the daemon never opens it.
+
+A run whose Dagster recording goes on after the command returned (background_recording)
+leaves the lock to its recording process, which marks it as a recording's: a run that finds
+that waits for it, whatever `--wait` says (the run is over; only its record is being written).
 """
 
 from __future__ import annotations
@@ -52,20 +56,23 @@ class OutputLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
-            if not self.wait:
+            if _recording(fd):  # the previous run is over; its record is being written
+                _wait(fd)
+            elif not self.wait:
                 os.close(fd)
                 raise _busy(out, holder) from None
-            print(f"waiting for the nel run (pid {holder}) using {out} to end ...",
-                  file=sys.stderr, flush=True)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except BaseException:
-                os.close(fd)
-                raise
+            else:
+                print(f"waiting for the nel run (pid {holder}) using {out} to end ...",
+                      file=sys.stderr, flush=True)
+                _wait(fd)
         # Who holds it, for the next run's message (read without the lock: advisory only).
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def fileno(self) -> int | None:
+        """The lock's file descriptor while held (a forked recording process keeps it)."""
+        return self._fd
 
     def release(self) -> None:
         """Let the next run in (closing the file drops the lock)."""
@@ -86,9 +93,27 @@ def check_output_free(out: Path, how_to_wait: str = "") -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _busy(out, _holder(fd), how_to_wait) from None
+        if not _recording(fd):
+            raise _busy(out, _holder(fd), how_to_wait) from None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a finished run's recording: short, wait for it
     finally:
         os.close(fd)
+
+
+def mark_recording(fd: int) -> None:
+    """Say in the held lock `fd` that its holder (this process) is a finished run's Dagster
+    recording (background_recording), so the next run waits for it instead of refusing."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} recording\n".encode(), 0)
+
+
+def _wait(fd: int) -> None:
+    """Block until the lock on `fd` is ours; the file is closed if the wait is interrupted."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _busy(out: Path, holder: str, how_to_wait: str = "") -> OutputBusyError:
@@ -99,11 +124,20 @@ def _busy(out: Path, holder: str, how_to_wait: str = "") -> OutputBusyError:
 
 def _holder(fd: int) -> str:
     """The pid the holding run wrote ("unknown" while it has not written it yet)."""
+    pid = _text(fd).split(" ", 1)[0]
+    return pid if pid.isdigit() else "unknown"
+
+
+def _recording(fd: int) -> bool:
+    """Whether the holder is a finished run's recording process (`mark_recording`)."""
+    return _text(fd).endswith(" recording")
+
+
+def _text(fd: int) -> str:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return os.pread(fd, 64, 0).decode("ascii", "replace").strip()
     except OSError:
-        text = ""
-    return text if text.isdigit() else "unknown"
+        return ""
 
 
-__all__ = ["LOCK_NAME", "OutputBusyError", "OutputLock", "check_output_free"]
+__all__ = ["LOCK_NAME", "OutputBusyError", "OutputLock", "check_output_free", "mark_recording"]

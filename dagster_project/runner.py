@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project import run_log, run_registry
+from dagster_project.background_recording import RecordLater
 from dagster_project.checkpoint import BenchFailure
 from dagster_project.head_start import HeadStart
 from dagster_project.instance_config import open_instance
@@ -68,7 +69,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
              only: set[tuple[str, str, int]] | None = None,
              merge_only: set[tuple[str, str]] | None = None,
              elsewhere: Mapping[str, str | None] | None = None,
-             wait: bool = False) -> RunSummary:
+             wait: bool = False, record_later: RecordLater | None = None) -> RunSummary:
     """Evaluate every benchmark × service of `cfg`, running only stale partitions.
 
     A failure of one (benchmark, model) (missing data, a dead or refusing endpoint, a
@@ -94,6 +95,9 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
         wait: when another run holds the output directory, wait for it to end (default:
             refuse, OutputBusyError). The parts of a distributed run (`shard_only`, `only`,
             `merge_only`) share the directory and take no lock.
+        record_later: where the run may leave its Dagster recording to a process that goes on
+            after this returns (`nel eval run`; background_recording): the plain case of one
+            stale shard and its bundle, both computed by the head start, is recorded there.
 
     Raises:
         NelError: the config or output location cannot work at all (nothing ran).
@@ -180,7 +184,8 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
                                       shard_only=shard_only,
                                       outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
                                       artifact_issues=artifact_issues, bundle=only is None,
-                                      merged=merge_only or set(), elsewhere=elsewhere or {})
+                                      merged=merge_only or set(), elsewhere=elsewhere or {},
+                                      record_later=record_later)
             except OSError as exc:
                 # Mid-run (the output's disk filled, a file became unwritable): what is stored
                 # stays; the run ends as failed with one line, not a traceback.
@@ -211,6 +216,9 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
             write_run_reports(cfg.output.report, store, summary)
             summary.checkpoint_path = write_checkpoint(summary, started)
         run_registry.finished(summary.exit_status, len(summary.failures))
+        if record_later is not None and record_later.pending:
+            # Everything the user reads is written: the recording goes on without them.
+            record_later.detach(home, log_path, lock.fileno() if lock is not None else None)
         return summary
     finally:
         if lock is not None:
@@ -256,7 +264,8 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                  failures: list[BenchFailure], log_path: Path,
                  artifact_issues: dict[tuple[str, str], list[str]], bundle: bool = True,
                  merged: set[tuple[str, str]] | None = None,
-                 elsewhere: Mapping[str, str | None] | None = None) -> int:
+                 elsewhere: Mapping[str, str | None] | None = None,
+                 record_later: RecordLater | None = None) -> int:
     """Materialize the stale partitions of every benchmark; returns the number of runs.
 
     A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
@@ -356,6 +365,46 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             _log_exception(log_path, f"{bench_name}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
 
+    if record_later is not None and _head_alone(resolved, plans, head, artifact_issues,
+                                                bundle=bundle, merged=bool(merged), shard_only=shard_only):
+        assert head is not None
+        bench, tasks, todo = plans[0]
+        t = todo[0]
+        with bar.task(bench.name, len(t.indices) * bench.repeats) as advance:
+            ev.set_progress_hook(advance)
+            try:
+                head.evaluate(advance, resolved.config_json)
+                head.settle()
+            except BaseException:
+                head.abandon()  # it got the same signal: its journal closes first
+                raise
+            finally:
+                ev.set_progress_hook(None)
+        kept = head.results()
+        if kept is not None:  # the shard and its bundle are done: only their records are left
+            oc = BenchOutcome(bench.name, shards_total=len(tasks), shards_fresh=len(tasks) - len(todo))
+            oc.shards_run.append((t.model, t.shard))
+            oc.run_reasons[f"{t.model}/{t.shard}"] = t.reason or "--fresh"
+            oc.requests_sent += kept[0].requests_sent
+            outcomes.append(oc)
+            models = sorted({x.model for x in tasks})
+            bundle_run = head.bundle_run_id(bench, t.model)
+            del kept
+
+            def record() -> None:
+                """The two runs the command would have executed, with their run ids."""
+                with run_log.dagster_logs_to(log_path):
+                    ready_defs()
+                    register(bench, models, todo)
+                    run(jobs_of(bench)["shards"], dg.MultiPartitionKey({"model": t.model, "shard": str(t.shard)}),
+                        f"{bench.name} {t.model} shard {t.shard}", run_id=head.run_id)
+                    run(jobs_of(bench)["bundle"], t.model, f"{bench.name} {t.model} bundle",
+                        run_id=bundle_run)
+
+            record_later.defer(record)
+            return 2
+        # A failed shard or bundle: its runs, executed now as always, report the failure.
+
     # Launched model servers start only when some shard actually needs them.
     # (A head start is only picked when no service is launched.)
     any_todo = any(todo for _, _, todo in plans) and head is None
@@ -379,7 +428,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 with bar.task(bench.name, total_samples) as advance:
                     ev.set_progress_hook(advance)
                     try:
-                        if head is not None and head.bench is bench:
+                        if head is not None and head.bench is bench and not head.started:
                             head.evaluate(advance, resolved.config_json)
                         try:
                             defs = ready_defs()  # while a forked head start's shard runs
@@ -456,6 +505,23 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 fail("comparison", "*", exc.reason, "comparison")
             outcomes.extend(BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):])
     return n_runs
+
+
+def _head_alone(resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
+                head: HeadStart | None, artifact_issues: dict[tuple[str, str], list[str]], *,
+                bundle: bool, merged: bool, shard_only: tuple[int, int] | None) -> bool:
+    """Whether the run is its head start alone: one benchmark, one model, its one stale shard
+    (the head start's), the model's bundle built with it, no comparison, nothing else to
+    rebuild. Only then can Dagster's recording wait until after the command (RecordLater)."""
+    if head is None or not head.with_bundle or not bundle or merged or shard_only is not None:
+        return False
+    if len(plans) != 1 or resolved.comparison.baseline:
+        return False
+    bench, tasks, todo = plans[0]
+    model = head.task.model
+    return (bench is head.bench and len(todo) == 1 and todo[0] is head.task
+            and all(t.model == model for t in tasks)
+            and not any(v for (_, m), v in artifact_issues.items() if m != model))
 
 
 def jobs_of(bench: Any) -> dict[str, str]:

@@ -170,6 +170,22 @@ def first_n_selection_by_default() -> Iterator[None]:
         mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def dagster_recording_in_the_command() -> Iterator[None]:
+    """`nel eval run` records a plain run in Dagster from a process that goes on after the
+    command returned (dagster_project.background_recording). Tests that read the instance,
+    the run lock or the processes left right after a command were written for a command that
+    records before it returns: they run with NEL_RECORD_INLINE=1. The background recording
+    itself is tested in tests/dagster_project/test_background_recording.py, which unsets it.
+    """
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEL_RECORD_INLINE", "1")
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
 @pytest.fixture
 def reference_server() -> Iterator[Callable[..., str]]:
     """Factory: ``reference_server(**opts) -> "http://127.0.0.1:PORT/v1"``.

@@ -358,11 +358,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from dagster_project.background import start_background
 
         return start_background(cfg, args.argv)
+    from dagster_project import background_recording
     from dagster_project.runner import run_eval
 
     try:
+        # Dagster's recording of a plain run goes on after the command returns (see there).
+        later = background_recording.RecordLater() if background_recording.wanted() else None
         summary = run_eval(cfg, resume=not args.fresh, progress=not args.no_progress and sys.stderr.isatty(),
-                           shard_only=shard_only, wait=args.wait)
+                           shard_only=shard_only, wait=args.wait, record_later=later)
     finally:
         from dagster_project.background import finished_in_background
 

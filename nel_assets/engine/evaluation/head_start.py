@@ -77,6 +77,23 @@ class HeadStartOutcomes:
         that ended it, or the `later` still building it) for the bundle run `run_id`."""
         self.keep(benchmark, model, _BUNDLE, run_id, outcome=outcome, error=error, later=later)
 
+    def peek(self, benchmark: str, model: str, shard: int, run_id: str) -> Any | None:
+        """The outcome kept for this shard and run, left for its run to `take` (waits for one
+        still being computed); None when there is none; raises the kept exception."""
+        with self._lock:
+            done = self._done.get((benchmark, model, shard, run_id))
+        if done is None:
+            return None
+        if done.later is not None:
+            return done.later.result()
+        if done.error is not None:
+            raise done.error
+        return done.outcome
+
+    def peek_bundle(self, benchmark: str, model: str, run_id: str) -> Any | None:
+        """The bundle kept for this model and run, left for its run (as `peek`)."""
+        return self.peek(benchmark, model, _BUNDLE, run_id)
+
     def take_bundle(self, benchmark: str, model: str, run_id: str) -> Any | None:
         """The bundle kept for this model and run (once), None when there is none; re-raises
         the kept exception."""
