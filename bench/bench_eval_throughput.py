@@ -49,6 +49,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.support.orphans import become_subreaper, own_children, reap_new  # noqa: E402
 from benchmarks import get_benchmark  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 
@@ -124,12 +125,7 @@ def run_nel(args: list[str], repo: Path = REPO, daemon_dir: Path | None = None) 
         p.returncode = os.waitstatus_to_exitcode(status)
         # What nel left running after it returned (its Dagster recording, reparented to
         # this process, the subreaper): waited for here, its time and CPU counted apart.
-        left_cpu, left_rss = 0.0, 0.0
-        for pid in own_children() - before:
-            with contextlib.suppress(ChildProcessError):
-                _, _, ru = os.wait4(pid, 0)
-                left_cpu += ru.ru_utime + ru.ru_stime
-                left_rss = max(left_rss, ru.ru_maxrss / 1024)
+        left_cpu, left_rss = reap_new(before)
         after = time.perf_counter() - t0 - wall
         out.seek(0)
         err.seek(0)
@@ -144,25 +140,6 @@ def run_nel(args: list[str], repo: Path = REPO, daemon_dir: Path | None = None) 
         res["cpu"] += run["cpu_s"]
         res["rss"] = max(res["rss"], run["maxrss_mb"])
     return res
-
-
-def own_children() -> set[int]:
-    """This process's children now (orphans of nel land here: see `become_subreaper`)."""
-    pids: set[int] = set()
-    for task in Path("/proc/self/task").glob("*/children"):
-        with contextlib.suppress(OSError):
-            pids |= {int(c) for c in task.read_text().split()}
-    return pids
-
-
-def become_subreaper() -> None:
-    """Make this process the parent of whatever nel leaves running when it exits (its
-    background Dagster recording), so the bench can wait for it and count its CPU."""
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1) != 0:
-        raise SystemExit("cannot become a child subreaper (prctl failed)")
 
 
 class TreeMemory:

@@ -70,7 +70,9 @@ def main() -> None:
                                "--no-progress")
 
             for name, repo in targets.items():
-                _child(run(name), _nel_env(repo), work)  # fills the store (and warms the caches)
+                # Fills the store (and warms the caches); recorded before it returns, so no
+                # background recording (which holds the run lock) is left for the first rerun.
+                _child(run(name), {**_nel_env(repo), "NEL_RECORD_INLINE": "1"}, work)
             for _ in range(a.rounds):
                 for name, repo in targets.items():
                     _server(url, "/stats/reset", post=True)

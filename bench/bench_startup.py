@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_eval_throughput import daemon_last_run, precompile  # noqa: E402  (bench/ is on sys.path)
 
+from bench.support.orphans import become_subreaper, own_children, reap_new  # noqa: E402
 from nel_resources.reference_server import start_reference_server  # noqa: E402
 
 CHAT = "/v1/chat/completions"
@@ -67,10 +68,12 @@ def _server(url: str, path: str, post: bool = False) -> dict[str, Any]:
 def _child(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int]:
     """Run a child to completion; returns (wall s, its peak RSS in MB, the time it started)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        before = own_children()
         t0 = time.time()
         p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.time() - t0
+        reap_new(before)  # nel's background recording: not in the figures, nor in the next one
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
             err.seek(0)
@@ -230,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     a = _parser().parse_args()
+    become_subreaper()  # so `_child` can wait for what a run leaves running (its recording)
     data_dir = os.environ.get("NEL_DATA_DIR")
     if not data_dir:
         raise SystemExit("set NEL_DATA_DIR to the shared datasets (gsm8k/test.jsonl)")
