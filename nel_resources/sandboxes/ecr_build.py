@@ -44,7 +44,8 @@ DEFAULT_S3_PREFIX = "ecs-sandbox"
 _FAILED = ("FAILED", "FAULT", "STOPPED", "TIMED_OUT")
 
 __all__ = ["BuildSettings", "EcrImageBuilder", "build_refusal", "buildspec", "ecr_region",
-           "image_tag", "repository_name", "sanitize_id", "task_image_name", "task_image_tag"]
+           "image_tag", "repository_name", "sanitize_id", "task_image_name", "task_image_tag",
+           "tree_digest"]
 
 
 def sanitize_id(value: str, max_len: int = 100) -> str:
@@ -63,34 +64,39 @@ def repository_name(repository: str) -> str:
     return repository.split("/", 1)[1] if "/" in repository else repository
 
 
-def task_image_name(environment_dir: Path) -> str:
-    """0.3.0's name for a Harbor task's built image, `nel-harbor/<dataset>/<task>:<12 hex of
-    the context>` sanitized (the dataset is the task directory's parent's name)."""
-    task_dir = environment_dir.parent
-    dataset = task_dir.parent.name.replace("/", "__").replace("@", "_")
-    task = task_dir.name.replace("/", "__").replace(":", "_")
+def tree_digest(environment_dir: Path) -> str:
+    """The sha256 (hex) of every file's relative path and bytes under `environment_dir`, in
+    path order: what 0.3.0 hashes for both a task image's name and its tag."""
     h = hashlib.sha256()
     for p in sorted(environment_dir.rglob("*")):
         if p.is_file():
             h.update(p.relative_to(environment_dir).as_posix().encode())
             h.update(p.read_bytes())
-    return sanitize_id(f"nel-harbor/{dataset}/{task}:{h.hexdigest()[:12]}")
+    return h.hexdigest()
+
+
+def task_image_name(environment_dir: Path, digest: str | None = None) -> str:
+    """0.3.0's name for a Harbor task's built image, `nel-harbor/<dataset>/<task>:<12 hex of
+    the context>` sanitized (the dataset is the task directory's parent's name). `digest`:
+    the context's `tree_digest`, when already computed."""
+    task_dir = environment_dir.parent
+    dataset = task_dir.parent.name.replace("/", "__").replace("@", "_")
+    task = task_dir.name.replace("/", "__").replace(":", "_")
+    digest = digest or tree_digest(environment_dir)
+    return sanitize_id(f"nel-harbor/{dataset}/{task}:{digest[:12]}")
 
 
 def task_image_tag(environment_dir: Path) -> str:
-    """The ECR tag of a Harbor task's built image: 0.3.0's, so both tools share the cache."""
-    return image_tag(environment_dir, task_image_name(environment_dir))
+    """The ECR tag of a Harbor task's built image: 0.3.0's, so both tools share the cache
+    (the build context is read once for the name and the tag)."""
+    digest = tree_digest(environment_dir)
+    return image_tag(environment_dir, task_image_name(environment_dir, digest), digest)
 
 
-def image_tag(environment_dir: Path, name: str) -> str:
+def image_tag(environment_dir: Path, name: str, digest: str | None = None) -> str:
     """`<name>__<8 hex>`: the hash of every file's relative path and bytes (0.3.0's tag), so
     the tag changes exactly when the build context does."""
-    h = hashlib.sha256()
-    for p in sorted(environment_dir.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(environment_dir)).encode())
-            h.update(p.read_bytes())
-    return f"{name}__{h.hexdigest()[:8]}"
+    return f"{name}__{(digest or tree_digest(environment_dir))[:8]}"
 
 
 @dataclass(frozen=True)
