@@ -1,8 +1,9 @@
 """lm-eval's own task definitions: the TaskManager index, tasks built on local data, and
 what `nel list -s lm-eval` shows.
 
-Indexing lm-eval's ~15k task YAMLs takes seconds, so the TaskManager is made once per
-process (per `include_path`).
+Indexing lm-eval's ~16k task YAMLs takes seconds, so the TaskManager is made once per
+process (per `include_path`), from an index kept on disk between processes
+(`index_cache`) when the YAMLs are unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def task_manager(include_path: str | None = None) -> Any:
     require_lm_eval()
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=include_path)
+    from benchmarks.lm_eval.index_cache import index_kept_on_disk
+
+    with index_kept_on_disk():
+        return TaskManager(include_path=include_path)
 
 
 def load_tasks(name: str, data_dir: Path, include_path: str | None = None) -> dict[str, Any]:
