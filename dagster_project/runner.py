@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from dagster_project import run_log, run_registry
+from dagster_project import record_repair, run_log, run_registry
 from dagster_project.background_recording import RecordLater
 from dagster_project.checkpoint import BenchFailure
 from dagster_project.head_start import HeadStart
@@ -173,7 +173,10 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
             for b, tasks, _ in plans for m in sorted({t.model for t in tasks})}
         needs_bundle = any(artifact_issues.values())
         needs_compare = not sub_run and bool(resolved.comparison.baseline) and missing_comparisons(resolved, store)
-        needs_dagster = needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
+        # A background recording of an earlier run here that never finished (record_repair).
+        pending = None if sub_run or lock is None else record_repair.read_pending(out)
+        needs_dagster = (needs_bundle or needs_compare or any(todo for _, _, todo in plans) or bool(merge_only)
+                         or pending is not None)
 
         n_runs = 0
         outcomes: list[BenchOutcome] = []
@@ -185,7 +188,7 @@ def run_eval(cfg: NelConfig, *, resume: bool = True, progress: bool = True,
                                       outcomes=outcomes, gates=gates, failures=failures, log_path=log_path,
                                       artifact_issues=artifact_issues, bundle=only is None,
                                       merged=merge_only or set(), elsewhere=elsewhere or {},
-                                      record_later=record_later)
+                                      record_later=record_later, repair_pending=pending is not None)
             except OSError as exc:
                 # Mid-run (the output's disk filled, a file became unwritable): what is stored
                 # stays; the run ends as failed with one line, not a traceback.
@@ -265,7 +268,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                  artifact_issues: dict[tuple[str, str], list[str]], bundle: bool = True,
                  merged: set[tuple[str, str]] | None = None,
                  elsewhere: Mapping[str, str | None] | None = None,
-                 record_later: RecordLater | None = None) -> int:
+                 record_later: RecordLater | None = None, repair_pending: bool = False) -> int:
     """Materialize the stale partitions of every benchmark; returns the number of runs.
 
     A failed run fails its (benchmark, model) alone (recorded in `failures`, its traceback
@@ -365,6 +368,9 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             _log_exception(log_path, f"{bench_name}: the Dagster instance failed")
             raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
 
+    if repair_pending:
+        n_runs += _repair_pending(resolved, store, log_path, ready_defs, register, run)
+
     if record_later is not None and _head_alone(resolved, plans, head, artifact_issues,
                                                 bundle=bundle, merged=bool(merged), shard_only=shard_only):
         assert head is not None
@@ -389,6 +395,9 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             outcomes.append(oc)
             models = sorted({x.model for x in tasks})
             bundle_run = head.bundle_run_id(bench, t.model)
+            # Said before the recording starts, unsaid when it ends: a recording cut short is
+            # done by the next run here (record_repair).
+            record_repair.write_pending(store.root, _pending_doc(store, bench, t, kept[0]))
             del kept
 
             def record() -> None:
@@ -400,6 +409,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                         f"{bench.name} {t.model} shard {t.shard}", run_id=head.run_id)
                     run(jobs_of(bench)["bundle"], t.model, f"{bench.name} {t.model} bundle",
                         run_id=bundle_run)
+                record_repair.clear_pending(store.root)
 
             record_later.defer(record)
             return 2
@@ -505,6 +515,54 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 fail("comparison", "*", exc.reason, "comparison")
             outcomes.extend(BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):])
     return n_runs
+
+
+def _pending_doc(store: Any, bench: Any, task: Any, out: Any) -> dict[str, Any]:
+    """The shard's record as a launched worker reports one (record_repair's pending file)."""
+    from nel_assets.engine.evaluation.remote_shard import LaunchedShard
+
+    stored = store.shard_fingerprint(bench.name, task.model, task.shard) or {}
+    return LaunchedShard(bench.name, task.model, task.shard, task.total, str(stored.get("fingerprint", "")),
+                         out.data_version, out.n_rows, out.requests_sent, out.reused_from_journal,
+                         out.mean_reward, out.n_errors, round(out.elapsed_s, 3),
+                         f"nel eval run (pid {os.getpid()}); recorded by a later run").to_dict()
+
+
+def _repair_pending(resolved: ResolvedConfig, store: Any, log_path: Path, ready_defs: Any,
+                    register: Any, run: Any) -> int:
+    """Record what an earlier run's background recording left unrecorded (record_repair):
+    its shard as a launched partition, its dataset partition and its model's bundle. A
+    failed step is logged and left for a later run; returns the Dagster runs executed."""
+    import dataclasses
+
+    import dagster as dg
+
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG
+
+    done = 0
+
+    def record(bench: Any, model: str, shard: int) -> None:
+        nonlocal done
+        # planned again: fresh now, reported as stale so its inputs and dataset are recorded
+        tasks = [dataclasses.replace(t, stored=None) for t in ev.plan(store, bench)
+                 if t.model == model and t.shard == shard]
+        register(bench, [model], tasks)
+        run(jobs_of(bench)["shards"], dg.MultiPartitionKey({"model": model, "shard": str(shard)}),
+            f"{bench.name} {model} shard {shard} (recorded late)", {LAUNCHED_TAG: "nel eval run"})
+        run(jobs_of(bench)["bundle"], model, f"{bench.name} {model} bundle (recorded late)")
+        done += 2
+
+    ready_defs()
+    try:
+        what = record_repair.repair(store.root, resolved, store, record)
+    except _StepFailed as exc:
+        _append_quietly(log_path, "recording an earlier run's results failed (a later run tries again)",
+                        exc.reason)
+        return done
+    if what is not None:
+        _append_quietly(log_path, f"recorded {what} in Dagster: its run's recording had not finished", "")
+    return done
 
 
 def _head_alone(resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],

@@ -1,8 +1,8 @@
 """`nel eval run` returns before Dagster's recording of a plain run, which a process of its own
 finishes (dagster_project.background_recording): the records equal those of a run that
 records in the command, nel commands that read the instance see them, the next run on the
-directory waits for the recording instead of refusing, and a Ctrl-C after the command
-returned does not cut it short.
+directory waits for the recording instead of refusing, a Ctrl-C after the command
+returned does not cut it short, and a recording killed mid-way is done by the next run.
 
 Real `nel eval run` processes against the reference server, a real Dagster instance.
 The suite runs with NEL_RECORD_INLINE=1 (tests/conftest.py); these tests unset it.
@@ -10,6 +10,8 @@ The suite runs with NEL_RECORD_INLINE=1 (tests/conftest.py); these tests unset i
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +25,7 @@ import pytest
 
 from benchmarks.datasets import load_file
 from dagster_project.output_lock import LOCK_NAME, OutputLock, mark_recording
+from dagster_project.record_repair import PENDING_FILE
 from tests.support.cli import REPO_ROOT, nel_env, run_nel, summary_json
 from tests.support.gsm8k import answers_for
 
@@ -115,13 +118,11 @@ def test_ctrl_c_after_the_command_returned_does_not_cut_the_recording(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
                             env=nel_env({"NEL_DATA_DIR": str(data_dir)}, ["NEL_RECORD_INLINE"]),
                             start_new_session=True)
-    stdout, stderr = proc.communicate(timeout=300)
+    _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     # The terminal's Ctrl-C goes to the command's process group; the recording has its own.
-    try:
+    with contextlib.suppress(ProcessLookupError):  # none of the group is left: the recording is not in it
         os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        pass  # nothing of the command's group is left: the recording is not in it
     assert _records(out)["runs"] == [("nel_gsm8k_bundle", "SUCCESS"), ("nel_gsm8k_shards", "SUCCESS")]
     assert "recording the run in Dagster failed" not in (out / "logs" / "nel-run.log").read_text()
 
@@ -142,3 +143,32 @@ def test_a_lock_held_by_a_recording_is_waited_for_not_refused(tmp_path: Path) ->
         assert (tmp_path / LOCK_NAME).read_text() == f"{os.getpid()}\n"
     finally:
         nxt.release()
+
+
+def test_a_recording_cut_short_is_done_by_the_next_run(
+        tmp_path: Path, reference_server, server_stats, answers, data_dir: Path) -> None:
+    url = reference_server(answers=answers)
+    env = {"NEL_DATA_DIR": str(data_dir)}
+    out = tmp_path / "out"
+    first = summary_json(run_nel(*_args(url, out), env=env, **LATER))
+    # The recording process (its pid is in the run lock) is killed at once, as by a crash.
+    pid = int((out / LOCK_NAME).read_text().split()[0])
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pytest.fail("the recording had already finished: nothing was cut short")
+    assert (out / PENDING_FILE).exists()
+    sent = server_stats(url)["by_endpoint"]["/v1/chat/completions"]
+    # The next run (nothing to evaluate) records the shard and the bundle, sending nothing.
+    again = summary_json(run_nel(*_args(url, out), env=env))
+    assert again["requests_sent"] == 0 and server_stats(url)["by_endpoint"]["/v1/chat/completions"] == sent
+    assert _result(again)[2:] == _result(first)[2:]
+    assert not (out / PENDING_FILE).exists()
+    rec = _records(out)
+    assert ("nel_gsm8k_shards", "SUCCESS") in rec["runs"] and ("nel_gsm8k_bundle", "SUCCESS") in rec["runs"]
+    partition, version, md = rec["materializations"]["shard_results"]
+    assert partition == "m|0" and md["n_rows"] == N and md["requests_sent"] == N
+    stored = json.loads((out / "gsm8k" / "shard_results" / "model=m" / "shard=0" / "_fingerprint.json").read_text())
+    assert version == stored["data_version"]
+    assert rec["materializations"]["dataset"][0] == "0"
+    assert "recorded gsm8k m shard 0 in Dagster" in (out / "logs" / "nel-run.log").read_text()
