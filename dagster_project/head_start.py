@@ -192,6 +192,23 @@ class HeadStart:
             return None
         return (shard, bundle) if shard is not None and bundle is not None else None
 
+    def is_whole_run(self, resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
+                     artifact_issues: dict[tuple[str, str], list[str]], *, bundle: bool, merged: bool,
+                     shard_only: tuple[int, int] | None) -> bool:
+        """Whether this head start is the whole run: one benchmark, one model, its one stale
+        shard (this one), the model's bundle built with it, no comparison, nothing else to
+        rebuild. Only then can Dagster's recording wait until after the command
+        (background_recording.RecordLater)."""
+        if not self.with_bundle or not bundle or merged or shard_only is not None:
+            return False
+        if len(plans) != 1 or resolved.comparison.baseline:
+            return False
+        bench, tasks, todo = plans[0]
+        model = self.task.model
+        return (bench is self.bench and len(todo) == 1 and todo[0] is self.task
+                and all(t.model == model for t in tasks)
+                and not any(v for (_, m), v in artifact_issues.items() if m != model))
+
     def bundle_run_id(self, bench: Any, model: str) -> str | None:
         """The run id to give (bench, model)'s bundle run: the one its kept bundle waits
         for, or None (the run's step builds the bundle itself)."""

@@ -71,3 +71,56 @@ def repair(out: Path, resolved: Any, store: Any, record: Callable[[Any, str, int
     record(bench, model, shard)
     clear_pending(out)
     return f"{bench.name} {model} shard {shard}"
+
+
+def pending_doc(store: Any, bench: Any, task: Any, out: Any) -> dict[str, Any]:
+    """The shard's record as a launched worker reports one (`remote_shard.LaunchedShard`),
+    from its head-start outcome `out`: what `write_pending` keeps."""
+    from nel_assets.engine.evaluation.remote_shard import LaunchedShard
+
+    stored = store.shard_fingerprint(bench.name, task.model, task.shard) or {}
+    return LaunchedShard(bench.name, task.model, task.shard, task.total, str(stored.get("fingerprint", "")),
+                         out.data_version, out.n_rows, out.requests_sent, out.reused_from_journal,
+                         out.mean_reward, out.n_errors, round(out.elapsed_s, 3),
+                         f"nel eval run (pid {os.getpid()}); recorded by a later run").to_dict()
+
+
+def repair_in_run(resolved: Any, store: Any, log_path: Path, *, ready_defs: Callable[[], Any],
+                  register: Callable[..., None], run: Callable[..., Any],
+                  jobs_of: Callable[[Any], dict[str, str]], step_failed: type[Exception]) -> int:
+    """In the runner: record what an earlier run's background recording left unrecorded, its
+    shard as a launched partition, its dataset partition and its model's bundle, with the
+    runner's own `register` and `run`. A failed step (`step_failed`) is logged and left for a
+    later run. Returns the Dagster runs executed."""
+    import dataclasses
+
+    import dagster as dg
+
+    from dagster_project import run_log
+    from nel_assets.engine.evaluation import evaluate as ev
+    from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG
+
+    done = 0
+
+    def record(bench: Any, model: str, shard: int) -> None:
+        nonlocal done
+        # planned again: fresh now, reported as stale so its inputs and dataset are recorded
+        tasks = [dataclasses.replace(t, stored=None) for t in ev.plan(store, bench)
+                 if t.model == model and t.shard == shard]
+        register(bench, [model], tasks)
+        run(jobs_of(bench)["shards"], dg.MultiPartitionKey({"model": model, "shard": str(shard)}),
+            f"{bench.name} {model} shard {shard} (recorded late)", {LAUNCHED_TAG: "nel eval run"})
+        run(jobs_of(bench)["bundle"], model, f"{bench.name} {model} bundle (recorded late)")
+        done += 2
+
+    ready_defs()
+    try:
+        what = repair(store.root, resolved, store, record)
+        title = f"recorded {what} in Dagster: its run's recording had not finished" if what else None
+        body = ""
+    except step_failed as exc:
+        title, body = "recording an earlier run's results failed (a later run tries again)", str(exc)
+    if title is not None:
+        with contextlib.suppress(OSError):
+            run_log.append(log_path, title, body)
+    return done

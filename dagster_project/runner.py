@@ -369,11 +369,12 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             raise _RunAborted(f"the Dagster instance at {home} failed: {storage_reason(exc)}") from None
 
     if repair_pending:
-        n_runs += _repair_pending(resolved, store, log_path, ready_defs, register, run)
+        n_runs += record_repair.repair_in_run(
+            resolved, store, log_path, ready_defs=ready_defs, register=register, run=run,
+            jobs_of=jobs_of, step_failed=_StepFailed)
 
-    if record_later is not None and _head_alone(resolved, plans, head, artifact_issues,
-                                                bundle=bundle, merged=bool(merged), shard_only=shard_only):
-        assert head is not None
+    if record_later is not None and head is not None and head.is_whole_run(
+            resolved, plans, artifact_issues, bundle=bundle, merged=bool(merged), shard_only=shard_only):
         bench, tasks, todo = plans[0]
         t = todo[0]
         with bar.task(bench.name, len(t.indices) * bench.repeats) as advance:
@@ -397,7 +398,7 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
             bundle_run = head.bundle_run_id(bench, t.model)
             # Said before the recording starts, unsaid when it ends: a recording cut short is
             # done by the next run here (record_repair).
-            record_repair.write_pending(store.root, _pending_doc(store, bench, t, kept[0]))
+            record_repair.write_pending(store.root, record_repair.pending_doc(store, bench, t, kept[0]))
             del kept
 
             def record() -> None:
@@ -515,71 +516,6 @@ def _materialize(resolved: ResolvedConfig, store: Any, home: Path, plans: list[t
                 fail("comparison", "*", exc.reason, "comparison")
             outcomes.extend(BenchOutcome(b.name, shards_total=len(t)) for b, t, _ in plans[len(outcomes):])
     return n_runs
-
-
-def _pending_doc(store: Any, bench: Any, task: Any, out: Any) -> dict[str, Any]:
-    """The shard's record as a launched worker reports one (record_repair's pending file)."""
-    from nel_assets.engine.evaluation.remote_shard import LaunchedShard
-
-    stored = store.shard_fingerprint(bench.name, task.model, task.shard) or {}
-    return LaunchedShard(bench.name, task.model, task.shard, task.total, str(stored.get("fingerprint", "")),
-                         out.data_version, out.n_rows, out.requests_sent, out.reused_from_journal,
-                         out.mean_reward, out.n_errors, round(out.elapsed_s, 3),
-                         f"nel eval run (pid {os.getpid()}); recorded by a later run").to_dict()
-
-
-def _repair_pending(resolved: ResolvedConfig, store: Any, log_path: Path, ready_defs: Any,
-                    register: Any, run: Any) -> int:
-    """Record what an earlier run's background recording left unrecorded (record_repair):
-    its shard as a launched partition, its dataset partition and its model's bundle. A
-    failed step is logged and left for a later run; returns the Dagster runs executed."""
-    import dataclasses
-
-    import dagster as dg
-
-    from nel_assets.engine.evaluation import evaluate as ev
-    from nel_assets.engine.evaluation.remote_shard import LAUNCHED_TAG
-
-    done = 0
-
-    def record(bench: Any, model: str, shard: int) -> None:
-        nonlocal done
-        # planned again: fresh now, reported as stale so its inputs and dataset are recorded
-        tasks = [dataclasses.replace(t, stored=None) for t in ev.plan(store, bench)
-                 if t.model == model and t.shard == shard]
-        register(bench, [model], tasks)
-        run(jobs_of(bench)["shards"], dg.MultiPartitionKey({"model": model, "shard": str(shard)}),
-            f"{bench.name} {model} shard {shard} (recorded late)", {LAUNCHED_TAG: "nel eval run"})
-        run(jobs_of(bench)["bundle"], model, f"{bench.name} {model} bundle (recorded late)")
-        done += 2
-
-    ready_defs()
-    try:
-        what = record_repair.repair(store.root, resolved, store, record)
-    except _StepFailed as exc:
-        _append_quietly(log_path, "recording an earlier run's results failed (a later run tries again)",
-                        exc.reason)
-        return done
-    if what is not None:
-        _append_quietly(log_path, f"recorded {what} in Dagster: its run's recording had not finished", "")
-    return done
-
-
-def _head_alone(resolved: ResolvedConfig, plans: list[tuple[Any, list[Any], list[Any]]],
-                head: HeadStart | None, artifact_issues: dict[tuple[str, str], list[str]], *,
-                bundle: bool, merged: bool, shard_only: tuple[int, int] | None) -> bool:
-    """Whether the run is its head start alone: one benchmark, one model, its one stale shard
-    (the head start's), the model's bundle built with it, no comparison, nothing else to
-    rebuild. Only then can Dagster's recording wait until after the command (RecordLater)."""
-    if head is None or not head.with_bundle or not bundle or merged or shard_only is not None:
-        return False
-    if len(plans) != 1 or resolved.comparison.baseline:
-        return False
-    bench, tasks, todo = plans[0]
-    model = head.task.model
-    return (bench is head.bench and len(todo) == 1 and todo[0] is head.task
-            and all(t.model == model for t in tasks)
-            and not any(v for (_, m), v in artifact_issues.items() if m != model))
 
 
 def jobs_of(bench: Any) -> dict[str, str]:

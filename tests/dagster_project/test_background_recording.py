@@ -128,21 +128,25 @@ def test_ctrl_c_after_the_command_returned_does_not_cut_the_recording(
 
 
 def test_a_lock_held_by_a_recording_is_waited_for_not_refused(tmp_path: Path) -> None:
+    out, ended = tmp_path / "out", tmp_path / "recording-ended"
+    out.mkdir()
     held = OutputLock()
-    held.acquire(tmp_path)
+    held.acquire(out)
     mark_recording(held.fileno())
     pid = os.fork()
-    if pid == 0:  # the recording: holds the lock a moment, then ends
+    if pid == 0:  # the recording: holds the lock a moment, says it is done, then ends
         time.sleep(0.5)
+        ended.touch()
         os._exit(0)
     held.release()  # the child's copy keeps it, as a detached recording's does
     nxt = OutputLock(wait=False)
-    nxt.acquire(tmp_path)  # waits; a run's lock (not a recording's) would raise OutputBusyError
     try:
-        assert os.waitpid(pid, os.WNOHANG)[0] == pid  # it ended before the lock came free
-        assert (tmp_path / LOCK_NAME).read_text() == f"{os.getpid()}\n"
+        nxt.acquire(out)  # waits; a run's lock (not a recording's) would raise OutputBusyError
+        assert ended.exists()  # it came free only when the recording ended
+        assert (out / LOCK_NAME).read_text() == f"{os.getpid()}\n"
     finally:
         nxt.release()
+        os.waitpid(pid, 0)
 
 
 def test_a_recording_cut_short_is_done_by_the_next_run(
