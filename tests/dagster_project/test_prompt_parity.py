@@ -114,9 +114,9 @@ def wire(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[d
         env["DOCKER_HOST"] = f"unix://{root / 'no-docker.sock'}"
         # Nor are its CIs read: 100 bootstrap resamples instead of 10,000 per category.
         t0 = time.monotonic()
-        p = subprocess.run([str(peer_nemo_bin().parent / "python"), str(DRIVER)],
-                           input=json.dumps({"datasets": datasets, "run": runs, "bootstrap_resamples": 100}), capture_output=True,
-                           text=True, env=env, timeout=900, cwd=root)
+        job = {"datasets": datasets, "run": runs, "bootstrap_resamples": 100}
+        p = subprocess.run([str(peer_nemo_bin().parent / "python"), str(DRIVER)], input=json.dumps(job),
+                           capture_output=True, text=True, env=env, timeout=900, cwd=root)
         assert p.returncode == 0, p.stderr[-3000:]
         for proto, res in json.loads(p.stdout)["run"].items():
             assert res["exit_code"] == 0, f"{proto}: " + res["output"][-3000:]
