@@ -61,8 +61,10 @@ def test_daemon_evaluates_compares_and_gates_a_new_checkpoint(tmp_path: Path, da
         # Two identical items cannot rule out a drop of 0.66 (the paired CI is honest about
         # 0 discordant pairs): the allowed drop is set above it, so an equal checkpoint is GO.
         "comparison": {"baseline": "base", "max_drop": 0.7},
+        # Both sensors (checkpoints, and automation at min(30, this)) may then tick on every pass
+        # of the daemon's 5 s loop; at 5 s a tick just under 5 s after the last waits a pass more.
         "checkpoints": {"dir": str(ckdir), "pattern": "*.gguf", "min_age_seconds": 1,
-                        "interval_seconds": 5, "service_template": LLAMA},
+                        "interval_seconds": 1, "service_template": LLAMA},
         "output": {"dir": str(out)},
     }
     cfg_path = tmp_path / "nel.yaml"

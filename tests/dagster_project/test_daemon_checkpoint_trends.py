@@ -81,8 +81,10 @@ def test_daemon_turns_checkpoints_into_a_tracked_alarmed_series(tmp_path: Path, 
     cfg = {
         "services": {"base": {"type": "api", "url": base_url, "model": "base"}},
         "benchmarks": [{"name": "gsm8k", "max_problems": N, "shards": 1}],
+        # Both sensors (checkpoints, and automation at min(30, this)) may then tick on every pass
+        # of the daemon's 5 s loop; at 5 s a tick just under 5 s after the last waits a pass more.
         "checkpoints": {"dir": str(ckdir), "pattern": "*.jsonl", "min_age_seconds": 1,
-                        "interval_seconds": 5, "service_template": template},
+                        "interval_seconds": 1, "service_template": template},
         "output": {"dir": str(out), "export": ["mlflow"]},
     }
     cfg_path = tmp_path / "nel.yaml"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dagster_project.instance_config import write_instance_yaml
 from dagster_project.run_output import save_effective_config
 from nel_resources.config import load_config
 from nel_resources.wire.redact import REDACTED
@@ -69,7 +70,7 @@ def test_dagster_job_execute_on_saved_config_authenticates(
     saved = save_effective_config(cfg, out)
     home = tmp_path / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    write_instance_yaml(home, {})  # nel's instance: Dagster's default makes a database per run
     env = nel_env({"NEL_CONFIG": str(saved), "DAGSTER_HOME": str(home),
                    "NEL_DATA_DIR": str(data_dir), "NEL_TEST_API_KEY": KEY})
     exe = Path(sys.executable).with_name("dagster")

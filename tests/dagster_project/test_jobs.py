@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from benchmarks.datasets import load_file
+from dagster_project.instance_config import write_instance_yaml
 from tests.support.cli import nel_env
 from tests.support.realcomponents import REPO_ROOT
 
@@ -49,7 +50,9 @@ def test_evaluate_compare_gate_jobs_exit_status(tmp_path: Path, reference_server
     out = tmp_path / "out"
     home = out / ".dagster"
     home.mkdir(parents=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # The instance nel itself writes (one consolidated SQLite event log, pooled connections,
+    # no telemetry): Dagster's default makes a new database for every run of every job.
+    write_instance_yaml(home, {})
     cfg = {
         "services": {"base": {"type": "api", "url": good, "model": "base"},
                      "cand": {"type": "api", "url": bad, "model": "cand"},

@@ -12,7 +12,8 @@ as its ``nel`` executable does: same parsing, same ``sys.exit`` statuses. ``data
 built-in benchmark (``nemo_evaluator.benchmarks``) its rows from a local JSONL file, in the
 form its own loader returns them (hub rows, or what its loader function builds), since the
 hub is out of reach here: everything after loading (its ``prepare_row``/``seed_fn``, prompt,
-solver, client) is the peer's own code path.
+solver, client) is the peer's own code path. ``bootstrap_resamples`` (optional) lowers the
+resamples of the peer's bootstrap CIs, for a job that reads no CI (``fewer_resamples``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,22 @@ def use_local_rows(datasets: dict[str, str]) -> None:
         _BYOB_REGISTRY[name].dataset = lambda rows=rows: json.loads(json.dumps(rows))
 
 
+def fewer_resamples(n: int) -> None:
+    """Make the peer's bootstrap CIs draw `n` resamples instead of 10,000.
+
+    0.3.0 bootstraps a CI for every category of every run in a Python loop (10,000 draws
+    each, after all requests): for a caller that reads only what was sent, not the CIs, that
+    was half of the run. Every caller of `bootstrap_ci` shares the one function object, so
+    its default is changed in place.
+    """
+    from nemo_evaluator.metrics.confidence import bootstrap_ci
+
+    defaults = list(bootstrap_ci.__defaults__ or ())
+    names = bootstrap_ci.__code__.co_varnames[:bootstrap_ci.__code__.co_argcount]
+    defaults[names[-len(defaults):].index("n_bootstrap")] = n
+    bootstrap_ci.__defaults__ = tuple(defaults)
+
+
 def run(args: list[str]) -> dict:
     from click.testing import CliRunner
     from nemo_evaluator.cli.main import cli
@@ -72,6 +89,8 @@ def main() -> None:
     for spec in job.get("write", []):
         write(spec)
     use_local_rows(job.get("datasets", {}))
+    if job.get("bootstrap_resamples"):  # only for a job that reads no CI (prompt parity)
+        fewer_resamples(int(job["bootstrap_resamples"]))
     answer = {"run": {item["id"]: run(item["args"]) for item in job.get("run", [])}}
     json.dump(answer, sys.stdout)
 
