@@ -58,8 +58,6 @@ class RecordLater:
 
     def __init__(self) -> None:
         self._record: Callable[[], None] | None = None
-        #: the recording process's pid once detached (None: nothing deferred, or inline)
-        self.pid: int | None = None
 
     def defer(self, record: Callable[[], None]) -> None:
         """Keep `record` (it imports Dagster and records the runs) for `detach`."""
@@ -95,12 +93,10 @@ class RecordLater:
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             with contextlib.suppress(Exception):
                 stream.flush()
-        pid = os.fork()
-        if pid == 0:
+        if os.fork() == 0:
             _recorder(record, log_path, lock_fd)  # never returns
         if home_fd is not None:
             os.close(home_fd)  # the child holds it now
-        self.pid = pid
 
 
 def wait_for_recording(home: Path) -> None:

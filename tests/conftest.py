@@ -162,12 +162,8 @@ def first_n_selection_by_default() -> Iterator[None]:
     the selection itself (tests/dagster_project/test_eval_run_flags.py, the peer parity
     module) unset it to check the real default.
     """
-    mp = pytest.MonkeyPatch()
-    mp.setenv("NEL_SHUFFLE_SEED", "null")
-    try:
+    with _session_env("NEL_SHUFFLE_SEED", "null"):
         yield
-    finally:
-        mp.undo()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -178,8 +174,16 @@ def dagster_recording_in_the_command() -> Iterator[None]:
     records before it returns: they run with NEL_RECORD_INLINE=1. The background recording
     itself is tested in tests/dagster_project/test_background_recording.py, which unsets it.
     """
+    with _session_env("NEL_RECORD_INLINE", "1"):
+        yield
+
+
+@contextmanager
+def _session_env(name: str, value: str) -> Iterator[None]:
+    """`name=value` in this process's environment (inherited by every process a test
+    starts) until the block ends."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("NEL_RECORD_INLINE", "1")
+    mp.setenv(name, value)
     try:
         yield
     finally:

@@ -63,13 +63,7 @@ class HeadStartOutcomes:
         re-raises the kept exception."""
         with self._lock:
             done = self._done.pop((benchmark, model, shard, run_id), None)
-        if done is None:
-            return None
-        if done.later is not None:
-            return done.later.result()
-        if done.error is not None:
-            raise done.error
-        return done.outcome
+        return _outcome_of(done)
 
     def keep_bundle(self, benchmark: str, model: str, run_id: str, *, outcome: Any = None,
                     error: BaseException | None = None, later: Later | None = None) -> None:
@@ -82,13 +76,7 @@ class HeadStartOutcomes:
         still being computed); None when there is none; raises the kept exception."""
         with self._lock:
             done = self._done.get((benchmark, model, shard, run_id))
-        if done is None:
-            return None
-        if done.later is not None:
-            return done.later.result()
-        if done.error is not None:
-            raise done.error
-        return done.outcome
+        return _outcome_of(done)
 
     def peek_bundle(self, benchmark: str, model: str, run_id: str) -> Any | None:
         """The bundle kept for this model and run, left for its run (as `peek`)."""
@@ -107,3 +95,15 @@ class HeadStartOutcomes:
         for done in dropped:
             if done.later is not None:
                 done.later.wait()
+
+
+def _outcome_of(done: _Done | None) -> Any | None:
+    """What `done` holds: the outcome (waiting for a `later`), None for nothing kept, or the
+    kept exception raised."""
+    if done is None:
+        return None
+    if done.later is not None:
+        return done.later.result()
+    if done.error is not None:
+        raise done.error
+    return done.outcome
